@@ -1,0 +1,85 @@
+"""The one exception tree of trierouter.
+
+Every error the library raises on purpose derives from :class:`TrieRouterError`, and each
+subclass also inherits the builtin it resembles, so ``except ValueError`` keeps working::
+
+    TrieRouterError(Exception)
+    ├── VocabularyError(ValueError)          a tokenizer could not be read into exact token bytes
+    ├── VocabularyMismatchError(ValueError)  a saved set / cache belongs to another vocabulary
+    ├── CompileError(ValueError)             a set of values cannot be compiled
+    │   ├── EmptySetError                    no values at all
+    │   ├── InvalidValueError(TypeError)     a value is not a str (or bytes)
+    │   └── UnreachableValueError            no sequence of tokens spells a value
+    ├── CorruptFileError(ValueError)         a saved file is truncated, altered or foreign
+    └── MissingDependencyError(ImportError)  an optional dependency is not installed
+
+The hot path (``advance``, ``accept_token``, bitmask fills) never raises for a model's choice:
+an invalid token gives a dead state or ``False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "CompileError",
+    "CorruptFileError",
+    "EmptySetError",
+    "InvalidValueError",
+    "MissingDependencyError",
+    "TrieRouterError",
+    "UnreachableValueError",
+    "VocabularyError",
+    "VocabularyMismatchError",
+]
+
+
+class TrieRouterError(Exception):
+    """Root of every error raised by trierouter."""
+
+
+class VocabularyError(TrieRouterError, ValueError):
+    """A tokenizer or tokenizer file could not be turned into exact token bytes."""
+
+
+class VocabularyMismatchError(TrieRouterError, ValueError):
+    """An object compiled for one vocabulary was used with another."""
+
+
+class CompileError(TrieRouterError, ValueError):
+    """A set of values cannot be compiled into a choice set."""
+
+
+class EmptySetError(CompileError):
+    """The set of values is empty."""
+
+
+class InvalidValueError(CompileError, TypeError):
+    """A value is neither ``str`` nor ``bytes``."""
+
+
+class UnreachableValueError(CompileError):
+    """Some values cannot be spelled by any sequence of the vocabulary's tokens.
+
+    ``values`` holds the offending values, ``reasons`` one explanation per value.
+    """
+
+    def __init__(self, message: str, *, values: Sequence[str | bytes], reasons: Sequence[str]):
+        super().__init__(message)
+        self.values = list(values)
+        self.reasons = list(reasons)
+
+
+class CorruptFileError(TrieRouterError, ValueError):
+    """A file written by trierouter is truncated, altered or was written by something else."""
+
+
+class MissingDependencyError(TrieRouterError, ImportError):
+    """An optional dependency is needed; the message names the extra to install."""
+
+
+def missing(package: str, extra: str) -> MissingDependencyError:
+    """Build the error for a lazily imported optional dependency."""
+    return MissingDependencyError(
+        f"{package} is required for this feature: pip install 'trierouter[{extra}]'"
+    )

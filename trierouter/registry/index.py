@@ -1,0 +1,244 @@
+"""TokenIndex: the per-tokenizer structure that finds every token occurring in a trie.
+
+For a trie node ``m``, the tokens ``t`` whose bytes are a suffix of ``path(m)`` are exactly the
+pairs ``(n, t)`` with ``path(n) + bytes(t) == path(m)``: ``t`` is allowed at the ancestor ``n`` and
+leads to ``m``. Walking backwards from every node at once, level by level, through a trie of the
+*reversed* token bytes enumerates each distinct (node, token) pair exactly once — Aho-Corasick's
+output sets, computed with whole-array operations. The index depends on the vocabulary only: it is
+built once, cached in memory and on disk (keyed by the vocabulary hash), and shared by every set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import CorruptFileError, VocabularyMismatchError
+from trierouter.registry._arrays import Trie, build_trie, pack_strings, ranges
+from trierouter.registry._hashmap import HashMap
+from trierouter.registry._store import load_arrays, save_arrays
+from trierouter.registry.vocabulary import Vocabulary
+
+__all__ = ["TokenIndex", "default_cache_dir"]
+
+_log = logging.getLogger(__name__)
+_KIND = "trierouter.TokenIndex"
+_FORMAT = 1
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+
+def default_cache_dir() -> Path:
+    """``$TRIEROUTER_CACHE_DIR``, else ``$XDG_CACHE_HOME/trierouter``, else ``~/.cache/trierouter``."""
+    env = os.environ.get("TRIEROUTER_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "trierouter" if xdg else Path.home() / ".cache" / "trierouter"
+
+
+@dataclass(frozen=True, slots=True)
+class TriePairs:
+    """Every distinct (node, token) pair of a trie: token ``token[i]`` at ``node[i]`` -> ``child[i]``."""
+
+    node: I64
+    token: I64
+    child: I64
+
+
+class TokenIndex:
+    """Reversed-token trie of a vocabulary, with O(1) child lookups for the backward walk."""
+
+    _memory: ClassVar[dict[str, TokenIndex]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, vocabulary: Vocabulary, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        self.vocabulary = vocabulary
+        self._level1: I32 = arrays["level1"]
+        self._level2: I32 = arrays["level2"]
+        self._deep = HashMap(arrays["deep_keys"], arrays["deep_values"])
+        self._tok_ptr: I64 = arrays["tok_ptr"]
+        self._tok_ids: I32 = arrays["tok_ids"]
+        self._single: npt.NDArray[np.bool_] = arrays["single_byte"]
+        self._arrays = arrays
+        self.build_seconds = 0.0
+        self.source = "built"
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def build(cls, vocabulary: Vocabulary) -> TokenIndex:
+        """Build the index from scratch (no cache)."""
+        t0 = time.perf_counter()
+        ids = np.flatnonzero(vocabulary.matchable)
+        toks = vocabulary.tokens
+        rev = [toks[i][::-1] for i in ids.tolist()]
+        order = sorted(range(len(rev)), key=rev.__getitem__)
+        rev_sorted = [rev[i] for i in order]
+        ids_sorted = ids[np.asarray(order, dtype=np.int64)]
+        # collapse tokens with identical bytes onto one string
+        uniq: list[bytes] = []
+        group = np.empty(len(rev_sorted), dtype=np.int64)
+        last = None
+        for i, s in enumerate(rev_sorted):
+            if s != last:
+                uniq.append(s)
+                last = s
+            group[i] = len(uniq) - 1
+        buf, starts, lengths = pack_strings(uniq)
+        trie = build_trie(buf, starts, lengths)
+        end_of_token = trie.ends[group]
+        counts = np.bincount(end_of_token, minlength=trie.size).astype(np.int64)
+        tok_ptr = np.zeros(trie.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=tok_ptr[1:])
+        tok_ids = ids_sorted[np.argsort(end_of_token, kind="stable")].astype(np.int32)
+        arrays = cls._lookup_tables(trie)
+        single = np.zeros(256, dtype=bool)
+        single_nodes = np.flatnonzero((trie.depth == 1) & (counts > 0))
+        single[trie.byte[single_nodes]] = True
+        arrays.update(tok_ptr=tok_ptr, tok_ids=tok_ids, single_byte=single)
+        index = cls(vocabulary, arrays)
+        index.build_seconds = time.perf_counter() - t0
+        return index
+
+    @staticmethod
+    def _lookup_tables(trie: Trie) -> dict[str, npt.NDArray[Any]]:
+        level1 = np.full(256, -1, dtype=np.int32)
+        level2 = np.full(65536, -1, dtype=np.int32)
+        d1 = np.flatnonzero(trie.depth == 1)
+        level1[trie.byte[d1]] = d1
+        d2 = np.flatnonzero(trie.depth == 2)
+        level2[(trie.byte[trie.parent[d2]].astype(np.int64) << 8) | trie.byte[d2]] = d2
+        deep = np.flatnonzero(trie.depth >= 3)
+        keys = (trie.parent[deep].astype(np.int64) << 8) | trie.byte[deep]
+        table = HashMap.build(keys, deep.astype(np.int32))
+        return {
+            "level1": level1,
+            "level2": level2,
+            "deep_keys": table.keys,
+            "deep_values": table.values,
+        }
+
+    @classmethod
+    def get(
+        cls,
+        vocabulary: Vocabulary,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        disk_cache: bool = True,
+    ) -> TokenIndex:
+        """The index of ``vocabulary``: from memory, else the disk cache, else built and cached.
+
+        A cache file that is corrupt, foreign or for another vocabulary is rebuilt, never trusted.
+        """
+        key = vocabulary.hash
+        with cls._lock:
+            hit = cls._memory.get(key)
+            if hit is not None:
+                return hit
+        index: TokenIndex | None = None
+        path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        path = path / f"token-index-{key[:32]}.trt"
+        if disk_cache and path.exists():
+            try:
+                index = cls.load(path, vocabulary)
+            except (CorruptFileError, VocabularyMismatchError) as exc:
+                _log.warning("rebuilding token index: %s", exc)
+        if index is None:
+            index = cls.build(vocabulary)
+            if disk_cache:
+                try:
+                    index.save(path)
+                except OSError as exc:  # a read-only cache must not break compiling
+                    _log.warning("could not write token index cache %s: %s", path, exc)
+        with cls._lock:
+            return cls._memory.setdefault(key, index)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the index to ``path`` (atomically)."""
+        meta = {"format": _FORMAT, "vocabulary": self.vocabulary.hash}
+        save_arrays(path, _KIND, self._arrays, meta)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], vocabulary: Vocabulary) -> TokenIndex:
+        """Read an index written by :meth:`save`; it must belong to ``vocabulary``."""
+        t0 = time.perf_counter()
+        arrays, meta = load_arrays(path, _KIND, mmap=False)
+        if meta.get("format") != _FORMAT:
+            raise CorruptFileError(f"{path}: index format {meta.get('format')}, expected {_FORMAT}")
+        if meta.get("vocabulary") != vocabulary.hash:
+            raise VocabularyMismatchError(
+                f"{path}: index built for vocabulary {str(meta.get('vocabulary'))[:12]}, "
+                f"not {vocabulary.hash[:12]}"
+            )
+        need = {"level1", "level2", "deep_keys", "deep_values", "tok_ptr", "tok_ids", "single_byte"}
+        if set(arrays) != need:
+            raise CorruptFileError(f"{path}: arrays {sorted(arrays)}, expected {sorted(need)}")
+        index = cls(vocabulary, arrays)
+        index.build_seconds = time.perf_counter() - t0
+        index.source = str(path)
+        return index
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the index arrays."""
+        return int(sum(a.nbytes for a in self._arrays.values()))
+
+    def can_spell_bytes(self) -> npt.NDArray[np.bool_]:
+        """``out[b]``: some non-special token is exactly the single byte ``b``."""
+        return self._single
+
+    # -- the backward walk -----------------------------------------------------------------------
+    def trie_pairs(self, trie: Trie) -> TriePairs:
+        """Every (node, token, child) of ``trie``: token bytes == path(child) minus path(node)."""
+        parent = trie.parent
+        byte = trie.byte
+        m = np.arange(1, trie.size, dtype=np.int64)
+        a = m
+        r = self._level1[byte[m]].astype(np.int64)
+        keep = np.flatnonzero(r >= 0)
+        m, a, r = m[keep], a[keep], r[keep]
+        out_n: list[I64] = []
+        out_t: list[I64] = []
+        out_m: list[I64] = []
+        level = 1
+        tok_ptr = self._tok_ptr
+        tok_ids = self._tok_ids
+        while len(m):
+            lo = tok_ptr[r]
+            cnt = tok_ptr[r + 1] - lo
+            sel = np.flatnonzero(cnt)
+            if len(sel):
+                n_sel = parent[a[sel]].astype(np.int64)
+                if int(cnt[sel].max()) == 1:
+                    out_n.append(n_sel)
+                    out_t.append(tok_ids[lo[sel]].astype(np.int64))
+                    out_m.append(m[sel])
+                else:
+                    grp, pos = ranges(lo[sel], cnt[sel])
+                    out_n.append(n_sel[grp])
+                    out_t.append(tok_ids[pos].astype(np.int64))
+                    out_m.append(m[sel][grp])
+            a = parent[a].astype(np.int64)
+            keep = np.flatnonzero(a > 0)
+            m, a, r = m[keep], a[keep], r[keep]
+            b = byte[a].astype(np.int64)
+            if level == 1:
+                r = self._level2[(byte[m].astype(np.int64) << 8) | b].astype(np.int64)
+            else:
+                r = self._deep.get((r << 8) | b).astype(np.int64)
+            keep = np.flatnonzero(r >= 0)
+            m, a, r = m[keep], a[keep], r[keep]
+            level += 1
+        if not out_n:
+            empty = np.zeros(0, dtype=np.int64)
+            return TriePairs(empty, empty, empty)
+        return TriePairs(np.concatenate(out_n), np.concatenate(out_t), np.concatenate(out_m))

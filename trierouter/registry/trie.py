@@ -1,0 +1,447 @@
+"""ChoiceSet: a finite set of strings compiled into a byte trie with per-node allowed tokens.
+
+The minimal DFA of a finite set is its trie, so the token masks of every node can be computed
+once: node ``n`` allows token ``t`` iff ``path(n) + bytes(t)`` is a prefix of some value (of some
+``value + terminator`` when a terminator is given), and at a node where a value is complete the
+end ids as well. A request's state is one integer (a node id); a decoding step is a lookup.
+
+Node ids: ``0 .. n_nodes-1`` are trie nodes in preorder (0 is the root), ``END = n_nodes`` is
+the state after an end id, ``DEAD = n_nodes + 1`` the state after a token the set does not allow
+(both allow only the end ids, so a stray request is steered to stop rather than left with an
+all-masked row).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Iterable
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import (
+    CorruptFileError,
+    EmptySetError,
+    InvalidValueError,
+    UnreachableValueError,
+    VocabularyMismatchError,
+)
+from trierouter.registry._arrays import build_trie, pack_strings, ranges
+from trierouter.registry._store import load_arrays, save_arrays
+from trierouter.registry.index import TokenIndex, TriePairs
+from trierouter.registry.vocabulary import Vocabulary
+
+__all__ = ["ChoiceSet", "compile_choices"]
+
+_KIND = "trierouter.ChoiceSet"
+_FORMAT = 1
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+
+def _encode_values(values: Iterable[str]) -> list[bytes]:
+    if isinstance(values, (str, bytes)):
+        raise InvalidValueError(
+            f"values must be an iterable of strings, got a single {type(values).__name__}: "
+            f"{values!r:.60}; wrap it in a list"
+        )
+    items = values if isinstance(values, (list, tuple)) else list(values)
+    try:
+        return [v.encode("utf-8") for v in items]
+    except (AttributeError, UnicodeEncodeError):
+        pass
+    for i, v in enumerate(items):
+        if not isinstance(v, str):
+            raise InvalidValueError(f"values[{i}] = {v!r:.80} is {type(v).__name__}, expected str")
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidValueError(
+                f"values[{i}] = {v!r:.80} is not encodable as UTF-8 ({exc.reason}); "
+                "lone surrogates cannot be produced by a tokenizer"
+            ) from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class ChoiceSet:
+    """A compiled finite set: trie nodes, allowed tokens per node (CSR) and transitions.
+
+    Build one with :func:`compile_choices` (or :meth:`ChoiceSet.compile`); persist it with
+    :meth:`save` / :meth:`load`. ``advance`` and ``mask`` are the stateless serving API.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocabulary_hash: str,
+        width: int,
+        end_ids: tuple[int, ...],
+        terminator: str | None,
+        arrays: dict[str, npt.NDArray[Any]],
+    ) -> None:
+        self.vocabulary_hash = vocabulary_hash
+        self.width = width
+        self.end_ids = end_ids
+        self.terminator = terminator
+        self._arrays = arrays
+        self.row_ptr: I32 = arrays["row_ptr"]
+        self.tokens: I32 = arrays["tokens"]
+        self.children: I32 = arrays["children"]
+        self.ends: I32 = arrays["ends"]
+        self.n_nodes = len(self.row_ptr) - 3
+        self.END = self.n_nodes
+        self.DEAD = self.n_nodes + 1
+        self.compile_seconds = 0.0
+        # memoryviews: the fastest way to read single items from Python (also over a memmap)
+        self._ptr_mv = memoryview(self.row_ptr)
+        self._tok_mv = memoryview(self.tokens)
+        self._child_mv = memoryview(self.children)
+
+    # -- building ----------------------------------------------------------------------------------
+    @classmethod
+    def compile(
+        cls,
+        values: Iterable[str],
+        index: TokenIndex | Vocabulary,
+        *,
+        terminator: str | None = None,
+    ) -> ChoiceSet:
+        """Same as :func:`compile_choices`."""
+        return compile_choices(values, index, terminator=terminator)
+
+    # -- serving -----------------------------------------------------------------------------------
+    @property
+    def root(self) -> int:
+        """The start state."""
+        return 0
+
+    def advance(self, state: int, token: int) -> int:
+        """Next state after ``token`` (``DEAD`` if the token is not allowed); never raises."""
+        ptr = self._ptr_mv
+        try:
+            lo = ptr[state]
+            hi = ptr[state + 1]
+        except (IndexError, TypeError):
+            return self.DEAD
+        tok = self._tok_mv
+        i = bisect_left(tok, token, lo, hi)
+        if i < hi and tok[i] == token:
+            return int(self._child_mv[i])
+        return self.DEAD
+
+    def mask(self, state: int) -> I32:
+        """Allowed token ids at ``state``, sorted (a view; no copy)."""
+        ptr = self._ptr_mv
+        return self.tokens[ptr[state] : ptr[state + 1]]
+
+    def is_terminal(self, state: int) -> bool:
+        """A value is complete at ``state`` (end ids allowed) or the state is ``END``."""
+        if state == self.END:
+            return True
+        if not 0 <= state < self.n_nodes:
+            return False
+        i = int(np.searchsorted(self.ends, state))
+        return i < len(self.ends) and int(self.ends[i]) == state
+
+    def value_at(self, state: int) -> str | None:
+        """The value completed at ``state``, if any (``END`` has no node: track it yourself)."""
+        if not 0 <= state < self.n_nodes:
+            return None
+        i = int(np.searchsorted(self.ends, state))
+        if i < len(self.ends) and int(self.ends[i]) == state:
+            return self.values[i]
+        return None
+
+    @cached_property
+    def values(self) -> list[str]:
+        """The distinct values, in byte order (without terminator)."""
+        buf = self._arrays["value_bytes"].tobytes()
+        off = self._arrays["value_offsets"].tolist()
+        return [buf[off[i] : off[i + 1]].decode("utf-8") for i in range(len(off) - 1)]
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, str) and value in self._value_set
+
+    @cached_property
+    def _value_set(self) -> frozenset[str]:
+        return frozenset(self.values)
+
+    @property
+    def n_pairs(self) -> int:
+        """Number of (state, allowed token) pairs stored."""
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the compiled arrays (what :meth:`save` writes, minus the header)."""
+        return int(sum(a.nbytes for a in self._arrays.values()))
+
+    @cached_property
+    def batch_keys(self) -> I64:
+        """``state * width + token`` for every stored pair, sorted: the batch lookup table."""
+        nodes = np.repeat(
+            np.arange(len(self.row_ptr) - 1, dtype=np.int64), np.diff(self.row_ptr)
+        )
+        return nodes * self.width + self.tokens
+
+    @cached_property
+    def _words(self) -> tuple[I32, I32, npt.NDArray[np.int32]]:
+        """Per state, the non-zero 32-bit words of its packed mask: (word_ptr, word_idx, bits)."""
+        tok = self.tokens.astype(np.int64)
+        nodes = np.repeat(np.arange(len(self.row_ptr) - 1, dtype=np.int64), np.diff(self.row_ptr))
+        word = tok >> 5
+        bits = (np.uint32(1) << (tok & 31).astype(np.uint32)).astype(np.uint32)
+        start = np.ones(len(tok), dtype=bool)
+        start[1:] = (word[1:] != word[:-1]) | (nodes[1:] != nodes[:-1])
+        heads = np.flatnonzero(start)
+        wbits = np.bitwise_or.reduceat(bits, heads) if len(heads) else bits[:0]
+        counts = np.bincount(nodes[heads], minlength=len(self.row_ptr) - 1)
+        wptr = np.zeros(len(self.row_ptr), dtype=np.int64)
+        np.cumsum(counts, out=wptr[1:])
+        return wptr.astype(np.int32), word[heads].astype(np.int32), wbits.view(np.int32)
+
+    @property
+    def bitmask_words(self) -> int:
+        """Int32 words per packed mask row: ``ceil(width / 32)``."""
+        return (self.width + 31) // 32
+
+    def fill_next_token_bitmask(
+        self, state: int, bitmask: npt.NDArray[np.int32], index: int = 0
+    ) -> None:
+        """Write the packed mask of ``state`` into row ``index`` of ``bitmask`` (XGrammar layout)."""
+        wptr, widx, wbits = self._words
+        lo, hi = int(wptr[state]), int(wptr[state + 1])
+        row = bitmask[index]
+        row.fill(0)
+        row[widx[lo:hi]] = wbits[lo:hi]
+
+    def advance_batch(self, states: npt.ArrayLike, tokens: npt.ArrayLike) -> I64:
+        """Vectorized :meth:`advance`: next state for every (state, token); ``DEAD`` if refused."""
+        st = np.asarray(states, dtype=np.int64)
+        tk = np.asarray(tokens, dtype=np.int64)
+        keys = self.batch_keys
+        ok = (st >= 0) & (st <= self.DEAD) & (tk >= 0) & (tk < self.width)
+        q = np.where(ok, st * self.width + tk, -1)
+        pos = np.searchsorted(keys, q)
+        np.minimum(pos, len(keys) - 1, out=pos)
+        hit = keys[pos] == q
+        return np.where(hit, self.children[pos], self.DEAD)
+
+    def fill_bitmask_batch(
+        self,
+        states: npt.ArrayLike,
+        bitmask: npt.NDArray[np.int32],
+        rows: npt.ArrayLike | None = None,
+    ) -> None:
+        """Fill ``bitmask[rows[i]]`` (default: row ``i``) with the packed mask of ``states[i]``."""
+        st = np.asarray(states, dtype=np.int64)
+        rw = np.arange(len(st), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+        wptr, widx, wbits = self._words
+        lo = wptr[st].astype(np.int64)
+        cnt = wptr[st + 1].astype(np.int64) - lo
+        grp, pos = ranges(lo, cnt)
+        nwords = bitmask.shape[-1]
+        if rows is None and len(st) == bitmask.shape[0]:
+            bitmask.fill(0)
+        else:
+            bitmask[rw] = 0
+        flat = bitmask.reshape(-1)
+        flat[rw[grp] * nwords + widx[pos]] = wbits[pos]
+
+    def __repr__(self) -> str:
+        term = f", terminator={self.terminator!r}" if self.terminator is not None else ""
+        return (
+            f"ChoiceSet({len(self)} values, {self.n_nodes} nodes, {self.n_pairs} pairs, "
+            f"{self.nbytes / 1e6:.2f} MB{term})"
+        )
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the set (atomically) to one memory-mappable file."""
+        meta = {
+            "format": _FORMAT,
+            "vocabulary": self.vocabulary_hash,
+            "width": self.width,
+            "end_ids": list(self.end_ids),
+            "terminator": self.terminator,
+        }
+        save_arrays(path, _KIND, self._arrays, meta)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        vocabulary: Vocabulary | TokenIndex,
+        *,
+        mmap: bool = True,
+        verify: bool = True,
+    ) -> ChoiceSet:
+        """Read a set written by :meth:`save`; refused unless it belongs to ``vocabulary``."""
+        vocab = vocabulary.vocabulary if isinstance(vocabulary, TokenIndex) else vocabulary
+        arrays, meta = load_arrays(path, _KIND, mmap=mmap, verify=verify)
+        if meta.get("format") != _FORMAT:
+            raise CorruptFileError(f"{path}: set format {meta.get('format')}, expected {_FORMAT}")
+        if meta.get("vocabulary") != vocab.hash or meta.get("width") != vocab.width:
+            raise VocabularyMismatchError(
+                f"{path}: compiled for vocabulary {str(meta.get('vocabulary'))[:12]} "
+                f"(width {meta.get('width')}), not {vocab.hash[:12]} (width {vocab.width}); "
+                "recompile the set for this tokenizer"
+            )
+        need = {"row_ptr", "tokens", "children", "ends", "value_bytes", "value_offsets"}
+        if set(arrays) != need:
+            raise CorruptFileError(f"{path}: arrays {sorted(arrays)}, expected {sorted(need)}")
+        term = meta.get("terminator")
+        return cls(
+            vocabulary_hash=vocab.hash,
+            width=vocab.width,
+            end_ids=tuple(int(e) for e in meta["end_ids"]),
+            terminator=term if isinstance(term, str) else None,
+            arrays=arrays,
+        )
+
+
+def _csr(
+    pairs: TriePairs, n_states: int, width: int
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Sort pairs by (node, token) into CSR rows; one packed-key sort when it fits 63 bits."""
+    node, token, child = pairs.node, pairs.token, pairs.child
+    child_bits = max(1, int(n_states).bit_length())
+    if (int(n_states) * width) < (1 << (63 - child_bits)):
+        keys = ((node * width + token) << child_bits) | child
+        keys.sort()
+        child_s = (keys & ((1 << child_bits) - 1)).astype(np.int32)
+        keys >>= child_bits
+        node_s = keys // width
+        token_s = (keys - node_s * width).astype(np.int32)
+    else:  # huge sets: the packed key would overflow
+        order = np.lexsort((token, node))
+        node_s, token_s, child_s = node[order], token[order].astype(np.int32), child[order]
+        child_s = child_s.astype(np.int32)
+    counts = np.bincount(node_s, minlength=n_states)
+    row_ptr = np.zeros(n_states + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_ptr[1:])
+    if row_ptr[-1] >= 2**31:
+        raise OverflowError("more than 2**31 (state, token) pairs: split the set")
+    return row_ptr.astype(np.int32), token_s, child_s
+
+
+def _spellable(
+    pairs: TriePairs, n_nodes: int, targets: I64
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Forward reachability from the root and backward reachability to ``targets``."""
+    reach = np.zeros(n_nodes, dtype=bool)
+    reach[0] = True
+    while True:
+        new = reach.copy()
+        new[pairs.child[reach[pairs.node]]] = True
+        if np.array_equal(new, reach):
+            break
+        reach = new
+    live = np.zeros(n_nodes, dtype=bool)
+    live[targets] = True
+    while True:
+        new = live.copy()
+        new[pairs.node[live[pairs.child]]] = True
+        if np.array_equal(new, live):
+            break
+        live = new
+    return reach, live
+
+
+def compile_choices(
+    values: Iterable[str],
+    index: TokenIndex | Vocabulary,
+    *,
+    terminator: str | None = None,
+) -> ChoiceSet:
+    """Compile ``values`` against a tokenizer index into a :class:`ChoiceSet`.
+
+    ``terminator``: ``None`` (default) ends a value with the vocabulary's end ids; a string (for
+    example ``'"'``) must follow each value instead, and tokens that cross from a value into it
+    are allowed, as an FSM over ``value + terminator`` allows them (the end ids follow it).
+    Duplicates collapse; a value may be a prefix of another; the empty string is a value.
+    Raises :class:`EmptySetError`, :class:`InvalidValueError` or :class:`UnreachableValueError`.
+    """
+    t0 = time.perf_counter()
+    if isinstance(index, Vocabulary):
+        index = TokenIndex.get(index)
+    vocab = index.vocabulary
+    encoded = _encode_values(values)
+    if not encoded:
+        raise EmptySetError("values: the set is empty; a choice needs at least one value")
+    if terminator is not None and not isinstance(terminator, str):
+        raise InvalidValueError(
+            f"terminator={terminator!r} must be a str (e.g. '\"') or None for the end ids"
+        )
+    term = terminator.encode("utf-8") if terminator else b""
+    uniq = sorted(set(encoded))
+    strings = [u + term for u in uniq] if term else uniq
+    if term:  # value + terminator may sort differently from the values
+        order = sorted(range(len(strings)), key=strings.__getitem__)
+        strings = [strings[i] for i in order]
+        uniq = [uniq[i] for i in order]
+    buf, starts, lengths = pack_strings(strings)
+    trie = build_trie(buf, starts, lengths)
+    pairs = index.trie_pairs(trie)
+    n = trie.size
+    ends = trie.ends
+    used = np.zeros(256, dtype=bool)
+    used[buf] = True
+    if np.any(used & ~index.can_spell_bytes()):
+        reach, live = _spellable(pairs, n, ends)
+        bad = np.flatnonzero(~reach[ends])
+        if len(bad):
+            missing = np.flatnonzero(used & ~index.can_spell_bytes())
+            shown = [uniq[i].decode("utf-8", "replace") for i in bad[:20].tolist()]
+            reasons = [
+                "no sequence of non-special tokens spells "
+                + repr(strings[i])
+                + "; bytes with no single-byte token: "
+                + ", ".join(f"0x{b:02x}" for b in missing if b in strings[i])
+                for i in bad.tolist()
+            ]
+            raise UnreachableValueError(
+                f"{len(bad)} of {len(uniq)} values cannot be produced by {vocab.name or 'this vocabulary'}"
+                f" (first: {shown}); {reasons[0]}",
+                values=[uniq[i].decode("utf-8", "replace") for i in bad.tolist()],
+                reasons=reasons,
+            )
+        keep = live[pairs.child] & reach[pairs.node]
+        pairs = TriePairs(pairs.node[keep], pairs.token[keep], pairs.child[keep])
+    end_state, dead_state = n, n + 1
+    eos = np.asarray(vocab.end_ids, dtype=np.int64)
+    if len(eos):
+        src = np.concatenate([np.unique(ends), [end_state, dead_state]])
+        grp, pos = ranges(np.zeros(len(src), dtype=np.int64), np.full(len(src), len(eos)))
+        pairs = TriePairs(
+            np.concatenate([pairs.node, src[grp]]),
+            np.concatenate([pairs.token, eos[pos]]),
+            np.concatenate([pairs.child, np.full(len(grp), end_state, dtype=np.int64)]),
+        )
+    row_ptr, tokens, children = _csr(pairs, n + 2, vocab.width)
+    vbuf, vstarts, vlengths = pack_strings(uniq) if term else (buf, starts, lengths)
+    voff = np.append(vstarts, vstarts[-1] + vlengths[-1]).astype(np.int64)
+    cs = ChoiceSet(
+        vocabulary_hash=vocab.hash,
+        width=vocab.width,
+        end_ids=vocab.end_ids,
+        terminator=terminator,
+        arrays={
+            "row_ptr": row_ptr,
+            "tokens": tokens,
+            "children": children,
+            "ends": ends.astype(np.int32),
+            "value_bytes": vbuf.copy(),
+            "value_offsets": voff,
+        },
+    )
+    cs.compile_seconds = time.perf_counter() - t0
+    return cs

@@ -1,0 +1,222 @@
+"""Vocabulary: token id -> exact bytes, plus end ids and the model's logits width.
+
+Everything downstream works on bytes: a byte-level BPE token can end in the middle of a UTF-8
+character, so decoding token strings to text would lose information. Special and added tokens
+keep their ids but are *special*: never part of a value. A model's logits may be wider than the
+tokenizer (Qwen2 pads 151,643 to 151,936): ``width`` covers it and padding ids are never allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import VocabularyError
+
+__all__ = ["Vocabulary"]
+
+
+class Vocabulary:
+    """Exact bytes of every token id, the end-of-sequence ids and the logits width.
+
+    ``tokens[i]`` are the bytes token ``i`` appends to the output; special ids (control, added
+    and special tokens) are excluded from every value. Ids in ``range(len(tokens), width)`` are
+    padding. Build one with a ``from_*`` constructor, or directly from a list of bytes.
+    """
+
+    __slots__ = ("__dict__", "_end_ids", "_name", "_special", "_tokens", "_width")
+
+    def __init__(
+        self,
+        tokens: Sequence[bytes],
+        *,
+        end_ids: Iterable[int],
+        special_ids: Iterable[int] = (),
+        width: int | None = None,
+        name: str = "",
+    ) -> None:
+        toks = tuple(tokens)
+        if not toks:
+            raise VocabularyError("tokens: a vocabulary needs at least one token")
+        for i, t in enumerate(toks):
+            if not isinstance(t, bytes):
+                raise VocabularyError(
+                    f"tokens[{i}] is {type(t).__name__}, expected bytes (the token's exact bytes)"
+                )
+        size = len(toks)
+        w = size if width is None else int(width)
+        if w < size:
+            raise VocabularyError(
+                f"width={w} is smaller than the tokenizer's {size} tokens; width is the model's "
+                "logits width, at least the number of tokens"
+            )
+        ends = tuple(sorted({int(e) for e in end_ids}))
+        for e in ends:
+            if not 0 <= e < size:
+                raise VocabularyError(f"end_ids: {e} is not a token id (0..{size - 1})")
+        special = frozenset(int(s) for s in special_ids)
+        for s in special:
+            if not 0 <= s < size:
+                raise VocabularyError(f"special_ids: {s} is not a token id (0..{size - 1})")
+        self._tokens = toks
+        self._end_ids = ends
+        self._special = special | frozenset(ends)
+        self._width = w
+        self._name = name
+
+    # -- plain accessors ---------------------------------------------------------------------
+    @property
+    def tokens(self) -> tuple[bytes, ...]:
+        """Bytes of every token id (special tokens included, as their literal text)."""
+        return self._tokens
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Ids that end a sequence (EOS, end-of-turn), sorted."""
+        return self._end_ids
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids that are never part of a value (special, added, control tokens, end ids)."""
+        return self._special
+
+    @property
+    def width(self) -> int:
+        """The model's logits width (>= ``len(self)``); masks cover it."""
+        return self._width
+
+    @property
+    def name(self) -> str:
+        """A label for messages and reports; not part of the hash."""
+        return self._name
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def __repr__(self) -> str:
+        label = f"{self._name!r}, " if self._name else ""
+        return (
+            f"Vocabulary({label}size={len(self)}, width={self._width}, "
+            f"end_ids={list(self._end_ids)}, special={len(self._special)}, "
+            f"hash={self.hash[:12]})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocabulary) and other.hash == self.hash
+
+    def __hash__(self) -> int:
+        return hash(self.hash)
+
+    # -- derived arrays ------------------------------------------------------------------------
+    @cached_property
+    def hash(self) -> str:
+        """Stable SHA-256 over token bytes, special ids, end ids and width (hex)."""
+        h = hashlib.sha256(b"trierouter-vocabulary-v1\0")
+        h.update(np.array([len(self._tokens), self._width], dtype="<i8").tobytes())
+        h.update(self.offsets.astype("<i8").tobytes())
+        h.update(self.buffer.tobytes())
+        h.update(np.array(sorted(self._special), dtype="<i8").tobytes())
+        h.update(np.array(self._end_ids, dtype="<i8").tobytes())
+        return h.hexdigest()
+
+    @cached_property
+    def buffer(self) -> npt.NDArray[np.uint8]:
+        """All token bytes concatenated (use with :attr:`offsets`)."""
+        return np.frombuffer(b"".join(self._tokens), dtype=np.uint8)
+
+    @cached_property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        """``offsets[i]:offsets[i+1]`` slices token ``i`` out of :attr:`buffer`."""
+        lengths = np.fromiter((len(t) for t in self._tokens), dtype=np.int64, count=len(self))
+        out = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out[1:])
+        return out
+
+    @cached_property
+    def matchable(self) -> npt.NDArray[np.bool_]:
+        """Tokens that may appear inside a value: not special and not empty."""
+        ok = np.diff(self.offsets) > 0
+        if self._special:
+            ok[np.fromiter(self._special, dtype=np.int64)] = False
+        return ok
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """Bytes of one token id; padding ids (``len(self) <= id < width``) have none."""
+        if 0 <= token_id < len(self._tokens):
+            return self._tokens[token_id]
+        if len(self._tokens) <= token_id < self._width:
+            return b""
+        raise IndexError(f"token id {token_id} outside 0..{self._width - 1}")
+
+    def decode(self, token_ids: Iterable[int]) -> bytes:
+        """Concatenate the bytes of non-special tokens (what a value spells)."""
+        return b"".join(
+            self._tokens[t] for t in token_ids if t < len(self._tokens) and t not in self._special
+        )
+
+    def with_width(self, width: int) -> Vocabulary:
+        """The same tokens under a (wider) model logits width."""
+        return Vocabulary(
+            self._tokens,
+            end_ids=self._end_ids,
+            special_ids=self._special,
+            width=width,
+            name=self._name,
+        )
+
+    # -- constructors (implemented in trierouter.registry._loaders) ----------------------------
+    @classmethod
+    def from_tokenizer(
+        cls, tokenizer: object, *, width: int | None = None, end_ids: Iterable[int] | None = None
+    ) -> Vocabulary:
+        """From a ``transformers`` tokenizer object (fast or slow)."""
+        from trierouter.registry import _loaders
+
+        return _loaders.from_transformers(tokenizer, width=width, end_ids=end_ids)
+
+    @classmethod
+    def from_tokenizer_json(
+        cls, path: str, *, width: int | None = None, end_ids: Iterable[int] | None = None
+    ) -> Vocabulary:
+        """From a Hugging Face ``tokenizer.json`` file (byte-level BPE or SentencePiece-style)."""
+        from trierouter.registry import _loaders
+
+        return _loaders.from_tokenizer_json(path, width=width, end_ids=end_ids)
+
+    @classmethod
+    def from_tiktoken(
+        cls,
+        path: str,
+        *,
+        special_tokens: dict[str, int] | None = None,
+        end_ids: Iterable[int] | None = None,
+        width: int | None = None,
+    ) -> Vocabulary:
+        """From a tiktoken-format file (``base64-bytes rank`` per line, optionally gzipped)."""
+        from trierouter.registry import _loaders
+
+        return _loaders.from_tiktoken(
+            path, special_tokens=special_tokens, end_ids=end_ids, width=width
+        )
+
+    @classmethod
+    def from_sentencepiece(
+        cls, path: str, *, width: int | None = None, end_ids: Iterable[int] | None = None
+    ) -> Vocabulary:
+        """From a SentencePiece ``.model`` file (``▁`` is a space, ``<0xNN>`` one byte)."""
+        from trierouter.registry import _loaders
+
+        return _loaders.from_sentencepiece(path, width=width, end_ids=end_ids)
+
+    @classmethod
+    def from_tekken(
+        cls, path: str, *, width: int | None = None, end_ids: Iterable[int] | None = None
+    ) -> Vocabulary:
+        """From a Mistral Tekken ``tekken*.json`` file (special tokens first)."""
+        from trierouter.registry import _loaders
+
+        return _loaders.from_tekken(path, width=width, end_ids=end_ids)

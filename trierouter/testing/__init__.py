@@ -1,0 +1,1 @@
+"""Independent oracles used by the tests and the equivalence sweep (XGrammar, brute force)."""

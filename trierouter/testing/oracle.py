@@ -1,0 +1,174 @@
+"""Oracles: XGrammar's matcher and a brute-force reference, stepped beside a ChoiceSet.
+
+``compare_with_xgrammar`` walks random tokenizations (not only the canonical one) of random
+values and checks, at every step including the end step, that the packed bitmask of the trie
+equals XGrammar's over the logits width.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import missing
+from trierouter.registry.trie import ChoiceSet
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.bitmask import bitmask_to_ids
+
+__all__ = [
+    "EquivalenceReport",
+    "brute_force_allowed",
+    "compare_with_xgrammar",
+    "ebnf_alternation",
+    "xgrammar_compile",
+    "xgrammar_tokenizer_info",
+]
+
+
+def _xgr() -> Any:
+    try:
+        import xgrammar
+    except ImportError as exc:
+        raise missing("xgrammar", "test") from exc
+    return xgrammar
+
+
+def xgrammar_tokenizer_info(vocab: Vocabulary) -> Any:
+    """XGrammar's TokenizerInfo for ``vocab``: raw bytes, special ids empty, same width."""
+    xgr = _xgr()
+    special = vocab.special_ids
+    enc = [b"" if i in special else t for i, t in enumerate(vocab.tokens)]
+    return xgr.TokenizerInfo(
+        enc, xgr.VocabType.RAW, vocab_size=vocab.width, stop_token_ids=list(vocab.end_ids)
+    )
+
+
+def _literal(value: str) -> str:
+    out = []
+    for ch in value:
+        o = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def ebnf_alternation(values: Sequence[str], terminator: str | None = None) -> str:
+    """``root ::= "v1" | "v2" ...`` over ``value + terminator``."""
+    term = terminator or ""
+    return "root ::= " + " | ".join(_literal(v + term) for v in dict.fromkeys(values))
+
+
+def xgrammar_compile(vocab: Vocabulary, values: Sequence[str], terminator: str | None = None) -> Any:
+    """Compile the alternation of ``values`` with XGrammar for ``vocab``."""
+    xgr = _xgr()
+    compiler = xgr.GrammarCompiler(xgrammar_tokenizer_info(vocab), cache_enabled=False)
+    return compiler.compile_grammar(ebnf_alternation(values, terminator))
+
+
+@dataclass
+class EquivalenceReport:
+    """What a comparison covered."""
+
+    paths: int = 0
+    steps: int = 0
+    end_steps: int = 0
+    non_canonical_paths: int = 0
+
+
+def _row_ids(row: npt.NDArray[np.int32], width: int) -> set[int]:
+    return set(bitmask_to_ids(row, width).tolist())
+
+
+def compare_with_xgrammar(
+    choices: ChoiceSet,
+    vocab: Vocabulary,
+    compiled: Any,
+    *,
+    n_paths: int,
+    seed: int = 0,
+) -> EquivalenceReport:
+    """Walk ``n_paths`` random accepted paths; assert identical masks at every step."""
+    xgr = _xgr()
+    rng = random.Random(seed)
+    width = vocab.width
+    nwords = (width + 31) // 32
+    tail = (1 << (width % 32)) - 1 if width % 32 else -1
+    ours = np.zeros((1, nwords), dtype=np.int32)
+    theirs = xgr.allocate_token_bitmask(1, width)
+    report = EquivalenceReport()
+    ends = set(vocab.end_ids)
+    for p in range(n_paths):
+        matcher = xgr.GrammarMatcher(compiled)
+        state = choices.root
+        greedy_longest = p % 2 == 1
+        canonical = True
+        while True:
+            choices.fill_next_token_bitmask(state, ours, 0)
+            matcher.fill_next_token_bitmask(theirs)
+            a = ours[0].astype(np.int64)
+            b = theirs[0].numpy().astype(np.int64)
+            b[-1] &= tail if tail != -1 else b[-1]
+            a[-1] &= tail if tail != -1 else a[-1]
+            if not np.array_equal(a & 0xFFFFFFFF, b & 0xFFFFFFFF):
+                only_ours = _row_ids(ours[0], width) - _row_ids(theirs[0].numpy(), width)
+                only_xgr = _row_ids(theirs[0].numpy(), width) - _row_ids(ours[0], width)
+                raise AssertionError(
+                    f"mask differs at path {p} step {report.steps} state {state}: "
+                    f"only trierouter {sorted(only_ours)[:10]} "
+                    f"({[vocab.tokens[t] for t in sorted(only_ours)[:5]]}), "
+                    f"only xgrammar {sorted(only_xgr)[:10]} "
+                    f"({[vocab.tokens[t] for t in sorted(only_xgr)[:5] if t < len(vocab)]})"
+                )
+            report.steps += 1
+            allowed = choices.mask(state)
+            if len(allowed) == 0:
+                raise AssertionError(f"dead end at path {p}, state {state}")
+            if greedy_longest:
+                lens = [len(vocab.tokens[t]) if t not in ends else -1 for t in allowed.tolist()]
+                best = max(lens)
+                cands = [t for t, n in zip(allowed.tolist(), lens, strict=True) if n == best]
+                token = rng.choice(cands)
+                if rng.random() < 0.15:
+                    token = int(rng.choice(allowed.tolist()))
+            else:
+                token = int(rng.choice(allowed.tolist()))
+            if len(vocab.tokens[token]) < max(
+                (len(vocab.tokens[t]) for t in allowed.tolist() if t not in ends), default=0
+            ):
+                canonical = False
+            if not matcher.accept_token(token):
+                raise AssertionError(f"xgrammar refused token {token} that trierouter allows")
+            state = choices.advance(state, token)
+            if token in ends:
+                report.end_steps += 1
+                if not (matcher.is_terminated() and state == choices.END):
+                    raise AssertionError("end id accepted but not terminated in both")
+                break
+        report.paths += 1
+        report.non_canonical_paths += not canonical
+    return report
+
+
+def brute_force_allowed(
+    vocab: Vocabulary, strings: set[bytes], prefix: bytes
+) -> set[int]:
+    """Every token allowed after ``prefix`` by the definition, checked token by token."""
+    out = set()
+    for t, tb in enumerate(vocab.tokens):
+        if t in vocab.special_ids or not tb:
+            continue
+        q = prefix + tb
+        if any(s.startswith(q) for s in strings):
+            out.add(t)
+    if prefix in strings:
+        out |= set(vocab.end_ids)
+    return out
