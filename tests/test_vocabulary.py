@@ -79,7 +79,9 @@ def _mistral_v3_oracle() -> Oracle:
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(
-        model_file=str(_file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3"))
+        model_file=str(
+            _file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
+        )
     )
     anchor = sp.piece_to_id("a")  # a piece without "▁": decoding [anchor, i] keeps i's space
     specials = {i for i in range(sp.get_piece_size()) if sp.is_control(i) or sp.is_unknown(i)}
@@ -107,13 +109,14 @@ def _mistral_v3_oracle() -> Oracle:
 
 
 def _tekken_oracle() -> Oracle:
+    from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
     from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
     tk = Tekkenizer.from_file(str(_file("mistral_common", "data", "tekken_240911.json")))
     n_special = tk.num_special_tokens
 
     def token_bytes(i: int) -> bytes | None:
-        return None if i < n_special else tk.id_to_byte_piece(i, "keep")
+        return None if i < n_special else tk.id_to_byte_piece(i, SpecialTokenPolicy.KEEP)
 
     return Oracle(
         token_bytes,
@@ -129,13 +132,15 @@ def _deepseek_oracle() -> Oracle:
     path = shipped_tokenizer_json("deepseek-v4")
     assert path is not None
     tok = Tokenizer.from_file(str(path))
-    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    byte_of = {c: b for b, c in bytes_to_unicode().items()}  # type: ignore[no-untyped-call]
     added = set(tok.get_added_tokens_decoder())
 
     def token_bytes(i: int) -> bytes | None:
         if i in added:
             return None
-        return bytes(byte_of[c] for c in tok.id_to_token(i))
+        piece = tok.id_to_token(i)
+        assert piece is not None
+        return bytes(byte_of[c] for c in piece)
 
     return Oracle(token_bytes, lambda s: tok.encode(s, add_special_tokens=False).ids, added)
 
@@ -167,8 +172,8 @@ def _quiet_bpe_openai() -> Any:
         import bpe_openai
         import bpe_openai.registry
 
-        for constructor in bpe_openai.registry.ENCODING_CONSTRUCTORS.values():
-            constructor()
+        bpe_openai.registry.cl100k_base()
+        bpe_openai.registry.o200k_base()
     return bpe_openai
 
 
@@ -283,9 +288,14 @@ def test_gpt2_has_344_tokens_that_are_not_utf8_on_their_own() -> None:
 
 
 def test_byte_pieces_are_one_byte_each() -> None:
+    import sentencepiece as spm
+
+    path = _file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
+    sp = spm.SentencePieceProcessor(model_file=str(path))
     vocab = shipped_vocabulary("mistral-v3")
-    singles = [t for t in vocab.tokens[3:259] if len(t) == 1]
-    assert sorted(singles) == [bytes([b]) for b in range(256)]
+    byte_ids = [i for i in range(len(vocab)) if sp.is_byte(i)]
+    assert [vocab.tokens[i] for i in byte_ids] == [bytes([b]) for b in range(256)]
+    assert not set(byte_ids) & vocab.special_ids
 
 
 # -- hashing, width, padding ----------------------------------------------------------------------
@@ -336,7 +346,7 @@ def test_from_transformers_fast_deepseek_equals_tokenizer_json() -> None:
 
     path = shipped_tokenizer_json("deepseek-v4")
     assert path is not None
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(path))  # type: ignore[no-untyped-call]
     vocab = Vocabulary.from_tokenizer(tok)
     assert vocab == shipped_vocabulary("deepseek-v4")
     assert vocab.tokens == shipped_vocabulary("deepseek-v4").tokens
@@ -371,6 +381,26 @@ def test_from_transformers_slow_sentencepiece_tokenizer() -> None:
     assert base.special_ids <= vocab.special_ids
     assert set(range(len(base), len(tok))) <= vocab.special_ids
     assert vocab.end_ids == (tok.eos_token_id,)
+
+
+@pytest.mark.parametrize(
+    ("file", "name"),
+    [
+        ("tekken_240911.json", "tekken"),
+        ("mistral_instruct_tokenizer_240323.model.v3", "mistral-v3"),
+    ],
+)
+def test_from_transformers_mistral_common_backend(file: str, name: str) -> None:
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+    from transformers.tokenization_mistral_common import MistralCommonBackend
+
+    path = _file("mistral_common", "data", file)
+    assert _loaders.from_transformers(MistralCommonBackend(tokenizer_path=str(path))) == (
+        shipped_vocabulary(name)
+    )
+    assert _loaders.from_transformers(MistralTokenizer.from_file(str(path))) == (
+        shipped_vocabulary(name)
+    )
 
 
 # -- small hand-written files ---------------------------------------------------------------------
@@ -522,7 +552,7 @@ def test_tekken_special_tokens_come_first() -> None:
 )
 def test_missing_file_names_the_path(reader: Callable[..., Vocabulary], tmp_path: Path) -> None:
     path = tmp_path / "nowhere.bin"
-    with pytest.raises(VocabularyError, match="nowhere.bin.*expected"):
+    with pytest.raises(VocabularyError, match=r"nowhere\.bin.*expected"):
         reader(path)
 
 
@@ -535,7 +565,7 @@ def test_unreadable_files_raise_vocabulary_errors(tmp_path: Path) -> None:
         _loaders.from_sentencepiece,
         _loaders.from_tekken,
     ):
-        with pytest.raises(VocabularyError, match="junk.bin"):
+        with pytest.raises(VocabularyError, match=r"junk\.bin"):
             reader(junk)
     no_model = tmp_path / "tokenizer.json"
     no_model.write_text(json.dumps({"version": "1.0"}), encoding="utf-8")
@@ -543,7 +573,7 @@ def test_unreadable_files_raise_vocabulary_errors(tmp_path: Path) -> None:
         _loaders.from_tokenizer_json(no_model)
     tekken = tmp_path / "tekken.json"
     tekken.write_text(json.dumps({"config": {}, "vocab": []}), encoding="utf-8")
-    with pytest.raises(VocabularyError, match="tekken.json: malformed"):
+    with pytest.raises(VocabularyError, match=r"tekken\.json: malformed"):
         _loaders.from_tekken(tekken)
     twice = tmp_path / "twice.tiktoken"
     twice.write_bytes(_tiktoken_lines([(b"a", 0), (b"b", 0)]))
@@ -554,7 +584,7 @@ def test_unreadable_files_raise_vocabulary_errors(tmp_path: Path) -> None:
 
 
 def test_unknown_shipped_name_lists_the_valid_ones() -> None:
-    with pytest.raises(VocabularyError, match="gpt2.*cl100k") as info:
+    with pytest.raises(VocabularyError, match=r"gpt2.*cl100k") as info:
         shipped_vocabulary("llama-9")
     assert isinstance(info.value, ValueError)
     with pytest.raises(VocabularyError):

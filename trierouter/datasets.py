@@ -8,7 +8,9 @@ Real sets come from packages: ICD-10-CM codes (``simple-icd-10-cm``), subdivisio
 from __future__ import annotations
 
 import random
+import warnings
 from functools import lru_cache
+from typing import Any
 
 from trierouter.errors import missing
 
@@ -58,12 +60,19 @@ def tool_names(k: int, *, seed: int = 0) -> list[str]:
     return names
 
 
-@lru_cache(maxsize=1)
-def _icd() -> tuple[str, ...]:
+def _icd_module() -> Any:
     try:
-        import simple_icd_10_cm as cm
+        with warnings.catch_warnings():  # the package reads its data with a deprecated API
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import simple_icd_10_cm as cm
     except ImportError as exc:
         raise missing("simple-icd-10-cm", "data") from exc
+    return cm
+
+
+@lru_cache(maxsize=1)
+def _icd() -> tuple[str, ...]:
+    cm = _icd_module()
     return tuple(c for c in cm.get_all_codes(True) if cm.is_leaf(c))
 
 
@@ -77,11 +86,7 @@ def icd10cm_codes(k: int | None = None, *, seed: int = 0) -> list[str]:
 
 def icd10cm_description(code: str) -> str:
     """The official description of an ICD-10-CM code."""
-    try:
-        import simple_icd_10_cm as cm
-    except ImportError as exc:
-        raise missing("simple-icd-10-cm", "data") from exc
-    return str(cm.get_description(code))
+    return str(_icd_module().get_description(code))
 
 
 _NON_ASCII = [

@@ -159,10 +159,6 @@ def _piece_bytes(
 
 
 # -- shared assembly -----------------------------------------------------------------------------
-def _resolve_width(width: int | None, size: int) -> int:
-    return size if width is None else int(width)
-
-
 def _guess_end_ids(named: Mapping[str, int]) -> list[int]:
     return [named[n] for n in END_TOKEN_NAMES if n in named]
 
@@ -188,7 +184,7 @@ def _build(
             tokens,
             end_ids=end_ids,
             special_ids=special,
-            width=_resolve_width(width, len(tokens)),
+            width=len(tokens) if width is None else int(width),
             name=name,
         )
     except VocabularyError as exc:
@@ -444,6 +440,19 @@ def _transformers_added(tokenizer: Any) -> dict[int, str]:
     return added
 
 
+def _mistral_common_inner(tokenizer: Any) -> tuple[Any, Path] | None:
+    """The mistral-common Tekkenizer / SentencePieceTokenizer inside a wrapper, and its file."""
+    node = tokenizer
+    for attr in ("tokenizer", "instruct_tokenizer", "tokenizer", ""):
+        if type(node).__module__.startswith("mistral_common.tokens.tokenizers.") and type(
+            node
+        ).__name__ in ("Tekkenizer", "SentencePieceTokenizer"):
+            path = getattr(node, "file_path", None)
+            return (node, Path(path)) if isinstance(path, (str, Path)) else None
+        node = getattr(node, attr, node) if attr else None
+    return None
+
+
 def from_transformers(
     tokenizer: object,
     *,
@@ -454,7 +463,8 @@ def from_transformers(
     """Read a ``transformers`` tokenizer object (fast, SentencePiece or other slow tokenizer).
 
     Fast tokenizers are read from their backend's JSON (as :func:`from_tokenizer_json`);
-    SentencePiece-backed slow ones from their ``sp_model``; any other from ``get_vocab()``.
+    SentencePiece-backed slow ones from their ``sp_model``; mistral-common backed ones from their
+    Tekken / SentencePiece file; any other from ``get_vocab()`` (plain strings, approximate).
     Added and special tokens are special. Width defaults to ``len(tokenizer)``.
     """
     tok: Any = tokenizer
@@ -486,6 +496,10 @@ def from_transformers(
             extra_special=added,
             name=name,
         )
+    elif (mistral := _mistral_common_inner(tok)) is not None:
+        inner, path = mistral
+        read = from_tekken if type(inner).__name__ == "Tekkenizer" else from_sentencepiece
+        vocab = read(path, end_ids=end_ids, name=name)
     elif hasattr(tok, "get_vocab"):
         pieces = {str(t): int(i) for t, i in tok.get_vocab().items()}
         if hasattr(tok, "byte_decoder") or (

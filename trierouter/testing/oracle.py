@@ -172,3 +172,33 @@ def brute_force_allowed(
     if prefix in strings:
         out |= set(vocab.end_ids)
     return out
+
+
+def ahocorasick_pairs(
+    vocab: Vocabulary, strings: Sequence[bytes]
+) -> set[tuple[bytes, int, bytes]]:
+    """Reference: every (prefix, token, prefix + token) occurring in ``strings``, by Aho-Corasick.
+
+    Runs pyahocorasick (bytes mapped 1:1 to latin-1 characters) over each string; an occurrence
+    of token ``t`` ending at ``end`` in string ``s`` yields ``(s[:start], t, s[:end + 1])``.
+    """
+    try:
+        import ahocorasick
+    except ImportError as exc:
+        raise missing("pyahocorasick", "test") from exc
+    automaton = ahocorasick.Automaton()
+    by_bytes: dict[bytes, list[int]] = {}
+    for t, tb in enumerate(vocab.tokens):
+        if t in vocab.special_ids or not tb:
+            continue
+        by_bytes.setdefault(tb, []).append(t)
+    for tb, ids in by_bytes.items():
+        automaton.add_word(tb.decode("latin-1"), (len(tb), ids))
+    automaton.make_automaton()
+    out: set[tuple[bytes, int, bytes]] = set()
+    for s in strings:
+        for end, (length, ids) in automaton.iter(s.decode("latin-1")):
+            start = end - length + 1
+            for t in ids:
+                out.add((s[:start], t, s[: end + 1]))
+    return out

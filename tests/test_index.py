@@ -1,0 +1,115 @@
+"""TokenIndex: the vectorized backward walk against pyahocorasick; the memory and disk caches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trierouter.datasets import mixed_values
+from trierouter.errors import CorruptFileError, VocabularyMismatchError
+from trierouter.registry._arrays import build_trie, pack_strings
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.testing.oracle import ahocorasick_pairs
+
+from .conftest import toy_vocabulary
+
+
+def _walk_pairs(index: TokenIndex, strings: list[bytes]) -> set[tuple[bytes, int, bytes]]:
+    strings = sorted(set(strings))
+    buf, starts, lengths = pack_strings(strings)
+    trie = build_trie(buf, starts, lengths)
+    # path of every node, rebuilt from parents and bytes
+    paths: list[bytes] = [b""] * trie.size
+    for node in range(1, trie.size):
+        paths[node] = paths[int(trie.parent[node])] + bytes([int(trie.byte[node])])
+    for s, end in zip(strings, trie.ends.tolist(), strict=True):
+        assert paths[end] == s
+    pairs = index.trie_pairs(trie)
+    out = {
+        (paths[n], t, paths[m])
+        for n, t, m in zip(pairs.node.tolist(), pairs.token.tolist(), pairs.child.tolist(), strict=True)
+    }
+    assert len(out) == len(pairs.node), "each (node, token) pair must be produced exactly once"
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 50, 2000])
+def test_backward_walk_equals_ahocorasick_on_qwen2(qwen2_index: TokenIndex, k: int) -> None:
+    strings = [v.encode() for v in mixed_values(k, seed=k)]
+    strings += [b"", b"\x00\x00x", "東京都".encode()]
+    assert _walk_pairs(qwen2_index, strings) == ahocorasick_pairs(
+        qwen2_index.vocabulary, sorted(set(strings))
+    )
+
+
+def test_backward_walk_equals_ahocorasick_on_toy() -> None:
+    vocab = toy_vocabulary()
+    index = TokenIndex.build(vocab)
+    strings = [b"get_user_by_id", b"get", b"a\x00\x00a", "é東京".encode(), b'S72.001A",']
+    assert _walk_pairs(index, strings) == ahocorasick_pairs(vocab, sorted(set(strings)))
+
+
+def test_memory_cache_returns_same_object(qwen2: Vocabulary) -> None:
+    assert TokenIndex.get(qwen2) is TokenIndex.get(qwen2)
+
+
+def test_disk_cache_roundtrip_and_rebuild_on_corruption(tmp_path: Path) -> None:
+    vocab = toy_vocabulary([b"xyz"])
+    built = TokenIndex.get(vocab, cache_dir=tmp_path)
+    files = list(tmp_path.glob("token-index-*.trt"))
+    assert len(files) == 1
+    TokenIndex._memory.clear()
+    loaded = TokenIndex.get(vocab, cache_dir=tmp_path)
+    assert loaded is not built and loaded.source == str(files[0])
+    strings = [b"xyz_get", b"get_user"]
+    assert _walk_pairs(loaded, strings) == _walk_pairs(built, strings)
+    # flip one payload byte: detected, rebuilt, rewritten
+    data = bytearray(files[0].read_bytes())
+    data[-5] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match="checksum"):
+        TokenIndex.load(files[0], vocab)
+    TokenIndex._memory.clear()
+    rebuilt = TokenIndex.get(vocab, cache_dir=tmp_path)
+    assert rebuilt.source == "built"
+    assert TokenIndex.load(files[0], vocab).nbytes == rebuilt.nbytes
+    # truncated and foreign files
+    files[0].write_bytes(bytes(data[:100]))
+    with pytest.raises(CorruptFileError):
+        TokenIndex.load(files[0], vocab)
+    files[0].write_bytes(b"not a cache file at all")
+    with pytest.raises(CorruptFileError, match="magic"):
+        TokenIndex.load(files[0], vocab)
+    TokenIndex._memory.clear()
+    assert TokenIndex.get(vocab, cache_dir=tmp_path).source == "built"
+
+
+def test_cache_of_another_vocabulary_is_refused(tmp_path: Path) -> None:
+    a = toy_vocabulary([b"one"])
+    b = toy_vocabulary([b"two"])
+    path = tmp_path / "index.trt"
+    TokenIndex.build(a).save(path)
+    with pytest.raises(VocabularyMismatchError, match="built for vocabulary"):
+        TokenIndex.load(path, b)
+
+
+def test_unwritable_cache_still_builds(tmp_path: Path) -> None:
+    vocab = toy_vocabulary([b"ro"])
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+    try:
+        TokenIndex._memory.pop(vocab.hash, None)
+        index = TokenIndex.get(vocab, cache_dir=ro)
+        assert index.source == "built"
+    finally:
+        os.chmod(ro, 0o700)
+
+
+def test_single_byte_table(qwen2_index: TokenIndex) -> None:
+    # byte-level BPE: every byte has a token
+    assert np.all(qwen2_index.can_spell_bytes())
