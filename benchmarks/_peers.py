@@ -259,7 +259,7 @@ class TrieRouter(Engine):
 
 
 class XGrammar(Engine):
-    """XGrammar: ``GrammarCompiler`` over a ``TokenizerInfo`` of the same bytes; EBNF alternation."""
+    """XGrammar: ``GrammarCompiler`` over a ``TokenizerInfo`` of the same bytes, EBNF alternation."""
 
     name = "xgrammar"
     grammar_form = "EBNF: root ::= \"v1\" | \"v2\" | ..."

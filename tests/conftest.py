@@ -1,4 +1,4 @@
-"""Shared fixtures: toy vocabularies, real shipped vocabularies (session-scoped), a private cache."""
+"""Shared fixtures: toy and real shipped vocabularies (session-scoped), a private cache."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from trierouter.registry.index import TokenIndex  # noqa: E402
-from trierouter.registry.shipped import shipped_vocabulary  # noqa: E402
-from trierouter.registry.vocabulary import Vocabulary  # noqa: E402
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.shipped import shipped_vocabulary
+from trierouter.registry.vocabulary import Vocabulary
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,9 +39,7 @@ def toy_vocabulary(extra: list[bytes] | None = None, *, width_pad: int = 3) -> V
     tokens += [b"get"]  # duplicate bytes under two ids
     tokens += [b"<eos>", b"<pad>"]
     n = len(tokens)
-    return Vocabulary(
-        tokens, end_ids=[n - 2], special_ids=[n - 1], width=n + width_pad, name="toy"
-    )
+    return Vocabulary(tokens, end_ids=[n - 2], special_ids=[n - 1], width=n + width_pad, name="toy")
 
 
 @pytest.fixture(scope="session")

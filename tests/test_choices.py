@@ -20,8 +20,6 @@ from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.testing.oracle import brute_force_allowed
 
-from .conftest import toy_vocabulary
-
 
 def _explore(cs: ChoiceSet, vocab: Vocabulary, strings: set[bytes]) -> set[bytes]:
     """DFS over every accepted path; check masks against brute force; return completed strings."""

@@ -31,7 +31,9 @@ def _walk_pairs(index: TokenIndex, strings: list[bytes]) -> set[tuple[bytes, int
     pairs = index.trie_pairs(trie)
     out = {
         (paths[n], t, paths[m])
-        for n, t, m in zip(pairs.node.tolist(), pairs.token.tolist(), pairs.child.tolist(), strict=True)
+        for n, t, m in zip(
+            pairs.node.tolist(), pairs.token.tolist(), pairs.child.tolist(), strict=True
+        )
     }
     assert len(out) == len(pairs.node), "each (node, token) pair must be produced exactly once"
     return out

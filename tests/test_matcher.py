@@ -124,5 +124,5 @@ def test_load_refuses_other_vocabulary_and_corruption(tmp_path: Path, choices: C
         ChoiceSet.load(path, toy_vocabulary())
     other = tmp_path / "index.trt"
     TokenIndex.build(toy_vocabulary()).save(other)
-    with pytest.raises(CorruptFileError, match="expected 'trierouter.ChoiceSet'"):
+    with pytest.raises(CorruptFileError, match=r"expected 'trierouter\.ChoiceSet'"):
         ChoiceSet.load(other, toy_vocabulary())

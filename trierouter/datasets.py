@@ -23,14 +23,16 @@ __all__ = [
 ]
 
 _VERBS = (
-    "get list create update delete search fetch sync send archive restore export import "
-    "approve reject assign close open merge publish schedule cancel refund validate"
+    "get list create update delete search fetch sync send archive restore export "
+    "import approve reject assign close open merge publish schedule cancel refund "
+    "validate"
 ).split()
 _OBJECTS = (
-    "user order invoice payment report file team project issue comment repo branch event "
-    "calendar message channel account customer product price stock shipment ticket lead "
-    "contact campaign subscription webhook token secret cluster node volume backup dataset "
-    "model job pipeline artifact release deployment alert incident metric dashboard"
+    "user order invoice payment report file team project issue comment repo branch "
+    "event calendar message channel account customer product price stock shipment "
+    "ticket lead contact campaign subscription webhook token secret cluster node "
+    "volume backup dataset model job pipeline artifact release deployment alert "
+    "incident metric dashboard"
 ).split()
 _QUALIFIERS = (
     "by_id by_name details status history summary settings members permissions items "
@@ -53,7 +55,11 @@ def tool_names(k: int, *, seed: int = 0) -> list[str]:
             parts.insert(1, rng.choice(_OBJECTS))
         name = "_".join(parts)
         if name in out or rng.random() < 0.6:
-            name = f"{name}_v{rng.randint(1, 99)}" if rng.random() < 0.5 else f"{rng.choice(_OBJECTS)}.{name}"
+            name = (
+                f"{name}_v{rng.randint(1, 99)}"
+                if rng.random() < 0.5
+                else f"{rng.choice(_OBJECTS)}.{name}"
+            )
         if name not in out:
             out.add(name)
             names.append(name)
@@ -73,11 +79,12 @@ def _icd_module() -> Any:
 @lru_cache(maxsize=1)
 def _icd() -> tuple[str, ...]:
     cm = _icd_module()
-    return tuple(c for c in cm.get_all_codes(True) if cm.is_leaf(c))
+    # the package lists five three-character codes (B20, F99, ...) twice: keep one of each
+    return tuple(dict.fromkeys(c for c in cm.get_all_codes(True) if cm.is_leaf(c)))
 
 
 def icd10cm_codes(k: int | None = None, *, seed: int = 0) -> list[str]:
-    """The 74,736 billable ICD-10-CM codes (``S72.001A``), or a seeded sample of ``k``."""
+    """The 74,731 distinct billable ICD-10-CM codes (``S72.001A``), or a seeded sample of ``k``."""
     codes = list(_icd())
     if k is None or k >= len(codes):
         return codes
@@ -90,9 +97,29 @@ def icd10cm_description(code: str) -> str:
 
 
 _NON_ASCII = [
-    "café", "crème brûlée", "naïve", "Zürich", "São Paulo", "Kraków", "Ærøskøbing", "Ελλάδα",
-    "Москва", "東京都", "北京市", "서울특별시", "ไทย", "हिन्दी", "العربية", "עברית", "😀 smile",
-    "🇫🇷 France", "👩‍💻 coder", "∑ sum", "日本語のラベル", "ℕ naturals", "emoji 🎉 party",
+    "café",
+    "crème brûlée",
+    "naïve",
+    "Zürich",
+    "São Paulo",
+    "Kraków",
+    "Ærøskøbing",
+    "Ελλάδα",
+    "Москва",
+    "東京都",
+    "北京市",
+    "서울특별시",
+    "ไทย",
+    "हिन्दी",
+    "العربية",
+    "עברית",
+    "😀 smile",
+    "🇫🇷 France",
+    "👩‍💻 coder",
+    "∑ sum",
+    "日本語のラベル",
+    "ℕ naturals",
+    "emoji 🎉 party",
 ]
 
 
@@ -128,8 +155,10 @@ def mixed_values(k: int, *, seed: int = 0) -> list[str]:
     try:
         vals += icd10cm_codes(n_codes, seed=seed)
     except ImportError:
-        vals += [f"{rng.choice('ABCDEFGHJKLMNOPQRSTVZ')}{rng.randint(0, 99):02d}.{rng.randint(0, 9999)}"
-                 for _ in range(n_codes)]
+        vals += [
+            f"{rng.choice('ABCDEFGHJKLMNOPQRSTVZ')}{rng.randint(0, 99):02d}.{rng.randint(0, 9999)}"
+            for _ in range(n_codes)
+        ]
     vals += non_ascii_labels(n_labels, seed=seed)
     if not vals:
         vals = tool_names(1, seed=seed)

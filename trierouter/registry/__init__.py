@@ -1,4 +1,4 @@
-"""Compile side: vocabularies, the per-tokenizer index, compiled choice sets (numpy and bytes only)."""
+"""Compile side: vocabularies, the per-tokenizer index, compiled sets (numpy and bytes only)."""
 
 from trierouter.registry.index import TokenIndex, default_cache_dir
 from trierouter.registry.trie import ChoiceSet, compile_choices

@@ -25,7 +25,7 @@ class HashMap:
 
     @property
     def bits(self) -> int:
-        return int(len(self.keys)).bit_length() - 1
+        return len(self.keys).bit_length() - 1
 
     @classmethod
     def build(cls, keys: npt.NDArray[np.int64], values: npt.NDArray[np.int32]) -> HashMap:

@@ -44,10 +44,8 @@ def save_arrays(
         a = np.ascontiguousarray(arr)
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
-        data = memoryview(a).cast("B") if a.size else memoryview(b"")
-        table.append(
-            {"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": offset}
-        )
+        data = a.data.cast("B") if a.size else memoryview(b"")
+        table.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": offset})
         digest.update(data)
         chunks.append(data)
         pad = _pad(len(data))
@@ -55,8 +53,13 @@ def save_arrays(
         chunks.append(b"\0" * pad)
         offset += len(data) + pad
     header = json.dumps(
-        {"kind": kind, "meta": meta, "arrays": table, "payload": offset,
-         "sha256": digest.hexdigest()},
+        {
+            "kind": kind,
+            "meta": meta,
+            "arrays": table,
+            "payload": offset,
+            "sha256": digest.hexdigest(),
+        },
         sort_keys=True,
     ).encode()
     head = MAGIC + len(header).to_bytes(8, "little") + header
@@ -109,7 +112,7 @@ def load_arrays(
         with open(path, "rb") as f:
             f.seek(start)
             blob = np.frombuffer(f.read(), dtype=np.uint8)
-    if verify and hashlib.sha256(memoryview(blob)).hexdigest() != header["sha256"]:
+    if verify and hashlib.sha256(blob.data).hexdigest() != header["sha256"]:
         raise CorruptFileError(f"{path}: payload checksum mismatch (file altered or damaged)")
     arrays: dict[str, npt.NDArray[Any]] = {}
     try:
@@ -118,9 +121,7 @@ def load_arrays(
             shape = tuple(int(s) for s in entry["shape"])
             count = int(np.prod(shape)) if shape else 1
             off = int(entry["offset"])
-            arrays[entry["name"]] = (
-                blob[off : off + count * dt.itemsize].view(dt).reshape(shape)
-            )
+            arrays[entry["name"]] = blob[off : off + count * dt.itemsize].view(dt).reshape(shape)
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptFileError(f"{path}: malformed array table ({exc})") from exc
     meta = header.get("meta")

@@ -38,7 +38,7 @@ I64 = npt.NDArray[np.int64]
 
 
 def default_cache_dir() -> Path:
-    """``$TRIEROUTER_CACHE_DIR``, else ``$XDG_CACHE_HOME/trierouter``, else ``~/.cache/trierouter``."""
+    """``$TRIEROUTER_CACHE_DIR``, else ``$XDG_CACHE_HOME/trierouter``, else ``~/.cache/...``."""
     env = os.environ.get("TRIEROUTER_CACHE_DIR")
     if env:
         return Path(env)
@@ -48,7 +48,7 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class TriePairs:
-    """Every distinct (node, token) pair of a trie: token ``token[i]`` at ``node[i]`` -> ``child[i]``."""
+    """Every distinct (node, token) pair of a trie: ``token[i]`` at ``node[i]`` -> ``child[i]``."""
 
     node: I64
     token: I64

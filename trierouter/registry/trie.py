@@ -98,9 +98,9 @@ class ChoiceSet:
         self.DEAD = self.n_nodes + 1
         self.compile_seconds = 0.0
         # memoryviews: the fastest way to read single items from Python (also over a memmap)
-        self._ptr_mv = memoryview(self.row_ptr)
-        self._tok_mv = memoryview(self.tokens)
-        self._child_mv = memoryview(self.children)
+        self._ptr_mv = self.row_ptr.data
+        self._tok_mv = self.tokens.data
+        self._child_mv = self.children.data
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
@@ -187,9 +187,7 @@ class ChoiceSet:
     @cached_property
     def batch_keys(self) -> I64:
         """``state * width + token`` for every stored pair, sorted: the batch lookup table."""
-        nodes = np.repeat(
-            np.arange(len(self.row_ptr) - 1, dtype=np.int64), np.diff(self.row_ptr)
-        )
+        nodes = np.repeat(np.arange(len(self.row_ptr) - 1, dtype=np.int64), np.diff(self.row_ptr))
         return nodes * self.width + self.tokens
 
     @cached_property
@@ -216,7 +214,7 @@ class ChoiceSet:
     def fill_next_token_bitmask(
         self, state: int, bitmask: npt.NDArray[np.int32], index: int = 0
     ) -> None:
-        """Write the packed mask of ``state`` into row ``index`` of ``bitmask`` (XGrammar layout)."""
+        """Write the packed mask of ``state`` into ``bitmask[index]`` (XGrammar layout)."""
         wptr, widx, wbits = self._words
         lo, hi = int(wptr[state]), int(wptr[state + 1])
         row = bitmask[index]
@@ -263,7 +261,7 @@ class ChoiceSet:
             f"{self.nbytes / 1e6:.2f} MB{term})"
         )
 
-    # -- persistence ---------------------------------------------------------------------------------
+    # -- persistence -------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the set (atomically) to one memory-mappable file."""
         meta = {
@@ -409,7 +407,8 @@ def compile_choices(
                 for i in bad.tolist()
             ]
             raise UnreachableValueError(
-                f"{len(bad)} of {len(uniq)} values cannot be produced by {vocab.name or 'this vocabulary'}"
+                f"{len(bad)} of {len(uniq)} values cannot be produced by "
+                f"{vocab.name or 'this vocabulary'}"
                 f" (first: {shown}); {reasons[0]}",
                 values=[uniq[i].decode("utf-8", "replace") for i in bad.tolist()],
                 reasons=reasons,

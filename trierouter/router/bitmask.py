@@ -41,9 +41,7 @@ def bitmask_to_ids(row: npt.NDArray[np.int32], width: int | None = None) -> npt.
     return ids[ids < width] if width is not None else ids
 
 
-def apply_token_bitmask_inplace(
-    logits: Any, bitmask: Any, *, indices: Any | None = None
-) -> None:
+def apply_token_bitmask_inplace(logits: Any, bitmask: Any, *, indices: Any | None = None) -> None:
     """Set logits of disallowed tokens to ``-inf`` in place.
 
     ``logits``: numpy array or torch tensor ``(B, V)`` or ``(V,)``; ``bitmask``: int32

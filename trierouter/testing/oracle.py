@@ -67,7 +67,9 @@ def ebnf_alternation(values: Sequence[str], terminator: str | None = None) -> st
     return "root ::= " + " | ".join(_literal(v + term) for v in dict.fromkeys(values))
 
 
-def xgrammar_compile(vocab: Vocabulary, values: Sequence[str], terminator: str | None = None) -> Any:
+def xgrammar_compile(
+    vocab: Vocabulary, values: Sequence[str], terminator: str | None = None
+) -> Any:
     """Compile the alternation of ``values`` with XGrammar for ``vocab``."""
     xgr = _xgr()
     compiler = xgr.GrammarCompiler(xgrammar_tokenizer_info(vocab), cache_enabled=False)
@@ -158,9 +160,7 @@ def compare_with_xgrammar(
     return report
 
 
-def brute_force_allowed(
-    vocab: Vocabulary, strings: set[bytes], prefix: bytes
-) -> set[int]:
+def brute_force_allowed(vocab: Vocabulary, strings: set[bytes], prefix: bytes) -> set[int]:
     """Every token allowed after ``prefix`` by the definition, checked token by token."""
     out = set()
     for t, tb in enumerate(vocab.tokens):
@@ -174,9 +174,7 @@ def brute_force_allowed(
     return out
 
 
-def ahocorasick_pairs(
-    vocab: Vocabulary, strings: Sequence[bytes]
-) -> set[tuple[bytes, int, bytes]]:
+def ahocorasick_pairs(vocab: Vocabulary, strings: Sequence[bytes]) -> set[tuple[bytes, int, bytes]]:
     """Reference: every (prefix, token, prefix + token) occurring in ``strings``, by Aho-Corasick.
 
     Runs pyahocorasick (bytes mapped 1:1 to latin-1 characters) over each string; an occurrence
