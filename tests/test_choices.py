@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trierouter.datasets import tool_names
 from trierouter.errors import (
     EmptySetError,
     InvalidValueError,
@@ -228,14 +229,23 @@ def test_property_brute_force(
         assert done == strings
 
 
-def test_batch_forms_equal_single_forms(toy: Vocabulary, toy_index: TokenIndex) -> None:
-    cs = compile_choices(VALUES, toy_index)
+@pytest.mark.parametrize("real", [False, True])
+def test_batch_forms_equal_single_forms(
+    toy_index: TokenIndex, qwen2_index: TokenIndex, real: bool
+) -> None:
+    if real:  # a large set: far children (stored out of line) occur near the root
+        cs = compile_choices(tool_names(20_000), qwen2_index)
+        assert len(cs._far_pos) > 0
+    else:
+        cs = compile_choices(VALUES, toy_index)
+    width = cs.width
     rng = np.random.default_rng(0)
-    states = rng.integers(0, cs.DEAD + 1, 300)
-    tokens = np.where(rng.random(300) < 0.5, rng.integers(0, toy.width, 300), 0)
+    states = rng.integers(0, cs.DEAD + 1, 3000)
+    states[:200] = cs.root
+    tokens = np.where(rng.random(3000) < 0.2, rng.integers(0, width, 3000), 0)
     for i, s in enumerate(states.tolist()):
         m = cs.mask(s)
-        if len(m) and rng.random() < 0.7:
+        if len(m) and rng.random() < 0.8:
             tokens[i] = m[rng.integers(len(m))]
     got = cs.advance_batch(states, tokens)
     assert got.tolist() == [cs.advance(int(s), int(t)) for s, t in zip(states, tokens, strict=True)]

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -197,46 +198,57 @@ class TokenIndex:
         return self._single
 
     # -- the backward walk -----------------------------------------------------------------------
+    @cached_property
+    def _token_at(self) -> I64:
+        """Per reversed-trie node: its token id if exactly one, -1 if none, -2 if several."""
+        counts = np.diff(self._tok_ptr)
+        out = np.full(len(counts), -1, dtype=np.int64)
+        one = counts == 1
+        out[one] = self._tok_ids[self._tok_ptr[:-1][one]]
+        out[counts > 1] = -2
+        return out
+
     def trie_pairs(self, trie: Trie) -> TriePairs:
         """Every (node, token, child) of ``trie``: token bytes == path(child) minus path(node)."""
-        parent = trie.parent
-        byte = trie.byte
+        parent = trie.parent.astype(np.int64)
+        parent[0] = 0
+        byte = trie.byte.astype(np.int64)
+        token_at = self._token_at
         m = np.arange(1, trie.size, dtype=np.int64)
-        a = m
-        r = self._level1[byte[m]].astype(np.int64)
+        r = self._level1[byte[1:]].astype(np.int64)
         keep = np.flatnonzero(r >= 0)
-        m, a, r = m[keep], a[keep], r[keep]
+        m, a, r = m[keep], m[keep], r[keep]
         out_n: list[I64] = []
         out_t: list[I64] = []
         out_m: list[I64] = []
         level = 1
-        tok_ptr = self._tok_ptr
-        tok_ids = self._tok_ids
         while len(m):
-            lo = tok_ptr[r]
-            cnt = tok_ptr[r + 1] - lo
-            sel = np.flatnonzero(cnt)
+            tok = token_at[r]
+            up = parent[a]
+            sel = np.flatnonzero(tok != -1)
             if len(sel):
-                n_sel = parent[a[sel]].astype(np.int64)
-                if int(cnt[sel].max()) == 1:
-                    out_n.append(n_sel)
-                    out_t.append(tok_ids[lo[sel]].astype(np.int64))
+                single = tok[sel] >= 0
+                if single.all():
+                    out_n.append(up[sel])
+                    out_t.append(tok[sel])
                     out_m.append(m[sel])
                 else:
-                    grp, pos = ranges(lo[sel], cnt[sel])
-                    out_n.append(n_sel[grp])
-                    out_t.append(tok_ids[pos].astype(np.int64))
-                    out_m.append(m[sel][grp])
-            a = parent[a].astype(np.int64)
-            keep = np.flatnonzero(a > 0)
-            m, a, r = m[keep], a[keep], r[keep]
-            b = byte[a].astype(np.int64)
+                    many = sel[~single]
+                    lo = self._tok_ptr[r[many]]
+                    grp, pos = ranges(lo, self._tok_ptr[r[many] + 1] - lo)
+                    sel = sel[single]
+                    out_n += [up[sel], up[many][grp]]
+                    out_t += [tok[sel], self._tok_ids[pos].astype(np.int64)]
+                    out_m += [m[sel], m[many][grp]]
+            # one level up: the next byte is the one on the edge into ``up`` (none at the root)
+            b = byte[up]
             if level == 1:
-                r = self._level2[(byte[m].astype(np.int64) << 8) | b].astype(np.int64)
+                r = self._level2[(byte[m] << 8) | b].astype(np.int64)
             else:
                 r = self._deep.get((r << 8) | b).astype(np.int64)
+            r[up == 0] = -1
             keep = np.flatnonzero(r >= 0)
-            m, a, r = m[keep], a[keep], r[keep]
+            m, a, r = m[keep], up[keep], r[keep]
             level += 1
         if not out_n:
             empty = np.zeros(0, dtype=np.int64)

@@ -38,7 +38,10 @@ from trierouter.registry.vocabulary import Vocabulary
 __all__ = ["ChoiceSet", "compile_choices"]
 
 _KIND = "trierouter.ChoiceSet"
-_FORMAT = 1
+_FORMAT = 2
+# children are stored as uint16 offsets from their node; two codes stand for far targets
+_TO_END = 0xFFFF
+_FAR = 0xFFFE
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -91,7 +94,9 @@ class ChoiceSet:
         self._arrays = arrays
         self.row_ptr: I32 = arrays["row_ptr"]
         self.tokens: I32 = arrays["tokens"]
-        self.children: I32 = arrays["children"]
+        self.children: npt.NDArray[np.uint16] = arrays["children"]
+        self._far_pos: I32 = arrays["far_pos"]
+        self._far_child: I32 = arrays["far_child"]
         self.ends: I32 = arrays["ends"]
         self.n_nodes = len(self.row_ptr) - 3
         self.END = self.n_nodes
@@ -131,7 +136,12 @@ class ChoiceSet:
         tok = self._tok_mv
         i = bisect_left(tok, token, lo, hi)
         if i < hi and tok[i] == token:
-            return int(self._child_mv[i])
+            d = self._child_mv[i]
+            if d < _FAR:
+                return state + d  # type: ignore[no-any-return]
+            if d == _TO_END:
+                return self.END
+            return int(self._far_child[bisect_left(self._far_pos.data, i)])
         return self.DEAD
 
     def mask(self, state: int) -> I32:
@@ -231,7 +241,14 @@ class ChoiceSet:
         pos = np.searchsorted(keys, q)
         np.minimum(pos, len(keys) - 1, out=pos)
         hit = keys[pos] == q
-        return np.where(hit, self.children[pos], self.DEAD)
+        d = self.children[pos].astype(np.int64)
+        nxt = st + d
+        nxt[d == _TO_END] = self.END
+        far = np.flatnonzero(d == _FAR)
+        if len(far):
+            nxt[far] = self._far_child[np.searchsorted(self._far_pos, pos[far])]
+        nxt[~hit] = self.DEAD
+        return nxt
 
     def fill_bitmask_batch(
         self,
@@ -293,7 +310,8 @@ class ChoiceSet:
                 f"(width {meta.get('width')}), not {vocab.hash[:12]} (width {vocab.width}); "
                 "recompile the set for this tokenizer"
             )
-        need = {"row_ptr", "tokens", "children", "ends", "value_bytes", "value_offsets"}
+        need = {"row_ptr", "tokens", "children", "far_pos", "far_child", "ends"}
+        need |= {"value_bytes", "value_offsets"}
         if set(arrays) != need:
             raise CorruptFileError(f"{path}: arrays {sorted(arrays)}, expected {sorted(need)}")
         term = meta.get("terminator")
@@ -307,28 +325,39 @@ class ChoiceSet:
 
 
 def _csr(
-    pairs: TriePairs, n_states: int, width: int
-) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-    """Sort pairs by (node, token) into CSR rows; one packed-key sort when it fits 63 bits."""
+    pairs: TriePairs, n_states: int, width: int, end_state: int
+) -> tuple[I32, I32, npt.NDArray[np.uint16], I32, I32]:
+    """Sort pairs by (node, token) into CSR rows; one packed-key sort when it fits 63 bits.
+
+    Returns ``row_ptr, tokens, children, far_pos, far_child``: ``children`` are uint16 offsets
+    from the row's node, ``_TO_END`` for the end state, ``_FAR`` where the target sits in
+    ``far_child`` at the pair position listed in ``far_pos``.
+    """
     node, token, child = pairs.node, pairs.token, pairs.child
     child_bits = max(1, int(n_states).bit_length())
     if (int(n_states) * width) < (1 << (63 - child_bits)):
         keys = ((node * width + token) << child_bits) | child
-        keys.sort()
-        child_s = (keys & ((1 << child_bits) - 1)).astype(np.int32)
+        keys.sort(kind="stable")  # timsort: the walk emits long sorted runs
+        child_s = keys & ((1 << child_bits) - 1)
         keys >>= child_bits
         node_s = keys // width
         token_s = (keys - node_s * width).astype(np.int32)
     else:  # huge sets: the packed key would overflow
         order = np.lexsort((token, node))
         node_s, token_s, child_s = node[order], token[order].astype(np.int32), child[order]
-        child_s = child_s.astype(np.int32)
     counts = np.bincount(node_s, minlength=n_states)
     row_ptr = np.zeros(n_states + 1, dtype=np.int64)
     np.cumsum(counts, out=row_ptr[1:])
     if row_ptr[-1] >= 2**31:
         raise OverflowError("more than 2**31 (state, token) pairs: split the set")
-    return row_ptr.astype(np.int32), token_s, child_s
+    delta = child_s - node_s
+    to_end = child_s == end_state
+    far = ~to_end & ((delta < 0) | (delta >= _FAR))
+    children = delta.astype(np.uint16)
+    children[to_end] = _TO_END
+    children[far] = _FAR
+    far_pos = np.flatnonzero(far).astype(np.int32)
+    return row_ptr.astype(np.int32), token_s, children, far_pos, child_s[far].astype(np.int32)
 
 
 def _spellable(
@@ -425,7 +454,7 @@ def compile_choices(
             np.concatenate([pairs.token, eos[pos]]),
             np.concatenate([pairs.child, np.full(len(grp), end_state, dtype=np.int64)]),
         )
-    row_ptr, tokens, children = _csr(pairs, n + 2, vocab.width)
+    row_ptr, tokens, children, far_pos, far_child = _csr(pairs, n + 2, vocab.width, end_state)
     vbuf, vstarts, vlengths = pack_strings(uniq) if term else (buf, starts, lengths)
     voff = np.append(vstarts, vstarts[-1] + vlengths[-1]).astype(np.int64)
     cs = ChoiceSet(
@@ -437,6 +466,8 @@ def compile_choices(
             "row_ptr": row_ptr,
             "tokens": tokens,
             "children": children,
+            "far_pos": far_pos,
+            "far_child": far_child,
             "ends": ends.astype(np.int32),
             "value_bytes": vbuf.copy(),
             "value_offsets": voff,
