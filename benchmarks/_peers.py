@@ -122,6 +122,8 @@ class Engine:
     grammar_form: ClassVar[str] = ""
     has_native_batch: ClassVar[bool] = False
     has_ids_view: ClassVar[bool] = False
+    guard_relation: ClassVar[str] = "equal"
+    """How the engine's masks relate to trierouter's: ``equal`` or ``subset`` (by design)."""
 
     def __init__(self) -> None:
         self.vocab: Vocabulary | None = None
@@ -259,7 +261,7 @@ class TrieRouter(Engine):
 
 
 class XGrammar(Engine):
-    """XGrammar: ``GrammarCompiler`` over a ``TokenizerInfo`` of the same bytes, EBNF alternation."""
+    """XGrammar: ``GrammarCompiler`` over a ``TokenizerInfo`` of the same bytes; EBNF enum."""
 
     name = "xgrammar"
     grammar_form = "EBNF: root ::= \"v1\" | \"v2\" | ..."
@@ -313,32 +315,20 @@ class XGrammar(Engine):
         return hs
 
 
-class _Wrapped:
-    """What ``llguidance.TokenizerWrapper`` needs: token bytes, eos/bos, specials, an encoder."""
-
-    def __init__(self, vocab: Vocabulary, encode: Callable[[str], list[int]]) -> None:
-        pad = [b""] * (vocab.width - len(vocab.tokens))
-        self.tokens = list(vocab.tokens) + pad
-        self.eos_token_id = vocab.end_ids[0]
-        self.bos_token_id = None
-        self.special_token_ids = sorted(vocab.special_ids)
-        self._encode = encode
-
-    def __call__(self, text: str) -> list[int]:
-        return self._encode(text)
-
-
 class LLGuidance(Engine):
-    """LLGuidance: ``LLTokenizer`` from the token bytes; ``LLMatcher`` over a regex alternation.
+    """LLGuidance: ``LLTokenizer.from_tiktoken``; ``LLMatcher`` over a regex alternation.
 
-    Compiles with the default parser limits; where those refuse the grammar, the refusal is
-    recorded in ``notes`` and the grammar is rebuilt with limits raised 1000x so that the per-step
-    cost can still be measured.
+    Where the grammar forces bytes (a single value left, or a shared stretch), LLGuidance allows
+    only the canonical tokenization of the forced bytes (its fast-forward policy, on for every
+    real tokenizer): its masks are then a strict subset of an FSM's. Compiles with the default
+    parser limits; where those refuse the grammar, the refusal is recorded in ``notes`` and the
+    grammar is rebuilt with limits raised 1000x so that the per-step cost can still be measured.
     """
 
     name = "llguidance"
     grammar_form = "regex: (v1|v2|...)"
     has_native_batch = True
+    guard_relation = "subset"
 
     def prepare(self, vocab: Vocabulary) -> None:
         super().prepare(vocab)
@@ -346,10 +336,16 @@ class LLGuidance(Engine):
 
         self.llg = llguidance
         enc = canonical_encoder(vocab)
-        wrapped = _Wrapped(vocab, enc.encode_ordinary)
-        self.tok = llguidance.LLTokenizer(
-            llguidance.TokenizerWrapper(wrapped), n_vocab=vocab.width,
-            eos_token=list(vocab.end_ids),
+        specials = {
+            vocab.tokens[i].decode("utf-8", "replace"): i
+            for i in sorted(vocab.special_ids)
+            if i < len(vocab.tokens) and vocab.tokens[i]
+        }
+        # the native (Rust) tiktoken tokenizer, as llguidance.tiktoken builds it: no Python
+        # callback when llguidance tokenizes forced bytes
+        self.tok = llguidance.LLTokenizer.from_tiktoken(
+            encoder=enc._mergeable_ranks, special_tokens=specials, pattern=enc._pat_str,
+            eos_token=list(vocab.end_ids), n_vocab=vocab.width,
         )
         self.executor = llguidance.LLExecutor()
         self.limits: Any = None
@@ -468,6 +464,7 @@ class GenreTrie(Engine):
     name = "genre-trie"
     grammar_form = "token-id trie of canonical encodings"
     has_ids_view = True
+    guard_relation = "subset"
 
     def prepare(self, vocab: Vocabulary) -> None:
         super().prepare(vocab)

@@ -138,7 +138,7 @@ class ChoiceSet:
         if i < hi and tok[i] == token:
             d = self._child_mv[i]
             if d < _FAR:
-                return state + d  # type: ignore[no-any-return]
+                return state + d
             if d == _TO_END:
                 return self.END
             return int(self._far_child[bisect_left(self._far_pos.data, i)])
