@@ -208,14 +208,17 @@ class TokenIndex:
         out[counts > 1] = -2
         return out
 
-    def trie_pairs(self, trie: Trie) -> TriePairs:
-        """Every (node, token, child) of ``trie``: token bytes == path(child) minus path(node)."""
-        parent = trie.parent.astype(np.int64)
+    def trie_pairs(self, trie: Trie, *, extra: TriePairs | None = None) -> TriePairs:
+        """Every (node, token, child) of ``trie``: token bytes == path(child) minus path(node).
+
+        ``extra`` pairs are appended to the result (saves a copy of the large arrays).
+        """
+        parent = trie.parent.copy()
         parent[0] = 0
-        byte = trie.byte.astype(np.int64)
+        byte = trie.byte.astype(np.int32)
         token_at = self._token_at
-        m = np.arange(1, trie.size, dtype=np.int64)
-        r = self._level1[byte[1:]].astype(np.int64)
+        m = np.arange(1, trie.size, dtype=np.int32)
+        r = self._level1[byte[1:]]
         keep = np.flatnonzero(r >= 0)
         m, a, r = m[keep], m[keep], r[keep]
         out_n: list[I64] = []
@@ -243,14 +246,22 @@ class TokenIndex:
             # one level up: the next byte is the one on the edge into ``up`` (none at the root)
             b = byte[up]
             if level == 1:
-                r = self._level2[(byte[m] << 8) | b].astype(np.int64)
+                r = self._level2[(byte[m] << 8) | b]
             else:
-                r = self._deep.get((r << 8) | b).astype(np.int64)
+                r = self._deep.get((r.astype(np.int64) << 8) | b)
             r[up == 0] = -1
             keep = np.flatnonzero(r >= 0)
             m, a, r = m[keep], up[keep], r[keep]
             level += 1
+        if extra is not None:
+            out_n.append(extra.node)
+            out_t.append(extra.token)
+            out_m.append(extra.child)
         if not out_n:
             empty = np.zeros(0, dtype=np.int64)
             return TriePairs(empty, empty, empty)
-        return TriePairs(np.concatenate(out_n), np.concatenate(out_t), np.concatenate(out_m))
+        return TriePairs(
+            np.concatenate(out_n, dtype=np.int64),
+            np.concatenate(out_t, dtype=np.int64),
+            np.concatenate(out_m, dtype=np.int64),
+        )

@@ -335,13 +335,14 @@ def _csr(
     """
     node, token, child = pairs.node, pairs.token, pairs.child
     child_bits = max(1, int(n_states).bit_length())
-    if (int(n_states) * width) < (1 << (63 - child_bits)):
-        keys = ((node * width + token) << child_bits) | child
+    token_bits = max(1, int(width - 1).bit_length())
+    if child_bits + token_bits + int(n_states).bit_length() <= 63:
+        keys = (((node << token_bits) | token) << child_bits) | child
         keys.sort(kind="stable")  # timsort: the walk emits long sorted runs
         child_s = keys & ((1 << child_bits) - 1)
         keys >>= child_bits
-        node_s = keys // width
-        token_s = (keys - node_s * width).astype(np.int32)
+        token_s = (keys & ((1 << token_bits) - 1)).astype(np.int32)
+        node_s = keys >> token_bits
     else:  # huge sets: the packed key would overflow
         order = np.lexsort((token, node))
         node_s, token_s, child_s = node[order], token[order].astype(np.int32), child[order]
@@ -417,12 +418,19 @@ def compile_choices(
         uniq = [uniq[i] for i in order]
     buf, starts, lengths = pack_strings(strings)
     trie = build_trie(buf, starts, lengths)
-    pairs = index.trie_pairs(trie)
     n = trie.size
     ends = trie.ends
-    used = np.zeros(256, dtype=bool)
-    used[buf] = True
-    if np.any(used & ~index.can_spell_bytes()):
+    end_state, dead_state = n, n + 1
+    # end ids: at every complete value, and in the END / DEAD states (which only allow them)
+    eos = np.asarray(vocab.end_ids, dtype=np.int64)
+    src = np.concatenate([np.unique(ends), [end_state, dead_state]])
+    grp, pos = ranges(np.zeros(len(src), dtype=np.int64), np.full(len(src), len(eos)))
+    eos_pairs = TriePairs(src[grp], eos[pos], np.full(len(grp), end_state, dtype=np.int64))
+    used = np.bincount(buf, minlength=256) > 0
+    if not np.any(used & ~index.can_spell_bytes()):
+        pairs = index.trie_pairs(trie, extra=eos_pairs)
+    else:
+        pairs = index.trie_pairs(trie)
         reach, live = _spellable(pairs, n, ends)
         bad = np.flatnonzero(~reach[ends])
         if len(bad):
@@ -443,16 +451,10 @@ def compile_choices(
                 reasons=reasons,
             )
         keep = live[pairs.child] & reach[pairs.node]
-        pairs = TriePairs(pairs.node[keep], pairs.token[keep], pairs.child[keep])
-    end_state, dead_state = n, n + 1
-    eos = np.asarray(vocab.end_ids, dtype=np.int64)
-    if len(eos):
-        src = np.concatenate([np.unique(ends), [end_state, dead_state]])
-        grp, pos = ranges(np.zeros(len(src), dtype=np.int64), np.full(len(src), len(eos)))
         pairs = TriePairs(
-            np.concatenate([pairs.node, src[grp]]),
-            np.concatenate([pairs.token, eos[pos]]),
-            np.concatenate([pairs.child, np.full(len(grp), end_state, dtype=np.int64)]),
+            np.concatenate([pairs.node[keep], eos_pairs.node]),
+            np.concatenate([pairs.token[keep], eos_pairs.token]),
+            np.concatenate([pairs.child[keep], eos_pairs.child]),
         )
     row_ptr, tokens, children, far_pos, far_child = _csr(pairs, n + 2, vocab.width, end_state)
     vbuf, vstarts, vlengths = pack_strings(uniq) if term else (buf, starts, lengths)

@@ -1,0 +1,83 @@
+"""The public surface is pinned; the demo and the command line run end to end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import trierouter
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_public_api_is_pinned() -> None:
+    assert trierouter.__all__ == sorted(trierouter.__all__)
+    assert trierouter.__all__ == [
+        "SHIPPED",
+        "ChoiceSet",
+        "CompileError",
+        "CorruptFileError",
+        "EmptySetError",
+        "InvalidValueError",
+        "Matcher",
+        "MissingDependencyError",
+        "TokenIndex",
+        "TrieRouterError",
+        "UnreachableValueError",
+        "Vocabulary",
+        "VocabularyError",
+        "VocabularyMismatchError",
+        "__version__",
+        "allocate_token_bitmask",
+        "apply_token_bitmask_inplace",
+        "compile_choices",
+        "shipped_vocabulary",
+    ]
+    for name in trierouter.__all__:
+        assert hasattr(trierouter, name), name
+
+
+def test_error_tree() -> None:
+    assert issubclass(trierouter.UnreachableValueError, trierouter.CompileError)
+    assert issubclass(trierouter.CompileError, ValueError)
+    assert issubclass(trierouter.InvalidValueError, TypeError)
+    assert issubclass(trierouter.MissingDependencyError, ImportError)
+    for name in trierouter.__all__:
+        obj = getattr(trierouter, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, trierouter.TrieRouterError)
+
+
+def test_demo_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    assert "ICD-10-CM codes" in out and "tool registry" in out
+    assert "All outputs were members of their sets." in out
+
+
+def test_cli_compile_and_info(tmp_path: Path) -> None:
+    values = tmp_path / "values.txt"
+    values.write_text("get_user\nlist_orders\ncafé\n", encoding="utf-8")
+    out = tmp_path / "set.trt"
+    run = [sys.executable, "-m", "trierouter"]
+    done = subprocess.run(
+        [*run, "compile", str(values), "-o", str(out), "--tokenizer", "gpt2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "3 values" in done.stdout
+    info = subprocess.run(
+        [*run, "info", str(out), "--tokenizer", "gpt2"], capture_output=True, text=True, check=True
+    )
+    assert "'café'" in info.stdout
+    wrong = subprocess.run(
+        [*run, "info", str(out), "--tokenizer", "mistral-v3"], capture_output=True, text=True
+    )
+    assert wrong.returncode == 2 and "recompile the set" in wrong.stderr
