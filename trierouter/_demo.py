@@ -106,15 +106,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<16} {value!r:<40} {steps:>2} tokens{extra[:60]}")
 
     cs = sets["ICD-10-CM codes"]
-    paths = []
+    flat: list[tuple[int, int]] = []
     for _ in range(200):
-        state, path = cs.root, []
+        state = cs.root
         while state != cs.END:
             token = int(rng.choice(cs.mask(state)))
-            path.append((state, token))
+            flat.append((state, token))
             state = cs.advance(state, token)
-        paths.append(path)
-    flat = [p for path in paths for p in path]
     samples = []
     advance, mask = cs.advance, cs.mask
     for _ in range(5):

@@ -221,9 +221,9 @@ class TokenIndex:
         r = self._level1[byte[1:]]
         keep = np.flatnonzero(r >= 0)
         m, a, r = m[keep], m[keep], r[keep]
-        out_n: list[I64] = []
-        out_t: list[I64] = []
-        out_m: list[I64] = []
+        out_n: list[npt.NDArray[np.integer[Any]]] = []
+        out_t: list[npt.NDArray[np.integer[Any]]] = []
+        out_m: list[npt.NDArray[np.integer[Any]]] = []
         level = 1
         while len(m):
             tok = token_at[r]
