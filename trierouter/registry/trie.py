@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any
 
@@ -102,10 +102,7 @@ class ChoiceSet:
         self.END = self.n_nodes
         self.DEAD = self.n_nodes + 1
         self.compile_seconds = 0.0
-        # memoryviews: the fastest way to read single items from Python (also over a memmap)
-        self._ptr_mv = self.row_ptr.data
-        self._tok_mv = self.tokens.data
-        self._child_mv = self.children.data
+        self._advance, self._mask = _serving_functions(self)
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
@@ -127,27 +124,11 @@ class ChoiceSet:
 
     def advance(self, state: int, token: int) -> int:
         """Next state after ``token`` (``DEAD`` if the token is not allowed); never raises."""
-        ptr = self._ptr_mv
-        try:
-            lo = ptr[state]
-            hi = ptr[state + 1]
-        except (IndexError, TypeError):
-            return self.DEAD
-        tok = self._tok_mv
-        i = bisect_left(tok, token, lo, hi)
-        if i < hi and tok[i] == token:
-            d = self._child_mv[i]
-            if d < _FAR:
-                return state + d
-            if d == _TO_END:
-                return self.END
-            return int(self._far_child[bisect_left(self._far_pos.data, i)])
-        return self.DEAD
+        return self._advance(state, token)
 
     def mask(self, state: int) -> I32:
         """Allowed token ids at ``state``, sorted (a view; no copy)."""
-        ptr = self._ptr_mv
-        return self.tokens[ptr[state] : ptr[state + 1]]
+        return self._mask(state)
 
     def is_terminal(self, state: int) -> bool:
         """A value is complete at ``state`` (end ids allowed) or the state is ``END``."""
@@ -322,6 +303,43 @@ class ChoiceSet:
             terminator=term if isinstance(term, str) else None,
             arrays=arrays,
         )
+
+
+def _serving_functions(
+    cs: ChoiceSet,
+) -> tuple[Callable[[int, int], int], Callable[[int], I32]]:
+    """The single-step hot path as closures over memoryviews.
+
+    Memoryview item reads are the fastest way to reach array items from Python (also over a
+    memmap), and closure variables the fastest names: this keeps a step near 0.3 µs.
+    """
+    ptr = cs.row_ptr.data
+    tok = cs.tokens.data
+    child = cs.children.data
+    far_pos = cs._far_pos.data
+    far_child = cs._far_child
+    tokens = cs.tokens
+    end, dead = cs.END, cs.DEAD
+    n_states = len(ptr) - 1
+
+    def advance(state: int, token: int) -> int:
+        if not 0 <= state < n_states:
+            return dead
+        hi = ptr[state + 1]
+        i = bisect_left(tok, token, ptr[state], hi)
+        if i < hi and tok[i] == token:
+            d: int = child[i]
+            if d < _FAR:
+                return state + d
+            if d == _TO_END:
+                return end
+            return int(far_child[bisect_left(far_pos, i)])
+        return dead
+
+    def mask(state: int) -> I32:
+        return tokens[ptr[state] : ptr[state + 1]]
+
+    return advance, mask
 
 
 def _csr(
