@@ -112,9 +112,10 @@ class ChoiceSet:
         index: TokenIndex | Vocabulary,
         *,
         terminator: str | None = None,
+        allow_end: bool = True,
     ) -> ChoiceSet:
         """Same as :func:`compile_choices`."""
-        return compile_choices(values, index, terminator=terminator)
+        return compile_choices(values, index, terminator=terminator, allow_end=allow_end)
 
     # -- serving -----------------------------------------------------------------------------------
     @property
@@ -407,12 +408,15 @@ def compile_choices(
     index: TokenIndex | Vocabulary,
     *,
     terminator: str | None = None,
+    allow_end: bool = True,
 ) -> ChoiceSet:
     """Compile ``values`` against a tokenizer index into a :class:`ChoiceSet`.
 
     ``terminator``: ``None`` (default) ends a value with the vocabulary's end ids; a string (for
     example ``'"'``) must follow each value instead, and tokens that cross from a value into it
     are allowed, as an FSM over ``value + terminator`` allows them (the end ids follow it).
+    ``allow_end=False`` leaves the end ids out where a value is complete (the set is followed by
+    more output, as inside a decoding plan); ``END`` and ``DEAD`` still allow only them.
     Duplicates collapse; a value may be a prefix of another; the empty string is a value.
     Raises :class:`EmptySetError`, :class:`InvalidValueError` or :class:`UnreachableValueError`.
     """
@@ -441,7 +445,8 @@ def compile_choices(
     end_state, dead_state = n, n + 1
     # end ids: at every complete value, and in the END / DEAD states (which only allow them)
     eos = np.asarray(vocab.end_ids, dtype=np.int64)
-    src = np.concatenate([np.unique(ends), [end_state, dead_state]])
+    complete = np.unique(ends) if allow_end else np.zeros(0, dtype=np.int64)
+    src = np.concatenate([complete, [end_state, dead_state]])
     grp, pos = ranges(np.zeros(len(src), dtype=np.int64), np.full(len(src), len(eos)))
     eos_pairs = TriePairs(src[grp], eos[pos], np.full(len(grp), end_state, dtype=np.int64))
     used = np.bincount(buf, minlength=256) > 0
