@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -71,6 +70,14 @@ class TokenIndex:
         self._tok_ids: I32 = arrays["tok_ids"]
         self._single: npt.NDArray[np.bool_] = arrays["single_byte"]
         self._arrays = arrays
+        counts = np.diff(self._tok_ptr)
+        token_at = np.full(len(counts), -1, dtype=np.int64)
+        one = counts == 1
+        token_at[one] = self._tok_ids[self._tok_ptr[:-1][one]]
+        token_at[counts > 1] = -2
+        # per reversed-trie node: its token id if exactly one, -1 if none, -2 if several
+        self._token_at = token_at
+        _ = vocabulary.hash  # computed once here, not on the first compile
         self.build_seconds = 0.0
         self.source = "built"
 
@@ -198,16 +205,6 @@ class TokenIndex:
         return self._single
 
     # -- the backward walk -----------------------------------------------------------------------
-    @cached_property
-    def _token_at(self) -> I64:
-        """Per reversed-trie node: its token id if exactly one, -1 if none, -2 if several."""
-        counts = np.diff(self._tok_ptr)
-        out = np.full(len(counts), -1, dtype=np.int64)
-        one = counts == 1
-        out[one] = self._tok_ids[self._tok_ptr[:-1][one]]
-        out[counts > 1] = -2
-        return out
-
     def trie_pairs(self, trie: Trie, *, extra: TriePairs | None = None) -> TriePairs:
         """Every (node, token, child) of ``trie``: token bytes == path(child) minus path(node).
 

@@ -183,7 +183,7 @@ class ChoiceSet:
         return nodes * self.width + self.tokens
 
     @cached_property
-    def _words(self) -> tuple[I32, I32, npt.NDArray[np.int32]]:
+    def _words(self) -> tuple[I32, npt.NDArray[np.intp], npt.NDArray[np.int32]]:
         """Per state, the non-zero 32-bit words of its packed mask: (word_ptr, word_idx, bits)."""
         tok = self.tokens.astype(np.int64)
         nodes = np.repeat(np.arange(len(self.row_ptr) - 1, dtype=np.int64), np.diff(self.row_ptr))
@@ -196,7 +196,13 @@ class ChoiceSet:
         counts = np.bincount(nodes[heads], minlength=len(self.row_ptr) - 1)
         wptr = np.zeros(len(self.row_ptr), dtype=np.int64)
         np.cumsum(counts, out=wptr[1:])
-        return wptr.astype(np.int32), word[heads].astype(np.int32), wbits.view(np.int32)
+        return wptr.astype(np.int32), word[heads].astype(np.intp), wbits.view(np.int32)
+
+    def prepare(self) -> ChoiceSet:
+        """Build the serving tables now (packed-mask words, batch lookup keys) instead of on the
+        first bitmask fill or batch step; engines call this when they load a set."""
+        _ = self._words, self.batch_keys
+        return self
 
     @property
     def bitmask_words(self) -> int:
@@ -207,11 +213,18 @@ class ChoiceSet:
         self, state: int, bitmask: npt.NDArray[np.int32], index: int = 0
     ) -> None:
         """Write the packed mask of ``state`` into ``bitmask[index]`` (XGrammar layout)."""
-        wptr, widx, wbits = self._words
-        lo, hi = int(wptr[state]), int(wptr[state + 1])
+        _, widx, wbits = self._words
+        ptr = self._wptr_view
+        if not 0 <= state < len(ptr) - 1:
+            state = self.DEAD
+        lo, hi = ptr[state], ptr[state + 1]
         row = bitmask[index]
         row.fill(0)
         row[widx[lo:hi]] = wbits[lo:hi]
+
+    @cached_property
+    def _wptr_view(self) -> memoryview:
+        return self._words[0].data
 
     def advance_batch(self, states: npt.ArrayLike, tokens: npt.ArrayLike) -> I64:
         """Vectorized :meth:`advance`: next state for every (state, token); ``DEAD`` if refused."""
