@@ -89,7 +89,9 @@ def canonical_encoder(vocab: Vocabulary) -> Any:
     special = vocab.special_ids
     ranks = {t: i for i, t in enumerate(vocab.tokens) if t and i not in special}
     return tiktoken.Encoding(
-        name=f"bench-{vocab.name}", pat_str=_PATTERNS[vocab.name](), mergeable_ranks=ranks,
+        name=f"bench-{vocab.name}",
+        pat_str=_PATTERNS[vocab.name](),
+        mergeable_ranks=ranks,
         special_tokens={},
     )
 
@@ -264,7 +266,7 @@ class XGrammar(Engine):
     """XGrammar: ``GrammarCompiler`` over a ``TokenizerInfo`` of the same bytes; EBNF enum."""
 
     name = "xgrammar"
-    grammar_form = "EBNF: root ::= \"v1\" | \"v2\" | ..."
+    grammar_form = 'EBNF: root ::= "v1" | "v2" | ...'
     has_native_batch = True
 
     def prepare(self, vocab: Vocabulary) -> None:
@@ -344,8 +346,11 @@ class LLGuidance(Engine):
         # the native (Rust) tiktoken tokenizer, as llguidance.tiktoken builds it: no Python
         # callback when llguidance tokenizes forced bytes
         self.tok = llguidance.LLTokenizer.from_tiktoken(
-            encoder=enc._mergeable_ranks, special_tokens=specials, pattern=enc._pat_str,
-            eos_token=list(vocab.end_ids), n_vocab=vocab.width,
+            encoder=enc._mergeable_ranks,
+            special_tokens=specials,
+            pattern=enc._pat_str,
+            eos_token=list(vocab.end_ids),
+            n_vocab=vocab.width,
         )
         self.executor = llguidance.LLExecutor()
         self.limits: Any = None
@@ -361,9 +366,12 @@ class LLGuidance(Engine):
         if m.is_error():
             self.notes["default_limits_error"] = str(m.get_error())[:500]
             self.limits = self.llg.LLParserLimits(
-                max_items_in_row=2_000_000, initial_lexer_fuel=1_000_000_000,
-                step_lexer_fuel=200_000_000, step_max_items=50_000_000,
-                max_lexer_states=250_000_000, max_grammar_size=500_000_000,
+                max_items_in_row=2_000_000,
+                initial_lexer_fuel=1_000_000_000,
+                step_lexer_fuel=200_000_000,
+                step_max_items=50_000_000,
+                max_lexer_states=250_000_000,
+                max_grammar_size=500_000_000,
             )
             m = self._matcher()
             if m.is_error():
@@ -401,7 +409,9 @@ class LLGuidance(Engine):
             if r:
                 hs[i].reset()
         self.executor.unsafe_compute_mask_ptr(
-            [(h, i) for i, h in enumerate(hs)], bitmask.ctypes.data, bitmask.shape[1] * 4,
+            [(h, i) for i, h in enumerate(hs)],
+            bitmask.ctypes.data,
+            bitmask.shape[1] * 4,
             bitmask.shape[0],
         )
         return hs
