@@ -243,10 +243,9 @@ class Plan:
             ids = cs.mask(probe)
             if len(ids) == 0:
                 break
-            heads = np.unique(first[ids])
-            if len(heads) != 1 or heads[0] < 0:
+            b = int(first[ids[0]])
+            if b < 0 or int(first[ids[-1]]) != b or np.any(first[ids] != b):
                 break
-            b = int(heads[0])
             bt = self._byte_token[b]
             if bt < 0:
                 break
