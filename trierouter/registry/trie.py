@@ -366,31 +366,37 @@ def _csr(
     ``far_child`` at the pair position listed in ``far_pos``.
     """
     node, token, child = pairs.node, pairs.token, pairs.child
-    child_bits = max(1, int(n_states).bit_length())
+    # the child as its uint16 code: offset from the node, or one of the two escape codes
+    code = child - node
+    far = (code < 0) | (code >= _FAR)
+    code[far] = _FAR
+    code[child == end_state] = _TO_END
+    far &= child != end_state
     token_bits = max(1, int(width - 1).bit_length())
-    if child_bits + token_bits + int(n_states).bit_length() <= 63:
-        keys = (((node << token_bits) | token) << child_bits) | child
+    node_bits = max(1, int(n_states).bit_length())
+    if node_bits + token_bits + 16 <= 63:
+        keys = (((node << token_bits) | token) << 16) | code
         keys.sort(kind="stable")  # timsort: the walk emits long sorted runs
-        child_s = keys & ((1 << child_bits) - 1)
-        keys >>= child_bits
+        children = keys.astype(np.uint16)
+        keys >>= 16
         token_s = (keys & ((1 << token_bits) - 1)).astype(np.int32)
-        node_s = keys >> token_bits
+        keys >>= token_bits
+        node_s = keys
     else:  # huge sets: the packed key would overflow
         order = np.lexsort((token, node))
-        node_s, token_s, child_s = node[order], token[order].astype(np.int32), child[order]
+        node_s, token_s, children = node[order], token[order].astype(np.int32), code[order]
+        children = children.astype(np.uint16)
     counts = np.bincount(node_s, minlength=n_states)
     row_ptr = np.zeros(n_states + 1, dtype=np.int64)
     np.cumsum(counts, out=row_ptr[1:])
     if row_ptr[-1] >= 2**31:
         raise OverflowError("more than 2**31 (state, token) pairs: split the set")
-    delta = child_s - node_s
-    to_end = child_s == end_state
-    far = ~to_end & ((delta < 0) | (delta >= _FAR))
-    children = delta.astype(np.uint16)
-    children[to_end] = _TO_END
-    children[far] = _FAR
-    far_pos = np.flatnonzero(far).astype(np.int32)
-    return row_ptr.astype(np.int32), token_s, children, far_pos, child_s[far].astype(np.int32)
+    # far targets, in the order their pairs have in the rows (each (node, token) is unique)
+    far_idx = np.flatnonzero(far)
+    far_order = np.lexsort((token[far_idx], node[far_idx]))
+    far_child = child[far_idx][far_order].astype(np.int32)
+    far_pos = np.flatnonzero(children == _FAR).astype(np.int32)
+    return row_ptr.astype(np.int32), token_s, children, far_pos, far_child
 
 
 def _spellable(
