@@ -231,17 +231,20 @@ class ChoiceSet:
         st = np.asarray(states, dtype=np.int64)
         tk = np.asarray(tokens, dtype=np.int64)
         keys = self.batch_keys
-        ok = (st >= 0) & (st <= self.DEAD) & (tk >= 0) & (tk < self.width)
-        q = np.where(ok, st * self.width + tk, -1)
-        pos = np.searchsorted(keys, q)
-        np.minimum(pos, len(keys) - 1, out=pos)
-        hit = keys[pos] == q
-        d = self.children[pos].astype(np.int64)
+        q = st * self.width + tk
+        bad = ((st | tk) < 0) | (tk >= self.width) | (st > self.DEAD)
+        if bad.any():
+            q[bad] = -1
+        pos = keys.searchsorted(q)
+        hit = keys.take(pos, mode="clip") == q
+        d = self.children.take(pos, mode="clip")
         nxt = st + d
-        nxt[d == _TO_END] = self.END
-        far = np.flatnonzero(d == _FAR)
-        if len(far):
-            nxt[far] = self._far_child[np.searchsorted(self._far_pos, pos[far])]
+        special = np.flatnonzero(d >= _FAR)
+        if len(special):  # the end state, or a target stored out of line
+            code = d[special]
+            nxt[special[code == _TO_END]] = self.END
+            far = special[code == _FAR]
+            nxt[far] = self._far_child[self._far_pos.searchsorted(pos[far])]
         nxt[~hit] = self.DEAD
         return nxt
 
