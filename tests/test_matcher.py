@@ -12,6 +12,7 @@ from trierouter.errors import CorruptFileError, VocabularyMismatchError
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router import bitmask as bitmask_mod
 from trierouter.router.bitmask import (
     allocate_token_bitmask,
     apply_token_bitmask_inplace,
@@ -90,11 +91,27 @@ def test_apply_bitmask_numpy_and_torch(toy: Vocabulary, choices: ChoiceSet) -> N
     t = torch.from_numpy(logits.copy())
     apply_token_bitmask_inplace(t, torch.from_numpy(bm))
     assert np.array_equal(t.numpy(), expected)
-    # rows by index, logits wider than the mask words cover
-    wide = np.zeros((4, bm.shape[1] * 32 + 5), dtype=np.float32)
-    apply_token_bitmask_inplace(wide, bm[:1], indices=[2])
-    assert np.isinf(wide[2, bm.shape[1] * 32 :]).all() and not np.isinf(wide[[0, 1, 3]]).any()
-    assert set(np.flatnonzero(~np.isinf(wide[2])).tolist()) == set(choices.mask(states[0]).tolist())
+    # XGrammar's semantics: bitmask row i masks logits row i for i in indices; columns past the
+    # mask words are left alone. Both implementations (ours and xgrammar's kernel) agree.
+    import xgrammar
+
+    wide = rng.standard_normal((3, bm.shape[1] * 32 + 5)).astype(np.float32)
+    for impl in ("numpy", "torch", "xgrammar"):
+        got_w = wide.copy()
+        if impl == "numpy":
+            apply_token_bitmask_inplace(got_w, bm, indices=[2, 0])
+        elif impl == "torch":
+            tw = torch.from_numpy(got_w)
+            bitmask_mod._apply_torch_fallback(tw, torch.from_numpy(bm), [2, 0])
+        else:
+            tw = torch.from_numpy(got_w)
+            with pytest.warns(UserWarning, match="left unmasked"):
+                xgrammar.apply_token_bitmask_inplace(tw, torch.from_numpy(bm), indices=[2, 0])
+        assert np.array_equal(got_w[1], wide[1]), impl
+        for i in (0, 2):
+            keep = set(np.flatnonzero(~np.isinf(got_w[i, : bm.shape[1] * 32])).tolist())
+            assert keep == set(choices.mask(states[i]).tolist()), impl
+            assert np.array_equal(got_w[i, bm.shape[1] * 32 :], wide[i, bm.shape[1] * 32 :])
 
 
 def test_save_load_mmap_roundtrip(tmp_path: Path, toy: Vocabulary, choices: ChoiceSet) -> None:

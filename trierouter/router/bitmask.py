@@ -44,9 +44,10 @@ def bitmask_to_ids(row: npt.NDArray[np.int32], width: int | None = None) -> npt.
 def apply_token_bitmask_inplace(logits: Any, bitmask: Any, *, indices: Any | None = None) -> None:
     """Set logits of disallowed tokens to ``-inf`` in place.
 
-    ``logits``: numpy array or torch tensor ``(B, V)`` or ``(V,)``; ``bitmask``: int32
-    ``(B, ceil(W / 32))`` (numpy or torch). Tokens at or beyond ``32 * words`` are disallowed.
-    ``indices``: the logits rows to mask (row ``i`` of the bitmask goes to ``indices[i]``).
+    XGrammar's semantics, so either implementation can serve: ``logits`` is a numpy array or
+    torch tensor ``(B, V)`` or ``(V,)``, ``bitmask`` int32 ``(B, ceil(W / 32))`` (numpy or torch);
+    the first ``min(V, 32 * words)`` columns are masked; ``indices`` selects the rows to mask,
+    bitmask row ``indices[i]`` applying to logits row ``indices[i]`` (default: every row).
     On torch tensors XGrammar's kernel is used when installed (CPU and CUDA).
     """
     if isinstance(logits, np.ndarray):
@@ -61,16 +62,13 @@ def _apply_numpy(
     two_d = logits if logits.ndim == 2 else logits[None, :]
     masks = bitmask if bitmask.ndim == 2 else bitmask[None, :]
     rows = np.arange(len(masks)) if indices is None else np.asarray(indices, dtype=np.int64)
-    vocab = two_d.shape[1]
+    n = min(two_d.shape[1], masks.shape[1] * 32)
     bits = np.unpackbits(
-        np.ascontiguousarray(masks).view(np.uint8), axis=-1, bitorder="little"
-    ).astype(bool)
-    allowed = np.zeros((len(masks), vocab), dtype=bool)
-    n = min(vocab, bits.shape[1])
-    allowed[:, :n] = bits[:, :n]
-    sub = two_d[rows]
-    sub[~allowed] = -np.inf
-    two_d[rows] = sub
+        np.ascontiguousarray(masks[rows]).view(np.uint8), axis=-1, bitorder="little"
+    )[:, :n].astype(bool)
+    sub = two_d[rows, :n]
+    sub[~bits] = -np.inf
+    two_d[rows, :n] = sub
 
 
 def _apply_torch(logits: Any, bitmask: Any, indices: Any | None) -> None:
@@ -80,22 +78,25 @@ def _apply_torch(logits: Any, bitmask: Any, indices: Any | None) -> None:
     mask_t = mask_t.to(logits.device, non_blocking=True)
     try:
         import xgrammar
-
-        idx = None if indices is None else [int(i) for i in indices]
-        xgrammar.apply_token_bitmask_inplace(logits, mask_t, indices=idx)
-        return
     except ImportError:
-        pass
+        _apply_torch_fallback(logits, mask_t, indices)
+        return
+    idx = None if indices is None else [int(i) for i in indices]
+    xgrammar.apply_token_bitmask_inplace(logits, mask_t, indices=idx)
+
+
+def _apply_torch_fallback(logits: Any, mask_t: Any, indices: Any | None) -> None:
+    """Pure-torch form of XGrammar's kernel (used when xgrammar is not installed)."""
+    import torch
+
     two_d = logits if logits.dim() == 2 else logits.unsqueeze(0)
     masks = mask_t if mask_t.dim() == 2 else mask_t.unsqueeze(0)
+    rows = (
+        torch.arange(masks.shape[0], device=two_d.device)
+        if indices is None
+        else torch.as_tensor(list(indices), device=two_d.device, dtype=torch.long)
+    )
+    n = min(two_d.shape[1], masks.shape[1] * 32)
     shifts = torch.arange(32, device=masks.device, dtype=torch.int32)
-    bits = ((masks.unsqueeze(-1) >> shifts) & 1).bool().reshape(masks.shape[0], -1)
-    vocab = two_d.shape[1]
-    allowed = torch.zeros((masks.shape[0], vocab), dtype=torch.bool, device=two_d.device)
-    n = min(vocab, bits.shape[1])
-    allowed[:, :n] = bits[:, :n]
-    if indices is None:
-        two_d.masked_fill_(~allowed, float("-inf"))
-    else:
-        rows = torch.as_tensor(list(indices), device=two_d.device, dtype=torch.long)
-        two_d[rows] = two_d[rows].masked_fill(~allowed, float("-inf"))
+    bits = ((masks[rows].unsqueeze(-1) >> shifts) & 1).bool().reshape(len(rows), -1)[:, :n]
+    two_d[rows, :n] = two_d[rows, :n].masked_fill(~bits, float("-inf"))
