@@ -15,7 +15,8 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 $(VENV)/.demo: $(PY) pyproject.toml
-	$(PIP) install --quiet -e '.[tokenizers,data]'
+	$(PIP) install --quiet 'torch==2.13.0'
+	$(PIP) install --quiet -e '.[tokenizers,data,transformers]'
 	touch $@
 
 $(VENV)/.test: $(PY) pyproject.toml

