@@ -185,15 +185,19 @@ class ChoiceSet:
     @cached_property
     def _words(self) -> tuple[I32, npt.NDArray[np.intp], npt.NDArray[np.int32]]:
         """Per state, the non-zero 32-bit words of its packed mask: (word_ptr, word_idx, bits)."""
-        tok = self.tokens.astype(np.int64)
-        nodes = np.repeat(np.arange(len(self.row_ptr) - 1, dtype=np.int64), np.diff(self.row_ptr))
+        tok = self.tokens
+        n_states = len(self.row_ptr) - 1
         word = tok >> 5
-        bits = (np.uint32(1) << (tok & 31).astype(np.uint32)).astype(np.uint32)
+        bits = np.left_shift(np.uint32(1), (tok & 31).astype(np.uint32))
+        # a word group starts where the word index changes, and at every row start
         start = np.ones(len(tok), dtype=bool)
-        start[1:] = (word[1:] != word[:-1]) | (nodes[1:] != nodes[:-1])
+        np.not_equal(word[1:], word[:-1], out=start[1:])
+        start[self.row_ptr[:-1][np.diff(self.row_ptr) > 0]] = True
         heads = np.flatnonzero(start)
         wbits = np.bitwise_or.reduceat(bits, heads) if len(heads) else bits[:0]
-        counts = np.bincount(nodes[heads], minlength=len(self.row_ptr) - 1)
+        lengths = np.diff(self.row_ptr)
+        head_rows = np.repeat(np.arange(n_states, dtype=np.int32), lengths)[heads]
+        counts = np.bincount(head_rows, minlength=n_states)
         wptr = np.zeros(len(self.row_ptr), dtype=np.int64)
         np.cumsum(counts, out=wptr[1:])
         return wptr.astype(np.int32), word[heads].astype(np.intp), wbits.view(np.int32)
