@@ -1,0 +1,192 @@
+"""Write the README's benchmark tables from the result JSON files (never by hand).
+
+Replaces the text between ``<!-- bench:start -->`` and ``<!-- bench:end -->`` in README.md.
+
+    python benchmarks/report.py [--check]    # --check: exit 1 if the README is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+ENGINES = ["trierouter", "xgrammar", "llguidance", "outlines-core", "genre-trie"]
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _cell(r: dict[str, Any] | None, key: str, fmt: str, scale: float = 1.0) -> str:
+    if r is None:
+        return "–"
+    if r.get("status") == "timeout":
+        return "timeout"
+    if r.get("status") != "ok":
+        return r.get("status", "–")
+    v: Any = r
+    for part in key.split("."):
+        v = v.get(part) if isinstance(v, dict) else None
+    return _num(None if v is None else float(v) * scale, fmt)
+
+
+def compile_and_step(d: dict[str, Any]) -> list[str]:
+    rows = {(r["engine"], r["k"]): r for r in d["results"] if r.get("vocab") == "qwen2"}
+    ks = sorted({k for _, k in rows})
+    m = d["machine"]
+    out = [
+        f"Qwen2 tokenizer (151,936 ids), `tool_names(K)` (~26 bytes per name), one run, "
+        f"{m.get('cpu_count')} cores, {m.get('date', '')[:10]}; xgrammar "
+        f"{m['versions'].get('xgrammar')}, llguidance {m['versions'].get('llguidance')}, "
+        f"outlines-core {m['versions'].get('outlines_core')}. Compile = first compile in a fresh "
+        "process (tokenizer preprocessing excluded); step = accept a token + fill the next packed "
+        "bitmask row (median; mean in brackets); batch = 256 requests advanced and their "
+        "bitmask filled; memory = the compiled set as the engine reports it (RSS growth during "
+        "compile where it reports none).",
+        "",
+    ]
+    tables = [
+        ("compile (ms)", "compile_ms", ".1f", 1.0, None),
+        ("step (µs)", "step.median_us", ".1f", 1.0, "step.mean_us"),
+        ("batch of 256 (µs)", "batch.best_median_us", ",.0f", 1.0, None),
+        ("memory (MB)", "reported_mb", ".2f", 1.0, None),
+    ]
+    for title, key, fmt, scale, extra in tables:
+        out.append(f"| {title} | " + " | ".join(f"K={k:,}" for k in ks) + " |")
+        out.append("|---" * (len(ks) + 1) + "|")
+        for e in ENGINES:
+            cells = []
+            for k in ks:
+                r = rows.get((e, k))
+                c = _cell(r, key, fmt, scale)
+                if key == "reported_mb" and c == "–" and r is not None and r.get("status") == "ok":
+                    c = _cell(r, "rss_compile_mb", fmt) + " (RSS)"
+                if extra and r is not None and r.get("status") == "ok":
+                    c += f" ({_cell(r, extra, '.1f')})"
+                cells.append(c)
+            out.append(f"| {e} | " + " | ".join(cells) + " |")
+        out.append("")
+    t = [rows.get(("trierouter", k)) for k in ks]
+    out.append(
+        "trierouter details: warm compile "
+        + ", ".join(f"{_cell(r, 'compile_warm_ms', '.1f')} ms" for r in t)
+        + "; advance + mask view without packing "
+        + ", ".join(f"{_cell(r, 'step_ids.median_us', '.2f')} µs" for r in t)
+        + "; bitmask fill rate in the batch "
+        + ", ".join(f"{_cell(r, 'batch.fill_gbps', '.0f')} GB/s" for r in t)
+        + f" (K = {', '.join(f'{k:,}' for k in ks)})."
+    )
+    return out
+
+
+def vllm(d: dict[str, Any]) -> list[str]:
+    res = {(r["method"], r["k"], r["batch"]): r for r in d["results"]}
+    keys = sorted({(k, b) for _, k, b in res})
+    out = [
+        f"vLLM {d['engine']['vllm']} on the CPU, {d['model']}, greedy; requests/s "
+        "(unconstrained decodes the same number of tokens per request as trierouter).",
+        "",
+        "| K | batch | unconstrained | trierouter | slowdown | xgrammar | guidance | "
+        "trierouter / xgrammar |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for k, b in keys:
+        u, t = res.get(("unconstrained", k, b)), res.get(("trierouter", k, b))
+        x, g = res.get(("xgrammar", k, b)), res.get(("guidance", k, b))
+
+        def rps(r: dict[str, Any] | None, b: int = b) -> str:
+            if r is None:
+                return "–"
+            valid = r.get("valid")
+            ok = valid is None or valid == b  # valid outputs out of the batch's requests
+            return f"{r['requests_per_s']:.1f}" + ("" if ok else f" ({valid}/{b} valid)")
+
+        slow = f"{(u['requests_per_s'] / t['requests_per_s'] - 1) * 100:+.0f}%" if u and t else "–"
+        ratio = f"{t['requests_per_s'] / x['requests_per_s']:.1f}×" if t and x else "–"
+        out.append(
+            f"| {k:,} | {b} | {rps(u)} | {rps(t)} | {slow} | {rps(x)} | {rps(g)} | {ratio} |"
+        )
+    eq = d.get("equivalence", {})
+    if eq:
+        out += [
+            "",
+            "End to end: "
+            + "; ".join(
+                f"{name}: {v.get('identical_to_xgrammar', v.get('valid'))}/{v['prompts']} "
+                + ("identical to xgrammar" if "identical_to_xgrammar" in v else "valid")
+                for name, v in eq.items()
+            )
+            + ".",
+        ]
+    return out
+
+
+def fast_forward(d: dict[str, Any]) -> list[str]:
+    out = [
+        "| set | K | decoding | forward passes per output (plain → fast-forward) | saved |",
+        "|---|---|---|---|---|",
+    ]
+    for c in d["cases"]:
+        p, f = c["plain"], c["fast_forward"]
+        out.append(
+            f"| {c['set']} | {c['k']:,} | {c['decoding']} | {p['forward_passes_per_output']:.2f} → "
+            f"{f['forward_passes_per_output']:.2f} | {c['forward_passes_saved_pct']:.0f}% |"
+        )
+    return out
+
+
+def equivalence(d: dict[str, Any]) -> list[str]:
+    fams = sorted({r["family"] for r in d["rows"]})
+    return [
+        f"Equivalence sweep: {d['settings']} settings ({len(fams)} tokenizers × K × ending), "
+        f"{d['paths_per_setting']:,} random paths each, {d['total_steps']:,} steps compared with "
+        f"XGrammar {d['xgrammar']}: " + ("all identical." if d["all_identical"] else "DIFFERENCES.")
+    ]
+
+
+def render() -> str:
+    parts: list[str] = []
+    if (d := _load("compile_and_step.json")) is not None:
+        parts += ["### Compile, step, memory", "", *compile_and_step(d), ""]
+        parts += ["![compile and step](benchmarks/results/compile_and_step.png)", ""]
+    if (d := _load("equivalence_sweep.json")) is not None:
+        parts += [*equivalence(d), ""]
+    if (d := _load("vllm_throughput.json")) is not None:
+        parts += ["### vLLM throughput", "", *vllm(d), ""]
+        parts += ["![vllm throughput](benchmarks/results/vllm_throughput.png)", ""]
+    if (d := _load("fast_forward.json")) is not None:
+        parts += ["### Fast-forward (transformers, tiny random model)", "", *fast_forward(d), ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        print(f"README.md has no {START} ... {END} section", file=sys.stderr)
+        return 2
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{START}\n{render()}{END}{tail}"
+    if args.check:
+        return 0 if new == text else 1
+    readme.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
