@@ -48,6 +48,11 @@ lint: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(PY) benchmarks/compile_and_step.py
 	$(PY) benchmarks/plot_compile_and_step.py
+	$(PY) benchmarks/report.py
+
+# the others (each writes benchmarks/results/*.json; report.py refreshes the README tables):
+#   benchmarks/vllm_throughput.py (~13 min)   benchmarks/fast_forward.py (~4 min)
+#   benchmarks/shortlist.py (embeds 74K labels once, cached)   benchmarks/equivalence_sweep.py
 
 sweep: $(VENV)/.dev
 	$(PY) benchmarks/equivalence_sweep.py
