@@ -20,7 +20,7 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
+    fig, axes = plt.subplots(2, 2, figsize=(20, 10), gridspec_kw={"width_ratios": [1.6, 1.0]})
     ax = axes[0][0]
     icd = data.get("icd10cm", {})
     rec = icd.get("recall", {})
@@ -33,7 +33,9 @@ def main() -> None:
         ax.axhline(0.75, color="gray", ls="--", lw=0.8)
         ax.axhline(0.90, color="gray", ls=":", lw=0.8)
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels([n.replace("+", "\n+") for n in names], fontsize=7)
+        ax.set_xticklabels(
+            [n.replace("+", "\n+").replace("_tuned", "\ntuned") for n in names], fontsize=6
+        )
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8)
         ax.set_title(
@@ -49,7 +51,9 @@ def main() -> None:
         ("minilm_encode_query", "MiniLM encode (ICD)"),
         ("faiss_flat_search", "faiss flat (ICD)"),
         ("bm25_search", "BM25 (ICD)"),
+        ("faiss_hnsw_search", "faiss HNSW (ICD)"),
         ("hybrid_search_total", "hybrid total (ICD)"),
+        ("hybrid_hnsw_search_total", "hybrid, HNSW side, total (ICD)"),
     ):
         if key in lat:
             rows.append((label, lat[key]["median_ms"]))
@@ -67,7 +71,8 @@ def main() -> None:
         ax.barh([r[0] for r in rows], [r[1] for r in rows], color="tab:blue")
         ax.axvline(10, color="gray", ls="--", lw=0.8)
         ax.set_xlabel("single-query latency, median ms (dashed: 10 ms)")
-        ax.set_title("Shortlist latency, 1 thread", fontsize=9)
+        method = lat.get("method", "hybrid")
+        ax.set_title(f"Shortlist latency, 1 thread (ICD: {method})", fontsize=9)
         ax.tick_params(axis="y", labelsize=8)
 
     ax = axes[1][0]

@@ -12,7 +12,12 @@ only when used (``pip install 'trierouter[shortlist]'``).
 """
 
 from trierouter.shortlist._common import IndexMismatchError, Retriever
-from trierouter.shortlist.embedding import Embedder, EmbeddingCache, EmbeddingIndex
+from trierouter.shortlist.embedding import (
+    Embedder,
+    EmbeddingCache,
+    EmbeddingIndex,
+    fine_tune_embedder,
+)
 from trierouter.shortlist.hierarchy import (
     Group,
     Hierarchy,
@@ -37,6 +42,7 @@ __all__ = [
     "Retriever",
     "RoutedSet",
     "build_hierarchy",
+    "fine_tune_embedder",
     "icd10cm_path",
     "kmeans_paths",
     "namespace_path",
