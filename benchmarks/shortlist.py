@@ -219,7 +219,7 @@ def tuned_embedder(
     return emb, {"model_dir": str(out.relative_to(ROOT)), "fingerprint": emb.fingerprint, **info}
 
 
-def bench_icd(quick: bool, embedder: Embedder, fine_tune_epochs: int = 1) -> dict[str, Any]:
+def bench_icd(quick: bool, embedder: Embedder, fine_tune_epochs: int = 2) -> dict[str, Any]:
     import faiss
     import torch
 
@@ -835,7 +835,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", default="icd,openapi,synthetic,e2e")
     ap.add_argument("--icd-only", action="store_true", help="same as --sections icd")
-    ap.add_argument("--fine-tune-epochs", type=int, default=1)
+    ap.add_argument("--fine-tune-epochs", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="subsets, for a smoke run")
     ap.add_argument("--out", default=str(RESULTS / "shortlist.json"))
     args = ap.parse_args()
