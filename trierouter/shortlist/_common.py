@@ -14,12 +14,49 @@ from trierouter.errors import IndexMismatchError
 __all__ = [
     "IndexMismatchError",
     "Retriever",
+    "ValueRows",
     "best_per_owner",
     "values_hash",
 ]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
+
+
+class ValueRows:
+    """Value ids and row owners shared by the retrievers: a value's id is its position in
+    :attr:`values`; every indexed text is a row owned by one value (several rows: multi-vector)."""
+
+    def __init__(self) -> None:
+        self._values: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._owner = np.zeros(0, np.int64)
+
+    @property
+    def values(self) -> list[str]:
+        """Indexed values; a value's id is its position."""
+        return self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def n_rows(self) -> int:
+        """Indexed texts (rows); at least one per value."""
+        return len(self._owner)
+
+    def _value_ids(self, values: Sequence[str]) -> I64:
+        """Ids of ``values`` (a new value gets the next id); the new rows' owners."""
+        owners = np.empty(len(values), np.int64)
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise TypeError(f"values[{i}] = {v!r:.60} is {type(v).__name__}, expected str")
+            j = self._ids.get(v)
+            if j is None:
+                j = self._ids[v] = len(self._values)
+                self._values.append(v)
+            owners[i] = j
+        return owners
 
 
 class Retriever(Protocol):

@@ -37,6 +37,7 @@ from trierouter.errors import CorruptFileError, missing
 from trierouter.registry._store import load_arrays, save_arrays
 from trierouter.shortlist._common import (
     IndexMismatchError,
+    ValueRows,
     as_texts,
     best_per_owner,
     check_k,
@@ -460,7 +461,7 @@ def _omp_threads(n: int | None) -> Iterator[None]:
         faiss.omp_set_num_threads(before)
 
 
-class EmbeddingIndex:
+class EmbeddingIndex(ValueRows):
     """Values indexed by the embeddings of one or more texts each; top-k values per query.
 
     Build with :meth:`build`, extend with :meth:`add` (new values, or extra texts for existing
@@ -479,15 +480,13 @@ class EmbeddingIndex:
     ) -> None:
         if kind not in ("auto", "flat", "hnsw"):
             raise ValueError(f"kind={kind!r}; expected 'auto', 'flat' or 'hnsw'")
+        super().__init__()
         self.embedder = embedder
         self.kind: IndexKind = kind
         self.exact_limit = exact_limit
         self.hnsw_m = hnsw_m
         self.ef_search = ef_search
         self.ef_construction = ef_construction
-        self._values: list[str] = []
-        self._ids: dict[str, int] = {}
-        self._owner = np.zeros(0, np.int64)
         self._dim: int | None = None
         self._index: Any = None
         self.adapter: F32 | None = None
@@ -512,19 +511,6 @@ class EmbeddingIndex:
         idx = cls(embedder or Embedder(), kind=kind, exact_limit=exact_limit)
         idx.add(values, texts, vectors=vectors, progress=progress)
         return idx
-
-    @property
-    def values(self) -> list[str]:
-        """Indexed values; a value's id is its position."""
-        return self._values
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    @property
-    def n_rows(self) -> int:
-        """Indexed texts (rows); at least one per value."""
-        return len(self._owner)
 
     @property
     def index_kind(self) -> str:
@@ -581,15 +567,7 @@ class EmbeddingIndex:
             )
         if self._dim is not None and vectors.shape[1] != self._dim:
             raise ValueError(f"vectors have width {vectors.shape[1]}, the index {self._dim}")
-        owners = np.empty(len(values), np.int64)
-        for i, v in enumerate(values):
-            if not isinstance(v, str):
-                raise TypeError(f"values[{i}] = {v!r:.60} is {type(v).__name__}, expected str")
-            j = self._ids.get(v)
-            if j is None:
-                j = self._ids[v] = len(self._values)
-                self._values.append(v)
-            owners[i] = j
+        owners = self._value_ids(values)
         n_total = self.n_rows + len(owners)
         if self._index is None:
             self._dim = int(vectors.shape[1])

@@ -27,6 +27,7 @@ from trierouter.registry._store import load_arrays, save_arrays
 from trierouter.shortlist._common import (
     IndexMismatchError,
     Retriever,
+    ValueRows,
     as_texts,
     best_per_owner,
     check_k,
@@ -148,7 +149,7 @@ class _Field:
         out += np.bincount(d, weights=w, minlength=n_rows)
 
 
-class BM25Index:
+class BM25Index(ValueRows):
     """BM25 over words and character n-grams; top-k values per query (best text per value)."""
 
     def __init__(
@@ -156,13 +157,11 @@ class BM25Index:
     ) -> None:
         if ngram < 0 or ngram == 1:
             raise ValueError(f"ngram={ngram}: 0 (words only) or a length >= 2")
+        super().__init__()
         self.ngram = ngram
         self.ngram_weight = ngram_weight
         self.k1 = k1
         self.b = b
-        self._values: list[str] = []
-        self._ids: dict[str, int] = {}
-        self._owner = np.zeros(0, np.int64)
         self._fields = (_Field(), _Field())
 
     @classmethod
@@ -181,19 +180,6 @@ class BM25Index:
         idx = cls(ngram=ngram, ngram_weight=ngram_weight, k1=k1, b=b)
         idx.add(values, texts, progress=progress)
         return idx
-
-    @property
-    def values(self) -> list[str]:
-        """Indexed values; a value's id is its position."""
-        return self._values
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    @property
-    def n_rows(self) -> int:
-        """Indexed texts; at least one per value."""
-        return len(self._owner)
 
     @property
     def nbytes(self) -> int:
@@ -217,15 +203,7 @@ class BM25Index:
         """Index ``texts[i]`` for ``values[i]``: new values get new ids, known values an extra
         text. Existing postings are kept; only the new texts are analysed."""
         texts_ = as_texts(values, texts, "BM25Index.add")
-        owners = np.empty(len(values), np.int64)
-        for i, v in enumerate(values):
-            if not isinstance(v, str):
-                raise TypeError(f"values[{i}] = {v!r:.60} is {type(v).__name__}, expected str")
-            j = self._ids.get(v)
-            if j is None:
-                j = self._ids[v] = len(self._values)
-                self._values.append(v)
-            owners[i] = j
+        owners = self._value_ids(values)
         step = 50_000
         starts: Iterable[int] = range(0, len(texts_), step)
         if progress and len(texts_) > step:
