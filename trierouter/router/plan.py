@@ -118,11 +118,12 @@ class Plan:
         self.width = self.vocabulary.width
         self.end_ids = self.vocabulary.end_ids
         vocab = self.vocabulary
-        self._byte_token = [-1] * 256
-        matchable = vocab.matchable
-        for i, tb in enumerate(vocab.tokens):
-            if len(tb) == 1 and matchable[i] and self._byte_token[tb[0]] < 0:
-                self._byte_token[tb[0]] = i
+        # the first non-special single-byte token of each byte (-1: none)
+        ones = np.flatnonzero((np.diff(vocab.offsets) == 1) & vocab.matchable)
+        heads, first = np.unique(vocab.buffer[vocab.offsets[ones]], return_index=True)
+        byte_token = np.full(256, -1, dtype=np.int64)
+        byte_token[heads] = ones[first]
+        self._byte_token: list[int] = byte_token.tolist()
         self._end_row = ids_to_bitmask(np.asarray(self.end_ids, dtype=np.int64), self.width)
         for k, stage in enumerate(stages):
             if isinstance(stage, _FreeStage):
