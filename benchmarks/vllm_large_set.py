@@ -25,15 +25,10 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "vllm_large_set.json"
 CACHE = Path(__file__).resolve().parent.parent / ".cache"
-ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "2",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_USE_V2_MODEL_RUNNER": "0",
-    "OMP_NUM_THREADS": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-}
+
+from trierouter.testing.tiny_model import VLLM_CPU_ENV  # noqa: E402
+
+ENV = {**VLLM_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
 def registry(n: int = 100_000) -> tuple[list[str], list[str], list[tuple[str, ...]]]:

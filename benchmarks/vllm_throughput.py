@@ -35,16 +35,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "2",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_USE_V2_MODEL_RUNNER": "0",
-    "OMP_NUM_THREADS": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
+from trierouter.testing.tiny_model import VLLM_CPU_ENV
+
+ENV = {**VLLM_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "2"}
 for _k, _v in ENV.items():
     os.environ.setdefault(_k, _v)
 warnings.simplefilter("ignore")

@@ -42,7 +42,7 @@ with warnings.catch_warnings():
 
 from trierouter import ChoiceSet, TokenIndex, compile_choices
 from trierouter.datasets import tool_names
-from trierouter.testing.tiny_model import build_tiny_model
+from trierouter.testing.tiny_model import VLLM_CPU_ENV, build_tiny_model
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -57,16 +57,7 @@ MAX_TOKENS = 64
 K100 = tool_names(100)
 K10K = tool_names(10_000)
 SMALL = ["red", "green", "blue", "green_light"]
-ENGINE_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_USE_V2_MODEL_RUNNER": "0",
-    "OMP_NUM_THREADS": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
+ENGINE_ENV = VLLM_CPU_ENV
 
 
 @pytest.fixture(scope="session")

