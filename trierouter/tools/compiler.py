@@ -1,0 +1,253 @@
+"""Compile a tool registry for decoding: the names trie and every tool's argument constraint.
+
+    tools = compile_tools(registry, index)          # names + engine per slot + XGrammar slots
+    tools.explain("github.create_issue")            # which engine serves each slot
+    tools.automaton(i)                              # tool i's byte automaton (built on first use)
+
+What is compiled up front: the trie over ``{"name": "<name>", "arguments": `` for every tool, the
+engine of every slot of every schema (see :mod:`trierouter.tools.schema`), and one XGrammar
+grammar per distinct sub-schema that needs it. Each tool's automaton is wired from the shared slot
+automata the first time the tool is chosen (about a millisecond), and its token masks are filled
+in per state on first visit; both are kept (``materialize()`` builds all of them up front).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trierouter.errors import CompileError, missing
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.trie import ChoiceSet, compile_choices
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.tools.automaton import ToolAutomaton, VocabTables
+from trierouter.tools.schema import Slot, SlotCompiler
+
+__all__ = ["CALL_HEAD", "CompiledTools", "ToolSpec", "compile_tools", "xgrammar_tokenizer_info"]
+
+CALL_HEAD = '{"name": "'
+NAME_TAIL = '", "arguments": '
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the compiler sees it: a name and the JSON Schema of its arguments."""
+
+    name: str
+    parameters: dict[str, Any]
+    description: str = ""
+
+
+def _as_spec(tool: Any) -> ToolSpec:
+    if isinstance(tool, ToolSpec):
+        return tool
+    if isinstance(tool, dict):
+        if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+            f = tool["function"]
+            return ToolSpec(f["name"], f.get("parameters") or {}, f.get("description") or "")
+        schema = tool.get("parameters", tool.get("input_schema", tool.get("inputSchema")))
+        return ToolSpec(tool["name"], schema or {}, tool.get("description") or "")
+    name = getattr(tool, "name", None)
+    params = getattr(tool, "parameters", None)
+    if isinstance(name, str) and isinstance(params, dict):
+        return ToolSpec(name, params, getattr(tool, "description", "") or "")
+    raise CompileError(
+        f"tool {tool!r:.80}: expected a ToolRegistry Tool, an OpenAI / Anthropic / MCP tool "
+        "dict or a ToolSpec"
+    )
+
+
+def _normalized(schema: dict[str, Any]) -> dict[str, Any]:
+    if not schema:
+        return {"type": "object", "properties": {}}
+    return schema
+
+
+def xgrammar_tokenizer_info(vocab: Vocabulary) -> Any:
+    """XGrammar's TokenizerInfo for ``vocab``: raw bytes, special ids empty, same width."""
+    try:
+        import xgrammar as xgr
+    except ImportError as exc:  # pragma: no cover - xgrammar is in the tools extra
+        raise missing("xgrammar", "tools") from exc
+    special = vocab.special_ids
+    enc = [b"" if i in special else t for i, t in enumerate(vocab.tokens)]
+    return xgr.TokenizerInfo(
+        enc, xgr.VocabType.RAW, vocab_size=vocab.width, stop_token_ids=list(vocab.end_ids)
+    )
+
+
+@dataclass
+class CompileStats:
+    tools: int = 0
+    names_ms: float = 0.0
+    analysis_ms: float = 0.0
+    xgrammar_ms: float = 0.0
+    xgrammar_grammars: int = 0
+    slots_by_engine: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_ms(self) -> float:
+        return self.names_ms + self.analysis_ms + self.xgrammar_ms
+
+
+class CompiledTools:
+    """A registry compiled against one tokenizer: names trie, slot engines, automata on demand."""
+
+    def __init__(
+        self,
+        tools: Iterable[Any],
+        index: TokenIndex,
+        *,
+        tail: str = "}",
+        eager_xgrammar: bool = True,
+        cache_size: int = 4096,
+    ) -> None:
+        self.index = index
+        self.vocabulary = index.vocabulary
+        self.tail = tail
+        self.specs: list[ToolSpec] = [_as_spec(t) for t in tools]
+        if not self.specs:
+            raise CompileError("tools: the registry is empty; register at least one tool")
+        self.stats = CompileStats(tools=len(self.specs))
+        self._by_name = {s.name: i for i, s in enumerate(self.specs)}
+        if len(self._by_name) != len(self.specs):
+            seen: set[str] = set()
+            dup = next(s.name for s in self.specs if s.name in seen or seen.add(s.name))  # type: ignore[func-returns-value]
+            raise CompileError(f"tool {dup!r} is registered twice; tool names must be unique")
+        t0 = time.perf_counter()
+        self._names_by_text = {self.name_text(s.name): i for i, s in enumerate(self.specs)}
+        self.names = compile_choices(
+            list(self._names_by_text), index, terminator=NAME_TAIL, allow_end=False
+        )
+        t1 = time.perf_counter()
+        dry = SlotCompiler(dry=True)
+        self.slots: list[list[Slot]] = []
+        for s in self.specs:
+            _, slots = dry.tool(_normalized(s.parameters), b"")
+            self.slots.append(slots)
+            for sl in slots:
+                self.stats.slots_by_engine[sl.engine] = (
+                    self.stats.slots_by_engine.get(sl.engine, 0) + 1
+                )
+        self.xgrammar_schemas = dict(dry.xgrammar_slots)
+        t2 = time.perf_counter()
+        self.stats.names_ms = (t1 - t0) * 1e3
+        self.stats.analysis_ms = (t2 - t1) * 1e3
+        self._builder = SlotCompiler()
+        self._tables = VocabTables.get(self.vocabulary)
+        self._automata: OrderedDict[int, ToolAutomaton] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.RLock()
+        self._xgr_compiler: Any = None
+        self._grammars: dict[str, Any] = {}
+        if eager_xgrammar and self.xgrammar_schemas:
+            t3 = time.perf_counter()
+            for key in self.xgrammar_schemas:
+                self.grammar(key)
+            self.stats.xgrammar_ms = (time.perf_counter() - t3) * 1e3
+        self.stats.xgrammar_grammars = len(self._grammars)
+
+    # -- lookup --------------------------------------------------------------------------------
+    @staticmethod
+    def name_text(name: str) -> str:
+        """What the trie holds for ``name``: the call's head and the JSON-escaped name."""
+        return CALL_HEAD + json.dumps(name, ensure_ascii=False)[1:-1]
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    @property
+    def width(self) -> int:
+        return self.vocabulary.width
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        return self.vocabulary.end_ids
+
+    def tool_index(self, name: str) -> int:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no tool named {name!r} in this registry") from None
+
+    def tool_of_node(self, names: ChoiceSet, node: int) -> int:
+        """The tool whose name is complete at trie node ``node`` of ``names``."""
+        text = names.value_at(node)
+        if text is None:
+            raise KeyError(f"node {node}: no tool name ends here")
+        return self._names_by_text[text]
+
+    def names_for(self, subset: Sequence[str]) -> ChoiceSet:
+        """A names trie over ``subset`` only (a shortlist, or one forced tool)."""
+        texts = []
+        for n in subset:
+            self.tool_index(n)
+            texts.append(self.name_text(n))
+        return compile_choices(texts, self.index, terminator=NAME_TAIL, allow_end=False)
+
+    # -- engines -------------------------------------------------------------------------------
+    def automaton(self, i: int) -> ToolAutomaton:
+        """Tool ``i``'s argument automaton (``{...}`` then :attr:`tail`), built on first use."""
+        with self._lock:
+            a = self._automata.get(i)
+            if a is not None:
+                self._automata.move_to_end(i)
+                return a
+            spec = self.specs[i]
+            frag, _ = self._builder.tool(_normalized(spec.parameters), self.tail.encode())
+            a = ToolAutomaton(frag.table, frag.accept, frag.klass, frag.exits, self._tables)
+            self._automata[i] = a
+            while len(self._automata) > self._cache_size:
+                self._automata.popitem(last=False)
+            return a
+
+    def grammar(self, key: str) -> Any:
+        """The compiled XGrammar grammar for XGrammar slot ``key`` (compiled once)."""
+        with self._lock:
+            g = self._grammars.get(key)
+            if g is not None:
+                return g
+            if self._xgr_compiler is None:
+                try:
+                    import xgrammar as xgr
+                except ImportError as exc:  # pragma: no cover
+                    raise missing("xgrammar", "tools") from exc
+                self._xgr_compiler = xgr.GrammarCompiler(
+                    xgrammar_tokenizer_info(self.vocabulary), cache_enabled=False
+                )
+            schema = self.xgrammar_schemas.get(key)
+            if schema is None:
+                schema = json.loads(key)
+            g = self._xgr_compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+            self._grammars[key] = g
+            return g
+
+    def materialize(self) -> None:
+        """Build every tool's automaton and every state's mask now."""
+        for i in range(len(self.specs)):
+            self.automaton(i).materialize()
+
+    def explain(self, name: str) -> str:
+        """A table of the slots of tool ``name`` and the engine serving each."""
+        i = self.tool_index(name)
+        rows = [("slot", "engine", "what")]
+        rows.append(("(name)", "trie", f"one of {len(self.specs)} tool names"))
+        rows += [(s.path, s.engine, s.detail) for s in self.slots[i]]
+        w0 = max(len(r[0]) for r in rows)
+        w1 = max(len(r[1]) for r in rows)
+        return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
+
+
+def compile_tools(
+    tools: Iterable[Any], index: TokenIndex | Vocabulary, **kwargs: Any
+) -> CompiledTools:
+    """Compile ``tools`` (a ToolRegistry, or Tool / OpenAI / Anthropic / MCP dicts) for
+    ``index``."""
+    if isinstance(index, Vocabulary):
+        index = TokenIndex.get(index)
+    return CompiledTools(tools, index, **kwargs)

@@ -1,0 +1,438 @@
+"""Tool-call decoding: ``{"name": <trie over tool names>, "arguments": <that tool's constraint>}``.
+
+    tools = compile_tools(registry, index)
+    plan = ToolCallPlan(tools, tool_choice="required")          # or "auto", "none", a tool name
+    results = generate(model, tokenizer, prompts, plan)          # transformers, or vLLM extra_args
+    call = plan.parse(results[0].text)                           # ToolCall, validated
+
+The plan has the interface of :class:`~trierouter.router.plan.Plan` (``start``, ``advance``,
+``fill_next_token_bitmask``, ``is_terminated``...), so the transformers and vLLM adapters run it
+as they run any plan. Its state is a :class:`ToolState`; the only mutable part is the XGrammar
+matcher of a slot being generated, so a state must not be advanced twice.
+
+``tool_choice``:
+
+- ``"required"``: the output is one tool call;
+- a tool name: the call to that tool (its arguments constrained);
+- ``"auto"``: free text, ending with an end id, or :attr:`call_prefix` (default
+  ``"<tool_call>"``) followed by one constrained call and :attr:`call_suffix`;
+- ``"none"``: free text in which :attr:`call_prefix` never appears.
+
+``think=True`` puts free text up to ``think_end`` (at most ``think_max_tokens`` tokens, then the
+rest of the delimiter is forced) before all of that.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import TrieRouterError
+from trierouter.registry.trie import ChoiceSet
+from trierouter.router.bitmask import bitmask_to_ids
+from trierouter.tools.automaton import ToolAutomaton, pack_ids
+from trierouter.tools.compiler import CALL_HEAD, CompiledTools
+
+__all__ = ["FunctionCall", "ToolCall", "ToolCallError", "ToolCallPlan", "ToolState"]
+
+try:
+    from pydantic import BaseModel, Field
+except ImportError:  # pragma: no cover - pydantic is in the tools extra
+    BaseModel = object  # type: ignore[assignment,misc]
+
+    def Field(*a: Any, **k: Any) -> Any:  # type: ignore[no-redef]
+        return None
+
+
+class ToolCallError(TrieRouterError, ValueError):
+    """An output is not a valid call of a registered tool (names the problem)."""
+
+
+class FunctionCall(BaseModel):
+    """OpenAI's ``function`` part of a tool call: ``arguments`` is a JSON string."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """A tool call in OpenAI's format (``message.tool_calls[i]``), with the parsed arguments."""
+
+    id: str = Field(default_factory=lambda: "call_" + secrets.token_hex(12))
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+    @property
+    def name(self) -> str:
+        return str(self.function.name)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The arguments, parsed."""
+        out = json.loads(self.function.arguments)
+        assert isinstance(out, dict)
+        return out
+
+
+class ToolState(NamedTuple):
+    """``stage``: a free stage (``0..``), :attr:`ToolCallPlan.NAME`, ``ARGS``, ``XG``, or one of
+    the special negative stages of :class:`~trierouter.router.plan.Plan`; ``node``: the trie
+    node, automaton state, or delimiter progress; ``steps``: tokens in the stage; ``tool``: the
+    chosen tool; ``aux``: the XGrammar matcher of the slot being generated."""
+
+    stage: int
+    node: int
+    steps: int = 0
+    tool: int = -1
+    aux: Any = None
+
+
+@dataclass(frozen=True)
+class _Free:
+    trigger: bytes
+    allow_end: bool
+    max_tokens: int | None
+    forbid: bool = False
+    """``"none"``: the trigger may never complete."""
+
+
+class ToolCallPlan:
+    """A decoding plan for one tool call (see the module docstring)."""
+
+    DONE = -3
+    TERMINATED = -2
+    DEAD = -1
+
+    def __init__(
+        self,
+        tools: CompiledTools,
+        *,
+        tool_choice: str = "required",
+        allowed: Sequence[str] | None = None,
+        think: bool = False,
+        think_end: str = "</think>\n",
+        think_max_tokens: int = 256,
+        call_prefix: str = "<tool_call>",
+        call_suffix: str = "",
+    ) -> None:
+        self.tools = tools
+        self.vocabulary = tools.vocabulary
+        self.width = tools.width
+        self.end_ids = tools.end_ids
+        self.single_choice: ChoiceSet | None = None
+        self.tool_choice = tool_choice
+        self.call_prefix = call_prefix
+        self.call_suffix = call_suffix
+        if tools.tail != "}" + call_suffix:
+            raise ValueError(
+                f"call_suffix={call_suffix!r} needs tools compiled with tail={'}' + call_suffix!r}"
+            )
+        frees: list[_Free] = []
+        if think:
+            frees.append(_Free(think_end.encode(), False, think_max_tokens))
+        if tool_choice in ("required", "auto", "none"):
+            subset = allowed
+        else:
+            tools.tool_index(tool_choice)
+            subset = [tool_choice]
+        if tool_choice == "auto":
+            if not call_prefix:
+                raise ValueError('tool_choice="auto" needs a call_prefix that starts a call')
+            frees.append(_Free(call_prefix.encode(), True, None))
+        elif tool_choice == "none":
+            frees.append(_Free(call_prefix.encode(), True, None, forbid=True))
+        self._frees = frees
+        self.NAME = len(frees)
+        self.ARGS = self.NAME + 1
+        self.XG = self.NAME + 2
+        self._text_only = tool_choice == "none"
+        self.names: ChoiceSet = tools.names if subset is None else tools.names_for(subset)
+        words = (self.width + 31) // 32
+        self._end_row = pack_ids(list(self.end_ids), self.width)
+        self._words = words
+        self._free_rows: dict[tuple[int, int, bool], npt.NDArray[np.int32]] = {}
+        self._tokens = self.vocabulary.tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolCallPlan({len(self.names)} tools, tool_choice={self.tool_choice!r}, "
+            f"free stages={len(self._frees)})"
+        )
+
+    # -- states ----------------------------------------------------------------------------------
+    def start(self) -> ToolState:
+        if self._frees:
+            return ToolState(0, 0)
+        return ToolState(self.NAME, self.names.root)
+
+    def is_dead(self, state: Any) -> bool:
+        return bool(state[0] == self.DEAD)
+
+    def is_terminated(self, state: Any) -> bool:
+        return bool(state[0] == self.TERMINATED)
+
+    # -- stepping --------------------------------------------------------------------------------
+    def advance(self, state: Any, token: int) -> ToolState:
+        """The state after ``token``; the dead state if the plan does not allow it."""
+        stage, node = int(state[0]), int(state[1])
+        token = int(token)
+        if stage < 0:
+            if stage in (self.DONE, self.TERMINATED) and token in self.end_ids:
+                return ToolState(self.TERMINATED, 0)
+            return ToolState(self.DEAD, 0)
+        steps = int(state[2]) if len(state) > 2 else 0
+        if stage < self.NAME:
+            return self._advance_free(stage, node, steps, token)
+        if stage == self.NAME:
+            nxt = self.names.advance(node, token)
+            if nxt in (self.names.DEAD, self.names.END):
+                return ToolState(self.DEAD, 0)
+            if self.names.is_terminal(nxt):
+                tool = self._tool_of(nxt)
+                return self._enter_args(tool, 0)
+            return ToolState(stage, nxt, steps + 1)
+        tool = int(state[3])
+        a = self.tools.automaton(tool)
+        if stage == self.ARGS:
+            nxt = a.advance(node, token)
+            if nxt < 0:
+                return ToolState(self.DEAD, 0)
+            return self._enter_args(tool, nxt, steps + 1)
+        # XGrammar slot
+        matcher = state[4][0]
+        row = self._xg_row(state)
+        if token not in self.end_ids and (int(row[token >> 5]) >> (token & 31)) & 1:
+            if not matcher.accept_token(token):  # pragma: no cover - the mask allowed it
+                return ToolState(self.DEAD, 0)
+            return ToolState(self.XG, node, steps + 1, tool, [matcher, None])
+        if matcher.is_completed():
+            nxt = a.advance(node, token)
+            if nxt >= 0:
+                return self._enter_args(tool, nxt, steps + 1)
+        return ToolState(self.DEAD, 0)
+
+    def _tool_of(self, node: int) -> int:
+        return self.tools.tool_of_node(self.names, node)
+
+    def _enter_args(self, tool: int, state: int, steps: int = 0) -> ToolState:
+        a = self.tools.automaton(tool)
+        ex = a.exits.get(state)
+        if ex is not None:
+            import xgrammar as xgr
+
+            matcher = xgr.GrammarMatcher(self.tools.grammar(ex.key))
+            return ToolState(self.XG, ex.reentry, steps, tool, [matcher, None])
+        if a.accept[state]:
+            return ToolState(self.DONE, 0)
+        return ToolState(self.ARGS, state, steps, tool)
+
+    def _xg_row(self, state: Any) -> npt.NDArray[np.int32]:
+        box = state[4]
+        if box[1] is None:
+            import xgrammar as xgr
+
+            bm = xgr.allocate_token_bitmask(1, self.width)
+            box[0].fill_next_token_bitmask(bm, 0)
+            box[1] = bm[0].numpy().copy()
+        row: npt.NDArray[np.int32] = box[1]
+        return row
+
+    # -- free text -----------------------------------------------------------------------------
+    def _kmp(self, trigger: bytes, k: int, data: bytes) -> tuple[int, int]:
+        """(new progress, index in ``data`` just after the trigger completes or -1)."""
+        text = trigger[:k] + data
+        pos = text.find(trigger)
+        if pos >= 0:
+            return len(trigger), pos + len(trigger) - k
+        for n in range(min(len(trigger) - 1, len(text)), 0, -1):
+            if text.endswith(trigger[:n]):
+                return n, -1
+        return 0, -1
+
+    def _advance_free(self, stage: int, k: int, steps: int, token: int) -> ToolState:
+        fr = self._frees[stage]
+        if token in self.end_ids:
+            if fr.allow_end:
+                return ToolState(self.TERMINATED, 0)
+            return ToolState(self.DEAD, 0)
+        if not self._free_allows(stage, k, steps, token):
+            return ToolState(self.DEAD, 0)
+        data = self._tokens[token] if token < len(self._tokens) else b""
+        k2, done = self._kmp(fr.trigger, k, data)
+        if done >= 0:
+            if stage + 1 < self.NAME:
+                return ToolState(stage + 1, 0)
+            return ToolState(self.NAME, self.names.root)
+        return ToolState(stage, k2, steps + 1)
+
+    def _free_allows(self, stage: int, k: int, steps: int, token: int) -> bool:
+        row = self._free_row(stage, k, self._forcing(stage, steps))
+        return bool((int(row[token >> 5]) >> (token & 31)) & 1)
+
+    def _forcing(self, stage: int, steps: int) -> bool:
+        fr = self._frees[stage]
+        return fr.max_tokens is not None and steps >= fr.max_tokens
+
+    def _free_row(self, stage: int, k: int, forcing: bool) -> npt.NDArray[np.int32]:
+        key = (stage, k, forcing)
+        row = self._free_rows.get(key)
+        if row is not None:
+            return row
+        fr = self._frees[stage]
+        trig = fr.trigger
+        ok: list[int] = []
+        bad: list[int] = []
+        vocab = self.vocabulary
+        matchable = vocab.matchable
+        if forcing:  # only the rest of the delimiter, any split
+            rest = trig[k:]
+            by_bytes = {
+                t: i for i, t in enumerate(self._tokens) if matchable[i] and rest.startswith(t)
+            }
+            ok = sorted(by_bytes.values())
+            row = pack_ids(ok, self.width)
+        else:
+            head = trig[:k]
+            for i, t in enumerate(self._tokens):
+                if not matchable[i]:
+                    continue
+                text = head + t
+                pos = text.find(trig)
+                if pos < 0:
+                    continue
+                if fr.forbid or pos + len(trig) != len(text):
+                    bad.append(i)
+            allowed = np.flatnonzero(matchable)
+            row = pack_ids(allowed, self.width)
+            if bad:
+                clear = pack_ids(bad, self.width)
+                row &= ~clear
+            if fr.allow_end:
+                row |= self._end_row
+        self._free_rows[key] = row
+        return row
+
+    # -- masks -----------------------------------------------------------------------------------
+    def fill_next_token_bitmask(
+        self, state: Any, bitmask: npt.NDArray[np.int32], index: int = 0
+    ) -> None:
+        row = bitmask[index]
+        stage, node = int(state[0]), int(state[1])
+        if stage < 0:
+            row[:] = self._end_row
+            return
+        if stage < self.NAME:
+            steps = int(state[2]) if len(state) > 2 else 0
+            row[:] = self._free_row(stage, node, self._forcing(stage, steps))
+            return
+        if stage == self.NAME:
+            self.names.fill_next_token_bitmask(node, bitmask, index)
+            return
+        a: ToolAutomaton = self.tools.automaton(int(state[3]))
+        if stage == self.ARGS:
+            a.fill(node, row)
+            return
+        xrow = self._xg_row(state)
+        row[:] = xrow
+        if state[4][0].is_completed():
+            row &= ~self._end_row
+            tmp = np.empty_like(row)
+            a.fill(node, tmp)
+            row |= tmp
+
+    def allowed_token_ids(self, state: Any) -> npt.NDArray[np.int32]:
+        row = np.zeros((1, self._words), dtype=np.int32)
+        self.fill_next_token_bitmask(state, row, 0)
+        return bitmask_to_ids(row[0], self.width).astype(np.int32)
+
+    def forced_tokens(self, state: Any, *, limit: int = 64) -> list[int]:
+        """No fast-forward for tool calls yet: always ``[]``."""
+        return []
+
+    def choices(self, token_ids: Sequence[int]) -> dict[str, str]:
+        """``{"name": tool}`` once a tool name is complete in ``token_ids``."""
+        state: Any = self.start()
+        tool = -1
+        for t in token_ids:
+            state = self.advance(state, int(t))
+            if state[0] in (self.ARGS, self.XG):
+                tool = int(state[3])
+            elif state[0] == self.DEAD:
+                break
+            elif state[0] == self.DONE and tool < 0:  # arguments ended within the name's token
+                tool = -2
+        if tool == -2:
+            return self._name_from_text(token_ids)
+        return {"name": self.tools.specs[tool].name} if tool >= 0 else {}
+
+    def _name_from_text(self, token_ids: Sequence[int]) -> dict[str, str]:
+        text = self.vocabulary.decode(int(t) for t in token_ids).decode("utf-8", "replace")
+        try:
+            call = self.parse(text, validate=False)
+        except ToolCallError:
+            return {}
+        return {} if call is None else {"name": call.name}
+
+    # -- results ---------------------------------------------------------------------------------
+    def parse(self, text: str, *, validate: bool = True) -> ToolCall | None:
+        """The tool call in ``text`` (an output of this plan), validated against the tool's schema.
+
+        ``None`` when the output is text without a call (``"auto"`` / ``"none"``); raises
+        :class:`ToolCallError` naming the problem when the call is not valid.
+        """
+        if self._frees and self._frees[0].max_tokens is not None:  # think
+            end = self._frees[0].trigger.decode()
+            cut = text.find(end)
+            if cut < 0:
+                raise ToolCallError(f"no {end!r} closes the thinking part: {text[-80:]!r}")
+            text = text[cut + len(end) :]
+        if self.tool_choice == "none":
+            return None
+        if self.tool_choice == "auto":
+            cut = text.find(self.call_prefix)
+            if cut < 0:
+                return None
+            text = text[cut + len(self.call_prefix) :]
+        if self.call_suffix and text.endswith(self.call_suffix):
+            text = text[: -len(self.call_suffix)]
+        return parse_tool_call(text, self.tools, validate=validate)
+
+
+def parse_tool_call(text: str, tools: CompiledTools, *, validate: bool = True) -> ToolCall:
+    """``{"name": ..., "arguments": {...}}`` → :class:`ToolCall`, checked with ``jsonschema``."""
+    if not text.startswith(CALL_HEAD[:1]):
+        raise ToolCallError(f"not a tool call: {text[:80]!r}")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolCallError(f"tool call is not complete JSON ({exc.msg}): {text[-80:]!r}") from exc
+    if not isinstance(obj, dict) or set(obj) != {"name", "arguments"}:
+        raise ToolCallError(f"tool call must have exactly 'name' and 'arguments': {text[:80]!r}")
+    name = obj["name"]
+    try:
+        i = tools.tool_index(name)
+    except KeyError:
+        raise ToolCallError(f"no tool named {name!r} in the registry") from None
+    args = obj["arguments"]
+    if validate:
+        try:
+            import jsonschema
+        except ImportError as exc:  # pragma: no cover
+            from trierouter.errors import missing
+
+            raise missing("jsonschema", "tools") from exc
+        schema = tools.specs[i].parameters or {"type": "object"}
+        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(args), key=str)
+        if errors:
+            raise ToolCallError(
+                f"arguments of {name!r} do not match its schema: {errors[0].message}"
+            )
+    return ToolCall(
+        function=FunctionCall(name=name, arguments=json.dumps(args, ensure_ascii=False))
+    )

@@ -1,0 +1,722 @@
+"""JSON Schema → byte automaton, slot by slot, with the engine chosen for each slot.
+
+Each slot (property value) of a tool's argument schema goes to the cheapest engine that is exact
+for it:
+
+- ``trie``: ``enum``, ``const``, booleans, ``null`` — a trie over the JSON text of each value;
+- ``format``: fixed formats — ``date``, ``time``, ``date-time``, ``uuid``, ``ipv4``, integers with
+  bounds, strings whose ``pattern`` is a plain regular expression — a position automaton with the
+  same language as XGrammar's rule for it;
+- ``automaton``: free strings, integers, numbers, and objects / arrays / unions built from the
+  above — deterministic automata wired together;
+- ``xgrammar``: everything else (free-form objects, ``allOf``, recursive ``$ref``, strings with
+  length bounds, number ranges, patterns outside the supported regex subset, ``email`` / ``uri``
+  / ``ipv6``...) — an XGrammar grammar for that slot's sub-schema, compiled once per distinct
+  sub-schema.
+
+The text layout is XGrammar's with ``any_whitespace=False``: ``{"a": 1, "b": [true, null]}``,
+properties in schema order, optional ones skippable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trierouter.tools.automaton import (
+    DIGIT,
+    HEX,
+    NO_EDGE,
+    Builder,
+    Fragment,
+    _Node,
+    alt,
+    cls,
+    exit_fragment,
+    lit,
+    nfa_fragment,
+    opt,
+    rep,
+    seq,
+    string_fragment,
+    trie_fragment,
+)
+
+__all__ = ["Slot", "SlotCompiler", "canonical", "format_node", "integer_range_node"]
+
+MAX_UNROLL = 8
+"""Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
+
+
+def canonical(schema: Any) -> str:
+    """A key for a sub-schema: its JSON with sorted keys."""
+    return json.dumps(schema, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One slot of a tool's arguments and the engine that serves it."""
+
+    path: str
+    engine: str
+    detail: str
+
+
+# -- formats (the same languages as XGrammar's JSON-schema rules) ---------------------------
+
+
+def _two(first: str, second: str) -> _Node:
+    return seq(cls(first), cls(second))
+
+
+def _date() -> _Node:
+    month = alt(seq(lit("0"), cls("123456789")), seq(lit("1"), cls("012")))
+    day = alt(seq(lit("0"), cls("123456789")), seq(cls("12"), DIGIT), seq(lit("3"), cls("01")))
+    return seq(rep(DIGIT, 4, 4), lit("-"), month, lit("-"), day)
+
+
+def _time() -> _Node:
+    hour = alt(seq(cls("01"), DIGIT), seq(lit("2"), cls("0123")))
+    minute = seq(cls("012345"), DIGIT)
+    second = alt(seq(cls("012345"), DIGIT), lit("60"))
+    frac = opt(seq(lit("."), rep(DIGIT, 1, None)))
+    offset = alt(lit("Z"), seq(cls("+-"), hour, lit(":"), minute))
+    return seq(hour, lit(":"), minute, lit(":"), second, frac, offset)
+
+
+def _uuid() -> _Node:
+    return seq(
+        rep(HEX, 8, 8), lit("-"), rep(HEX, 4, 4), lit("-"), rep(HEX, 4, 4), lit("-"),
+        rep(HEX, 4, 4), lit("-"), rep(HEX, 12, 12),
+    )  # fmt: skip
+
+
+def _ipv4() -> _Node:
+    octet = alt(
+        seq(lit("25"), cls("012345")),
+        seq(lit("2"), cls("01234"), DIGIT),
+        seq(opt(cls("01")), opt(DIGIT), DIGIT),
+    )
+    return seq(rep(seq(octet, lit(".")), 3, 3), octet)
+
+
+FORMATS: dict[str, Callable[[], _Node]] = {
+    "date": _date,
+    "time": _time,
+    "date-time": lambda: seq(_date(), lit("T"), _time()),
+    "uuid": _uuid,
+    "ipv4": _ipv4,
+}
+
+
+def format_node(fmt: str) -> _Node | None:
+    """The unquoted language of string format ``fmt``, or None if not a fixed format."""
+    make = FORMATS.get(fmt)
+    return None if make is None else make()
+
+
+def _digits_range(lo: str, hi: str) -> _Node:
+    """Digit strings of equal length between ``lo`` and ``hi`` (inclusive)."""
+    if not lo:
+        return seq()
+    if lo[0] == hi[0]:
+        return seq(lit(lo[0]), _digits_range(lo[1:], hi[1:]))
+    rest = len(lo) - 1
+    parts = [seq(lit(lo[0]), _digits_range(lo[1:], "9" * rest))]
+    mid = "".join(chr(c) for c in range(ord(lo[0]) + 1, ord(hi[0])))
+    if mid:
+        parts.append(seq(cls(mid), rep(DIGIT, rest, rest)))
+    parts.append(seq(lit(hi[0]), _digits_range("0" * rest, hi[1:])))
+    return alt(*parts)
+
+
+def _nonneg_range(lo: int, hi: int | None) -> _Node | None:
+    """Canonical decimals of ``lo..hi`` (``hi=None``: unbounded), ``0 <= lo``."""
+    if hi is not None and hi < lo:
+        return None
+    parts: list[_Node] = []
+    if lo == 0:
+        parts.append(lit("0"))
+        lo = 1
+        if hi == 0:
+            return parts[0]
+    n_lo = len(str(lo))
+    n_hi = len(str(hi)) if hi is not None else n_lo
+    for n in range(n_lo, n_hi + 1):
+        a = max(lo, 10 ** (n - 1))
+        b = 10**n - 1 if hi is None else min(hi, 10**n - 1)
+        if a <= b:
+            parts.append(_digits_range(str(a), str(b)))
+    if hi is None:
+        parts.append(seq(cls("123456789"), rep(DIGIT, n_lo, None)))
+    return alt(*parts) if parts else None
+
+
+def integer_range_node(lo: int | None, hi: int | None) -> _Node | None:
+    """Canonical decimal integers in ``[lo, hi]`` (either bound may be None); None if empty."""
+    parts: list[_Node] = []
+    if hi is None or hi >= 0:
+        pos = _nonneg_range(max(lo, 0) if lo is not None else 0, hi)
+        if pos is not None:
+            parts.append(pos)
+    if lo is None or lo < 0:
+        # negatives: "-" then 1..(-lo), never "-0"
+        top = None if lo is None else -lo
+        bottom = 1 if hi is None or hi >= 0 else -hi
+        neg = _nonneg_range(bottom, top)
+        if neg is not None:
+            parts.append(seq(lit("-"), neg))
+    return alt(*parts) if parts else None
+
+
+def _number_node() -> _Node:
+    whole = alt(lit("0"), seq(cls("123456789"), rep(DIGIT, 0, None)))
+    frac = opt(seq(lit("."), rep(DIGIT, 1, None)))
+    exp = opt(seq(cls("eE"), opt(cls("+-")), rep(DIGIT, 1, None)))
+    return seq(opt(lit("-")), whole, frac, exp)
+
+
+# -- a regular-expression subset for ``pattern`` ---------------------------------------------
+
+_SAFE = frozenset(range(0x20, 0x7F)) - {0x22, 0x5C}
+"""Characters that appear as themselves inside a JSON string."""
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class _Regex:
+    """``pattern`` → node, for ASCII patterns whose every match needs no JSON escaping."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+
+    def parse(self) -> _Node:
+        s = self.s
+        if s.startswith("^"):
+            self.i = 1
+        end = len(s) - 1 if s.endswith("$") and not s.endswith("\\$") else len(s)
+        self.end = end
+        node = self._alt()
+        if self.i != end:
+            raise _Unsupported(f"unexpected {s[self.i]!r}")
+        return node
+
+    def _peek(self) -> str | None:
+        return self.s[self.i] if self.i < self.end else None
+
+    def _alt(self) -> _Node:
+        parts = [self._seq()]
+        while self._peek() == "|":
+            self.i += 1
+            parts.append(self._seq())
+        return parts[0] if len(parts) == 1 else alt(*parts)
+
+    def _seq(self) -> _Node:
+        items: list[_Node] = []
+        while (c := self._peek()) is not None and c not in "|)":
+            items.append(self._quant(self._atom()))
+        return seq(*items)
+
+    def _quant(self, node: _Node) -> _Node:
+        c = self._peek()
+        if c == "?":
+            self.i += 1
+            return opt(node)
+        if c == "*":
+            self.i += 1
+            return rep(node, 0, None)
+        if c == "+":
+            self.i += 1
+            return rep(node, 1, None)
+        if c == "{":
+            m = re.match(r"\{(\d+)(,(\d*))?\}", self.s[self.i : self.end])
+            if not m:
+                raise _Unsupported("bad quantifier")
+            self.i += m.end()
+            lo = int(m.group(1))
+            hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+            if lo > 64 or (hi is not None and hi > 64):
+                raise _Unsupported("large repeat")
+            return rep(node, lo, hi)
+        return node
+
+    def _atom(self) -> _Node:
+        c = self.s[self.i]
+        self.i += 1
+        if c == "(":
+            if self.s.startswith("?:", self.i):
+                self.i += 2
+            elif self.s.startswith("?", self.i):
+                raise _Unsupported("group flags")
+            node = self._alt()
+            if self._peek() != ")":
+                raise _Unsupported("unclosed group")
+            self.i += 1
+            return node
+        if c == "[":
+            return cls(self._class())
+        if c == "\\":
+            return cls(self._escape(in_class=False))
+        if c == ".":
+            raise _Unsupported("'.' matches non-ASCII")
+        if c in "^$":
+            raise _Unsupported("inner anchor")
+        return cls(self._safe({ord(c)}))
+
+    def _safe(self, chars: set[int]) -> set[int]:
+        if not chars or not chars <= _SAFE:
+            raise _Unsupported("characters that need JSON escaping or are not ASCII")
+        return chars
+
+    def _escape(self, *, in_class: bool) -> set[int]:
+        c = self.s[self.i]
+        self.i += 1
+        table = {
+            "d": set(range(0x30, 0x3A)),
+            "w": set(range(0x30, 0x3A)) | set(range(0x41, 0x5B)) | set(range(0x61, 0x7B)) | {0x5F},
+        }
+        if c in table:
+            return table[c]
+        if c.isalnum():
+            raise _Unsupported(f"escape \\{c}")
+        return self._safe({ord(c)})
+
+    def _class(self) -> set[int]:
+        negate = self._peek() == "^"
+        if negate:
+            self.i += 1
+        chars: set[int] = set()
+        first = True
+        while True:
+            if self.i >= self.end:
+                raise _Unsupported("unclosed class")
+            c = self.s[self.i]
+            if c == "]" and not first:
+                self.i += 1
+                break
+            first = False
+            self.i += 1
+            lo_set = self._escape(in_class=True) if c == "\\" else {ord(c)}
+            if (
+                len(lo_set) == 1
+                and self._peek() == "-"
+                and self.i + 1 < self.end
+                and self.s[self.i + 1] != "]"
+            ):
+                self.i += 1
+                hi_c = self.s[self.i]
+                self.i += 1
+                if hi_c == "\\":
+                    hi_set = self._escape(in_class=True)
+                    if len(hi_set) != 1:
+                        raise _Unsupported("bad range")
+                    hi = hi_set.pop()
+                else:
+                    hi = ord(hi_c)
+                lo = lo_set.pop()
+                chars |= set(range(lo, hi + 1))
+            else:
+                chars |= lo_set
+        if negate:
+            chars = set(_SAFE) - chars  # ASCII only: other characters are not generated
+        return self._safe(chars)
+
+
+def pattern_node(pattern: str) -> _Node | None:
+    """The node for a ``pattern`` in the supported subset (full match), or None."""
+    try:
+        return _Regex(pattern).parse()
+    except (_Unsupported, IndexError):
+        return None
+
+
+# -- slots -----------------------------------------------------------------------------------
+
+
+class SlotCompiler:
+    """Compile sub-schemas to fragments, caching by canonical JSON; collect the XGrammar slots.
+
+    ``xgrammar_slots`` maps a key to the sub-schema (with the root's ``$defs`` attached) that an
+    XGrammar grammar serves.
+    """
+
+    def __init__(self, *, dry: bool = False) -> None:
+        self.dry = dry
+        """Only decide the engines (``slots``, ``xgrammar_slots``); build no automata."""
+        self._cache: dict[str, tuple[Fragment, str, str]] = {}
+        self.xgrammar_slots: dict[str, dict[str, Any]] = {}
+        self._string = string_fragment()
+        self._refs: list[str] = []
+
+    def tool(self, schema: dict[str, Any], tail: bytes) -> tuple[Fragment, list[Slot]]:
+        """The automaton for a tool's arguments object followed by ``tail``; its slots."""
+        slots: list[Slot] = []
+        root = schema
+        frag, _, _ = self._piece(schema, root, "", slots, depth=0)
+        if self.dry:
+            return frag, slots
+        b = Builder()
+        b.add(frag)
+        end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
+        b.link(b.accepting(0, frag), end)
+        table, accept, klass = b.finish()
+        return Fragment(table, accept, klass, dict(b.exits)), slots
+
+    # -- dispatch ----------------------------------------------------------------------------
+    def _piece(
+        self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], depth: int
+    ) -> tuple[Fragment, str, str]:
+        """(fragment, engine, detail) for ``schema``; leaf slots are appended to ``slots``."""
+        if schema is True or schema == {}:
+            return self._xgrammar({}, root, path, slots, "any JSON value")
+        if not isinstance(schema, dict):
+            return self._xgrammar({"not": {}} if schema is False else {}, root, path, slots, "?")
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            target = _resolve(ref, root)
+            if target is None or ref in self._refs:
+                why = "recursive $ref" if target is not None else "unresolved $ref"
+                return self._xgrammar(schema, root, path, slots, why)
+            merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+            self._refs.append(ref)
+            try:
+                return self._piece(merged, root, path, slots, depth + 1)
+            finally:
+                self._refs.pop()
+        key = canonical(schema)
+        is_object = schema.get("type") == "object" or "properties" in schema
+        hit = self._cache.get(key)
+        if hit is not None and not is_object:
+            slots.append(Slot(path or "$", hit[1], hit[2]))
+            return hit
+        made = self._make(schema, root, path, slots, depth)
+        if made is None:
+            return self._xgrammar(schema, root, path, slots, _why(schema))
+        frag, engine, detail = made
+        if not is_object:
+            slots.append(Slot(path or "$", engine, detail))
+            if frag is not _DUMMY:
+                self._cache[key] = made
+        return made
+
+    def _xgrammar(
+        self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], why: str
+    ) -> tuple[Fragment, str, str]:
+        sub = dict(schema) if isinstance(schema, dict) else {}
+        for defs in ("$defs", "definitions"):
+            if defs in root and defs not in sub:
+                sub[defs] = root[defs]
+        key = canonical(sub)
+        self.xgrammar_slots.setdefault(key, sub)
+        slots.append(Slot(path or "$", "xgrammar", why))
+        return exit_fragment(key), "xgrammar", why
+
+    def _make(
+        self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
+    ) -> tuple[Fragment, str, str] | None:
+        if "const" in schema:
+            return self._literals([schema["const"]]), "trie", "const"
+        if "enum" in schema:
+            values = list(schema["enum"])
+            if not values:
+                return None
+            return self._literals(values), "trie", f"enum of {len(values)}"
+        for k in ("allOf", "not", "if", "dependentSchemas", "patternProperties"):
+            if k in schema:
+                return None
+        if "anyOf" in schema or "oneOf" in schema:
+            branches = schema.get("anyOf") or schema.get("oneOf")
+            if not isinstance(branches, list) or not branches:
+                return None
+            pieces = []
+            dry, self.dry = self.dry, False  # disjointness needs the automata
+            try:
+                for i, br in enumerate(branches):
+                    sub: list[Slot] = []
+                    frag, engine, _ = self._piece(br, root, f"{path}|{i}", sub, depth + 1)
+                    if engine == "xgrammar" or any(s.engine == "xgrammar" for s in sub):
+                        return None
+                    pieces.append(frag)
+            finally:
+                self.dry = dry
+            u = _union(pieces)
+            return None if u is None else (u, "automaton", f"one of {len(pieces)} branches")
+        t = schema.get("type")
+        if isinstance(t, list):
+            if not t:
+                return None
+            frags = []
+            dry, self.dry = self.dry, False
+            try:
+                for one in t:
+                    made = self._make({**schema, "type": one}, root, path, [], depth)
+                    if made is None:
+                        return None
+                    frags.append(made[0])
+            finally:
+                self.dry = dry
+            u = _union(frags)
+            return None if u is None else (u, "automaton", "type " + " | ".join(map(str, t)))
+        if t == "boolean":
+            return self._literals([True, False]), "trie", "boolean"
+        if t == "null":
+            return self._literals([None]), "trie", "null"
+        if t == "integer":
+            return self._integer(schema)
+        if t == "number":
+            if any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum",
+                                         "exclusiveMaximum", "multipleOf")):  # fmt: skip
+                return None
+            return nfa_fragment(_number_node()), "automaton", "number"
+        if t == "string":
+            return self._string_slot(schema)
+        if t == "array":
+            return self._array(schema, root, path, slots, depth)
+        if t == "object" or "properties" in schema:
+            return self._object(schema, root, path, slots, depth)
+        return None
+
+    def _literals(self, values: list[Any]) -> Fragment:
+        if self.dry:
+            return _DUMMY
+        texts = list(dict.fromkeys(json.dumps(v, ensure_ascii=False).encode() for v in values))
+        return trie_fragment(texts)
+
+    def _integer(self, schema: dict[str, Any]) -> tuple[Fragment, str, str] | None:
+        if "multipleOf" in schema:
+            return None
+        lo = _bound(schema, "minimum", "exclusiveMinimum", +1)
+        hi = _bound(schema, "maximum", "exclusiveMaximum", -1)
+        if lo is False or hi is False:
+            return None
+        assert not isinstance(lo, bool) and not isinstance(hi, bool)
+        node = integer_range_node(lo, hi)
+        if node is None:
+            return None
+        if lo is None and hi is None:
+            return nfa_fragment(node), "automaton", "integer"
+        return nfa_fragment(node), "format", f"integer in [{lo}, {hi}]"
+
+    def _string_slot(self, schema: dict[str, Any]) -> tuple[Fragment, str, str] | None:
+        if "minLength" in schema or "maxLength" in schema or "contentEncoding" in schema:
+            return None
+        fmt = schema.get("format")
+        pattern = schema.get("pattern")
+        if pattern is not None:
+            if fmt is not None:
+                return None
+            node = pattern_node(str(pattern))
+            if node is None:
+                return None
+            return nfa_fragment(seq(lit('"'), node, lit('"'))), "format", f"pattern {pattern}"
+        if fmt is not None:
+            node = format_node(str(fmt))
+            if node is None:
+                return None
+            return nfa_fragment(seq(lit('"'), node, lit('"'))), "format", f"format {fmt}"
+        return self._string, "automaton", "string"
+
+    def _array(
+        self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
+    ) -> tuple[Fragment, str, str] | None:
+        items = schema.get("items")
+        if not isinstance(items, dict) or "prefixItems" in schema or "contains" in schema:
+            return None
+        if schema.get("uniqueItems"):
+            return None
+        lo = int(schema.get("minItems", 0))
+        hi = schema.get("maxItems")
+        if hi is not None and int(hi) > MAX_UNROLL:
+            return None
+        if hi is not None and int(hi) < lo:
+            return None
+        sub: list[Slot] = []
+        item, engine, _ = self._piece(items, root, path + "[]", sub, depth + 1)
+        slots.extend(sub)
+        if self.dry:
+            return _DUMMY, "automaton", f"array of {engine}"
+        b = Builder()
+        opened = b.add(nfa_fragment(lit("[")))
+        close = b.add(_accepting())
+        if hi is None and lo <= 1:
+            first = b.add(item)
+            sep = b.add(trie_fragment([b", ", b"]"], labels=["item", "end"]))
+            b.link([opened + 1], first)
+            if lo == 0:
+                b.edge(opened + 1, ord("]"), close)
+            b.link(b.accepting(first, item), sep)
+            for s, label in list(b.exits.items()):
+                if label == "item":
+                    b.link([s], first)
+                elif label == "end":
+                    b.link([s], close)
+        else:
+            count = int(hi) if hi is not None else lo
+            starts = [b.add(item) for _ in range(max(count, 1))]
+            if count == 0:
+                b.edge(opened + 1, ord("]"), close)
+            else:
+                b.link([opened + 1], starts[0])
+                if lo == 0:
+                    b.edge(opened + 1, ord("]"), close)
+            for k in range(count):
+                options: list[bytes] = []
+                labels: list[Any] = []
+                if k + 1 < count or (hi is None and k + 1 == count):
+                    options.append(b", ")
+                    labels.append(("item", k + 1))
+                if k + 1 >= lo:
+                    options.append(b"]")
+                    labels.append(("end",))
+                sep = b.add(trie_fragment(options, labels=labels))
+                b.link(b.accepting(starts[k], item), sep)
+            loop = None
+            if hi is None:  # minItems > 1, unbounded: the last copy loops
+                loop = starts[-1]
+            for s, label in list(b.exits.items()):
+                if isinstance(label, tuple) and label[0] == "item":
+                    nxt = label[1]
+                    b.link([s], starts[nxt] if nxt < len(starts) else loop)  # type: ignore[arg-type]
+                elif isinstance(label, tuple) and label[0] == "end":
+                    b.link([s], close)
+        table, accept, klass = b.finish()
+        return Fragment(table, accept, klass, dict(b.exits)), "automaton", f"array of {engine}"
+
+    def _object(
+        self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
+    ) -> tuple[Fragment, str, str] | None:
+        props = schema.get("properties") or {}
+        if not isinstance(props, dict):
+            return None
+        extra = schema.get("additionalProperties")
+        if not props and extra is not False and depth > 0:
+            return None  # a free-form object: any JSON object
+        if any(k in schema for k in ("minProperties", "maxProperties", "propertyNames")):
+            return None
+        required = set(schema.get("required") or [])
+        if not required <= set(props):
+            return None
+        keys = list(props)
+        values: list[Fragment] = []
+        for k in keys:
+            frag, _, _ = self._piece(props[k], root, f"{path}.{k}" if path else k, slots, depth + 1)
+            values.append(frag)
+        n = len(keys)
+        if self.dry:
+            return _DUMMY, "automaton", f"object of {n} properties"
+        b = Builder()
+        tries: list[int] = []
+        for i in range(n + 1):
+            head = b"{" if i == 0 else b", "
+            options: list[bytes] = []
+            labels: list[Any] = []
+            all_optional = True
+            for j in range(i, n):
+                options.append(head + json.dumps(keys[j], ensure_ascii=False).encode() + b": ")
+                labels.append(("v", j))
+                if keys[j] in required:
+                    all_optional = False
+                    break
+            if all_optional:
+                options.append(b"{}" if i == 0 else b"}")
+                labels.append(("end",))
+            tries.append(b.add(trie_fragment(options, labels=labels)))
+        starts = [b.add(v) for v in values]
+        close = b.add(_accepting())
+        for j, v in enumerate(values):
+            b.link(b.accepting(starts[j], v), tries[j + 1])
+        for s, label in list(b.exits.items()):
+            if isinstance(label, tuple) and label[0] == "v":
+                b.link([s], starts[label[1]])
+            elif isinstance(label, tuple) and label[0] == "end":
+                b.link([s], close)
+        table, accept, klass = b.finish()
+        frag = Fragment(table, accept, klass, dict(b.exits))
+        return frag, "automaton", f"object of {n} properties"
+
+
+_DUMMY = Fragment(np.full((1, 256), NO_EDGE, dtype=np.int32), np.array([True]))
+"""What a dry run returns instead of an automaton."""
+
+
+def _accepting() -> Fragment:
+    return Fragment(np.full((1, 256), NO_EDGE, dtype=np.int32), np.array([True]))
+
+
+def _union(frags: list[Fragment]) -> Fragment | None:
+    """One fragment accepting any of ``frags`` if their first bytes are disjoint, else None."""
+    b = Builder()
+    start = b.add(_accepting())
+    offs = [b.add(f) for f in frags]
+    table, accept = b._flat()
+    accept[start] = False
+    for off, f in zip(offs, frags, strict=True):
+        if f.accept[0] or 0 in f.exits:
+            return None
+        row = table[off]
+        has = row >= 0
+        if (table[start][has] >= 0).any():
+            return None
+        table[start][has] = row[has]
+    t, a, k = b.finish()
+    return Fragment(t, a, k, dict(b.exits))
+
+
+def _bound(schema: dict[str, Any], inc: str, exc: str, step: int) -> int | bool | None:
+    """An inclusive integer bound from ``inc`` / ``exc`` (False when not an integer bound)."""
+    out: int | None = None
+    for key, shift in ((inc, 0), (exc, step)):
+        if key not in schema:
+            continue
+        v = schema[key]
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return False
+        if isinstance(v, float) and not v.is_integer():
+            if key == exc:
+                return False
+            v = int(np.ceil(v)) if step > 0 else int(np.floor(v))
+        cand = int(v) + shift
+        if out is not None:
+            cand = max(out, cand) if step > 0 else min(out, cand)
+        out = cand
+    return out
+
+
+def _resolve(ref: Any, root: dict[str, Any]) -> dict[str, Any] | None:
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        return None
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node if isinstance(node, dict) else None
+
+
+def _why(schema: dict[str, Any]) -> str:
+    for k in ("allOf", "not", "patternProperties", "minLength", "maxLength", "multipleOf"):
+        if k in schema:
+            return k
+    t = schema.get("type")
+    if t == "object":
+        return "free-form object"
+    if t == "string" and "format" in schema:
+        return f"format {schema['format']}"
+    if t == "string" and "pattern" in schema:
+        return "pattern outside the regex subset"
+    if t == "number":
+        return "number with bounds"
+    if t == "array":
+        return "array bounds / items"
+    if t is None:
+        return "no type"
+    return str(t)
