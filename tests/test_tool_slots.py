@@ -43,7 +43,7 @@ SLOTS: list[dict[str, Any]] = [
 def _slot_automaton(schema: dict[str, Any], vocab: Vocabulary) -> ToolAutomaton:
     frag, engine, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
     assert engine in ("trie", "format"), (schema, engine)
-    return ToolAutomaton(frag.table, frag.accept, frag.klass, frag.exits, VocabTables.get(vocab))
+    return ToolAutomaton(frag, VocabTables.get(vocab))
 
 
 def _compare(vocab: Vocabulary, schema: dict[str, Any], paths: int, seed: int) -> int:

@@ -34,6 +34,7 @@ from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace
 from trierouter.router.plan import Plan, PlanState, compile_plan
+from trierouter.tools.decode import ToolCallPlan
 
 try:
     import torch
@@ -43,8 +44,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["Result", "TrieLogitsProcessor", "generate"]
 
-Constraint = Plan | ChoiceSet
-"""What drives one row: a compiled plan, or a bare set (values followed by an end id)."""
+Constraint = Plan | ChoiceSet | ToolCallPlan
+"""What drives one row: a compiled plan (a :class:`ToolCallPlan` too), or a bare set (values
+followed by an end id)."""
 
 
 class _Rows:
@@ -63,7 +65,7 @@ class _Rows:
         if len(widths) != 1:
             raise ValueError(f"constraints: all rows need the same vocabulary width, got {widths}")
         self.width = widths.pop()
-        self.states: list[PlanState] = []
+        self.states: list[Any] = []
         self.tokens: list[list[int]] = [[] for _ in self.constraints]
         self._groups: dict[int, tuple[ChoiceSet, list[int]]] = {}
         self._plan_rows: list[int] = []
@@ -91,7 +93,7 @@ class _Rows:
         for i in self._plan_rows:
             if i in tok_of:
                 plan = self.constraints[i]
-                assert isinstance(plan, Plan)
+                assert not isinstance(plan, ChoiceSet)
                 self.states[i] = plan.advance(self.states[i], tok_of[i])
         ends = set(self._end_ids())
         for cs, members in self._groups.values():
@@ -118,7 +120,7 @@ class _Rows:
         """Write every row's mask into ``bitmask`` (row ``i`` for batch row ``i``)."""
         for i in self._plan_rows:
             plan = self.constraints[i]
-            assert isinstance(plan, Plan)
+            assert not isinstance(plan, ChoiceSet)
             plan.fill_next_token_bitmask(self.states[i], bitmask, i)
         for cs, members in self._groups.values():
             live = [i for i in members if self.states[i].stage == 0]
@@ -130,10 +132,10 @@ class _Rows:
                 cs.fill_bitmask_batch(nodes, bitmask, np.asarray(live, dtype=np.int64))
 
     def is_terminated(self, i: int) -> bool:
-        return self.states[i].stage == Plan.TERMINATED
+        return bool(self.states[i].stage == Plan.TERMINATED)
 
     def is_dead(self, i: int) -> bool:
-        return self.states[i].stage == Plan.DEAD
+        return bool(self.states[i].stage == Plan.DEAD)
 
     def forced_tokens(self, i: int, limit: int) -> list[int]:
         c = self.constraints[i]
@@ -143,7 +145,7 @@ class _Rows:
 
     def choices(self, i: int) -> dict[str, str]:
         c = self.constraints[i]
-        if isinstance(c, Plan):
+        if not isinstance(c, ChoiceSet):
             return c.choices(self.tokens[i])
         node = c.root
         for t in self.tokens[i]:
@@ -172,14 +174,14 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
         prompt_lengths: int | Sequence[int] | None = None,
         batch_size: int | None = None,
     ) -> None:
-        if isinstance(constraints, Plan | ChoiceSet):
+        if isinstance(constraints, Plan | ChoiceSet | ToolCallPlan):
             self._shared: Constraint | None = constraints
             self._given: list[Constraint] = []
         else:
             self._shared = None
             self._given = list(constraints)
             for i, c in enumerate(self._given):
-                if not isinstance(c, Plan | ChoiceSet):
+                if not isinstance(c, Plan | ChoiceSet | ToolCallPlan):
                     raise TypeError(
                         f"constraints[{i}] is {type(c).__name__}; expected a Plan or a ChoiceSet"
                     )
@@ -284,13 +286,13 @@ def _as_plans(plan_or_plans: Any, n: int, tokenizer: Any, width: int) -> list[Pl
     index: list[TokenIndex] = []
 
     def plan_of(x: Any) -> Plan:
-        if isinstance(x, Plan):
-            return x
+        if isinstance(x, Plan | ToolCallPlan):
+            return x  # type: ignore[return-value]
         if not index:
             index.append(TokenIndex.get(_vocabulary_for(tokenizer, width)))
         return compile_plan(x, index[0])
 
-    if isinstance(plan_or_plans, Plan | ChoiceSet):
+    if isinstance(plan_or_plans, Plan | ChoiceSet | ToolCallPlan):
         return [plan_of(plan_or_plans)] * n
     items = list(plan_or_plans)
     if items and all(isinstance(x, str) for x in items):

@@ -24,6 +24,19 @@ Request arguments (every key starts with ``trierouter_``; unknown keys are refus
     Free tokens before the rest of the delimiter is forced.
 ``trierouter_prefix`` (str, optional)
     Literal text forced right before the value (e.g. ``"\\nAnswer: "``).
+``trierouter_tools`` (str)
+    A tool call instead of a value: a named tool registry from ``$TRIEROUTER_TOOLS`` (a JSON
+    file ``{"NAME": "tools.json" or [tools...]}``, or one tools file whose stem is the name; a
+    tools file holds a list of OpenAI / Anthropic / MCP tool dicts or a saved ToolRegistry).
+    The output is ``{"name": ..., "arguments": {...}}``, every argument slot constrained
+    (:mod:`trierouter.tools`); parse it with ``ToolCallPlan.parse`` or ``parse_tool_call``.
+``trierouter_tools_inline`` (list of tool dicts)
+    The same with the tools in the request (compiled on first use, cached by content hash).
+``trierouter_tool_choice`` (str, optional, default ``"required"``)
+    ``"required"``, ``"auto"`` (text or ``<tool_call>`` + a call), ``"none"``, or a tool name.
+``trierouter_tool_budget`` (int, optional)
+    Tokens after which a free string (budget), an XGrammar slot (2x) and the whole arguments
+    (6x) are steered to their end: keeps sampled calls finite.
 
 Without ``think`` / ``prefix`` the request is the set alone: the value, then an end id; such rows
 are advanced and masked vectorized per set (:meth:`ChoiceSet.advance_batch`, then
@@ -82,6 +95,8 @@ from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
+from trierouter.tools.compiler import CompiledTools, compile_tools
+from trierouter.tools.decode import ToolCallPlan
 
 try:
     import torch
@@ -116,7 +131,15 @@ ARG_CHOICES = "trierouter_choices"
 ARG_THINK = "trierouter_think"
 ARG_THINK_MAX_TOKENS = "trierouter_think_max_tokens"
 ARG_PREFIX = "trierouter_prefix"
-_ARGS = (ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX)
+ARG_TOOLS = "trierouter_tools"
+ARG_TOOLS_INLINE = "trierouter_tools_inline"
+ARG_TOOL_CHOICE = "trierouter_tool_choice"
+ARG_TOOL_BUDGET = "trierouter_tool_budget"
+_ARGS = (
+    ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX, ARG_TOOLS,
+    ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET,
+)  # fmt: skip
+ENV_TOOLS = "TRIEROUTER_TOOLS"
 
 ENV_SETS = "TRIEROUTER_SETS"
 ENV_INLINE_CACHE = "TRIEROUTER_INLINE_CACHE"
@@ -151,11 +174,21 @@ class RequestSpec:
     """Free tokens allowed before the rest of ``think`` is forced."""
     prefix: str = ""
     """Literal text forced before the value."""
+    tools_name: str | None = None
+    """A named tool registry (a tool call instead of a value)."""
+    tools_inline: str | None = None
+    """Inline tools, as canonical JSON."""
+    tool_choice: str = "required"
+    tool_budget: int | None = None
+
+    @property
+    def is_tool_call(self) -> bool:
+        return self.tools_name is not None or self.tools_inline is not None
 
     @property
     def is_plain(self) -> bool:
         """The value alone (no think, no prefix): served by the vectorized set path."""
-        return self.think is None and not self.prefix
+        return self.think is None and not self.prefix and not self.is_tool_call
 
     @property
     def source_key(self) -> str:
@@ -182,8 +215,18 @@ def parse_request(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
     if unknown:
         raise ValueError(f"unknown trierouter argument(s) {unknown}; accepted: {list(_ARGS)}")
     name, values = mine.get(ARG_SET), mine.get(ARG_CHOICES)
-    if (name is None) == (values is None):
-        raise ValueError(f"give exactly one of {ARG_SET!r} (a named set) or {ARG_CHOICES!r}")
+    tools_name, tools_inline = mine.get(ARG_TOOLS), mine.get(ARG_TOOLS_INLINE)
+    given = [k for k in (ARG_SET, ARG_CHOICES, ARG_TOOLS, ARG_TOOLS_INLINE) if k in mine]
+    if len(given) != 1:
+        raise ValueError(
+            f"give exactly one of {ARG_SET!r} (a named set), {ARG_CHOICES!r}, {ARG_TOOLS!r} (a "
+            f"named tool registry) or {ARG_TOOLS_INLINE!r}; got {given or 'none'}"
+        )
+    if tools_name is not None or tools_inline is not None:
+        return _parse_tools(mine, tools_name, tools_inline)
+    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET):
+        if k in mine:
+            raise ValueError(f"{k} needs {ARG_TOOLS!r} or {ARG_TOOLS_INLINE!r}")
     parsed: tuple[str, ...] | None = None
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{ARG_SET}={name!r:.80}: expected a set name (non-empty str)")
@@ -224,6 +267,88 @@ def parse_request(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
         think_max_tokens=int(max_tokens),
         prefix=prefix,
     )
+
+
+def _parse_tools(mine: Mapping[str, Any], name: Any, inline: Any) -> RequestSpec:
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"{ARG_TOOLS}={name!r:.80}: expected a registry name (non-empty str)")
+    text = None
+    if inline is not None:
+        if not (isinstance(inline, list) and inline and all(isinstance(t, dict) for t in inline)):
+            raise ValueError(f"{ARG_TOOLS_INLINE}: expected a non-empty list of tool objects")
+        text = json.dumps(inline, sort_keys=True, ensure_ascii=False)
+    choice = mine.get(ARG_TOOL_CHOICE, "required")
+    if not isinstance(choice, str) or not choice:
+        raise ValueError(
+            f"{ARG_TOOL_CHOICE}={choice!r:.60}: expected 'required', 'auto', 'none' or a tool name"
+        )
+    budget = mine.get(ARG_TOOL_BUDGET)
+    bad = isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
+    if budget is not None and bad:
+        raise ValueError(f"{ARG_TOOL_BUDGET}={budget!r:.40}: expected an int >= 1")
+    think = mine.get(ARG_THINK)
+    if think is not None and (not isinstance(think, str) or not think):
+        raise ValueError(f"{ARG_THINK}={think!r:.60}: expected a non-empty delimiter string")
+    max_tokens = mine.get(ARG_THINK_MAX_TOKENS, _DEFAULT_THINK_MAX)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ValueError(f"{ARG_THINK_MAX_TOKENS}={max_tokens!r:.40}: expected an int >= 0")
+    if ARG_PREFIX in mine:
+        raise ValueError(f"{ARG_PREFIX} does not apply to tool calls")
+    return RequestSpec(
+        set_name=None,
+        values=None,
+        think=think,
+        think_max_tokens=int(max_tokens),
+        tools_name=name,
+        tools_inline=text,
+        tool_choice=choice,
+        tool_budget=budget,
+    )
+
+
+def _load_tools_file(path: Path) -> list[Any]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(doc, dict) and isinstance(doc.get("tools"), list):
+        doc = doc["tools"]
+    if not isinstance(doc, list):
+        raise ValueError(f"{path}: expected a JSON list of tools (or {{'tools': [...]}})")
+    return doc
+
+
+def load_tool_registries(config: str) -> dict[str, list[Any]]:
+    """``name -> tools`` from ``$TRIEROUTER_TOOLS`` (see the module docstring)."""
+    path = Path(config).expanduser()
+    if not path.is_file():
+        raise ValueError(f"${ENV_TOOLS}={config}: no such JSON file")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(doc, list) or (isinstance(doc, dict) and "tools" in doc):
+        return {path.stem: _load_tools_file(path)}
+    if not isinstance(doc, dict):
+        raise ValueError(f"${ENV_TOOLS}={config}: expected {{name: file or tools}} or a tools list")
+    out: dict[str, list[Any]] = {}
+    for name, item in doc.items():
+        if isinstance(item, str):
+            f = Path(item).expanduser()
+            out[name] = _load_tools_file(f if f.is_absolute() else path.parent / f)
+        elif isinstance(item, list):
+            out[name] = item
+        else:
+            raise ValueError(f"${ENV_TOOLS}: registry {name!r} must be a path or a list of tools")
+    return out
+
+
+def list_tool_registries(config: str | None = None) -> frozenset[str]:
+    cfg = os.environ.get(ENV_TOOLS, "") if config is None else config
+    if not cfg:
+        return frozenset()
+    path = Path(cfg).expanduser()
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()
+    if isinstance(doc, list) or (isinstance(doc, dict) and "tools" in doc):
+        return frozenset([path.stem])
+    return frozenset(doc) if isinstance(doc, dict) else frozenset()
 
 
 # -- named sets ---------------------------------------------------------------------------------
@@ -304,13 +429,13 @@ class _Req:
 
     __slots__ = ("choices", "node", "out", "plan", "plan_state", "seen")
 
-    def __init__(self, out: list[int], choices: ChoiceSet | None, plan: Plan | None) -> None:
+    def __init__(self, out: list[int], choices: ChoiceSet | None, plan: Any) -> None:
         self.out = out
         self.choices = choices
         self.plan = plan
         self.seen = 0
         self.node = choices.root if choices is not None else 0
-        self.plan_state: PlanState = plan.start() if plan is not None else PlanState(Plan.DEAD, 0)
+        self.plan_state: Any = plan.start() if plan is not None else PlanState(Plan.DEAD, 0)
 
 
 class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ignore]
@@ -326,6 +451,9 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             raise ValueError(
                 "trierouter arguments and structured_outputs on the same request: choose one"
             )
+        if spec.tools_name is not None and spec.tools_name not in list_tool_registries():
+            known = ", ".join(sorted(list_tool_registries())[:20]) or f"none (${ENV_TOOLS} unset)"
+            raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry; known: {known}")
         if spec.set_name is not None:
             names = list_named_sets()
             if spec.set_name not in names:
@@ -355,6 +483,15 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._bitmask_t = self._bitmask_t.pin_memory()
         self._bitmask: I32 = self._bitmask_t.numpy()
         self._end_row: I32 | None = None
+        self._tools: dict[str, CompiledTools] = {}
+        self._tool_plans: OrderedDict[tuple[str, str, str | None, int, int | None], Any] = (
+            OrderedDict()
+        )
+        tools_cfg = os.environ.get(ENV_TOOLS, "")
+        if tools_cfg:
+            for name, tools in load_tool_registries(tools_cfg).items():
+                self._tools[name] = compile_tools(tools, self._ensure_index())
+            logger.info("trierouter: %d tool registries from %s", len(self._tools), tools_cfg)
         config = os.environ.get(ENV_SETS, "")
         if config:
             self._named = load_named_sets(config, self._ensure_index())
@@ -408,6 +545,40 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._plans.move_to_end(key)
         return plan
 
+    def _tool_plan(self, spec: RequestSpec) -> Any:
+        if spec.tools_name is not None:
+            if spec.tools_name not in self._tools:
+                raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
+            src = f"tools:{spec.tools_name}"
+            tools = self._tools[spec.tools_name]
+        else:
+            assert spec.tools_inline is not None
+            src = "inline:" + hashlib.sha256(spec.tools_inline.encode()).hexdigest()
+            tools = self._tools.get(src)  # type: ignore[assignment]
+            if tools is None:
+                tools = compile_tools(json.loads(spec.tools_inline), self._ensure_index())
+                self._tools[src] = tools
+        key = (src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget)
+        plan = self._tool_plans.get(key)
+        if plan is None:
+            b = spec.tool_budget
+            plan = ToolCallPlan(
+                tools,
+                tool_choice=spec.tool_choice,
+                think=spec.think is not None,
+                think_end=spec.think or "</think>",
+                think_max_tokens=spec.think_max_tokens,
+                string_max_tokens=b,
+                slot_max_tokens=None if b is None else 2 * b,
+                max_tokens=None if b is None else 6 * b,
+            )
+            self._tool_plans[key] = plan
+            while len(self._tool_plans) > self._cache_size:
+                self._tool_plans.popitem(last=False)
+        else:
+            self._tool_plans.move_to_end(key)
+        return plan
+
     def _new_request(self, params: Any, out: list[int]) -> _Req | None:
         try:
             spec = parse_request(getattr(params, "extra_args", None))
@@ -419,6 +590,8 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             return None
         try:
             self._ensure_index()
+            if spec.is_tool_call:
+                return _Req(out, None, self._tool_plan(spec))
             cs = self._choice_set(spec)
             if spec.is_plain:
                 return _Req(out, cs, None)

@@ -181,7 +181,7 @@ def nfa_fragment(node: _Node) -> Fragment:
         rows.append(row)
     table = np.stack(rows)
     accept = np.array([final in s for s in order], dtype=bool)
-    return Fragment(table, accept)
+    return Fragment.dense(table, accept)
 
 
 # -- fragments -----------------------------------------------------------------------------
@@ -200,33 +200,69 @@ class Exit:
 
 def exit_fragment(key: str) -> Fragment:
     """A value served by another engine: state 0 hands over, state 1 (accepting) is after it."""
-    table = np.full((2, 256), NO_EDGE, dtype=np.int32)
-    accept = np.array([False, True])
-    return Fragment(table, accept, exits={0: Exit(key, 1)})
+    frag = Fragment.empty([False, True])
+    frag.exits[0] = Exit(key, 1)
+    return frag
 
 
 @dataclass(slots=True)
 class Fragment:
-    """A deterministic byte automaton piece: start state 0, ``table[s, byte]`` the next state."""
+    """A deterministic byte automaton piece, start state 0, as an edge list
+    (``src --byte--> dst``); ``klass`` marks free-string interior states, ``exits`` hand-overs."""
 
-    table: I32
+    src: I32
+    byte: I32
+    dst: I32
+    n: int
     accept: npt.NDArray[np.bool_]
-    klass: npt.NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    klass: npt.NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
     exits: dict[int, Any] = field(default_factory=dict)
     """State → label of the engine that takes over there (no edges leave an exit)."""
 
     def __post_init__(self) -> None:
-        if len(self.klass) != len(self.table):
-            self.klass = np.full(len(self.table), -1, dtype=np.int8)
+        if len(self.klass) != self.n:
+            self.klass = np.full(self.n, -1, dtype=np.int16)
+
+    @classmethod
+    def dense(
+        cls,
+        table: I32,
+        accept: npt.NDArray[np.bool_],
+        klass: npt.NDArray[np.int16] | None = None,
+        exits: dict[int, Any] | None = None,
+    ) -> Fragment:
+        src, byte = np.nonzero(table >= 0)
+        return cls(
+            src.astype(np.int32),
+            byte.astype(np.int32),
+            table[src, byte].astype(np.int32),
+            len(table),
+            accept,
+            klass if klass is not None else np.zeros(0, dtype=np.int16),
+            dict(exits or {}),
+        )
+
+    @classmethod
+    def empty(cls, accept: Sequence[bool]) -> Fragment:
+        z = np.zeros(0, dtype=np.int32)
+        return cls(z, z, z, len(accept), np.asarray(accept, dtype=bool))
 
     @property
-    def n(self) -> int:
-        return len(self.table)
+    def table(self) -> I32:
+        """The dense ``[n, 256]`` table (``-1`` = no edge)."""
+        t = np.full((self.n, 256), NO_EDGE, dtype=np.int32)
+        t[self.src, self.byte] = self.dst
+        return t
+
+    def start_edges(self) -> tuple[I32, I32]:
+        m = self.src == 0
+        return self.byte[m], self.dst[m]
 
     def matches(self, data: bytes) -> bool:
+        t = self.table
         s = 0
         for b in data:
-            s = int(self.table[s, b])
+            s = int(t[s, b])
             if s < 0:
                 return False
         return bool(self.accept[s])
@@ -237,6 +273,8 @@ def trie_fragment(options: Sequence[bytes], labels: Sequence[Any] | None = None)
     accepts, or is an exit labelled ``labels[i]``."""
     rows: list[dict[int, int]] = [{}]
     ends: dict[int, int] = {}
+    src: list[int] = []
+    byte: list[int] = []
     for i, opt_ in enumerate(options):
         s = 0
         for b in opt_:
@@ -245,23 +283,36 @@ def trie_fragment(options: Sequence[bytes], labels: Sequence[Any] | None = None)
                 nxt = len(rows)
                 rows.append({})
                 rows[s][b] = nxt
+                src.append(s)
+                byte.append(b)
             s = nxt
         ends[s] = i
-    table = np.full((len(rows), 256), NO_EDGE, dtype=np.int32)
-    for s, row in enumerate(rows):
-        if row:
-            table[s, list(row)] = list(row.values())
-    accept = np.zeros(len(rows), dtype=bool)
+    n = len(rows)
+    dst = np.arange(1, n, dtype=np.int32)  # nodes are numbered in creation order
+    accept = np.zeros(n, dtype=bool)
     exits: dict[int, Any] = {}
     for s, i in ends.items():
         if labels is None:
             accept[s] = True
         else:
             exits[s] = labels[i]
-    return Fragment(table, accept, exits=exits)
+    return Fragment(
+        np.asarray(src, dtype=np.int32), np.asarray(byte, dtype=np.int32), dst, n, accept,
+        exits=exits,
+    )  # fmt: skip
 
 
-# JSON string interior classes (the ``klass`` of a state inside a free string)
+# JSON string interior classes. A state inside a free string has ``klass = u + 16 * (r + 1)``:
+# ``u`` its class, ``r`` the characters still allowed (``-1``: unbounded); ``klass = -1`` elsewhere.
+MAX_COUNTED = 64
+"""Longest ``maxLength`` served exactly; a longer bound is served as this many characters."""
+
+
+def string_class(k: int) -> tuple[int, int]:
+    """``(class, characters left or -1)`` of a string-interior ``klass`` value."""
+    return k % 16, k // 16 - 1
+
+
 S_PLAIN, S_ESC, S_U1, S_U2, S_U3, S_U4, S_C1, S_C2, S_C3, S_E0, S_ED, S_F0, S_F4 = range(13)
 N_STRING_CLASSES = 13
 
@@ -300,83 +351,117 @@ def _string_interior() -> I32:
 _INTERIOR = _string_interior()
 
 
-def string_fragment() -> Fragment:
-    """A free JSON string, quotes included: XGrammar's ``basic_string`` over valid UTF-8."""
-    n = 2 + N_STRING_CLASSES  # 0 = before the opening quote, 1..13 interior, 14 = closed
+def string_fragment(min_length: int = 0, max_length: int | None = None) -> Fragment:
+    """A JSON string, quotes included: XGrammar's ``basic_string`` over valid UTF-8, with at
+    least ``min_length`` and at most ``max_length`` characters (an escape is one character)."""
+    c = N_STRING_CLASSES
+    top = min_length if max_length is None else max_length
+    n = 2 + c * (top + 1)  # 0 = before the quote, interior copies per count, last = closed
     table = np.full((n, 256), NO_EDGE, dtype=np.int32)
     table[0, 0x22] = 1
-    inner = _INTERIOR.copy()
-    inner[inner >= 0] += 1
-    table[1 : 1 + N_STRING_CLASSES] = inner
-    table[1, 0x22] = n - 1
+    klass = np.full(n, -1, dtype=np.int16)
+    for p in range(top + 1):
+        base = 1 + c * p
+        inner = _INTERIOR.copy()
+        done = inner == S_PLAIN  # edges that complete a character
+        inner[inner >= 0] += base
+        if p < top:
+            inner[done] = base + c + S_PLAIN  # one more character: the next count's PLAIN
+        elif max_length is not None:
+            inner[:] = NO_EDGE  # no room for another character
+        table[base : base + c] = inner
+        left = -1 if max_length is None else max_length - p
+        klass[base : base + c] = np.arange(c, dtype=np.int16) + 16 * (left + 1)
+        if p >= min_length:
+            table[base + S_PLAIN, 0x22] = n - 1
     accept = np.zeros(n, dtype=bool)
     accept[n - 1] = True
-    klass = np.full(n, -1, dtype=np.int8)
-    klass[1 : 1 + N_STRING_CLASSES] = np.arange(N_STRING_CLASSES, dtype=np.int8)
-    return Fragment(table, accept, klass)
+    return Fragment.dense(table, accept, klass)
 
 
 # -- wiring fragments into one automaton ----------------------------------------------------
 
 
 class Builder:
-    """Concatenate fragments into one table; link accepting states to another fragment's start."""
+    """Concatenate fragments into one edge list; link accepting states to a fragment's start."""
 
     def __init__(self) -> None:
-        self._tables: list[I32] = []
+        self._src: list[I32] = []
+        self._byte: list[I32] = []
+        self._dst: list[I32] = []
         self._accept: list[npt.NDArray[np.bool_]] = []
-        self._klass: list[npt.NDArray[np.int8]] = []
+        self._klass: list[npt.NDArray[np.int16]] = []
+        self._starts: dict[int, tuple[I32, I32]] = {}
         self.exits: dict[int, Any] = {}
         self.n = 0
 
     def add(self, frag: Fragment) -> int:
         """Copy ``frag`` in; return the offset of its state 0."""
         off = self.n
-        t = frag.table.copy()
-        t[t >= 0] += off
-        self._tables.append(t)
+        self._src.append(frag.src + off)
+        self._byte.append(frag.byte)
+        self._dst.append(frag.dst + off)
         self._accept.append(frag.accept.copy())
         self._klass.append(frag.klass)
+        b, d = frag.start_edges()
+        self._starts[off] = (b, d + off)
         for s, label in frag.exits.items():
             self.exits[s + off] = label.shifted(off) if isinstance(label, Exit) else label
         self.n += frag.n
         return off
 
-    def _flat(self) -> tuple[I32, npt.NDArray[np.bool_]]:
-        if len(self._tables) > 1:
-            self._tables = [np.concatenate(self._tables)]
+    def _flat_accept(self) -> npt.NDArray[np.bool_]:
+        if len(self._accept) > 1:
             self._accept = [np.concatenate(self._accept)]
-            self._klass = [np.concatenate(self._klass)]
-        return self._tables[0], self._accept[0]
+        return self._accept[0]
 
     def accepting(self, off: int, frag: Fragment) -> list[int]:
         return [int(s) + off for s in np.flatnonzero(frag.accept)]
 
     def link(self, states: Iterable[int], target: int) -> None:
-        """From each of ``states`` (accepting, or an exit), continue as from state ``target``:
-        its edges are copied and the state stops accepting."""
-        table, accept = self._flat()
-        row = table[target]
-        has = row >= 0
+        """From each of ``states`` (accepting, or an exit), continue as from fragment start
+        ``target``: its edges are copied and the state takes its acceptance and exit."""
+        b, d = self._starts[target]
+        accept = self._flat_accept()
         for s in states:
-            cur = table[s]
-            clash = has & (cur >= 0) & (cur != row)
-            if clash.any():
-                b = int(np.flatnonzero(clash)[0])
-                raise ValueError(f"ambiguous continuation on byte {b!r} at state {s}")
-            cur[has] = row[has]
+            if len(b):
+                self._src.append(np.full(len(b), s, dtype=np.int32))
+                self._byte.append(b)
+                self._dst.append(d)
             accept[s] = bool(accept[target])
             self.exits.pop(s, None)
             if target in self.exits:
                 self.exits[s] = self.exits[target]
 
     def edge(self, state: int, byte: int, target: int) -> None:
-        table, _ = self._flat()
-        table[state, byte] = target
+        self._src.append(np.array([state], dtype=np.int32))
+        self._byte.append(np.array([byte], dtype=np.int32))
+        self._dst.append(np.array([target], dtype=np.int32))
 
-    def finish(self) -> tuple[I32, npt.NDArray[np.bool_], npt.NDArray[np.int8]]:
-        table, accept = self._flat()
-        return table, accept, self._klass[0]
+    def finish(self) -> Fragment:
+        """The wired fragment; ``ValueError`` if two edges leave a state on the same byte."""
+        src = np.concatenate(self._src) if self._src else np.zeros(0, dtype=np.int32)
+        byte = np.concatenate(self._byte) if self._byte else np.zeros(0, dtype=np.int32)
+        dst = np.concatenate(self._dst) if self._dst else np.zeros(0, dtype=np.int32)
+        key = src.astype(np.int64) * 256 + byte
+        order = np.argsort(key, kind="stable")
+        key, src, byte, dst = key[order], src[order], byte[order], dst[order]
+        same = key[1:] == key[:-1]
+        if same.any():
+            if (dst[1:][same] != dst[:-1][same]).any():
+                i = int(np.flatnonzero(same & (dst[1:] != dst[:-1]))[0])
+                raise ValueError(f"ambiguous continuation on byte {int(byte[i])} at state {src[i]}")
+            keep = np.concatenate([[True], ~same])
+            src, byte, dst = src[keep], byte[keep], dst[keep]
+        return Fragment(
+            src,
+            byte,
+            dst,
+            self.n,
+            self._flat_accept(),
+            np.concatenate(self._klass),
+            dict(self.exits),
+        )
 
 
 # -- per-vocabulary tables -------------------------------------------------------------------
@@ -417,6 +502,8 @@ class VocabTables:
         self.quote_ids = ids[has_quote[ids]].astype(np.int32)
         self.all_ids = ids.astype(np.int32)
         self._string_rows: npt.NDArray[np.int32] | None = None
+        self._counts: tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]] | None = None
+        self._counted: dict[tuple[int, int], npt.NDArray[np.int32]] = {}
         self.words = (self.width + 31) // 32
 
     @classmethod
@@ -469,6 +556,42 @@ class VocabTables:
             j += 1
         return np.sort(cand[st >= 0])
 
+    def _string_counts(self) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]]:
+        """Per class: characters each token completes while staying inside a string (``-1``
+        if it does not stay inside), and whether it ends inside a character."""
+        if self._counts is None:
+            ids = self.all_ids
+            counts = np.full((N_STRING_CLASSES, len(ids)), -1, dtype=np.int16)
+            mid = np.zeros((N_STRING_CLASSES, len(ids)), dtype=bool)
+            lens = self.lengths[ids]
+            pos = self.start[ids]
+            for k in range(N_STRING_CLASSES):
+                st = np.full(len(ids), k, dtype=np.int32)
+                n = np.zeros(len(ids), dtype=np.int16)
+                for j in range(int(lens.max()) if len(lens) else 0):
+                    live = np.flatnonzero((lens > j) & (st >= 0))
+                    if len(live) == 0:
+                        break
+                    st[live] = _INTERIOR[st[live], self.buffer[pos[live] + j]]
+                    n[live] += st[live] == S_PLAIN
+                ok = st >= 0
+                counts[k, ok] = n[ok]
+                mid[k] = ok & (st != S_PLAIN)
+            self._counts = (counts, mid)
+        return self._counts
+
+    def counted_row(self, k: int, left: int) -> npt.NDArray[np.int32]:
+        """Packed row: tokens that stay inside a string from class ``k`` and complete at most
+        ``left`` characters (a character they leave unfinished counts)."""
+        key = (k, left)
+        row = self._counted.get(key)
+        if row is None:
+            counts, mid = self._string_counts()
+            ok = (counts[k] >= 0) & (counts[k] + mid[k] <= left)
+            row = pack_ids(self.all_ids[ok], self.width)
+            self._counted[key] = row
+        return row
+
     def string_rows(self) -> npt.NDArray[np.int32]:
         """Packed rows: per interior class, the tokens that stay inside a free string."""
         if self._string_rows is None:
@@ -500,23 +623,29 @@ class ToolAutomaton:
     what follows: an end id, or the next stage); exits hand over to another engine.
     """
 
-    def __init__(
-        self,
-        table: I32,
-        accept: npt.NDArray[np.bool_],
-        klass: npt.NDArray[np.int8],
-        exits: dict[int, Any],
-        tables: VocabTables,
-    ) -> None:
-        # compress the byte alphabet: identical columns share one class
-        cols, inverse = np.unique(table, axis=1, return_inverse=True)
-        self.table = np.ascontiguousarray(cols, dtype=np.int32)
-        self.byte_class = inverse.reshape(-1).astype(np.int32)
-        self.accept = accept
-        self.klass = klass
-        self.exits = exits
+    def __init__(self, frag: Fragment, tables: VocabTables) -> None:
+        # compress the byte alphabet: bytes with the same edges everywhere share one class
+        order = np.lexsort((frag.src, frag.byte))
+        src, byte, dst = frag.src[order], frag.byte[order], frag.dst[order]
+        bounds = np.searchsorted(byte, np.arange(257))
+        classes: dict[bytes, int] = {b"": 0}
+        byte_class = np.zeros(256, dtype=np.int32)
+        for b in range(256):
+            lo, hi = bounds[b], bounds[b + 1]
+            sig = src[lo:hi].tobytes() + dst[lo:hi].tobytes()
+            byte_class[b] = classes.setdefault(sig, len(classes))
+        table = np.full((frag.n, len(classes)), NO_EDGE, dtype=np.int32)
+        table[src, byte_class[byte]] = dst
+        self.table = table
+        self.byte_class = byte_class
+        self.accept = frag.accept
+        self.klass = frag.klass
+        self.exits = frag.exits
         self.t = tables
         self._masks: dict[int, tuple[int, I32 | None, npt.NDArray[np.int32] | None]] = {}
+        self._closing: dict[int, I32] = {}
+        self._toward: dict[int, I32] = {}
+        self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -560,13 +689,78 @@ class ToolAutomaton:
         if len(ids) > _BIG:
             packed = pack_ids(ids, t.width)
             if k >= 0:
-                packed |= t.string_rows()[k]
+                packed |= self._base_row(k)
             m = (-1, None, packed)
         else:
             m = (k, ids, None)
         with self._lock:
             self._masks[state] = m
         return m
+
+    def _base_row(self, k: int) -> npt.NDArray[np.int32]:
+        u, left = string_class(k)
+        return self.t.string_rows()[u] if left < 0 else self.t.counted_row(u, left)
+
+    def _distances(self) -> npt.NDArray[np.int32]:
+        """Bytes from each state to the nearest accepting or exit state (reverse BFS)."""
+        if self._dist is None:
+            n = self.n_states
+            src, col = np.nonzero(self.table >= 0)
+            dst = self.table[src, col]
+            pairs = np.unique(dst.astype(np.int64) * n + src)
+            rdst, rsrc = pairs // n, pairs % n
+            start = np.searchsorted(rdst, np.arange(n + 1))
+            dist = np.full(n, np.iinfo(np.int32).max, dtype=np.int32)
+            frontier = [int(x) for x in np.flatnonzero(self.accept)] + list(self.exits)
+            for x in frontier:
+                dist[x] = 0
+            d = 0
+            while frontier:
+                d += 1
+                nxt = []
+                for x in frontier:
+                    for y in rsrc[start[x] : start[x + 1]].tolist():
+                        if dist[y] > d:
+                            dist[y] = d
+                            nxt.append(y)
+                frontier = nxt
+            self._dist = dist
+        return self._dist
+
+    def toward_end(self, state: int) -> I32 | None:
+        """The allowed tokens after which the nearest end (acceptance or an exit) is closer;
+        None if there are none. What a budget steers to once a value has run long."""
+        with self._lock:
+            hit = self._toward.get(state)
+        if hit is None:
+            dist = self._distances()
+            ids = self.allowed(state)
+            ends = np.fromiter((self.advance(state, int(t)) for t in ids), np.int64, len(ids))
+            ok = ends >= 0
+            ok[ok] = dist[ends[ok]] < dist[state]
+            hit = ids[ok]
+            with self._lock:
+                self._toward[state] = hit
+        return hit if len(hit) else None
+
+    def closing(self, state: int) -> I32 | None:
+        """Inside a free string: the allowed tokens that leave it (None elsewhere or if none)."""
+        if self.klass[state] < 0:
+            return None
+        with self._lock:
+            hit = self._closing.get(state)
+        if hit is not None:
+            return hit if len(hit) else None
+        t = self.t
+        ids = t.simulate(self.table, state, t.quote_ids, self.byte_class)
+        ends = np.array([self._end_state(state, int(i)) for i in ids], dtype=np.int64)
+        out = ids[(ends >= 0) & (self.klass[np.maximum(ends, 0)] < 0)] if len(ids) else ids
+        with self._lock:
+            self._closing[state] = out
+        return out if len(out) else None
+
+    def _end_state(self, state: int, token: int) -> int:
+        return self.advance(state, token)
 
     def allowed(self, state: int) -> I32:
         """Sorted token ids allowed at ``state`` (the automaton's own tokens only)."""
@@ -582,7 +776,7 @@ class ToolAutomaton:
             row[:] = packed
             return
         if k >= 0:
-            row[:] = self.t.string_rows()[k]
+            row[:] = self._base_row(k)
         else:
             row[:] = 0
         assert ids is not None

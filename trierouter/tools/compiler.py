@@ -145,6 +145,8 @@ class CompiledTools:
         self._lock = threading.RLock()
         self._xgr_compiler: Any = None
         self._grammars: dict[str, Any] = {}
+        self.degraded: dict[str, str] = {}
+        """XGrammar slots served with a looser schema, and why."""
         if eager_xgrammar and self.xgrammar_schemas:
             t3 = time.perf_counter()
             for key in self.xgrammar_schemas:
@@ -200,7 +202,7 @@ class CompiledTools:
                 return a
             spec = self.specs[i]
             frag, _ = self._builder.tool(_normalized(spec.parameters), self.tail.encode())
-            a = ToolAutomaton(frag.table, frag.accept, frag.klass, frag.exits, self._tables)
+            a = ToolAutomaton(frag, self._tables)
             self._automata[i] = a
             while len(self._automata) > self._cache_size:
                 self._automata.popitem(last=False)
@@ -223,7 +225,13 @@ class CompiledTools:
             schema = self.xgrammar_schemas.get(key)
             if schema is None:
                 schema = json.loads(key)
-            g = self._xgr_compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+            try:
+                g = self._xgr_compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+            except Exception as exc:  # XGrammar refuses some regexes (e.g. word boundaries)
+                loose = _without(schema, "pattern")
+                why = str(exc)[:120]
+                self.degraded[key] = f"XGrammar refused it ({why}); served without pattern"
+                g = self._xgr_compiler.compile_json_schema(json.dumps(loose), any_whitespace=False)
             self._grammars[key] = g
             return g
 
@@ -241,6 +249,14 @@ class CompiledTools:
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
+
+
+def _without(schema: Any, keyword: str) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without(v, keyword) for k, v in schema.items() if k != keyword}
+    if isinstance(schema, list):
+        return [_without(v, keyword) for v in schema]
+    return schema
 
 
 def compile_tools(

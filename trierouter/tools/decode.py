@@ -120,6 +120,9 @@ class ToolCallPlan:
         think_max_tokens: int = 256,
         call_prefix: str = "<tool_call>",
         call_suffix: str = "",
+        string_max_tokens: int | None = None,
+        slot_max_tokens: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.tools = tools
         self.vocabulary = tools.vocabulary
@@ -127,6 +130,9 @@ class ToolCallPlan:
         self.end_ids = tools.end_ids
         self.single_choice: ChoiceSet | None = None
         self.tool_choice = tool_choice
+        self.string_max_tokens = string_max_tokens
+        self.slot_max_tokens = slot_max_tokens
+        self.max_tokens = max_tokens
         self.call_prefix = call_prefix
         self.call_suffix = call_suffix
         if tools.tail != "}" + call_suffix:
@@ -157,6 +163,8 @@ class ToolCallPlan:
         self._end_row = pack_ids(list(self.end_ids), self.width)
         self._words = words
         self._free_rows: dict[tuple[int, int, bool], npt.NDArray[np.int32]] = {}
+        self._tier_rows: list[npt.NDArray[np.int32]] | None = None
+        self._safe_row: npt.NDArray[np.int32] | None = None
         self._tokens = self.vocabulary.tokens
 
     def __repr__(self) -> str:
@@ -203,34 +211,39 @@ class ToolCallPlan:
             nxt = a.advance(node, token)
             if nxt < 0:
                 return ToolState(self.DEAD, 0)
-            return self._enter_args(tool, nxt, steps + 1)
+            # ``steps``: tokens since this free string opened (0 outside strings); ``aux``: tokens
+            # in the arguments so far
+            inside = a.klass[nxt] >= 0
+            strs = (steps + 1 if a.klass[node] >= 0 else 1) if inside else 0
+            return self._enter_args(tool, nxt, strs, int(state[4] or 0) + 1)
         # XGrammar slot
-        matcher = state[4][0]
+        box = state[4]
+        matcher = box[0]
         row = self._xg_row(state)
         if token not in self.end_ids and (int(row[token >> 5]) >> (token & 31)) & 1:
             if not matcher.accept_token(token):  # pragma: no cover - the mask allowed it
                 return ToolState(self.DEAD, 0)
-            return ToolState(self.XG, node, steps + 1, tool, [matcher, None])
+            return ToolState(self.XG, node, steps + 1, tool, [matcher, None, box[2] + 1])
         if matcher.is_completed():
             nxt = a.advance(node, token)
             if nxt >= 0:
-                return self._enter_args(tool, nxt, steps + 1)
+                return self._enter_args(tool, nxt, 1 if a.klass[nxt] >= 0 else 0, box[2] + 1)
         return ToolState(self.DEAD, 0)
 
     def _tool_of(self, node: int) -> int:
         return self.tools.tool_of_node(self.names, node)
 
-    def _enter_args(self, tool: int, state: int, steps: int = 0) -> ToolState:
+    def _enter_args(self, tool: int, state: int, steps: int = 0, total: int = 0) -> ToolState:
         a = self.tools.automaton(tool)
         ex = a.exits.get(state)
         if ex is not None:
             import xgrammar as xgr
 
             matcher = xgr.GrammarMatcher(self.tools.grammar(ex.key))
-            return ToolState(self.XG, ex.reentry, steps, tool, [matcher, None])
+            return ToolState(self.XG, ex.reentry, 0, tool, [matcher, None, total])
         if a.accept[state]:
             return ToolState(self.DONE, 0)
-        return ToolState(self.ARGS, state, steps, tool)
+        return ToolState(self.ARGS, state, steps, tool, total)
 
     def _xg_row(self, state: Any) -> npt.NDArray[np.int32]:
         box = state[4]
@@ -335,16 +348,73 @@ class ToolCallPlan:
             self.names.fill_next_token_bitmask(node, bitmask, index)
             return
         a: ToolAutomaton = self.tools.automaton(int(state[3]))
+        steps = int(state[2])
         if stage == self.ARGS:
+            over = self.string_max_tokens is not None and steps >= self.string_max_tokens
+            over = over or (self.max_tokens is not None and int(state[4] or 0) >= self.max_tokens)
+            if over:
+                toward = a.toward_end(node)
+                if toward is not None:
+                    row[:] = pack_ids(toward, self.width)
+                    return
             a.fill(node, row)
             return
         xrow = self._xg_row(state)
-        row[:] = xrow
+        row[:] = xrow & self._json_safe()
         if state[4][0].is_completed():
             row &= ~self._end_row
             tmp = np.empty_like(row)
             a.fill(node, tmp)
             row |= tmp
+        budget, total, cap = self.slot_max_tokens, int(state[4][2]), self.max_tokens
+        if (budget is not None and budget <= steps < 3 * budget) or (
+            cap is not None and cap <= total < 3 * cap
+        ):
+            self._narrow(state[4][0], row)
+
+    def _narrow(self, matcher: Any, row: npt.NDArray[np.int32]) -> None:
+        """Over budget in an XGrammar slot: prefer a token that completes the value, then one
+        of ``"``, ``]``, ``}``, then one of ``:``, space, ``0`` (a random model would otherwise
+        wander inside free JSON for ever)."""
+        tiers = self._tiers()
+        cand = bitmask_to_ids(row & (tiers[0] | tiers[1]), self.width).tolist()
+        done = []
+        for t in cand:
+            f = matcher.fork()
+            if f.accept_token(int(t)) and f.is_completed():
+                done.append(int(t))
+        if done:
+            row[:] = pack_ids(done, self.width)
+            return
+        for tier in tiers:
+            narrowed = row & tier
+            if narrowed.any():
+                row[:] = narrowed
+                return
+
+    def _json_safe(self) -> npt.NDArray[np.int32]:
+        """Tokens without raw control characters (never valid in compact JSON; XGrammar 0.2's
+        length-bounded strings let them through), plus the end ids."""
+        if self._safe_row is None:
+            vocab = self.vocabulary
+            buf, off = vocab.buffer, vocab.offsets
+            bad_pos = np.flatnonzero(buf < 0x20)
+            bad = np.zeros(len(vocab), dtype=bool)
+            if len(bad_pos):
+                bad[np.searchsorted(off, bad_pos, side="right") - 1] = True
+            ok = np.flatnonzero(~bad & vocab.matchable)
+            self._safe_row = pack_ids(ok, self.width) | self._end_row
+        return self._safe_row
+
+    def _tiers(self) -> list[npt.NDArray[np.int32]]:
+        if self._tier_rows is None:
+            rows = []
+            by_bytes = {t: i for i, t in enumerate(self._tokens) if self.vocabulary.matchable[i]}
+            for chars in (b'"]}', b": 0"):
+                ids = [by_bytes[bytes([c])] for c in chars if bytes([c]) in by_bytes]
+                rows.append(pack_ids(ids, self.width))
+            self._tier_rows = rows
+        return self._tier_rows
 
     def allowed_token_ids(self, state: Any) -> npt.NDArray[np.int32]:
         row = np.zeros((1, self._words), dtype=np.int32)

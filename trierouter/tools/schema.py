@@ -20,6 +20,7 @@ properties in schema order, optional ones skippable.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -31,7 +32,7 @@ import numpy as np
 from trierouter.tools.automaton import (
     DIGIT,
     HEX,
-    NO_EDGE,
+    MAX_COUNTED,
     Builder,
     Fragment,
     _Node,
@@ -51,6 +52,36 @@ __all__ = ["Slot", "SlotCompiler", "canonical", "format_node", "integer_range_no
 
 MAX_UNROLL = 8
 """Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
+
+
+_ANNOTATIONS = frozenset(
+    ("description", "title", "default", "examples", "example", "deprecated", "readOnly",
+     "writeOnly", "$comment", "$schema", "$id", "externalDocs", "xml", "discriminator")
+)  # fmt: skip
+
+MAX_PROPERTIES = 32
+"""Objects with more properties go to XGrammar (a DFA over skippable keys grows as n²)."""
+
+
+def strip_annotations(schema: Any) -> Any:
+    """``schema`` without keywords that do not constrain values (``description``, ``x-*``...)."""
+    if isinstance(schema, dict):
+        out = {}
+        for k, v in schema.items():
+            if k in _ANNOTATIONS or (isinstance(k, str) and k.startswith("x-")):
+                continue
+            if k in ("properties", "$defs", "definitions", "patternProperties") and isinstance(
+                v, dict
+            ):
+                out[k] = {pk: strip_annotations(pv) for pk, pv in v.items()}
+            elif k in ("enum", "const"):
+                out[k] = v
+            else:
+                out[k] = strip_annotations(v)
+        return out
+    if isinstance(schema, list):
+        return [strip_annotations(x) for x in schema]
+    return schema
 
 
 def canonical(schema: Any) -> str:
@@ -359,6 +390,8 @@ class SlotCompiler:
     def tool(self, schema: dict[str, Any], tail: bytes) -> tuple[Fragment, list[Slot]]:
         """The automaton for a tool's arguments object followed by ``tail``; its slots."""
         slots: list[Slot] = []
+        if not self.dry:
+            schema = strip_annotations(schema)
         root = schema
         frag, _, _ = self._piece(schema, root, "", slots, depth=0)
         if self.dry:
@@ -367,8 +400,7 @@ class SlotCompiler:
         b.add(frag)
         end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
         b.link(b.accepting(0, frag), end)
-        table, accept, klass = b.finish()
-        return Fragment(table, accept, klass, dict(b.exits)), slots
+        return b.finish(), slots
 
     # -- dispatch ----------------------------------------------------------------------------
     def _piece(
@@ -391,9 +423,9 @@ class SlotCompiler:
                 return self._piece(merged, root, path, slots, depth + 1)
             finally:
                 self._refs.pop()
-        key = canonical(schema)
         is_object = schema.get("type") == "object" or "properties" in schema
-        hit = self._cache.get(key)
+        key = "" if self.dry or is_object else canonical(schema)
+        hit = self._cache.get(key) if key else None
         if hit is not None and not is_object:
             slots.append(Slot(path or "$", hit[1], hit[2]))
             return hit
@@ -403,7 +435,7 @@ class SlotCompiler:
         frag, engine, detail = made
         if not is_object:
             slots.append(Slot(path or "$", engine, detail))
-            if frag is not _DUMMY:
+            if key and frag is not _DUMMY:
                 self._cache[key] = made
         return made
 
@@ -411,13 +443,21 @@ class SlotCompiler:
         self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], why: str
     ) -> tuple[Fragment, str, str]:
         sub = dict(schema) if isinstance(schema, dict) else {}
-        for defs in ("$defs", "definitions"):
-            if defs in root and defs not in sub:
-                sub[defs] = root[defs]
+        if self.dry:  # the build strips the whole schema first: key what it will key
+            sub = strip_annotations(sub)
+        if "allOf" in sub:  # XGrammar 0.2 ignores an allOf of several parts: give it one
+            merged = _merge_all_of(sub, root)
+            if merged is not None:
+                sub = merged
         key = canonical(sub)
+        if '"$ref"' in key:  # local references need the root's definitions
+            for defs in ("$defs", "definitions"):
+                if defs in root and defs not in sub:
+                    sub[defs] = strip_annotations(root[defs]) if self.dry else root[defs]
+            key = canonical(sub)
         self.xgrammar_slots.setdefault(key, sub)
         slots.append(Slot(path or "$", "xgrammar", why))
-        return exit_fragment(key), "xgrammar", why
+        return (_DUMMY if self.dry else exit_fragment(key)), "xgrammar", why
 
     def _make(
         self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
@@ -429,13 +469,27 @@ class SlotCompiler:
             if not values:
                 return None
             return self._literals(values), "trie", f"enum of {len(values)}"
-        for k in ("allOf", "not", "if", "dependentSchemas", "patternProperties"):
+        if "allOf" in schema:
+            merged = _merge_all_of(schema, root)
+            if merged is None:
+                return None
+            return self._make(merged, root, path, slots, depth)
+        for k in ("not", "if", "dependentSchemas", "patternProperties"):
             if k in schema:
                 return None
         if "anyOf" in schema or "oneOf" in schema:
             branches = schema.get("anyOf") or schema.get("oneOf")
             if not isinstance(branches, list) or not branches:
                 return None
+            if self.dry:
+                seen: list[Slot] = []
+                for i, br in enumerate(branches):
+                    _, engine, _ = self._piece(br, root, f"{path}|{i}", seen, depth + 1)
+                    if engine == "xgrammar" or any(s.engine == "xgrammar" for s in seen):
+                        return None
+                if _first_bytes({"anyOf": branches}, root) is None:
+                    return None
+                return _DUMMY, "automaton", f"one of {len(branches)} branches"
             pieces = []
             dry, self.dry = self.dry, False  # disjointness needs the automata
             try:
@@ -453,6 +507,13 @@ class SlotCompiler:
         if isinstance(t, list):
             if not t:
                 return None
+            if self.dry:
+                for one in t:
+                    if self._make({**schema, "type": one}, root, path, [], depth) is None:
+                        return None
+                if _first_bytes(schema, root) is None:
+                    return None
+                return _DUMMY, "automaton", "type " + " | ".join(map(str, t))
             frags = []
             dry, self.dry = self.dry, False
             try:
@@ -475,7 +536,7 @@ class SlotCompiler:
             if any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum",
                                          "exclusiveMaximum", "multipleOf")):  # fmt: skip
                 return None
-            return nfa_fragment(_number_node()), "automaton", "number"
+            return _number_fragment(), "automaton", "number"
         if t == "string":
             return self._string_slot(schema)
         if t == "array":
@@ -498,30 +559,65 @@ class SlotCompiler:
         if lo is False or hi is False:
             return None
         assert not isinstance(lo, bool) and not isinstance(hi, bool)
-        node = integer_range_node(lo, hi)
-        if node is None:
+        if lo is not None and hi is not None and lo > hi:
+            return None
+        frag = _DUMMY if self.dry else _integer_fragment(lo, hi)
+        if frag is None:
             return None
         if lo is None and hi is None:
-            return nfa_fragment(node), "automaton", "integer"
-        return nfa_fragment(node), "format", f"integer in [{lo}, {hi}]"
+            return frag, "automaton", "integer"
+        return frag, "format", f"integer in [{lo}, {hi}]"
 
     def _string_slot(self, schema: dict[str, Any]) -> tuple[Fragment, str, str] | None:
-        if "minLength" in schema or "maxLength" in schema or "contentEncoding" in schema:
+        if "contentEncoding" in schema:
             return None
+        min_length = schema.get("minLength", 0)
+        max_length = schema.get("maxLength")
+        if not isinstance(min_length, int) or isinstance(min_length, bool):
+            return None
+        if min_length > MAX_COUNTED:
+            return None
+        if max_length is not None:
+            if not isinstance(max_length, int) or isinstance(max_length, bool):
+                return None
+            if max_length < min_length:
+                return None
         fmt = schema.get("format")
         pattern = schema.get("pattern")
+        if (min_length > 0 or max_length is not None) and fmt is not None:
+            return None
+        if (min_length > 0 or max_length is not None) and pattern is not None:
+            if max_length is not None and max_length > MAX_COUNTED:
+                return None
+            if pattern_node(str(pattern)) is None:
+                return None
+            if self.dry:
+                return _DUMMY, "format", f"pattern {pattern}, {min_length}..{max_length} chars"
+            frag = _length_limited(str(pattern), min_length, max_length)
+            return frag, "format", f"pattern {pattern}, {min_length}..{max_length} chars"
         if pattern is not None:
             if fmt is not None:
                 return None
             node = pattern_node(str(pattern))
             if node is None:
                 return None
+            if self.dry:
+                return _DUMMY, "format", f"pattern {pattern}"
             return nfa_fragment(seq(lit('"'), node, lit('"'))), "format", f"pattern {pattern}"
         if fmt is not None:
-            node = format_node(str(fmt))
-            if node is None:
+            if format_node(str(fmt)) is None:
                 return None
-            return nfa_fragment(seq(lit('"'), node, lit('"'))), "format", f"format {fmt}"
+            fmt_frag = _DUMMY if self.dry else _format_fragment(str(fmt))
+            if fmt_frag is None:
+                return None
+            return fmt_frag, "format", f"format {fmt}"
+        if min_length > 0 or max_length is not None:
+            top = None if max_length is None else min(max_length, MAX_COUNTED)
+            frag = _DUMMY if self.dry else _counted_string(min_length, top)
+            what = f"string of {min_length}..{'' if max_length is None else max_length} chars"
+            if max_length is not None and max_length > MAX_COUNTED:
+                what += f" (served as at most {MAX_COUNTED})"
+            return frag, "format", what
         return self._string, "automaton", "string"
 
     def _array(
@@ -587,8 +683,7 @@ class SlotCompiler:
                     b.link([s], starts[nxt] if nxt < len(starts) else loop)  # type: ignore[arg-type]
                 elif isinstance(label, tuple) and label[0] == "end":
                     b.link([s], close)
-        table, accept, klass = b.finish()
-        return Fragment(table, accept, klass, dict(b.exits)), "automaton", f"array of {engine}"
+        return b.finish(), "automaton", f"array of {engine}"
 
     def _object(
         self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
@@ -605,6 +700,8 @@ class SlotCompiler:
         if not required <= set(props):
             return None
         keys = list(props)
+        if len(keys) > MAX_PROPERTIES:
+            return None
         values: list[Fragment] = []
         for k in keys:
             frag, _, _ = self._piece(props[k], root, f"{path}.{k}" if path else k, slots, depth + 1)
@@ -638,36 +735,190 @@ class SlotCompiler:
                 b.link([s], starts[label[1]])
             elif isinstance(label, tuple) and label[0] == "end":
                 b.link([s], close)
-        table, accept, klass = b.finish()
-        frag = Fragment(table, accept, klass, dict(b.exits))
+        frag = b.finish()
         return frag, "automaton", f"object of {n} properties"
 
 
-_DUMMY = Fragment(np.full((1, 256), NO_EDGE, dtype=np.int32), np.array([True]))
+_DUMMY = Fragment.empty([True])
 """What a dry run returns instead of an automaton."""
 
 
+@functools.lru_cache(maxsize=1024)
+def _length_limited(pattern: str, lo: int, hi: int | None) -> Fragment:
+    """The quoted ``pattern`` (ASCII: one byte per character) with ``lo..hi`` characters."""
+    node = pattern_node(pattern)
+    assert node is not None
+    base = nfa_fragment(seq(lit('"'), node, lit('"')))
+    table = base.table
+    cap = (hi if hi is not None else lo) + 2
+    ids = {(0, 0): 0}
+    todo = [(0, 0)]
+    edges: list[tuple[int, int, int]] = []
+    accept: list[bool] = []
+    while todo:
+        s, c = todo.pop()
+        me = ids[(s, c)]
+        while len(accept) <= me:
+            accept.append(False)
+        inner = c - 2  # bytes so far minus the two quotes
+        accept[me] = bool(base.accept[s]) and inner >= lo and (hi is None or inner <= hi)
+        for b in np.flatnonzero(table[s] >= 0).tolist():
+            c2 = c + 1 if hi is not None else min(c + 1, cap)
+            if hi is not None and c2 > cap:
+                continue
+            key = (int(table[s, b]), c2)
+            if key not in ids:
+                ids[key] = len(ids)
+                todo.append(key)
+            edges.append((me, b, ids[key]))
+    n = len(ids)
+    accept += [False] * (n - len(accept))
+    # keep only edges into states from which a string can still end (the counter can run out)
+    back: dict[int, list[int]] = {}
+    for a, _, b in edges:
+        back.setdefault(b, []).append(a)
+    live = {i for i in range(n) if accept[i]}
+    todo2 = list(live)
+    while todo2:
+        for a in back.get(todo2.pop(), []):
+            if a not in live:
+                live.add(a)
+                todo2.append(a)
+    edges = [e for e in edges if e[2] in live]
+    arr = np.asarray(edges, dtype=np.int32).reshape(-1, 3)
+    return Fragment(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), n, np.asarray(accept))
+
+
+@functools.lru_cache(maxsize=256)
+def _counted_string(min_length: int, max_length: int | None) -> Fragment:
+    return string_fragment(min_length, max_length)
+
+
+@functools.lru_cache(maxsize=1)
+def _number_fragment() -> Fragment:
+    return nfa_fragment(_number_node())
+
+
+@functools.lru_cache(maxsize=4096)
+def _integer_fragment(lo: int | None, hi: int | None) -> Fragment | None:
+    node = integer_range_node(lo, hi)
+    return None if node is None else nfa_fragment(node)
+
+
+@functools.lru_cache(maxsize=4096)
+def _format_fragment(fmt: str) -> Fragment | None:
+    node = format_node(fmt)
+    return None if node is None else nfa_fragment(seq(lit('"'), node, lit('"')))
+
+
+def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] | None:
+    """The bytes a value of ``schema`` can start with (None: unknown or anything)."""
+    if not isinstance(schema, dict) or depth > 8:
+        return None
+    if "$ref" in schema:
+        target = _resolve(schema["$ref"], root)
+        return None if target is None else _first_bytes(target, root, depth + 1)
+    if "const" in schema or "enum" in schema:
+        values = [schema["const"]] if "const" in schema else list(schema["enum"])
+        return {json.dumps(v, ensure_ascii=False).encode()[0] for v in values} or None
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list):
+        out: set[int] = set()
+        for br in branches:
+            fb = _first_bytes(br, root, depth + 1)
+            if fb is None or fb & out:
+                return None
+            out |= fb
+        return out
+    t = schema.get("type")
+    types = t if isinstance(t, list) else [t]
+    out = set()
+    for one in types:
+        fb = _TYPE_FIRST.get(one) if isinstance(one, str) else None
+        if fb is None:
+            return None
+        if fb & out:
+            return None
+        out |= fb
+    return out
+
+
+_TYPE_FIRST: dict[str, set[int]] = {
+    "string": {ord('"')},
+    "integer": set(b"-0123456789"),
+    "number": set(b"-0123456789"),
+    "boolean": set(b"tf"),
+    "null": set(b"n"),
+    "object": {ord("{")},
+    "array": {ord("[")},
+}
+
+
 def _accepting() -> Fragment:
-    return Fragment(np.full((1, 256), NO_EDGE, dtype=np.int32), np.array([True]))
+    return Fragment.empty([True])
 
 
 def _union(frags: list[Fragment]) -> Fragment | None:
     """One fragment accepting any of ``frags`` if their first bytes are disjoint, else None."""
     b = Builder()
-    start = b.add(_accepting())
-    offs = [b.add(f) for f in frags]
-    table, accept = b._flat()
-    accept[start] = False
-    for off, f in zip(offs, frags, strict=True):
+    start = b.add(Fragment.empty([False]))
+    seen: set[int] = set()
+    for f in frags:
         if f.accept[0] or 0 in f.exits:
             return None
-        row = table[off]
-        has = row >= 0
-        if (table[start][has] >= 0).any():
+        first = set(f.start_edges()[0].tolist())
+        if first & seen:
             return None
-        table[start][has] = row[has]
-    t, a, k = b.finish()
-    return Fragment(t, a, k, dict(b.exits))
+        seen |= first
+        b.link([start], b.add(f))
+    return b.finish()
+
+
+def _merge_all_of(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any] | None:
+    """``allOf`` of object schemas as one object schema (properties and ``required`` merged);
+    None when the parts are not all plain objects or a property is defined twice."""
+    parts = [strip_annotations({k: v for k, v in schema.items() if k != "allOf"})]
+    for p in schema["allOf"]:
+        p = strip_annotations(p)
+        seen: set[str] = set()
+        while isinstance(p, dict) and "$ref" in p and len(p) == 1:
+            ref = p["$ref"]
+            if ref in seen:
+                return None
+            seen.add(ref)
+            p = _resolve(ref, root)
+        if not isinstance(p, dict):
+            return None
+        if "allOf" in p:
+            p = _merge_all_of(p, root)
+            if p is None:
+                return None
+        parts.append(p)
+    parts = [p for p in parts if p]
+    if not parts:
+        return {}
+    if len(parts) == 1:
+        single: dict[str, Any] = parts[0]
+        return single
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    extra: Any = None
+    for p in parts:
+        if not set(p) <= {"type", "properties", "required", "additionalProperties"}:
+            return None
+        if p.get("type", "object") != "object":
+            return None
+        for k, v in (p.get("properties") or {}).items():
+            if k in props and props[k] != v:
+                return None
+            props[k] = v
+        required += [r for r in p.get("required") or [] if r not in required]
+        if p.get("additionalProperties") is False:
+            extra = False
+    out: dict[str, Any] = {"type": "object", "properties": props, "required": required}
+    if extra is False:
+        out["additionalProperties"] = False
+    return out
 
 
 def _bound(schema: dict[str, Any], inc: str, exc: str, step: int) -> int | bool | None:
@@ -707,6 +958,8 @@ def _why(schema: dict[str, Any]) -> str:
         if k in schema:
             return k
     t = schema.get("type")
+    if t == "object" and len(schema.get("properties") or {}) > MAX_PROPERTIES:
+        return f"object of more than {MAX_PROPERTIES} properties"
     if t == "object":
         return "free-form object"
     if t == "string" and "format" in schema:
