@@ -1,13 +1,16 @@
 """JSON Schema checks for tool parameters, fast enough for registries of 100,000+ tools.
 
-``jsonschema``'s ``check_schema`` costs about 1 ms per schema, and real registries rarely share
-whole schemas (property names and descriptions differ). Validity against the metaschema does not
-depend on those free-form parts, though: a schema is checked through its *skeleton*, the same
-schema with annotation strings emptied, property maps reduced to their distinct subschemas and
-value lists (``enum``, ``required``, ``examples``) emptied, each only after its type was checked to
-be what the metaschema demands. Skeletons repeat massively and are checked once, cached. A
-skeleton that fails is never trusted: the original schema is then checked by ``jsonschema`` itself,
-which also words the error.
+``jsonschema``'s ``check_schema`` costs about 1 ms per schema, and the schemas of real registries
+are rarely identical (property names and descriptions differ). In draft 2020-12 the metaschema
+applies itself to every subschema (``properties`` values, ``items``, ``anyOf`` members ...), so a
+schema is valid exactly when each of its nodes is valid with its subschemas replaced by ``{}``.
+Those *shallow nodes* are also made uniform where the metaschema allows anything (annotation
+strings, ``default``, ``const``, ``enum`` and ``required`` lists once their type is right), and
+then repeat massively: each distinct one is checked by ``jsonschema`` once and cached.
+
+A decomposition that finds a problem is never trusted on its own: the whole schema is then checked
+by ``jsonschema``, which decides and words the error. Schemas that name another draft in
+``$schema`` are always checked whole.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from trierouter.errors import missing
 
 __all__ = ["schema_problem"]
 
-# keywords whose value is one schema / a map of name -> schema / a list of schemas (2020-12 and
-# the draft-07 spellings that a ``$schema`` may select)
+_DRAFT_2020_12 = (
+    "https://json-schema.org/draft/2020-12/schema",
+    "https://json-schema.org/draft/2020-12/schema#",
+)
+# the 2020-12 keywords whose value is one schema / a map of name -> schema / a list of schemas
 _ONE = frozenset(
     {
         "additionalProperties",
         "items",
-        "additionalItems",
         "contains",
         "propertyNames",
         "not",
@@ -40,45 +45,75 @@ _ONE = frozenset(
 )
 _MAP = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
 _LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-_DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _TEXT = frozenset({"description", "title", "$comment", "format"})  # any string is valid
+_ANY = frozenset({"default", "const"})  # any JSON value is valid
+_ARRAY = frozenset({"enum", "examples"})  # any array is valid
+_SCALARS = (str, int, float, bool, type(None))
+
+_VALID_NODES: set[tuple[Any, ...]] = set()
+_VALID_SCHEMAS: set[str] = set()
+_CACHE_LIMIT = 1 << 17
 
 
-def _skeleton(node: Any) -> Any:
-    """The schema with every part the metaschema does not constrain made uniform."""
-    if not isinstance(node, dict):
-        return node  # booleans stay; anything else stays invalid as it is
-    out: dict[str, Any] = {}
+def _subschema(value: Any) -> bool:
+    return type(value) is dict or type(value) is bool
+
+
+def _node_key(node: dict[str, Any], todo: list[dict[str, Any]]) -> tuple[Any, ...]:
+    """The shallow node as a hashable key; pushes its dict subschemas onto ``todo``."""
+    items: list[tuple[Any, ...]] = []
     for key, value in node.items():
-        if key in _TEXT and isinstance(value, str):
-            out[key] = ""
-        elif key in _ONE:
-            out[key] = _skeleton(value)
-        elif key in _MAP and isinstance(value, dict):
-            distinct: dict[str, Any] = {}
-            for sub in value.values():
-                skel = _skeleton(sub)
-                distinct.setdefault(json.dumps(skel, sort_keys=True), skel)
-            out[key] = {str(i): s for i, s in enumerate(distinct.values())}
-        elif key in _LIST and isinstance(value, list):
-            out[key] = [_skeleton(v) for v in value]
-        elif key in ("default", "const"):
-            out[key] = None  # any JSON value is valid
-        elif key in ("enum", "examples") and isinstance(value, list):
-            out[key] = []  # 2020-12: any array
-        elif (
+        if key in _ONE and _subschema(value):
+            if type(value) is dict:
+                todo.append(value)
+            items.append((key, "one"))
+        elif key in _MAP and type(value) is dict and all(map(_subschema, value.values())):
+            todo.extend(v for v in value.values() if type(v) is dict)
+            items.append((key, "map"))
+        elif key in _LIST and type(value) is list and value and all(map(_subschema, value)):
+            todo.extend(v for v in value if type(v) is dict)
+            items.append((key, "list"))
+        elif key in _TEXT and type(value) is str:
+            items.append((key, "text"))
+        elif key in _ANY:
+            items.append((key, "any"))
+        elif (key in _ARRAY and type(value) is list) or (
             key == "required"
-            and isinstance(value, list)
-            and all(isinstance(v, str) for v in value)
+            and type(value) is list
+            and all(type(v) is str for v in value)
             and len(set(value)) == len(value)
         ):
-            out[key] = []
+            items.append((key, "array"))
+        elif isinstance(value, _SCALARS):
+            items.append((key, "=", type(value).__name__, value))
         else:
-            out[key] = value
+            items.append((key, "json", json.dumps(value, sort_keys=True)))
+    items.sort()
+    return tuple(items)
+
+
+def _node_from_key(key: tuple[Any, ...]) -> dict[str, Any]:
+    shapes: dict[str, Any] = {
+        "one": {},
+        "map": {"x": {}},
+        "list": [{}],
+        "text": "",
+        "any": None,
+        "array": [],
+    }
+    out: dict[str, Any] = {}
+    for item in key:
+        name, kind = item[0], item[1]
+        if kind == "=":
+            out[name] = item[3]
+        elif kind == "json":
+            out[name] = json.loads(item[2])
+        else:
+            out[name] = shapes[kind]
     return out
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 12)
 def _checked(text: str) -> str | None:
     """``None`` if the schema in ``text`` is valid for the metaschema it names, else the error."""
     try:
@@ -95,15 +130,41 @@ def _checked(text: str) -> str | None:
     return None
 
 
-def schema_problem(schema: dict[str, Any]) -> str | None:
-    """Why ``schema`` is not a valid JSON Schema (draft 2020-12 unless its ``$schema`` names
-    another), or ``None`` if it is."""
+def _nodes_valid(schema: dict[str, Any]) -> bool:
+    todo = [schema]
+    while todo:
+        key = _node_key(todo.pop(), todo)
+        if key in _VALID_NODES:
+            continue
+        if _checked(json.dumps(_node_from_key(key), sort_keys=True)) is not None:
+            return False
+        if len(_VALID_NODES) >= _CACHE_LIMIT:
+            _VALID_NODES.clear()
+        _VALID_NODES.add(key)
+    return True
+
+
+def schema_problem(schema: dict[str, Any], text: str | None = None) -> str | None:
+    """Why ``schema`` (plain JSON; ``text`` its JSON, a cache key, if at hand) is not a valid
+    JSON Schema (draft 2020-12 unless its ``$schema`` names another), or ``None`` if it is."""
+    if text is not None and text in _VALID_SCHEMAS:
+        return None
     try:
-        # the skeleton's rules are those of the 2020-12 metaschema; other drafts are checked whole
-        if schema.get("$schema", _DRAFT_2020_12) in (_DRAFT_2020_12, _DRAFT_2020_12 + "#"):
-            skeleton = json.dumps(_skeleton(schema), sort_keys=True)
-            if _checked(skeleton) is None:
-                return None
-        return _checked(json.dumps(schema, sort_keys=True))
+        if schema.get("$schema", _DRAFT_2020_12[0]) in _DRAFT_2020_12 and _nodes_valid(schema):
+            problem = None
+        else:
+            problem = _checked(json.dumps(schema, sort_keys=True))
     except RecursionError:
         return "nested too deeply"
+    if problem is None and text is not None:
+        if len(_VALID_SCHEMAS) >= _CACHE_LIMIT:
+            _VALID_SCHEMAS.clear()
+        _VALID_SCHEMAS.add(text)
+    return problem
+
+
+def clear_caches() -> None:
+    """Forgets every schema checked so far (benchmarks measure the cold path with it)."""
+    _VALID_NODES.clear()
+    _VALID_SCHEMAS.clear()
+    _checked.cache_clear()

@@ -17,11 +17,13 @@ or the draft its ``$schema`` names) describing an object.
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,8 +115,9 @@ def _name_problem(name: str) -> str | None:
     return None
 
 
-def _normalize(tool: Tool) -> Tool:
-    """A validated copy of ``tool``: a deep copy of its parameters, made an object schema."""
+def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
+    """A validated copy of ``tool``: a deep copy of its parameters (unless ``owned``: parsed
+    from a file, referenced by nothing else), made an object schema."""
     if not isinstance(tool.name, str):
         raise ConversionError(f"its name must be a string, got {type(tool.name).__name__}")
     problem = _name_problem(tool.name)
@@ -133,14 +136,18 @@ def _normalize(tool: Tool) -> Tool:
             name=tool.name,
         )
     try:
-        params = json.loads(json.dumps(params, ensure_ascii=False, allow_nan=False))
+        text = json.dumps(params, ensure_ascii=False, allow_nan=False)
+        if not owned:  # a deep copy: later changes to the caller's dict do not leak
+            params = json.loads(text)
     except (TypeError, ValueError) as err:
         raise ConversionError(
             f"its parameters are not plain JSON ({err}): use dicts, lists, str, int, float, "
             "bool and None only",
             name=tool.name,
         ) from err
-    problem = schema_problem(params)
+    except RecursionError:
+        raise ConversionError("its parameters are nested too deeply", name=tool.name) from None
+    problem = schema_problem(params, text)
     if problem:
         raise ConversionError(
             f"its parameters are not a valid JSON Schema: {problem}", name=tool.name
@@ -155,6 +162,19 @@ def _normalize(tool: Tool) -> Tool:
     params.setdefault("type", "object")
     params.setdefault("properties", {})
     return Tool(tool.name, tool.description, params, title=tool.title, source=tool.source)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pauses the cyclic GC while many small objects are made (none of them cyclic): with 100,000
+    tools its full passes over the growing heap cost more than the work itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _auto(obj: Any) -> Tool:
@@ -256,14 +276,23 @@ class ToolRegistry:
             self.add(*items)
 
     # -- adding ----------------------------------------------------------------------------------
-    def _commit(self, items: Iterable[Any], read: Callable[[Any], Tool]) -> list[Tool]:
+    def _commit(
+        self, items: Iterable[Any], read: Callable[[Any], Tool], *, owned: bool = False
+    ) -> list[Tool]:
+        """Reads and validates every item, then registers all of them or none."""
+        with _gc_paused():
+            return self._commit_paused(items, read, owned=owned)
+
+    def _commit_paused(
+        self, items: Iterable[Any], read: Callable[[Any], Tool], *, owned: bool
+    ) -> list[Tool]:
         problems: list[str] = []
         kinds: list[type[ToolError]] = []
         batch: dict[str, int] = {}
         ready: list[Tool] = []
         for i, obj in enumerate(items):
             try:
-                tool = _normalize(read(obj))
+                tool = _normalize(read(obj), owned=owned)
             except ConversionError as err:
                 who = f"tools[{i}] {err.name!r}" if err.name is not None else f"tools[{i}]"
                 problems.append(f"{who}: {err}")
@@ -456,20 +485,22 @@ class ToolRegistry:
     # -- files -----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the registry as JSON (atomically: a temporary file, then a rename)."""
-        rows = []
-        for t in self._tools.values():
-            row: dict[str, Any] = {"name": t.name, "description": t.description}
-            if t.title is not None:
-                row["title"] = t.title
-            row["source"] = t.source
-            row["parameters"] = t.parameters
-            rows.append(row)
-        doc = {"format": _FORMAT, "version": _VERSION, "count": len(rows), "tools": rows}
+        with _gc_paused():
+            rows = []
+            for t in self._tools.values():
+                row: dict[str, Any] = {"name": t.name, "description": t.description}
+                if t.title is not None:
+                    row["title"] = t.title
+                row["source"] = t.source
+                row["parameters"] = t.parameters
+                rows.append(row)
+            doc = {"format": _FORMAT, "version": _VERSION, "count": len(rows), "tools": rows}
+            # json.dumps runs in C; json.dump would encode chunk by chunk in Python
+            text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
         path = Path(path)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, ensure_ascii=False, separators=(",", ":"))
+            tmp.write_text(text, "utf-8")
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -479,7 +510,8 @@ class ToolRegistry:
         """Reads a file written by :meth:`save`, validating every tool again; a truncated,
         altered or foreign file raises :class:`~trierouter.errors.CorruptFileError`."""
         try:
-            doc = json.loads(Path(path).read_bytes())
+            with _gc_paused():
+                doc = json.loads(Path(path).read_bytes())
         except (ValueError, UnicodeDecodeError) as err:
             raise CorruptFileError(
                 f"{path}: not a trierouter tool registry (bad JSON: {err})"
@@ -498,7 +530,7 @@ class ToolRegistry:
             raise CorruptFileError(f"{path}: the tool list is missing or truncated")
         registry = cls()
         try:
-            registry._commit(rows, _from_row)
+            registry._commit(rows, _from_row, owned=True)
         except ToolError as err:
             raise CorruptFileError(f"{path}: altered or corrupt: {err}") from err
         return registry

