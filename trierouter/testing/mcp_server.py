@@ -59,11 +59,11 @@ def _property(param: str, k: int) -> tuple[dict[str, Any], dict[str, Any] | None
             return {"type": "string", "pattern": "^[a-z0-9-]{1,64}$", "description": desc}, None
 
 
-def _schema(params: list[str]) -> dict[str, Any]:
+def _schema(tool: str, params: list[str]) -> dict[str, Any]:
     props: dict[str, Any] = {}
     defs: dict[str, Any] = {}
     for p in params:
-        prop, page = _property(p, _kind(p))
+        prop, page = _property(p, _kind(f"{tool}/{p}"))
         props[p] = prop
         if page is not None:
             defs["Page"] = page
@@ -133,7 +133,7 @@ def server_tools(n: int, *, source: str = "auto") -> list[dict[str, Any]]:
             tool["title"] = name.rpartition(".")[2].replace("_", " ")
         if summary:
             tool["description"] = summary
-        tool["inputSchema"] = _schema(params)
+        tool["inputSchema"] = _schema(name, params)
         out.append(tool)
     return out
 
