@@ -752,3 +752,8 @@ def test_cached_schema_check_agrees_with_jsonschema() -> None:
     draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "items": [{"type": "string"}]}
     assert schema_problem(draft7) is None
     assert schema_problem({"items": [{"type": "string"}]}) is not None  # not 2020-12
+    # a $schema inside a subschema does not switch the rules for that node
+    nested = {"type": "object", "properties": {"a": {**draft7, "type": "array"}}}
+    with pytest.raises(jsonschema.SchemaError):
+        Draft202012Validator.check_schema(nested)
+    assert schema_problem(nested) is not None

@@ -50,9 +50,11 @@ _ANY = frozenset({"default", "const"})  # any JSON value is valid
 _ARRAY = frozenset({"enum", "examples"})  # any array is valid
 _SCALARS = (str, int, float, bool, type(None))
 
-_VALID_NODES: set[tuple[Any, ...]] = set()
-_VALID_SCHEMAS: set[str] = set()
+_VALID_NODES: set[tuple[Any, ...]] = set()  # shallow nodes known valid
 _CACHE_LIMIT = 1 << 17
+_VALID_SCHEMAS: set[str] = set()  # whole schemas known valid, by their JSON text
+_SCHEMA_CACHE_CHARS = 1 << 25  # ~32 MB of JSON text at most
+_valid_schema_chars = 0
 
 
 def _subschema(value: Any) -> bool:
@@ -114,14 +116,15 @@ def _node_from_key(key: tuple[Any, ...]) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1 << 12)
-def _checked(text: str) -> str | None:
-    """``None`` if the schema in ``text`` is valid for the metaschema it names, else the error."""
+def _checked(text: str, *, node: bool = False) -> str | None:
+    """``None`` if the schema in ``text`` is valid for the metaschema it names (a shallow
+    ``node``: always 2020-12's, as inside the whole schema), else the error."""
     try:
         from jsonschema import Draft202012Validator, SchemaError, validators
     except ImportError as err:  # pragma: no cover - the tools extra installs it
         raise missing("jsonschema", "tools") from err
     schema = json.loads(text)
-    cls = validators.validator_for(schema, default=Draft202012Validator)
+    cls = Draft202012Validator if node else validators.validator_for(schema, Draft202012Validator)
     try:
         cls.check_schema(schema)
     except SchemaError as err:
@@ -136,7 +139,7 @@ def _nodes_valid(schema: dict[str, Any]) -> bool:
         key = _node_key(todo.pop(), todo)
         if key in _VALID_NODES:
             continue
-        if _checked(json.dumps(_node_from_key(key), sort_keys=True)) is not None:
+        if _checked(json.dumps(_node_from_key(key), sort_keys=True), node=True) is not None:
             return False
         if len(_VALID_NODES) >= _CACHE_LIMIT:
             _VALID_NODES.clear()
@@ -157,14 +160,19 @@ def schema_problem(schema: dict[str, Any], text: str | None = None) -> str | Non
     except RecursionError:
         return "nested too deeply"
     if problem is None and text is not None:
-        if len(_VALID_SCHEMAS) >= _CACHE_LIMIT:
+        global _valid_schema_chars
+        if _valid_schema_chars + len(text) > _SCHEMA_CACHE_CHARS:
             _VALID_SCHEMAS.clear()
+            _valid_schema_chars = 0
         _VALID_SCHEMAS.add(text)
+        _valid_schema_chars += len(text)
     return problem
 
 
 def clear_caches() -> None:
     """Forgets every schema checked so far (benchmarks measure the cold path with it)."""
+    global _valid_schema_chars
     _VALID_NODES.clear()
     _VALID_SCHEMAS.clear()
+    _valid_schema_chars = 0
     _checked.cache_clear()
