@@ -26,6 +26,7 @@ from trierouter.errors import (  # noqa: E402
     CorruptFileError,
     DuplicateToolError,
     InvalidToolError,
+    McpServerError,
     MissingDependencyError,
     ToolError,
     TrieRouterError,
@@ -238,6 +239,23 @@ def test_from_mcp_server_over_stdio() -> None:
     spaces = reg.namespaces()
     assert len(spaces) > 10 and sum(map(len, spaces.values())) == n
     assert "" not in spaces
+
+
+def test_from_mcp_server_failures_are_clear() -> None:
+    pytest.importorskip("mcp")
+    server = ["-m", "trierouter.testing.mcp_server", "--source", "synthetic", "--tools", "700"]
+    broken = [*server, "--page-size", "300", "--broken-tool", "650"]
+    name = server_tools(700, source="synthetic")[650]["name"]
+    with pytest.raises(InvalidToolError, match=rf"tools\[650\] '{name}'.*not a valid JSON Schema"):
+        ToolRegistry.from_mcp_server(
+            sys.executable, broken, env={"PYTHONPATH": str(ROOT)}, cwd=ROOT
+        )
+    with pytest.raises(McpServerError, match="failed before listing its tools"):
+        ToolRegistry.from_mcp_server(sys.executable, ["-c", "pass"])
+    with pytest.raises(McpServerError, match="no complete tools/list within 1 s"):
+        ToolRegistry.from_mcp_server(
+            sys.executable, ["-c", "import time; time.sleep(60)"], timeout=1
+        )
 
 
 def test_server_schemas_are_valid_and_varied() -> None:

@@ -14,6 +14,7 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     ├── ToolError(ValueError)                a tool cannot be registered (message names the tool)
     │   ├── DuplicateToolError               its name is taken (in the batch or the registry)
     │   └── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
+    ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
     └── MissingDependencyError(ImportError)  an optional dependency is not installed
 
@@ -33,6 +34,7 @@ __all__ = [
     "IndexMismatchError",
     "InvalidToolError",
     "InvalidValueError",
+    "McpServerError",
     "MissingDependencyError",
     "ToolError",
     "TrieRouterError",
@@ -100,6 +102,10 @@ class DuplicateToolError(ToolError):
 class InvalidToolError(ToolError):
     """A tool is in no supported form, has a bad name, or its parameters are not a valid JSON
     Schema for an object."""
+
+
+class McpServerError(TrieRouterError, ConnectionError):
+    """An MCP server could not be started, or ended or timed out before listing all its tools."""
 
 
 class IndexMismatchError(TrieRouterError, ValueError):

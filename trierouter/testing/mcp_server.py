@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tools", type=int, default=3000, help="how many tools to list")
     parser.add_argument("--page-size", type=int, default=500, help="tools per tools/list page")
     parser.add_argument("--source", choices=["auto", "openapi", "synthetic"], default="auto")
+    parser.add_argument(
+        "--broken-tool", type=int, default=None, help="list this tool with an invalid schema"
+    )
     args = parser.parse_args(argv)
     if args.page_size < 1:
         parser.error("--page-size must be >= 1")
@@ -171,7 +174,10 @@ def main(argv: list[str] | None = None) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    server = build_server(server_tools(args.tools, source=args.source), args.page_size)
+    tools = server_tools(args.tools, source=args.source)
+    if args.broken_tool is not None:
+        tools[args.broken_tool]["inputSchema"] = {"type": "object", "minProperties": -1}
+    server = build_server(tools, args.page_size)
 
     async def serve() -> None:
         async with stdio_server() as (read, write):

@@ -10,7 +10,7 @@ Needs ``pip install 'trierouter[tools]'`` (jsonschema, pydantic); ``from_mcp_ser
 ``trierouter[mcp]``. LangChain is duck-typed and never imported.
 """
 
-from trierouter.errors import DuplicateToolError, InvalidToolError, ToolError
+from trierouter.errors import DuplicateToolError, InvalidToolError, McpServerError, ToolError
 from trierouter.tools.registry import MAX_NAME_LENGTH, NAMESPACE_SEPARATOR, Tool, ToolRegistry
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "NAMESPACE_SEPARATOR",
     "DuplicateToolError",
     "InvalidToolError",
+    "McpServerError",
     "Tool",
     "ToolError",
     "ToolRegistry",

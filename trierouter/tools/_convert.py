@@ -19,8 +19,11 @@ if TYPE_CHECKING:
     from trierouter.tools.registry import Tool
 
 __all__ = [
+    "ConversionError",
+    "field_of",
     "from_anthropic",
     "from_callable",
+    "from_dict",
     "from_langchain",
     "from_mcp",
     "from_openai",
@@ -55,7 +58,7 @@ def _tool(name: Any, description: Any, parameters: Any, *, title: Any = None, so
     return Tool(name, description, parameters, title=title, source=source)
 
 
-def _get(obj: Any, *keys: str) -> Any:
+def field_of(obj: Any, *keys: str) -> Any:
     """The first of ``keys`` present on a mapping or as an attribute (camelCase or snake_case)."""
     for key in keys:
         if isinstance(obj, Mapping):
@@ -100,12 +103,12 @@ def from_anthropic(spec: Any) -> Tool:
 def from_mcp(spec: Any) -> Tool:
     """An MCP ``Tool`` (``name``, ``title``, ``description``, ``inputSchema``), as the dict of a
     ``tools/list`` result or as the ``mcp`` package's object (either attribute spelling)."""
-    name = _get(spec, "name")
+    name = field_of(spec, "name")
     if name is None:
         raise ConversionError('an MCP tool needs a "name"')
-    params = _get(spec, "inputSchema", "input_schema")
-    title = _get(spec, "title")
-    return _tool(name, _get(spec, "description"), params, title=title, source="mcp")
+    params = field_of(spec, "inputSchema", "input_schema")
+    title = field_of(spec, "title")
+    return _tool(name, field_of(spec, "description"), params, title=title, source="mcp")
 
 
 def from_dict(spec: Mapping[str, Any]) -> Tool:

@@ -32,7 +32,9 @@ from trierouter.errors import (
     CorruptFileError,
     DuplicateToolError,
     InvalidToolError,
+    McpServerError,
     ToolError,
+    TrieRouterError,
     missing,
 )
 from trierouter.tools import _convert as convert
@@ -212,13 +214,13 @@ def _flatten(tools: tuple[Any, ...]) -> list[Any]:
 def _mcp_page_tools(page: Any, where: str) -> tuple[list[Any], Any]:
     if isinstance(page, Mapping) and "result" in page and "tools" not in page:
         page = page["result"]  # a JSON-RPC response
-    tools = convert._get(page, "tools")
+    tools = convert.field_of(page, "tools")
     if not isinstance(tools, list | tuple):
         raise ToolError(
             f"{where} is not a tools/list result: it has no list of tools "
             f"(got a {type(page).__name__})"
         )
-    return list(tools), convert._get(page, "nextCursor", "next_cursor")
+    return list(tools), convert.field_of(page, "nextCursor", "next_cursor")
 
 
 def _mcp_pages(result: Any, *, partial: bool) -> list[Any]:
@@ -252,6 +254,12 @@ def _mcp_pages(result: Any, *, partial: bool) -> list[Any]:
                 "function fetch(cursor) -> page, or partial=True to register these tools anyway"
             )
     return tools
+
+
+def _leaves(err: BaseException) -> list[BaseException]:
+    if isinstance(err, BaseExceptionGroup):
+        return [leaf for sub in err.exceptions for leaf in _leaves(sub)]
+    return [err]
 
 
 async def _list_tools(session: Any, cursor: Any) -> Any:
@@ -383,7 +391,7 @@ class ToolRegistry:
         while True:
             page = await _list_tools(session, cursor)
             pages.append(page)
-            cursor = convert._get(page, "nextCursor", "next_cursor")
+            cursor = convert.field_of(page, "nextCursor", "next_cursor")
             if not cursor:
                 break
             if cursor in seen:
@@ -434,7 +442,22 @@ class ToolRegistry:
                         await session.initialize()
                         return await cls.from_mcp_session(session)
 
-        result: ToolRegistry = anyio.run(main)
+        server = " ".join([command, *params.args])
+        try:
+            result: ToolRegistry = anyio.run(main)
+        except Exception as err:
+            # the client's task groups wrap everything: show the errors themselves
+            leaves = _leaves(err)
+            if len(leaves) == 1 and isinstance(leaves[0], TrieRouterError):
+                raise leaves[0] from None
+            if any(isinstance(e, TimeoutError) for e in leaves):
+                why = f"no complete tools/list within {timeout:g} s"
+            else:
+                why = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
+            raise McpServerError(
+                f"MCP server `{server}` failed before listing its tools ({why}); its own "
+                "messages, if any, went to stderr"
+            ) from err
         return result
 
     # -- reading ---------------------------------------------------------------------------------
