@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -70,6 +71,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    load_before = os.getloadavg()[0]
     rows = []
     print(f"{'tools':>8} {'cache':>5} {'add s':>7} {'save s':>7} {'load s':>7} {'MB':>6} checks")
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,7 +97,13 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "tool_registry_load",
-                "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
+                "machine": {
+                    "python": sys.version.split()[0],
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    # other work on the machine slows every number down
+                    "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                },
                 "note": "cold: schema-check cache cleared before add (load then reuses it)",
                 "repeat": args.repeat,
                 "rows": rows,
