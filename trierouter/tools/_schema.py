@@ -3,14 +3,15 @@
 ``jsonschema``'s ``check_schema`` costs about 1 ms per schema, and the schemas of real registries
 are rarely identical (property names and descriptions differ). In draft 2020-12 the metaschema
 applies itself to every subschema (``properties`` values, ``items``, ``anyOf`` members ...), so a
-schema is valid exactly when each of its nodes is valid with its subschemas replaced by ``{}``.
-Those *shallow nodes* are also made uniform where the metaschema allows anything (annotation
-strings, ``default``, ``const``, ``enum`` and ``required`` lists once their type is right), and
-then repeat massively: each distinct one is checked by ``jsonschema`` once and cached.
+schema is valid exactly when each of its nodes is valid with its subschemas replaced by ``{}``
+(draft 7's metaschema works the same way). Those *shallow nodes* are also made uniform where the
+metaschema allows anything (annotation strings, ``default``, ``const``, ``enum`` and
+``required`` lists once their type is right), and then repeat massively: each distinct one is
+checked by ``jsonschema`` once and cached.
 
 A decomposition that finds a problem is never trusted on its own: the whole schema is then checked
 by ``jsonschema``, which decides and words the error. Schemas that name another draft in
-``$schema`` are always checked whole.
+``$schema`` (other than 2020-12 and draft 7) are always checked whole.
 """
 
 from __future__ import annotations
@@ -23,10 +24,14 @@ from trierouter.errors import missing
 
 __all__ = ["schema_problem"]
 
-_DRAFT_2020_12 = (
-    "https://json-schema.org/draft/2020-12/schema",
-    "https://json-schema.org/draft/2020-12/schema#",
-)
+# drafts whose metaschema applies itself to every subschema with these same rules: a schema's
+# nodes are checked one by one with that draft's metaschema ("$schema" absent: 2020-12)
+_DIALECTS = {
+    "https://json-schema.org/draft/2020-12/schema": "2020-12",
+    "https://json-schema.org/draft/2020-12/schema#": "2020-12",
+    "http://json-schema.org/draft-07/schema": "7",
+    "http://json-schema.org/draft-07/schema#": "7",
+}
 # the 2020-12 keywords whose value is one schema / a map of name -> schema / a list of schemas
 _ONE = frozenset(
     {
@@ -116,15 +121,18 @@ def _node_from_key(key: tuple[Any, ...]) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1 << 12)
-def _checked(text: str, *, node: bool = False) -> str | None:
-    """``None`` if the schema in ``text`` is valid for the metaschema it names (a shallow
-    ``node``: always 2020-12's, as inside the whole schema), else the error."""
+def _checked(text: str, dialect: str | None = None) -> str | None:
+    """``None`` if the schema in ``text`` is valid, else the error. Checked against the
+    metaschema it names, or ``dialect``'s for a shallow node (by its whole schema's rules)."""
     try:
-        from jsonschema import Draft202012Validator, SchemaError, validators
+        from jsonschema import Draft7Validator, Draft202012Validator, SchemaError, validators
     except ImportError as err:  # pragma: no cover - the tools extra installs it
         raise missing("jsonschema", "tools") from err
     schema = json.loads(text)
-    cls = Draft202012Validator if node else validators.validator_for(schema, Draft202012Validator)
+    if dialect is None:
+        cls = validators.validator_for(schema, Draft202012Validator)
+    else:
+        cls = Draft7Validator if dialect == "7" else Draft202012Validator
     try:
         cls.check_schema(schema)
     except SchemaError as err:
@@ -133,13 +141,14 @@ def _checked(text: str, *, node: bool = False) -> str | None:
     return None
 
 
-def _nodes_valid(schema: dict[str, Any]) -> bool:
+def _nodes_valid(schema: dict[str, Any], dialect: str) -> bool:
     todo = [schema]
     while todo:
-        key = _node_key(todo.pop(), todo)
+        key = (dialect, *_node_key(todo.pop(), todo))
         if key in _VALID_NODES:
             continue
-        if _checked(json.dumps(_node_from_key(key), sort_keys=True), node=True) is not None:
+        node = json.dumps(_node_from_key(key[1:]), sort_keys=True)
+        if _checked(node, dialect) is not None:
             return False
         if len(_VALID_NODES) >= _CACHE_LIMIT:
             _VALID_NODES.clear()
@@ -153,7 +162,10 @@ def schema_problem(schema: dict[str, Any], text: str | None = None) -> str | Non
     if text is not None and text in _VALID_SCHEMAS:
         return None
     try:
-        if schema.get("$schema", _DRAFT_2020_12[0]) in _DRAFT_2020_12 and _nodes_valid(schema):
+        dialect = _DIALECTS.get(
+            schema.get("$schema", "https://json-schema.org/draft/2020-12/schema")
+        )
+        if dialect is not None and _nodes_valid(schema, dialect):
             problem = None
         else:
             problem = _checked(json.dumps(schema, sort_keys=True))
