@@ -241,6 +241,27 @@ def test_from_mcp_server_over_stdio() -> None:
     assert "" not in spaces
 
 
+def test_from_mcp_session_in_process() -> None:
+    """Inside an event loop: the high-level ``mcp.Client`` (``cursor=``) and its
+    ``ClientSession`` (``params=``), connected in-process to the same paginated server."""
+    mcp = pytest.importorskip("mcp")
+    import anyio
+
+    from trierouter.testing.mcp_server import build_server
+
+    tools = server_tools(250, source="synthetic")
+
+    async def main() -> tuple[ToolRegistry, ToolRegistry]:
+        async with mcp.Client(build_server(tools, 40)) as client:
+            return (
+                await ToolRegistry.from_mcp_session(client),
+                await ToolRegistry.from_mcp_session(client.session),
+            )
+
+    for reg in anyio.run(main):
+        assert reg.to_mcp() == tools
+
+
 def test_from_mcp_server_failures_are_clear() -> None:
     pytest.importorskip("mcp")
     server = ["-m", "trierouter.testing.mcp_server", "--source", "synthetic", "--tools", "700"]
