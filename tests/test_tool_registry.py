@@ -481,6 +481,7 @@ def test_callable_variants_and_refusals() -> None:
     assert reg["greeter"].parameters["required"] == ["n"]
     reg.add_function(functools.partial(get_weather, units="f"), name="weather_f")
     assert "units" in reg["weather_f"].parameters["properties"]
+    assert reg["weather_f"].description == "Get the weather for a city."
 
     def untyped(a, b=2):  # type: ignore[no-untyped-def]
         return a
@@ -491,7 +492,12 @@ def test_callable_variants_and_refusals() -> None:
     def positional(a: int, /, b: int) -> int:
         return a
 
+    reg.add(Greeter())  # named by its class
+    assert reg["Greeter"].description == "Call it."
+    reg.add_function(lambda q: q, name="echo")
     before = _snapshot(reg)
+    with pytest.raises(InvalidToolError, match=r"'<lambda>'.*name=\.\.\."):
+        reg.add(lambda q: q)
     with pytest.raises(InvalidToolError, match=r"tools\[0\] 'positional'.*positional-only"):
         reg.add(positional)
     with pytest.raises(InvalidToolError, match=r"tools\[0\] 'opaque'.*no JSON Schema"):

@@ -361,6 +361,15 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
     return typing.get_type_hints(target, include_extras=True)
 
 
+def _doc(fn: Any) -> str | None:
+    """The docstring that describes calling ``fn``."""
+    if isinstance(fn, functools.partial):
+        return _doc(fn.func)
+    if inspect.isroutine(fn):
+        return inspect.getdoc(fn)
+    return inspect.getdoc(fn.__call__) or inspect.getdoc(type(fn))  # a callable object
+
+
 def from_callable(
     fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
 ) -> Tool:
@@ -373,6 +382,10 @@ def from_callable(
     fname = name if name is not None else getattr(fn, "__name__", None)
     if fname is None and isinstance(fn, functools.partial):
         fname = getattr(fn.func, "__name__", None)
+    if fname is None and not inspect.isroutine(fn):
+        fname = type(fn).__name__  # a callable object: its class names it
+    if fname == "<lambda>":
+        raise ConversionError("a lambda has no name: add_function(fn, name=...)", name=fname)
     try:
         from pydantic import TypeAdapter
     except ImportError as err:  # pragma: no cover - the tools extra installs it
@@ -413,7 +426,7 @@ def from_callable(
         ) from err
     if open_ended:
         schema.pop("additionalProperties", None)
-    summary, docs = parse_docstring(inspect.getdoc(fn))
+    summary, docs = parse_docstring(_doc(fn))
     props = schema.get("properties", {})
     for pname, prop in props.items():
         if prop.get("title") == pname.replace("_", " ").strip().title():
