@@ -192,6 +192,8 @@ def test_mcp_incomplete_or_broken_listings_register_nothing() -> None:
         reg.add_mcp(lambda cursor: pages[0])
     with pytest.raises(ToolError, match="not a tools/list result"):
         reg.add_mcp([{"items": []}])
+    with pytest.raises(ToolError, match="got a int"):
+        reg.add_mcp(3)
     assert _snapshot(reg) == before
     reg.add_mcp(pages[:2], partial=True)
     assert len(reg) == 21

@@ -237,7 +237,15 @@ def _mcp_pages(result: Any, *, partial: bool) -> list[Any]:
             if cursor in seen:
                 raise ToolError(f"the listing repeats cursor {cursor!r}: it would never end")
             seen.add(cursor)
-    pages = [result] if isinstance(result, Mapping) or hasattr(result, "tools") else list(result)
+    if isinstance(result, Mapping) or hasattr(result, "tools"):
+        pages = [result]
+    elif isinstance(result, Iterable) and not isinstance(result, str | bytes):
+        pages = list(result)
+    else:
+        raise ToolError(
+            f"add_mcp takes a tools/list result, its pages or fetch(cursor) -> page, got a "
+            f"{type(result).__name__}"
+        )
     tools = []
     for i, page in enumerate(pages):
         where = f"MCP page {i + 1} of {len(pages)}"
