@@ -53,6 +53,27 @@ def _snapshot(reg: ToolRegistry) -> list[Tool]:
     return list(reg)
 
 
+def test_public_surface_is_pinned() -> None:
+    import trierouter.tools
+
+    assert trierouter.tools.__all__ == [
+        "MAX_NAME_LENGTH",
+        "NAMESPACE_SEPARATOR",
+        "DuplicateToolError",
+        "InvalidToolError",
+        "McpServerError",
+        "Tool",
+        "ToolError",
+        "ToolRegistry",
+    ]
+    for name in trierouter.tools.__all__:
+        obj = getattr(trierouter.tools, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, TrieRouterError)
+    assert issubclass(DuplicateToolError, ToolError) and issubclass(InvalidToolError, ValueError)
+    assert issubclass(McpServerError, ConnectionError)
+
+
 # -- dict forms ----------------------------------------------------------------------------------
 OPENAI = [
     {
