@@ -11,6 +11,10 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     │   ├── InvalidValueError(TypeError)     a value is not a str (or bytes)
     │   └── UnreachableValueError            no sequence of tokens spells a value
     ├── CorruptFileError(ValueError)         a saved file is truncated, altered or foreign
+    ├── ToolError(ValueError)                a tool cannot be registered (message names the tool)
+    │   ├── DuplicateToolError               its name is taken (in the batch or the registry)
+    │   └── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
+    ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
     └── MissingDependencyError(ImportError)  an optional dependency is not installed
 
@@ -25,10 +29,14 @@ from collections.abc import Sequence
 __all__ = [
     "CompileError",
     "CorruptFileError",
+    "DuplicateToolError",
     "EmptySetError",
     "IndexMismatchError",
+    "InvalidToolError",
     "InvalidValueError",
+    "McpServerError",
     "MissingDependencyError",
+    "ToolError",
     "TrieRouterError",
     "UnreachableValueError",
     "VocabularyError",
@@ -74,6 +82,30 @@ class UnreachableValueError(CompileError):
 
 class CorruptFileError(TrieRouterError, ValueError):
     """A file written by trierouter is truncated, altered or was written by something else."""
+
+
+class ToolError(TrieRouterError, ValueError):
+    """A tool cannot be registered; nothing of the call that raised it was registered.
+
+    ``problems`` holds one line per offending tool of the batch (position, name, what is wrong).
+    """
+
+    def __init__(self, message: str, *, problems: Sequence[str] = ()):
+        super().__init__(message)
+        self.problems = list(problems) or [message]
+
+
+class DuplicateToolError(ToolError):
+    """A tool's name is already registered, or appears twice in one batch."""
+
+
+class InvalidToolError(ToolError):
+    """A tool is in no supported form, has a bad name, or its parameters are not a valid JSON
+    Schema for an object."""
+
+
+class McpServerError(TrieRouterError, ConnectionError):
+    """An MCP server could not be started, or ended or timed out before listing all its tools."""
 
 
 class IndexMismatchError(TrieRouterError, ValueError):
