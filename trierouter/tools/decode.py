@@ -39,7 +39,14 @@ from trierouter.router.bitmask import bitmask_to_ids
 from trierouter.tools.automaton import ToolAutomaton, pack_ids
 from trierouter.tools.compiler import CALL_HEAD, CompiledTools
 
-__all__ = ["FunctionCall", "ToolCall", "ToolCallError", "ToolCallPlan", "ToolState"]
+__all__ = [
+    "FunctionCall",
+    "ToolCall",
+    "ToolCallError",
+    "ToolCallPlan",
+    "ToolState",
+    "parse_tool_call",
+]
 
 try:
     from pydantic import BaseModel, Field

@@ -514,6 +514,27 @@ class ToolRegistry:
         return [t.to_mcp() for t in self._tools.values()]
 
     # -- files -----------------------------------------------------------------------------------
+    def compile(self, index: Any, **kwargs: Any) -> Any:
+        """Compile for decoding against a tokenizer index (or Vocabulary): the names trie and
+        every argument slot's engine (:func:`trierouter.tools.compiler.compile_tools`)."""
+        from trierouter.tools.compiler import compile_tools
+
+        return compile_tools(list(self), index, **kwargs)
+
+    def explain(self, name: str, index: Any = None) -> str:
+        """Which engine serves each slot of tool ``name`` (no tokenizer needed)."""
+        from trierouter.tools.compiler import _normalized
+        from trierouter.tools.schema import SlotCompiler
+
+        tool = self[name]
+        _, slots = SlotCompiler(dry=True).tool(_normalized(tool.parameters), b"")
+        rows = [("slot", "engine", "what"), ("(name)", "trie", f"one of {len(self)} tool names")]
+        rows += [(s.path, s.engine, s.detail) for s in slots]
+        w0 = max(len(r[0]) for r in rows)
+        w1 = max(len(r[1]) for r in rows)
+        del index
+        return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the registry as JSON (atomically: a temporary file, then a rename)."""
         with _gc_paused():
