@@ -1,7 +1,8 @@
 """One-file array store: a checked header, then raw little-endian arrays, memory-mappable.
 
 Layout: ``MAGIC`` (8 bytes), header length (8 bytes, little endian), a JSON header (kind,
-format version, metadata, array table, SHA-256 of the payload), zero padding to 64 bytes, then
+format version, metadata, array table, SHA-256 of the payload, SHA-256 of those header
+fields), zero padding to 64 bytes, then
 each array at a 64-byte aligned offset. Files are written to a temporary name and renamed, so a
 reader never sees half a file; a truncated, altered or foreign file raises ``CorruptFileError``.
 """
@@ -52,16 +53,15 @@ def save_arrays(
         digest.update(b"\0" * pad)
         chunks.append(b"\0" * pad)
         offset += len(data) + pad
-    header = json.dumps(
-        {
-            "kind": kind,
-            "meta": meta,
-            "arrays": table,
-            "payload": offset,
-            "sha256": digest.hexdigest(),
-        },
-        sort_keys=True,
-    ).encode()
+    fields = {
+        "kind": kind,
+        "meta": meta,
+        "arrays": table,
+        "payload": offset,
+        "sha256": digest.hexdigest(),
+    }
+    fields["header_sha256"] = _header_digest(fields)
+    header = json.dumps(fields, sort_keys=True).encode()
     head = MAGIC + len(header).to_bytes(8, "little") + header
     head += b"\0" * _pad(len(head))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +84,15 @@ _KINDS = frozenset("biuf")
 _MAX_DIMS = 4
 
 
+_HEADER_KEYS = frozenset({"kind", "meta", "arrays", "payload", "sha256"})
+
+
+def _header_digest(fields: dict[str, Any]) -> str:
+    """SHA-256 of the header fields (metadata and array table), so that they are checked too."""
+    body = {k: fields[k] for k in _HEADER_KEYS}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def _bad(path: Path, what: str) -> CorruptFileError:
     return CorruptFileError(f"{path}: {what}")
 
@@ -98,6 +107,12 @@ def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
     for key, typ in (("kind", str), ("meta", dict), ("arrays", list), ("sha256", str)):
         if not isinstance(header.get(key), typ):
             raise _bad(path, f"header field {key!r} missing or not a {typ.__name__}")
+    extra = set(header) - _HEADER_KEYS - {"header_sha256"}
+    if extra:
+        raise _bad(path, f"unknown header fields {sorted(extra)!r:.80}")
+    # files written before the header digest existed have none; any written since must match
+    if "header_sha256" in header and header["header_sha256"] != _header_digest(header):
+        raise _bad(path, "header checksum mismatch (metadata altered or damaged)")
     payload = header.get("payload")
     if isinstance(payload, bool) or not isinstance(payload, int) or payload < 0:
         raise _bad(path, f"header field 'payload' = {payload!r:.40} is not a size")

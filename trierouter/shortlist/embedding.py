@@ -136,7 +136,7 @@ class EmbeddingCache:
             if f.name in self._shards:
                 continue
             try:  # numpy's .npz reader, pickles refused (allow_pickle=False)
-                with np.load(f, allow_pickle=False) as z:
+                with open(f, "rb") as fh, np.load(fh, allow_pickle=False) as z:
                     keys, vecs = np.asarray(z["keys"]), np.asarray(z["vectors"])
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
                 logger.warning("ignoring damaged embedding cache shard %s: %s", f, exc)
