@@ -237,6 +237,8 @@ class ChoiceSet:
         st = np.asarray(states, dtype=np.int64)
         tk = np.asarray(tokens, dtype=np.int64)
         keys = self.batch_keys
+        if not len(keys):  # no pairs at all (a vocabulary without end ids, the empty value)
+            return np.full(np.broadcast(st, tk).shape, self.DEAD, dtype=np.int64)
         q = st * self.width + tk
         bad = ((st | tk) < 0) | (tk >= self.width) | (st > self.DEAD)
         if bad.any():
