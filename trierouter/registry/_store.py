@@ -161,6 +161,40 @@ def _array_table(
     return out
 
 
+def _read(
+    path: Path, f: Any, kind: str, mmap: bool
+) -> tuple[dict[str, Any], list[tuple[str, np.dtype[Any], tuple[int, ...], int]], Any]:
+    magic = f.read(8)
+    if magic != MAGIC:
+        raise _bad(path, f"not a trierouter file (bad magic {magic!r})")
+    n = int.from_bytes(f.read(8), "little")
+    if not 0 < n < 1 << 26:
+        raise _bad(path, f"header length {n} is not plausible")
+    raw = f.read(n)
+    if len(raw) != n:
+        raise _bad(path, f"header cut short ({len(raw)} of {n} bytes)")
+    size = os.fstat(f.fileno()).st_size
+    header = _parse_header(path, raw)
+    if header["kind"] != kind:
+        raise _bad(path, f"holds {header['kind']!r:.60}, expected {kind!r}")
+    table = _array_table(path, header)
+    start = 16 + n + _pad(16 + n)
+    payload = header["payload"]
+    if size != start + payload:
+        raise _bad(path, f"{size} bytes, expected {start + payload} (truncated?)")
+    try:
+        if mmap and payload:
+            blob: npt.NDArray[np.uint8] = np.memmap(f, dtype=np.uint8, mode="r", offset=start)
+        else:
+            f.seek(start)
+            blob = np.frombuffer(f.read(payload + 1), dtype=np.uint8)
+    except ValueError as exc:
+        raise _bad(path, f"unreadable payload ({exc})") from exc
+    if len(blob) != payload:
+        raise _bad(path, f"payload changed while reading ({len(blob)} of {payload} bytes)")
+    return header, table, blob
+
+
 def load_arrays(
     path: str | os.PathLike[str], kind: str, *, mmap: bool = True, verify: bool = True
 ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
@@ -173,39 +207,13 @@ def load_arrays(
     range, monotone offsets) is checked by each loader with :mod:`trierouter.registry._validate`.
     """
     path = Path(path)
+    # one open file for the header and the payload: a writer that renames a new file over
+    # ``path`` meanwhile cannot pair this header with another file's payload
     try:
         with open(path, "rb") as f:
-            magic = f.read(8)
-            if magic != MAGIC:
-                raise _bad(path, f"not a trierouter file (bad magic {magic!r})")
-            n = int.from_bytes(f.read(8), "little")
-            if not 0 < n < 1 << 26:
-                raise _bad(path, f"header length {n} is not plausible")
-            raw = f.read(n)
-            if len(raw) != n:
-                raise _bad(path, f"header cut short ({len(raw)} of {n} bytes)")
-            size = os.fstat(f.fileno()).st_size
+            header, table, blob = _read(path, f, kind, mmap)
     except OSError as exc:
         raise _bad(path, f"unreadable ({exc})") from exc
-    header = _parse_header(path, raw)
-    if header["kind"] != kind:
-        raise _bad(path, f"holds {header['kind']!r:.60}, expected {kind!r}")
-    table = _array_table(path, header)
-    start = 16 + n + _pad(16 + n)
-    payload = header["payload"]
-    if size != start + payload:
-        raise _bad(path, f"{size} bytes, expected {start + payload} (truncated?)")
-    try:
-        if mmap and payload:
-            blob: npt.NDArray[np.uint8] = np.memmap(path, dtype=np.uint8, mode="r", offset=start)
-        else:
-            with open(path, "rb") as f:
-                f.seek(start)
-                blob = np.frombuffer(f.read(), dtype=np.uint8)
-    except (OSError, ValueError) as exc:
-        raise _bad(path, f"unreadable payload ({exc})") from exc
-    if len(blob) != payload:
-        raise _bad(path, f"payload changed while reading ({len(blob)} of {payload} bytes)")
     if verify and hashlib.sha256(blob.data).hexdigest() != header["sha256"]:
         raise _bad(path, "payload checksum mismatch (file altered or damaged)")
     arrays: dict[str, npt.NDArray[Any]] = {}
