@@ -171,25 +171,31 @@ class RssSampler:
         self._proc = psutil.Process(pid)
         self.period = period
         self.samples: list[tuple[float, int, float]] = []  # (seconds, completed, MB)
+        self.by_process: list[dict[str, float]] = []  # MB per process name, per sample
         self.completed = 0
         self._stop = threading.Event()
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def rss_mb(self) -> float:
+    def rss_mb(self) -> tuple[float, dict[str, float]]:
+        """Total RSS of the server and its children, and per process (API server, engine)."""
         import psutil
 
+        parts: dict[str, float] = {}
         try:
-            total = self._proc.memory_info().rss
+            parts["api_server"] = self._proc.memory_info().rss / 2**20
             for c in self._proc.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    total += c.memory_info().rss
+                    name = c.name() or str(c.pid)
+                    parts[name] = parts.get(name, 0.0) + c.memory_info().rss / 2**20
         except psutil.Error:
-            return float("nan")
-        return total / 2**20
+            return float("nan"), parts
+        return sum(parts.values()), parts
 
     def sample(self) -> None:
-        self.samples.append((time.monotonic() - self._t0, self.completed, self.rss_mb()))
+        total, parts = self.rss_mb()
+        self.samples.append((time.monotonic() - self._t0, self.completed, total))
+        self.by_process.append({k: round(v, 1) for k, v in parts.items()})
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
@@ -320,13 +326,19 @@ async def one_request(
 
 
 async def drive(
-    url: str, n: int, concurrency: int, time_limit: float, sampler: RssSampler, max_tokens: int
+    url: str,
+    n: int,
+    concurrency: int,
+    time_limit: float,
+    sampler: RssSampler,
+    max_tokens: int,
+    mix: dict[str, int],
 ) -> tuple[Tally, float, int]:
     import httpx
 
     rng = random.Random(0)
-    kinds = list(MIX)
-    weights = [MIX[k] for k in kinds]
+    kinds = list(mix)
+    weights = [mix[k] for k in kinds]
     plan = [rng.choices(kinds, weights)[0] for _ in range(n)]
     tally = Tally()
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -375,7 +387,15 @@ def summarize_rss(samples: list[tuple[float, int, float]], total: int) -> dict[s
         x = np.array([c for c, _ in after], float)
         y = np.array([mb for _, mb in after], float)
         slope = float(np.polyfit(x, y, 1)[0]) * 1000
+    buckets: dict[int, list[float]] = {}
+    for c, mb in pts:
+        buckets.setdefault(min(c, total - 1) * 10 // max(total, 1), []).append(mb)
+    mid = [mb for c, mb in pts if total * 0.45 <= c <= total * 0.55] or [pts[-1][1]]
     return {
+        "median_mb_per_tenth_of_run": [
+            round(float(np.median(buckets[k])), 1) for k in sorted(buckets)
+        ],
+        "growth_second_half_mb": round(float(np.median(end) - np.median(mid)), 1),
         "start_mb": round(pts[0][1], 1),
         "peak_mb": round(max(mb for _, mb in pts), 1),
         "after_warmup_mb": round(float(np.median(warm)), 1),
@@ -409,6 +429,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 def run(
     *,
+    mix: dict[str, int] | None = None,
     requests: int,
     concurrency: int,
     time_limit: float,
@@ -428,7 +449,7 @@ def run(
     try:
         with RssSampler(proc.pid) as sampler:
             tally, wall, done = asyncio.run(
-                drive(url, requests, concurrency, time_limit, sampler, max_tokens)
+                drive(url, requests, concurrency, time_limit, sampler, max_tokens, mix or MIX)
             )
         alive = proc.poll() is None
         served_log = _tail(log, 10**9)  # before shutdown (which logs the engine's exit)
@@ -446,6 +467,7 @@ def run(
         "requests_planned": requests,
         "requests_done": done,
         "concurrency": concurrency,
+        "mix": mix or MIX,
         "max_num_seqs": max_num_seqs,
         "max_tokens": max_tokens,
         "wall_seconds": round(wall, 1),
@@ -466,6 +488,7 @@ def run(
         "server_tracebacks": len(server_errors),
         "rss": summarize_rss(sampler.samples, max(done, 1)),
         "rss_curve": curve,
+        "rss_by_process_first_last": [sampler.by_process[0], sampler.by_process[-1]],
         "note": "tool_call requests are tool-call-SHAPED placeholders (tool names behind "
         '\'{"name": "\' via trierouter_prefix), to be replaced by real tool-call decoding',
     }
@@ -481,11 +504,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--plot-only", type=Path, help="redraw the PNG of a results JSON")
+    parser.add_argument(
+        "--mix",
+        default="",
+        help="request kinds and weights, e.g. free=1 (a baseline without "
+        "trierouter); default: every kind (MIX)",
+    )
     args = parser.parse_args(argv)
     if args.plot_only:
         plot(json.loads(args.plot_only.read_text()), args.plot_only.with_suffix(".png"))
         return 0
+    mix = dict(MIX)
+    if args.mix:
+        mix = {k: int(v) for k, v in (item.split("=") for item in args.mix.split(","))}
     report = run(
+        mix=mix,
         requests=args.requests,
         concurrency=args.concurrency,
         time_limit=args.time_limit,
