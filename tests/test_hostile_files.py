@@ -19,7 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trierouter.errors import CorruptFileError, IndexMismatchError, VocabularyMismatchError
+from trierouter.errors import (
+    CorruptFileError,
+    IndexMismatchError,
+    UnreachableValueError,
+    VocabularyMismatchError,
+)
 from trierouter.registry._store import MAGIC, load_arrays, save_arrays
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
@@ -406,3 +411,40 @@ def test_embedding_cache_ignores_damaged_shards(tmp_path: Path) -> None:
     np.savez(cache.directory / "shard-4.npz", keys=np.zeros(16, np.uint8), vectors=np.ones((1, 4)))
     vecs, missing = cache.lookup(["a", "b"])
     assert missing == [0, 1] and not vecs.any()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_crafted_index_refused_or_safe(
+    data: st.DataObject, small_vocab: Vocabulary, small_index: TokenIndex
+) -> None:
+    """Random bytes of the index arrays changed, checksum recomputed: refused, or an index that
+    compiles without crashing or hanging (what it answers is then the crafted file's business)."""
+    import tempfile
+
+    arrays = {k: np.array(v) for k, v in small_index._arrays.items()}
+    for _ in range(data.draw(st.integers(1, 4))):
+        name = data.draw(st.sampled_from(sorted(arrays)))
+        raw = arrays[name].view(np.uint8).copy()
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] = data.draw(st.integers(0, 255))
+        arrays[name] = raw.view(arrays[name].dtype)
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "i.trt"
+        save_arrays(
+            p, "trierouter.TokenIndex", arrays, {"format": 1, "vocabulary": small_vocab.hash}
+        )
+        try:
+            index = TokenIndex.load(p, small_vocab)
+        except CorruptFileError:
+            return
+    try:
+        cs = compile_choices(VALUES, index, terminator='"')
+    except UnreachableValueError:
+        return
+    state = cs.root
+    for _ in range(20):
+        m = cs.mask(state)
+        if not len(m):
+            break
+        state = cs.advance(state, int(m[-1]))
