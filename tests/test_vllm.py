@@ -35,6 +35,7 @@ with warnings.catch_warnings():
     from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
     from trierouter.router.vllm import (
+        RequestLimits,
         TrieRouterLogitsProcessor,
         _engine_vocabulary,
         parse_request,
@@ -483,3 +484,83 @@ def test_trt_set_bound_to_engine_vocabulary(sets_dir: Path, tiny_model: Path) ->
     vocab = _engine_vocabulary(config, 151_872)
     cs = ChoiceSet.load(sets_dir / "colors.trt", vocab)
     assert sorted(cs.values) == sorted(SMALL)
+
+
+# -- request limits -------------------------------------------------------------------------------
+LIMITS = RequestLimits(
+    max_inline_values=5, max_value_bytes=8, max_total_bytes=20, max_text_bytes=6, max_think_tokens=9
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"trierouter_choices": list("abcdef")}, "6 values, more than"),
+        ({"trierouter_choices": ["a" * 9]}, "more than \\$TRIEROUTER_MAX_VALUE_BYTES=8"),
+        ({"trierouter_choices": ["é" * 5]}, "10\\+ bytes"),
+        ({"trierouter_choices": ["abcdefgh"] * 3}, "TRIEROUTER_MAX_TOTAL_BYTES=20"),
+        ({"trierouter_choices": ["x" * 10**7]}, "MAX_VALUE_BYTES"),
+        ({"trierouter_choices": [["nested"]]}, "is list, expected str"),
+        ({"trierouter_choices": [{"a": ["b"]}]}, "is dict, expected str"),
+        ({"trierouter_choices": ["ok", "\udcff"]}, "not encodable as UTF-8"),
+        ({"trierouter_set": "s" * 7}, "TRIEROUTER_MAX_TEXT_BYTES=6"),
+        ({"trierouter_set": "c", "trierouter_prefix": "p" * 7}, "trierouter_prefix: 7"),
+        ({"trierouter_set": "c", "trierouter_think": "</think>"}, "trierouter_think: 8"),
+        (
+            {"trierouter_set": "c", "trierouter_think": "<", "trierouter_think_max_tokens": 10},
+            "TRIEROUTER_MAX_THINK_TOKENS=9",
+        ),
+        ({"trierouter_set": {"nested": {"deep": []}}}, "expected a set name"),
+    ],
+)
+def test_request_limits(args: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_request(args, LIMITS)
+    ok = parse_request({"trierouter_choices": ["abcdefgh", "é" * 4, ""]}, LIMITS)
+    assert ok is not None and ok.values is not None and len(ok.values) == 3
+
+
+def test_request_limits_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert RequestLimits.from_env() == RequestLimits()
+    assert RequestLimits().max_total_bytes == 8 << 20
+    monkeypatch.setenv("TRIEROUTER_MAX_INLINE", "7")  # the older name still works
+    assert RequestLimits.from_env().max_inline_values == 7
+    monkeypatch.setenv("TRIEROUTER_MAX_INLINE_VALUES", "3")
+    monkeypatch.setenv("TRIEROUTER_MAX_VALUE_BYTES", "100")
+    lim = RequestLimits.from_env()
+    assert (lim.max_inline_values, lim.max_value_bytes) == (3, 100)
+    monkeypatch.setenv("TRIEROUTER_MAX_TOTAL_BYTES", "lots")
+    with pytest.raises(ValueError, match="TRIEROUTER_MAX_TOTAL_BYTES"):
+        RequestLimits.from_env()
+
+
+def test_limits_refuse_in_validate_params(llm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIEROUTER_MAX_INLINE_VALUES", "3")
+    with pytest.raises((ValueError, VLLMValidationError), match="TRIEROUTER_MAX_INLINE_VALUES=3"):
+        llm.generate(["x"], _trie({"trierouter_choices": SMALL}), use_tqdm=False)
+    ok = _generate(llm, ["fine"], _trie({"trierouter_choices": SMALL[:3]}, temperature=0.0))
+    assert ok[0].text in SMALL[:3]
+
+
+def test_over_limit_request_fails_alone_in_the_worker(
+    llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine driven without validate_params: the worker refuses the bad request alone
+    (it ends at once, empty) and the rest of the batch completes, valid."""
+    monkeypatch.setattr(
+        TrieRouterLogitsProcessor, "validate_params", classmethod(lambda c, p: None)
+    )
+    monkeypatch.setenv("TRIEROUTER_MAX_VALUE_BYTES", "64")
+    bad = {"trierouter_choices": ["get_user", "x" * 65]}
+    params = [
+        _trie({"trierouter_set": "colors"}, temperature=1.0, seed=i)
+        if i % 4
+        else _trie(bad if i == 4 else {"trierouter_choices": K100}, temperature=1.0, seed=i)
+        for i in range(12)
+    ]
+    outs = _generate(llm, _prompts(12, "limits"), params)
+    assert outs[4].text == "" and len(outs[4].token_ids) <= 1
+    for i, o in enumerate(outs):
+        if i == 4:
+            continue
+        assert o.text in (K100 if i % 4 == 0 else SMALL), (i, o.text)

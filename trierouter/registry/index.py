@@ -14,6 +14,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +27,7 @@ from trierouter.errors import CorruptFileError, VocabularyMismatchError
 from trierouter.registry._arrays import Trie, build_trie, pack_strings, ranges
 from trierouter.registry._hashmap import HashMap
 from trierouter.registry._store import load_arrays, save_arrays
+from trierouter.registry._validate import Checker
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["TokenIndex", "default_cache_dir"]
@@ -46,6 +49,25 @@ def default_cache_dir() -> Path:
     return Path(xdg) / "trierouter" if xdg else Path.home() / ".cache" / "trierouter"
 
 
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (``fcntl.flock``); a no-op where unavailable."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 @dataclass(frozen=True, slots=True)
 class TriePairs:
     """Every distinct (node, token) pair of a trie: ``token[i]`` at ``node[i]`` -> ``child[i]``."""
@@ -60,6 +82,7 @@ class TokenIndex:
 
     _memory: ClassVar[dict[str, TokenIndex]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
+    _building: ClassVar[dict[str, threading.Lock]] = {}
 
     def __init__(self, vocabulary: Vocabulary, arrays: dict[str, npt.NDArray[Any]]) -> None:
         self.vocabulary = vocabulary
@@ -152,23 +175,53 @@ class TokenIndex:
             hit = cls._memory.get(key)
             if hit is not None:
                 return hit
-        index: TokenIndex | None = None
+            key_lock = cls._building.setdefault(key, threading.Lock())
+        # one builder per vocabulary in this process; other threads wait for its result
+        with key_lock:
+            with cls._lock:
+                hit = cls._memory.get(key)
+            if hit is not None:
+                return hit
+            index = cls._from_disk_or_build(vocabulary, cache_dir, disk_cache)
+            with cls._lock:
+                return cls._memory.setdefault(key, index)
+
+    @classmethod
+    def _from_disk_or_build(
+        cls,
+        vocabulary: Vocabulary,
+        cache_dir: str | os.PathLike[str] | None,
+        disk_cache: bool,
+    ) -> TokenIndex:
         path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        path = path / f"token-index-{key[:32]}.trt"
-        if disk_cache and path.exists():
-            try:
-                index = cls.load(path, vocabulary)
-            except (CorruptFileError, VocabularyMismatchError) as exc:
-                _log.warning("rebuilding token index: %s", exc)
-        if index is None:
+        path = path / f"token-index-{vocabulary.hash[:32]}.trt"
+        if not disk_cache:
+            return cls.build(vocabulary)
+        index = cls._try_load(path, vocabulary)
+        if index is not None:
+            return index
+        # one builder per vocabulary across processes sharing the cache folder: the others wait
+        # on the lock file, then load what it wrote (a lock that cannot be taken is skipped)
+        with _file_lock(path.with_name(path.name + ".lock")):
+            index = cls._try_load(path, vocabulary)
+            if index is not None:
+                return index
             index = cls.build(vocabulary)
-            if disk_cache:
-                try:
-                    index.save(path)
-                except OSError as exc:  # a read-only cache must not break compiling
-                    _log.warning("could not write token index cache %s: %s", path, exc)
-        with cls._lock:
-            return cls._memory.setdefault(key, index)
+            try:
+                index.save(path)
+            except OSError as exc:  # a read-only cache must not break compiling
+                _log.warning("could not write token index cache %s: %s", path, exc)
+        return index
+
+    @classmethod
+    def _try_load(cls, path: Path, vocabulary: Vocabulary) -> TokenIndex | None:
+        if not path.exists():
+            return None
+        try:
+            return cls.load(path, vocabulary)
+        except (CorruptFileError, VocabularyMismatchError) as exc:
+            _log.warning("rebuilding token index: %s", exc)
+            return None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index to ``path`` (atomically)."""
@@ -187,9 +240,7 @@ class TokenIndex:
                 f"{path}: index built for vocabulary {str(meta.get('vocabulary'))[:12]}, "
                 f"not {vocabulary.hash[:12]}"
             )
-        need = {"level1", "level2", "deep_keys", "deep_values", "tok_ptr", "tok_ids", "single_byte"}
-        if set(arrays) != need:
-            raise CorruptFileError(f"{path}: arrays {sorted(arrays)}, expected {sorted(need)}")
+        _check_arrays(Checker(path, arrays), vocabulary)
         index = cls(vocabulary, arrays)
         index.build_seconds = time.perf_counter() - t0
         index.source = str(path)
@@ -262,3 +313,30 @@ class TokenIndex:
             np.concatenate(out_t, dtype=np.int64),
             np.concatenate(out_m, dtype=np.int64),
         )
+
+
+def _check_arrays(c: Checker, vocabulary: Vocabulary) -> None:
+    """What the backward walk relies on, checked before a loaded index is used: lookup tables
+    pointing at reversed-trie nodes, a hash table that has free slots (probing ends), token ids
+    of matchable tokens in CSR rows."""
+    c.names({"level1", "level2", "deep_keys", "deep_values", "tok_ptr", "tok_ids", "single_byte"})
+    tok_ptr = c.array("tok_ptr", np.int64)
+    n_rev = len(tok_ptr) - 1
+    tok_ids = c.array("tok_ids", np.int32)
+    c.offsets("tok_ptr", tok_ptr, len(tok_ids))
+    c.within("tok_ids", tok_ids, 0, len(vocabulary))
+    if len(tok_ids) and not bool(vocabulary.matchable[tok_ids].all()):
+        raise c.fail("tok_ids names special or empty tokens")
+    c.within("level1", c.array("level1", np.int32, size=256), -1, n_rev)
+    c.within("level2", c.array("level2", np.int32, size=65536), -1, n_rev)
+    keys = c.array("deep_keys", np.int64)
+    values = c.array("deep_values", np.int32, size=len(keys))
+    if len(keys) < 16 or len(keys) & (len(keys) - 1):
+        raise c.fail(f"deep_keys has {len(keys)} slots, not a power of two >= 16")
+    used = keys != -1
+    if int(used.sum()) * 2 > len(keys) or (len(keys) and int(keys.min()) < -1):
+        raise c.fail("deep_keys is more than half full or holds negative keys")
+    c.within("deep_values", values[used], 0, n_rev)
+    single = c.array("single_byte", np.bool_, size=256)
+    if int(single.view(np.uint8).max()) > 1:
+        raise c.fail("single_byte holds values other than 0 and 1")

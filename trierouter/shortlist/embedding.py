@@ -19,11 +19,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import logging
 import os
 import random
 import threading
 import time
 import warnings
+import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -35,6 +37,7 @@ import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError, missing
 from trierouter.registry._store import load_arrays, save_arrays
+from trierouter.registry._validate import Checker, meta_int
 from trierouter.shortlist._common import (
     IndexMismatchError,
     ValueRows,
@@ -57,6 +60,7 @@ F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 IndexKind = Literal["auto", "flat", "hnsw"]
 
+logger = logging.getLogger(__name__)
 _KIND = "trierouter.EmbeddingIndex"
 _FORMAT = 1
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "modules.json")
@@ -131,9 +135,21 @@ class EmbeddingCache:
         for f in sorted(self.directory.glob("shard-*.npz")):
             if f.name in self._shards:
                 continue
-            with np.load(f) as z:
-                keys, vecs = z["keys"], z["vectors"]
-            if vecs.ndim != 2 or vecs.shape[1] != self.dim or len(keys) != len(vecs):
+            try:  # numpy's .npz reader, pickles refused (allow_pickle=False)
+                with open(f, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+                    keys, vecs = np.asarray(z["keys"]), np.asarray(z["vectors"])
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+                logger.warning("ignoring damaged embedding cache shard %s: %s", f, exc)
+                continue
+            if (
+                vecs.ndim != 2
+                or vecs.dtype != np.float32
+                or vecs.shape[1] != self.dim
+                or keys.dtype != np.uint8
+                or keys.size != 16 * len(vecs)
+                or not np.isfinite(vecs).all()
+            ):
+                logger.warning("ignoring foreign embedding cache shard %s", f)
                 continue  # a foreign or damaged shard: ignore it, the texts are re-embedded
             self._shards.add(f.name)
             self._chunks.append(vecs.astype(np.float32, copy=False))
@@ -710,7 +726,7 @@ class EmbeddingIndex(ValueRows):
         Refused with :class:`IndexMismatchError` when ``embedder`` is not the model it was built
         with, or when ``values`` (if given) are not the indexed values in order.
         """
-        faiss = _faiss()
+        _faiss()  # fail early when faiss is missing
         embedder = embedder or Embedder()
         arrays, meta = load_arrays(path, _KIND, mmap=False, verify=True)
         if meta.get("format") != _FORMAT:
@@ -726,26 +742,83 @@ class EmbeddingIndex(ValueRows):
                 f"{path}: built over other values than the {len(values)} given "
                 "(values hash differs); rebuild or extend the index with add()"
             )
+        kind = meta.get("kind")
+        if kind not in ("auto", "flat", "hnsw"):
+            raise CorruptFileError(f"{path}: metadata kind={kind!r:.40} is not an index kind")
         idx = cls(
             embedder,
-            kind=meta["kind"],
-            exact_limit=int(meta["exact_limit"]),
-            hnsw_m=int(meta["hnsw_m"]),
-            ef_search=int(meta["ef_search"]),
-            ef_construction=int(meta["ef_construction"]),
+            kind=kind,
+            exact_limit=meta_int(path, meta, "exact_limit", 0, 2**62),
+            hnsw_m=meta_int(path, meta, "hnsw_m", 2, 1024),
+            ef_search=meta_int(path, meta, "ef_search", 1, 1 << 20),
+            ef_construction=meta_int(path, meta, "ef_construction", 1, 1 << 20),
         )
-        data = arrays["value_bytes"].tobytes()
-        off = arrays["value_offsets"]
-        idx._values = [
-            data[int(off[i]) : int(off[i + 1])].decode("utf-8", "surrogatepass")
-            for i in range(len(off) - 1)
-        ]
-        idx._ids = {v: i for i, v in enumerate(idx._values)}
-        idx._owner = np.array(arrays["owner"], np.int64)
-        idx._index = faiss.deserialize_index(np.array(arrays["faiss"], np.uint8))
-        idx._dim = int(idx._index.d)
-        if "adapter" in arrays:
-            idx.adapter = np.array(arrays["adapter"], np.float32)
+        c = Checker(path, arrays)
+        c.names({"faiss", "owner", "value_bytes", "value_offsets"}, frozenset({"adapter"}))
+        idx._values = c.strings("value", errors="surrogatepass")
         if values_hash(idx._values) != meta.get("values_sha256"):
             raise CorruptFileError(f"{path}: stored values do not match their hash")
+        idx._ids = {v: i for i, v in enumerate(idx._values)}
+        owner = c.array("owner", np.int64)
+        c.within("owner", owner, 0, len(idx._values))
+        idx._owner = np.array(owner, np.int64)
+        idx._index = _read_faiss(c, len(owner))
+        idx._dim = int(idx._index.d)
+        if "adapter" in arrays:
+            adapter = c.array("adapter", np.float32, ndim=2)
+            if adapter.shape != (idx._dim, idx._dim):
+                raise c.fail(f"adapter is {adapter.shape}, expected ({idx._dim}, {idx._dim})")
+            c.finite("adapter", adapter)
+            idx.adapter = np.array(adapter, np.float32)
         return idx
+
+
+# faiss's serialized index types that EmbeddingIndex writes: exact inner product, HNSW over it
+_FAISS_FLAT_IP = b"IxFI"
+_FAISS_HNSW_FLAT = b"IHNf"
+
+
+def _read_faiss(c: Checker, n_rows: int) -> Any:
+    """Deserialize the stored faiss index after checking its header, then its graph.
+
+    Only the two index types this module writes are accepted. A flat index must be exactly the
+    size its header declares (dimension, row count); an HNSW graph's levels, offsets and
+    neighbour ids are checked after reading, before any search walks them.
+    """
+    faiss = _faiss()
+    blob = c.array("faiss", np.uint8)
+    raw = blob.tobytes()
+    if len(raw) < 32 or raw[:4] not in (_FAISS_FLAT_IP, _FAISS_HNSW_FLAT):
+        raise c.fail(f"faiss index type {raw[:4]!r} is not IndexFlatIP or IndexHNSWFlat")
+    d = int.from_bytes(raw[4:8], "little", signed=True)
+    ntotal = int.from_bytes(raw[8:16], "little", signed=True)
+    if not 0 < d <= 65536 or ntotal != n_rows:
+        raise c.fail(f"faiss header: dimension {d}, {ntotal} rows for {n_rows} owners")
+    if raw[:4] == _FAISS_FLAT_IP:
+        empty = len(faiss.serialize_index(faiss.IndexFlatIP(d)))
+        if len(raw) != empty + ntotal * d * 4:
+            raise c.fail(f"faiss flat index of {len(raw)} bytes, expected {empty + ntotal * d * 4}")
+    try:
+        index = faiss.deserialize_index(np.array(blob, np.uint8))
+    except RuntimeError as exc:
+        raise c.fail(f"faiss index unreadable ({str(exc).splitlines()[0][:200]})") from exc
+    if int(index.d) != d or int(index.ntotal) != n_rows:
+        raise c.fail("faiss index does not match its header")
+    if raw[:4] == _FAISS_HNSW_FLAT:
+        hnsw = faiss.downcast_index(index).hnsw
+        levels = faiss.vector_to_array(hnsw.levels)
+        offsets = faiss.vector_to_array(hnsw.offsets).astype(np.int64)
+        neighbors = faiss.vector_to_array(hnsw.neighbors)
+        if len(levels) != n_rows or len(offsets) != n_rows + 1:
+            raise c.fail("faiss HNSW graph sizes do not match its rows")
+        c.offsets("faiss HNSW offsets", offsets, len(neighbors))
+        c.within("faiss HNSW levels", levels, 1, 64)
+        c.within("faiss HNSW neighbors", neighbors, -1, n_rows)
+        if n_rows and not 0 <= int(hnsw.entry_point) < n_rows:
+            raise c.fail("faiss HNSW entry point out of range")
+        if int(hnsw.max_level) >= 64 or (n_rows and int(hnsw.max_level) != int(levels.max()) - 1):
+            raise c.fail("faiss HNSW max level does not match its levels")
+        storage = faiss.downcast_index(index.storage)
+        if int(storage.d) != d or int(storage.ntotal) != n_rows:
+            raise c.fail("faiss HNSW storage does not match its header")
+    return index

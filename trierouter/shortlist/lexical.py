@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError
 from trierouter.registry._store import load_arrays, save_arrays
+from trierouter.registry._validate import Checker, meta_float, meta_int
 from trierouter.shortlist._common import (
     IndexMismatchError,
     Retriever,
@@ -314,23 +315,45 @@ class BM25Index(ValueRows):
                 f"{path}: built over other values than the {len(values)} given "
                 "(values hash differs); rebuild or extend the index with add()"
             )
-        idx = cls(
-            ngram=int(meta["ngram"]),
-            ngram_weight=float(meta["ngram_weight"]),
-            k1=float(meta["k1"]),
-            b=float(meta["b"]),
+        c = Checker(path, arrays)
+        c.names(
+            {"owner", "value_bytes", "value_offsets"}
+            | {f"{f}_{a}" for f in ("word", "gram") for a in ("term_bytes", "term_offsets")}
+            | {f"{f}_{a}" for f in ("word", "gram") for a in ("t", "d", "tf", "len")}
         )
-        idx._values = _unpack(arrays, "value")
-        idx._ids = {v: i for i, v in enumerate(idx._values)}
-        idx._owner = np.array(arrays["owner"], np.int64)
-        for name, f in zip(("word", "gram"), idx._fields, strict=True):
-            f.terms = {t: i for i, t in enumerate(_unpack(arrays, f"{name}_term"))}
-            f.term_chunks = [np.array(arrays[f"{name}_t"], np.int32)]
-            f.doc_chunks = [np.array(arrays[f"{name}_d"], np.int64)]
-            f.tf_chunks = [np.array(arrays[f"{name}_tf"], np.float32)]
-            f.lengths = np.array(arrays[f"{name}_len"], np.float32)
+        idx = cls(
+            ngram=meta_int(path, meta, "ngram", 1, 64),
+            ngram_weight=meta_float(path, meta, "ngram_weight"),
+            k1=meta_float(path, meta, "k1"),
+            b=meta_float(path, meta, "b"),
+        )
+        idx._values = c.strings("value", errors="surrogatepass")
         if values_hash(idx._values) != meta.get("values_sha256"):
             raise CorruptFileError(f"{path}: stored values do not match their hash")
+        idx._ids = {v: i for i, v in enumerate(idx._values)}
+        owner = c.array("owner", np.int64)
+        c.within("owner", owner, 0, len(idx._values))
+        idx._owner = np.array(owner, np.int64)
+        n_rows = len(owner)
+        for name, f in zip(("word", "gram"), idx._fields, strict=True):
+            terms = c.strings(f"{name}_term", errors="surrogatepass")
+            f.terms = {t: i for i, t in enumerate(terms)}
+            if len(f.terms) != len(terms):
+                raise c.fail(f"{name}_term repeats a term")
+            t = c.array(f"{name}_t", np.int32)
+            d = c.array(f"{name}_d", np.int64, size=len(t))
+            tf = c.array(f"{name}_tf", np.float32, size=len(t))
+            lengths = c.array(f"{name}_len", np.float32, size=n_rows)
+            c.within(f"{name}_t", t, 0, len(terms))
+            c.within(f"{name}_d", d, 0, n_rows)
+            c.finite(f"{name}_tf", tf)
+            c.finite(f"{name}_len", lengths)
+            if (len(tf) and float(tf.min()) < 0) or (n_rows and float(lengths.min()) < 0):
+                raise c.fail(f"{name}_tf or {name}_len holds negative counts")
+            f.term_chunks = [np.array(t, np.int32)]
+            f.doc_chunks = [np.array(d, np.int64)]
+            f.tf_chunks = [np.array(tf, np.float32)]
+            f.lengths = np.array(lengths, np.float32)
         return idx
 
 
