@@ -78,6 +78,25 @@ def sets_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path
     return d
 
 
+def _real_tools() -> list[dict[str, Any]]:
+    """5,000 real OpenAPI tools when the npm registry data is fetched, else the small set."""
+    from trierouter.testing.tool_calls import diverse_openapi_tools
+
+    try:
+        return diverse_openapi_tools(5000)
+    except FileNotFoundError:
+        from tests.test_tool_calls import SMALL
+
+        return list(SMALL)
+
+
+def _tools_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``$TRIEROUTER_TOOLS``: one registry named ``api``."""
+    path = tmp_path_factory.mktemp("vllm-tools") / "tools.json"
+    path.write_text(__import__("json").dumps({"api": _real_tools()}), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="session")
 def engine_env(
     tmp_path_factory: pytest.TempPathFactory, sets_dir: Path
@@ -85,6 +104,7 @@ def engine_env(
     env = dict(ENGINE_ENV)
     env["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
     env["TRIEROUTER_SETS"] = str(sets_dir)
+    env["TRIEROUTER_TOOLS"] = str(_tools_file(tmp_path_factory))
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield env
@@ -564,3 +584,62 @@ def test_over_limit_request_fails_alone_in_the_worker(
         if i == 4:
             continue
         assert o.text in (K100 if i % 4 == 0 else SMALL), (i, o.text)
+
+
+def _index(tiny_model: Path) -> TokenIndex:
+    config = SimpleNamespace(model_config=_FakeModelConfig(tiny_model, 151_872))
+    return TokenIndex.get(_engine_vocabulary(config, 151_872))
+
+
+def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
+    """Sampled tool calls at T=1.0 over the named registry: every finished call is a registered
+    tool with arguments that validate (jsonschema); invalid ones only through XGrammar slots."""
+    import json
+
+    from trierouter.testing.tool_calls import check_calls
+    from trierouter.tools.compiler import compile_tools
+
+    tools = _real_tools()
+    ct = compile_tools(tools, _index(tiny_model), eager_xgrammar=False)
+    xg = {
+        s.name
+        for s, sl in zip(ct.specs, ct.slots, strict=True)
+        if any(x.engine == "xgrammar" for x in sl)
+    }
+    params = [
+        SamplingParams(
+            temperature=1.0,
+            seed=i,
+            max_tokens=320,
+            extra_args={"trierouter_tools": "api", "trierouter_tool_budget": 8},
+        )
+        for i in range(120)
+    ]
+    outs = [o.outputs[0] for o in llm.generate(_prompts(120, "t"), params, use_tqdm=False)]
+    report = check_calls([(o.text, o.finish_reason == "stop") for o in outs], tools, xg)
+    assert report.unfinished <= 3
+    assert report.invalid_via_xgrammar == len(report.invalid), report.invalid[:3]
+    assert report.valid >= 0.97 * (len(outs) - report.unfinished)
+    names = {json.loads(o.text)["name"] for o in outs if o.finish_reason == "stop"}
+    assert len(names) > 60
+
+
+def test_tool_calls_inline_and_forced(llm: Any, tiny_model: Path) -> None:
+    from tests.test_tool_calls import SMALL
+    from trierouter.tools.compiler import compile_tools
+    from trierouter.tools.decode import ToolCallPlan
+
+    params = SamplingParams(
+        temperature=1.0, seed=1, max_tokens=200,
+        extra_args={"trierouter_tools_inline": SMALL, "trierouter_tool_choice": "weather.get",
+                    "trierouter_tool_budget": 6},
+    )  # fmt: skip
+    outs = [o.outputs[0] for o in llm.generate(_prompts(30, "w"), params, use_tqdm=False)]
+    plan = ToolCallPlan(compile_tools(SMALL, _index(tiny_model)))
+    for o in outs:
+        assert o.finish_reason == "stop", o.text
+        call = plan.parse(o.text)
+        assert call is not None and call.name == "weather.get"
+    bad = SamplingParams(max_tokens=5, extra_args={"trierouter_tools": "nope"})
+    with pytest.raises((ValueError, VLLMValidationError), match="unknown registry"):
+        llm.generate(["x"], bad, use_tqdm=False)
