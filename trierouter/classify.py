@@ -355,7 +355,7 @@ class _Transformers:
 
     def _prefill(self, context: list[int]) -> tuple[Any, Any]:
         torch = self.torch
-        out = self.model(input_ids=torch.tensor([context]), use_cache=True)
+        out = self.model(input_ids=torch.tensor([context]), use_cache=True, logits_to_keep=1)
         return out.past_key_values, out.logits[0, -1]
 
     def _expand(self, cache: Any, n_ctx: int, paths: list[tuple[int, ...]]) -> Any:
@@ -365,25 +365,30 @@ class _Transformers:
 
         b = len(paths)
         width = max(len(p) for p in paths)
+        # left padding inside the path segment, masked out: every row's last token is last, so
+        # only one position per row goes through the output head (logits_to_keep=1)
         ids = torch.zeros((b, width), dtype=torch.long)
+        mask = torch.ones((b, n_ctx + width), dtype=torch.long)
+        pos = torch.full((b, width), n_ctx, dtype=torch.long)
         for r, p in enumerate(paths):
-            ids[r, : len(p)] = torch.tensor(p, dtype=torch.long)
+            pad = width - len(p)
+            ids[r, pad:] = torch.tensor(p, dtype=torch.long)
+            mask[r, n_ctx : n_ctx + pad] = 0
+            pos[r, pad:] = torch.arange(n_ctx, n_ctx + len(p))
         kv = [
             (layer.keys.expand(b, -1, -1, -1), layer.values.expand(b, -1, -1, -1))
             for layer in cache.layers
         ]
         past = DynamicCache(ddp_cache_data=kv, config=self.model.config)
-        pos = torch.arange(n_ctx, n_ctx + width).unsqueeze(0).expand(b, -1)
-        # right padding: causal attention keeps the padding out of every earlier position
         out = self.model(
             input_ids=ids,
             past_key_values=past,
             position_ids=pos,
-            attention_mask=torch.ones((b, n_ctx + width), dtype=torch.long),
+            attention_mask=mask,
             use_cache=False,
+            logits_to_keep=1,
         )
-        last = torch.tensor([len(p) - 1 for p in paths])
-        return out.logits[torch.arange(b), last]
+        return out.logits[:, -1]
 
     def search(
         self,
@@ -442,6 +447,7 @@ class _Transformers:
                     break
                 if expansions >= max_expansions:
                     self._complete_greedily(cache, n_ctx, cs, heap, found, seen, top_n)
+                    found.sort(key=lambda s: -s.logprob)
                     return found, False, expansions
                 batch = []
                 while heap and len(batch) < batch_size and heap[0][3] >= 0:
@@ -491,7 +497,6 @@ class _Transformers:
                 if value is not None and value not in seen:
                     seen.add(value)
                     found.append(LabelScore(value, score, path))
-        found.sort(key=lambda s: -s.logprob)
 
     def generate_free(self, clf: Classifier, texts: list[str], max_new_tokens: int) -> list[str]:
         torch = self.torch
