@@ -240,7 +240,7 @@ def _model_demo(codes: list[str], *, quick: bool, model: Path | None) -> None:
     except ImportError:
         print("\n(model demo skipped: pip install 'trierouter[transformers]')")
         return
-    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     if model is None:
         torch.set_num_threads(1)  # the tiny model is far slower with threads on small machines
         target = default_cache_dir() / "tiny-qwen2"

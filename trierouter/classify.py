@@ -283,7 +283,8 @@ class _Transformers:
                     "the folder of a save_pretrained model with its tokenizer"
                 )
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(str(path)).eval()
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(str(path))
+            self.model.eval()
         emb = self.model.get_output_embeddings()
         width = int(emb.weight.shape[0]) if emb is not None else int(self.model.config.vocab_size)
         self.vocabulary = Vocabulary.from_tokenizer(self.tokenizer, width=width)
@@ -449,7 +450,7 @@ class _Transformers:
                     self._complete_greedily(cache, n_ctx, cs, heap, found, seen, top_n)
                     found.sort(key=lambda s: -s.logprob)
                     return found, False, expansions
-                batch = []
+                batch: list[tuple[float, int, tuple[int, ...], int]] = []
                 while heap and len(batch) < batch_size and heap[0][3] >= 0:
                     batch.append(heapq.heappop(heap))
                 logits = self._expand(cache, n_ctx, [e[2] for e in batch])

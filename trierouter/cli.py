@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -81,7 +80,7 @@ def _is_number(s: str) -> bool:
 def _progress(total: int, desc: str) -> Iterator[Callable[[int], None]]:
     """A tqdm bar on stderr (if tqdm is installed) updated with the count done so far."""
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
     except ImportError:  # pragma: no cover - tqdm comes with transformers
 
         def noop(done: int) -> None:
@@ -217,7 +216,8 @@ def _inspect_args(p: argparse.ArgumentParser) -> None:
 
 def _longest_path(cs: ChoiceSet, vocab: Vocabulary, data: bytes) -> tuple[list[int], int]:
     """Walk ``data`` through the set with the longest allowed token at each step."""
-    node, pos, toks = cs.root, 0, []
+    node, pos = cs.root, 0
+    toks: list[int] = []
     while pos < len(data):
         best, best_len = -1, 0
         for t in cs.mask(node).tolist():
@@ -307,7 +307,7 @@ def _classifier(args: argparse.Namespace, labels_read: Any = None) -> Any:
         import torch
         import transformers
 
-        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         if args.model is None:  # tiny matmuls: one thread is much faster on small machines
             torch.set_num_threads(1)
     except ImportError:
@@ -522,7 +522,7 @@ def _one_line(exc: BaseException) -> str:
 class _Parser(argparse.ArgumentParser):
     """argparse with usage mistakes reported on one line, with where to look."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
