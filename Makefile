@@ -16,7 +16,7 @@ $(PY):
 
 $(VENV)/.demo: $(PY) pyproject.toml
 	$(PIP) install --quiet 'torch==2.13.0'
-	$(PIP) install --quiet -e '.[tokenizers,data,transformers]'
+	$(PIP) install --quiet -e '.[demo]'
 	touch $@
 
 $(VENV)/.test: $(PY) pyproject.toml

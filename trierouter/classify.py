@@ -1,0 +1,734 @@
+"""Classifier: one label out of a large set, with exact scores of the top labels.
+
+    clf = Classifier(codes, descriptions=descs, model="path/to/model")
+    [p] = clf.classify(["Displaced fracture of the left femoral neck, initial encounter"])
+    p.label, p.scores            # "S72.002A", [LabelScore("S72.002A", -0.41, ...), ...]
+
+**What a score is.** The score of a label is the log-probability of its most likely token path
+under *constrained* decoding: at every step the model's distribution renormalised over the
+tokens the set allows there (a softmax over the allowed logits), summed along the path, the
+closing end id included. This is the probability a constrained sampler at temperature 1 gives
+that path, so the scores of all paths of all labels sum to one. A label can be spelled by many
+token paths (``S72`` as ``S``+``72`` or ``S7``+``2``); summing them is exponential, the
+maximum is exact and cheap, so a score is the best path's.
+
+**How it is computed.** A best-first search over the trie of token paths: the frontier is a
+heap of partial paths keyed by their log-probability, which can only fall as a path grows, so
+complete paths leave the heap in exactly decreasing order and the first ``top_n`` distinct
+labels are the exact top ``top_n`` (a Dijkstra argument). Every trie path is expanded at most
+once, whatever number of labels share it: shared prefixes are scored once. Frontier nodes are
+expanded in batches of ``batch_size`` in one forward call that reuses the prompt's KV cache
+(only the path tokens, a handful per label, are computed per node). The search stops after
+``max_expansions`` nodes; the missing labels are then completed greedily from the best open
+paths (their scores are still exact path log-probabilities) and ``Prediction.exact`` is False.
+
+**Top-1 and greedy decoding.** ``label`` is the top-1 of that exact search. Greedy constrained
+decoding picks the best *token* at every step, which is not always the best *path*: it returns
+the same label whenever its own path is the best one (always for a set whose labels each have a
+single path and the model is confident), and never a path scored above the top-1. The test suite
+checks both facts against a brute force that scores every token path of every label with one
+forward call per label.
+
+**Large sets** go through :func:`~trierouter.shortlist.route_set`: the full trie up to 50,000
+labels; beyond, a BM25 shortlist of ``k`` labels per text over the descriptions (or the labels),
+or with ``policy="hierarchy"`` and a ``path`` the √K grouping (the model spells a group, then
+a member; scores are those of the grouped strings).
+
+**Think, then answer** (``think=True``): the model first writes free text until ``</think>``
+(at most ``think_tokens`` tokens, greedy), then the label is chosen and scored after
+``"\\nLabel: "`` given the thought.
+
+Engines: ``"transformers"`` (everything above) and ``"vllm"`` (vLLM's in-process ``LLM`` with
+trierouter's logits processor; greedy labels, think-then-answer, no scores).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from trierouter.errors import TrieRouterError, missing
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.trie import ChoiceSet
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.shortlist.hierarchy import PathFn
+from trierouter.shortlist.policy import DEFAULT_THRESHOLD, Policy, RoutedSet, route_set
+
+__all__ = [
+    "DEFAULT_PROMPT",
+    "MODES",
+    "Classifier",
+    "DataError",
+    "Engine",
+    "LabelScore",
+    "ModeResult",
+    "Prediction",
+    "evaluate",
+    "load_examples",
+    "load_labels",
+]
+
+Engine = Literal["transformers", "vllm"]
+
+DEFAULT_PROMPT = "Classify the text with exactly one label.\n{labels}Text: {text}\n"
+"""The default prompt: ``{text}`` is the input, ``{labels}`` the candidate list (when short)."""
+
+_ANSWER = "Label: "
+_THINK_OPEN = "<think>\n"
+_THINK_CLOSE = "</think>"
+_LIST_LIMIT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class LabelScore:
+    """One label and the exact log-probability of its best token path."""
+
+    label: str
+    """The label (the original value, mapped back from a hierarchy string)."""
+    logprob: float
+    """Sum of constrained log-probabilities along ``tokens`` (end id included)."""
+    tokens: tuple[int, ...] = ()
+    """The token path, the closing end id included."""
+
+
+@dataclass
+class Prediction:
+    """The classification of one text."""
+
+    text: str
+    """The input text."""
+    label: str | None
+    """The chosen label: the top-1 of the exact search (``None`` only if nothing was valid)."""
+    scores: list[LabelScore] = field(default_factory=list)
+    """The top labels, best first (empty with the vLLM engine)."""
+    exact: bool = True
+    """The scores are the exact top-n (False when ``max_expansions`` cut the search short)."""
+    thought: str | None = None
+    """The free text written before the answer in think-then-answer mode."""
+    candidates: int = 0
+    """How many labels the model could choose from (the shortlist size, or all)."""
+    expansions: int = 0
+    """Trie paths whose next-token distribution was computed (one row of a forward call)."""
+
+
+def _load_labels_descriptions(
+    labels: Sequence[str] | dict[str, str], descriptions: Sequence[str] | dict[str, str] | None
+) -> tuple[list[str], list[str] | None]:
+    if isinstance(labels, str):
+        raise TypeError("labels must be a sequence of str or a {label: description} dict")
+    if isinstance(labels, dict):
+        if descriptions is not None:
+            raise TypeError("labels is a {label: description} dict: do not pass descriptions")
+        return list(labels), [str(v) for v in labels.values()]
+    vals = [str(v) for v in labels]
+    if descriptions is None:
+        return vals, None
+    if isinstance(descriptions, dict):
+        return vals, [str(descriptions.get(v, v)) for v in vals]
+    if len(descriptions) != len(vals):
+        raise ValueError(f"descriptions has {len(descriptions)} entries for {len(vals)} labels")
+    return vals, [str(d) for d in descriptions]
+
+
+class Classifier:
+    """Classify texts into one of ``labels`` with a local causal LM (see the module docstring).
+
+    ``labels``: the label strings, or a ``{label: description}`` dict. ``descriptions``: one per
+    label (used for the shortlist of large sets and the label list in short prompts).
+    ``model``: a local model folder (``save_pretrained`` layout, tokenizer included), or a
+    ``(model, tokenizer)`` pair of loaded transformers objects. ``engine``: ``"transformers"``
+    or ``"vllm"``. ``prompt``: a template with ``{text}`` (and optionally ``{labels}``).
+    ``policy``/``k``/``path``/``threshold``: how a large set is decoded (see
+    :func:`~trierouter.shortlist.route_set`). ``think``: think-then-answer by default.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[str] | dict[str, str],
+        *,
+        descriptions: Sequence[str] | dict[str, str] | None = None,
+        model: str | os.PathLike[str] | tuple[Any, Any],
+        engine: Engine = "transformers",
+        prompt: str = DEFAULT_PROMPT,
+        policy: Policy = "auto",
+        k: int = 64,
+        path: PathFn | Sequence[Sequence[str]] | None = None,
+        threshold: int = DEFAULT_THRESHOLD,
+        think: bool = False,
+        think_tokens: int = 64,
+        top_n: int = 5,
+        max_expansions: int = 2048,
+        batch_size: int = 64,
+        vllm_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if engine not in ("transformers", "vllm"):
+            raise ValueError(f"engine={engine!r}; expected 'transformers' or 'vllm'")
+        if "{text}" not in prompt:
+            raise ValueError("prompt must contain '{text}' (and may contain '{labels}')")
+        for name, v in (("top_n", top_n), ("max_expansions", max_expansions)):
+            if v < 1:
+                raise ValueError(f"{name}={v}: expected >= 1")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: expected >= 1")
+        self.labels, self.descriptions = _load_labels_descriptions(labels, descriptions)
+        if not self.labels:
+            raise ValueError("labels is empty; a classifier needs at least one label")
+        self._description = dict(zip(self.labels, self.descriptions or self.labels, strict=True))
+        self.engine: Engine = engine
+        self.prompt = prompt
+        self.think = think
+        self.think_tokens = think_tokens
+        self.top_n = top_n
+        self.max_expansions = max_expansions
+        self.batch_size = batch_size
+        self._backend: _Transformers | _Vllm
+        if engine == "transformers":
+            self._backend = _Transformers(model)
+        else:
+            self._backend = _Vllm(model, vllm_kwargs or {})
+        self.vocabulary: Vocabulary = self._backend.vocabulary
+        self.index = TokenIndex.get(self.vocabulary)
+        self.routed: RoutedSet = route_set(
+            self.labels,
+            self.index,
+            policy=policy,
+            threshold=threshold,
+            texts=self.descriptions if policy in ("auto", "shortlist") else None,
+            path=path,
+            k=k,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Classifier({len(self.labels)} labels, engine={self.engine!r}, "
+            f"policy={self.routed.policy!r})"
+        )
+
+    # -- prompts ----------------------------------------------------------------------------------
+    def candidates(self, text: str) -> list[str]:
+        """The labels the model may choose from for ``text`` (a shortlist, or all)."""
+        return self.routed.shortlist(text)
+
+    def render_prompt(self, text: str, *, think: bool = False) -> str:
+        """The prompt for ``text``, up to where the model writes (thought or label)."""
+        listing = ""
+        if "{labels}" in self.prompt:
+            cands = self.candidates(text)
+            if len(cands) <= _LIST_LIMIT:
+                lines = [
+                    f"- {c}: {self._description[c]}" if self._description[c] != c else f"- {c}"
+                    for c in cands
+                ]
+                listing = "Labels:\n" + "\n".join(lines) + "\n"
+        body = self.prompt.replace("{labels}", listing).replace("{text}", text)
+        return body + (_THINK_OPEN if think else _ANSWER)
+
+    def _label_of(self, decoded: str | None) -> str | None:
+        if decoded is None:
+            return None
+        return self.routed.value_of(decoded)
+
+    # -- classification ---------------------------------------------------------------------------
+    def classify(
+        self,
+        texts: Sequence[str],
+        *,
+        top_n: int | None = None,
+        think: bool | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Prediction]:
+        """Classify each text; ``top_n`` labels scored (default: the constructor's).
+
+        ``progress`` is called with the number of texts done after each one.
+        """
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of str; wrap a single text in a list")
+        n = self.top_n if top_n is None else top_n
+        if n < 1:
+            raise ValueError(f"top_n={n}: expected >= 1")
+        use_think = self.think if think is None else think
+        return self._backend.classify(self, list(texts), n, use_think, progress)
+
+    def generate_free(self, texts: Sequence[str], *, max_new_tokens: int = 32) -> list[str]:
+        """Unconstrained greedy answers (the first line after ``Label:``), for evaluation."""
+        return self._backend.generate_free(self, list(texts), max_new_tokens)
+
+
+# -- transformers ---------------------------------------------------------------------------------
+class _Transformers:
+    def __init__(self, model: str | os.PathLike[str] | tuple[Any, Any]) -> None:
+        try:
+            import torch
+            import transformers
+        except ImportError as exc:
+            raise missing("transformers", "transformers") from exc
+        self.torch = torch
+        if isinstance(model, tuple):
+            self.model, self.tokenizer = model
+        else:
+            path = Path(model)
+            if not (path / "config.json").is_file():
+                raise FileNotFoundError(
+                    f"model={str(model)!r} is not a local model folder (no config.json); pass "
+                    "the folder of a save_pretrained model with its tokenizer"
+                )
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(str(path))
+            self.model.eval()
+        emb = self.model.get_output_embeddings()
+        width = int(emb.weight.shape[0]) if emb is not None else int(self.model.config.vocab_size)
+        self.vocabulary = Vocabulary.from_tokenizer(self.tokenizer, width=width)
+        self.end_ids = set(self.vocabulary.end_ids)
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer(text)["input_ids"]]
+
+    def classify(
+        self,
+        clf: Classifier,
+        texts: list[str],
+        top_n: int,
+        think: bool,
+        progress: Callable[[int], None] | None,
+    ) -> list[Prediction]:
+        contexts = [self.encode(clf.render_prompt(t, think=think)) for t in texts]
+        thoughts: list[str | None] = [None] * len(texts)
+        if think:
+            contexts, thoughts = self._think(clf, contexts)
+        out = []
+        for i, (text, ctx) in enumerate(zip(texts, contexts, strict=True)):
+            cs = clf.routed.choices_for(text)
+            scores, exact, expansions = self.search(
+                ctx, cs, top_n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
+            )
+            mapped = []
+            for s in scores:
+                label = clf._label_of(s.label)
+                if label is not None:
+                    mapped.append(LabelScore(label, s.logprob, s.tokens))
+            out.append(
+                Prediction(
+                    text=text,
+                    label=mapped[0].label if mapped else None,
+                    scores=mapped,
+                    exact=exact,
+                    thought=thoughts[i],
+                    candidates=len(cs),
+                    expansions=expansions,
+                )
+            )
+            if progress is not None:
+                progress(i + 1)
+        return out
+
+    def _think(
+        self, clf: Classifier, contexts: list[list[int]]
+    ) -> tuple[list[list[int]], list[str | None]]:
+        from trierouter.router.plan import FreeText, compile_plan
+        from trierouter.router.transformers import generate
+
+        plan = compile_plan([FreeText(until=_THINK_CLOSE, max_tokens=clf.think_tokens)], clf.index)
+        results = generate(
+            self.model,
+            self.tokenizer,
+            contexts,
+            plan,
+            max_new_tokens=clf.think_tokens + 16,
+            batch_size=clf.batch_size,
+        )
+        answer = self.encode("\n" + _ANSWER)
+        new_ctx, thoughts = [], []
+        for ctx, r in zip(contexts, results, strict=True):
+            toks = [t for t in r.token_ids if t not in self.end_ids]
+            new_ctx.append(ctx + toks + answer)
+            thoughts.append(r.text)
+        return new_ctx, list(thoughts)
+
+    def _prefill(self, context: list[int]) -> tuple[Any, Any]:
+        torch = self.torch
+        out = self.model(input_ids=torch.tensor([context]), use_cache=True, logits_to_keep=1)
+        return out.past_key_values, out.logits[0, -1]
+
+    def _expand(self, cache: Any, n_ctx: int, paths: list[tuple[int, ...]]) -> Any:
+        """Next-token logits after ``context + path`` for each path (one forward call)."""
+        torch = self.torch
+        from transformers import DynamicCache
+
+        b = len(paths)
+        width = max(len(p) for p in paths)
+        # left padding inside the path segment, masked out: every row's last token is last, so
+        # only one position per row goes through the output head (logits_to_keep=1)
+        ids = torch.zeros((b, width), dtype=torch.long)
+        mask = torch.ones((b, n_ctx + width), dtype=torch.long)
+        pos = torch.full((b, width), n_ctx, dtype=torch.long)
+        for r, p in enumerate(paths):
+            pad = width - len(p)
+            ids[r, pad:] = torch.tensor(p, dtype=torch.long)
+            mask[r, n_ctx : n_ctx + pad] = 0
+            pos[r, pad:] = torch.arange(n_ctx, n_ctx + len(p))
+        kv = [
+            (layer.keys.expand(b, -1, -1, -1), layer.values.expand(b, -1, -1, -1))
+            for layer in cache.layers
+        ]
+        past = DynamicCache(ddp_cache_data=kv, config=self.model.config)
+        out = self.model(
+            input_ids=ids,
+            past_key_values=past,
+            position_ids=pos,
+            attention_mask=mask,
+            use_cache=False,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1]
+
+    def search(
+        self,
+        context: list[int],
+        cs: ChoiceSet,
+        top_n: int,
+        *,
+        max_expansions: int = 2048,
+        batch_size: int = 64,
+    ) -> tuple[list[LabelScore], bool, int]:
+        """Best-first search of the top ``top_n`` labels of ``cs`` after ``context``.
+
+        Returns the scores (labels as spelled in ``cs``), whether they are exact, and the
+        number of expanded paths.
+        """
+        torch = self.torch
+        with torch.inference_mode():
+            cache, root_logits = self._prefill(context)
+            n_ctx = len(context)
+            # heap entries: (-logprob, seq, path, node); node < 0 marks a complete path
+            heap: list[tuple[float, int, tuple[int, ...], int]] = []
+            seq = 0
+            found: list[LabelScore] = []
+            seen: set[str] = set()
+            expansions = 1
+
+            def push_children(logits: Any, base: float, path: tuple[int, ...], node: int) -> None:
+                nonlocal seq
+                allowed = cs.mask(node)
+                if len(allowed) == 0:
+                    return
+                z = logits[torch.from_numpy(allowed.astype(np.int64))].double()
+                logp = (z - torch.logsumexp(z, 0)).tolist()
+                for t, lp in zip(allowed.tolist(), logp, strict=True):
+                    if not math.isfinite(lp):
+                        continue
+                    child = cs.advance(node, t)
+                    if child == cs.DEAD:
+                        continue
+                    seq += 1
+                    if child == cs.END:
+                        heapq.heappush(heap, (-(base + lp), seq, (*path, t), -1 - node))
+                    else:
+                        heapq.heappush(heap, (-(base + lp), seq, (*path, t), child))
+
+            push_children(root_logits, 0.0, (), cs.root)
+            while heap and len(found) < top_n:
+                # complete paths at the top of the heap are final, in decreasing order
+                while heap and heap[0][3] < 0 and len(found) < top_n:
+                    neg, _, path, code = heapq.heappop(heap)
+                    value = cs.value_at(-1 - code)
+                    if value is not None and value not in seen:
+                        seen.add(value)
+                        found.append(LabelScore(value, -neg, path))
+                if len(found) >= top_n or not heap:
+                    break
+                if expansions >= max_expansions:
+                    self._complete_greedily(cache, n_ctx, cs, heap, found, seen, top_n)
+                    found.sort(key=lambda s: -s.logprob)
+                    return found, False, expansions
+                batch: list[tuple[float, int, tuple[int, ...], int]] = []
+                while heap and len(batch) < batch_size and heap[0][3] >= 0:
+                    batch.append(heapq.heappop(heap))
+                logits = self._expand(cache, n_ctx, [e[2] for e in batch])
+                expansions += len(batch)
+                for r, (neg, _, path, node) in enumerate(batch):
+                    push_children(logits[r], -neg, path, node)
+            return found, True, expansions
+
+    def _complete_greedily(
+        self,
+        cache: Any,
+        n_ctx: int,
+        cs: ChoiceSet,
+        heap: list[tuple[float, int, tuple[int, ...], int]],
+        found: list[LabelScore],
+        seen: set[str],
+        top_n: int,
+    ) -> None:
+        """Finish the best open paths greedily until ``top_n`` labels are found (inexact)."""
+        torch = self.torch
+        open_paths = sorted(heap)
+        for neg, _, path, node in open_paths:
+            if len(found) >= top_n:
+                return
+            score = -neg
+            while node >= 0:
+                logits = self._expand(cache, n_ctx, [path])[0]
+                allowed = cs.mask(node)
+                z = logits[torch.from_numpy(allowed.astype(np.int64))].double()
+                logp = z - torch.logsumexp(z, 0)
+                j = int(torch.argmax(logp))
+                t = int(allowed[j])
+                score += float(logp[j])
+                child = cs.advance(node, t)
+                path = (*path, t)
+                if child == cs.END:
+                    value = cs.value_at(node)
+                    if value is not None and value not in seen:
+                        seen.add(value)
+                        found.append(LabelScore(value, score, path))
+                    break
+                node = child
+            else:
+                value = cs.value_at(-1 - node)
+                if value is not None and value not in seen:
+                    seen.add(value)
+                    found.append(LabelScore(value, score, path))
+
+    def generate_free(self, clf: Classifier, texts: list[str], max_new_tokens: int) -> list[str]:
+        torch = self.torch
+        out = []
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = next(iter(self.end_ids), 0)
+        with torch.inference_mode():
+            for text in texts:
+                ids = torch.tensor([self.encode(clf.render_prompt(text))])
+                gen = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=pad,
+                )
+                new = [int(t) for t in gen[0, ids.shape[1] :] if int(t) not in self.end_ids]
+                answer = self.tokenizer.decode(new, skip_special_tokens=True)
+                out.append(answer.strip().split("\n")[0].strip())
+        return out
+
+
+# -- vLLM -----------------------------------------------------------------------------------------
+class _Vllm:
+    def __init__(self, model: str | os.PathLike[str] | tuple[Any, Any], kwargs: dict[str, Any]):
+        if isinstance(model, tuple):
+            raise TypeError("engine='vllm' needs a model folder, not loaded objects")
+        path = Path(model)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"model={str(model)!r} is not a local model folder (no config.json)"
+            )
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise missing("vllm", "vllm") from exc
+        from trierouter.router.vllm import TrieRouterLogitsProcessor
+
+        args: dict[str, Any] = {
+            "dtype": "float32",
+            "enforce_eager": True,
+            "max_model_len": 1024,
+            "seed": 0,
+            "logits_processors": [TrieRouterLogitsProcessor],
+        }
+        args.update(kwargs)
+        self.llm = LLM(str(path), **args)
+        tokenizer = self.llm.get_tokenizer()
+        width = int(self.llm.llm_engine.model_config.get_vocab_size())
+        self.vocabulary = Vocabulary.from_tokenizer(tokenizer, width=width)
+
+    def classify(
+        self,
+        clf: Classifier,
+        texts: list[str],
+        top_n: int,
+        think: bool,
+        progress: Callable[[int], None] | None,
+    ) -> list[Prediction]:
+        from vllm import SamplingParams
+
+        prompts, params, sizes = [], [], []
+        for text in texts:
+            cands = clf.routed.choices_for(text).values
+            extra: dict[str, Any] = {"trierouter_choices": list(cands)}
+            if think:
+                extra["trierouter_think"] = _THINK_CLOSE
+                extra["trierouter_think_max_tokens"] = clf.think_tokens
+                extra["trierouter_prefix"] = "\n" + _ANSWER
+            prompts.append(clf.render_prompt(text, think=think))
+            params.append(
+                SamplingParams(temperature=0.0, max_tokens=clf.think_tokens + 64, extra_args=extra)
+            )
+            sizes.append(len(cands))
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        preds = []
+        for i, (text, o) in enumerate(zip(texts, outs, strict=True)):
+            generated = o.outputs[0].text
+            thought = None
+            if think:
+                head, sep, tail = generated.partition(_THINK_CLOSE)
+                thought, generated = head + sep, tail.removeprefix("\n" + _ANSWER)
+            preds.append(
+                Prediction(
+                    text=text,
+                    label=clf._label_of(generated),
+                    exact=False,
+                    thought=thought,
+                    candidates=sizes[i],
+                )
+            )
+            if progress is not None:
+                progress(i + 1)
+        return preds
+
+    def generate_free(self, clf: Classifier, texts: list[str], max_new_tokens: int) -> list[str]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        outs = self.llm.generate([clf.render_prompt(t) for t in texts], params, use_tqdm=False)
+        return [o.outputs[0].text.strip().split("\n")[0].strip() for o in outs]
+
+
+# -- evaluation -----------------------------------------------------------------------------------
+@dataclass
+class ModeResult:
+    """Validity and accuracy of one decoding mode over a labelled data set."""
+
+    mode: str
+    n: int
+    valid: int
+    correct: int
+    seconds: float
+
+    @property
+    def validity(self) -> float:
+        return self.valid / self.n if self.n else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else 0.0
+
+
+MODES = ("unconstrained", "constrained", "think")
+
+
+def evaluate(
+    clf: Classifier,
+    examples: Sequence[tuple[str, str]],
+    *,
+    modes: Sequence[str] = MODES,
+    progress: Callable[[str, int], None] | None = None,
+) -> list[ModeResult]:
+    """Validity (the answer is a label) and accuracy of each decoding mode on ``examples``.
+
+    ``unconstrained``: greedy free text, the first line after ``Label:``; ``constrained``: the
+    classifier's label; ``think``: think-then-answer, then the constrained label.
+    """
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"modes {unknown}: expected some of {', '.join(MODES)}")
+    texts = [t for t, _ in examples]
+    gold = [g for _, g in examples]
+    members = set(clf.labels)
+    out = []
+    for mode in modes:
+        t0 = time.perf_counter()
+        step: Callable[[int], None] | None = None
+        if progress is not None:
+            step = functools.partial(progress, mode)
+
+        if mode == "unconstrained":
+            answers: list[str | None] = list(clf.generate_free(texts))
+            if step is not None:
+                step(len(texts))
+        else:
+            preds = clf.classify(texts, top_n=1, think=mode == "think", progress=step)
+            answers = [p.label for p in preds]
+        valid = sum(a is not None and a in members for a in answers)
+        correct = sum(a == g for a, g in zip(answers, gold, strict=True))
+        out.append(ModeResult(mode, len(texts), valid, correct, time.perf_counter() - t0))
+    return out
+
+
+class DataError(TrieRouterError, ValueError):
+    """A labelled data set or label file could not be read."""
+
+
+def load_labels(path: str | os.PathLike[str]) -> tuple[list[str], list[str] | None]:
+    """Read a label set: ``(labels, descriptions or None)``.
+
+    ``.txt``: one label per line (``label<TAB>description`` also accepted); ``.json``: a list of
+    labels or a ``{label: description}`` object; ``.jsonl``: one ``{"label", "description"}``
+    object per line (``description`` optional).
+    """
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    labels: list[str] = []
+    descs: list[str] = []
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+            if isinstance(data, dict):
+                labels, descs = [str(k) for k in data], [str(v) for v in data.values()]
+            elif isinstance(data, list) and all(isinstance(x, str) for x in data):
+                labels = list(data)
+            else:
+                raise DataError(
+                    f"{p}: expected a JSON list of strings or a {{label: description}} object"
+                )
+        elif p.suffix == ".jsonl":
+            for n, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                obj = json.loads(line)
+                if not isinstance(obj, dict) or not isinstance(obj.get("label"), str):
+                    raise DataError(f'{p}:{n}: expected {{"label": ..., "description": ...}}')
+                labels.append(obj["label"])
+                descs.append(str(obj.get("description", obj["label"])))
+        else:
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                label, _, desc = line.partition("\t")
+                labels.append(label)
+                descs.append(desc or label)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+    if not labels:
+        raise DataError(f"{p}: no labels found; give one label per line (or a JSON list)")
+    has_desc = any(d != lb for d, lb in zip(descs, labels, strict=False))
+    return labels, (descs if descs and has_desc else None)
+
+
+def load_examples(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """Read a labelled data set: JSONL, one ``{"text": ..., "label": ...}`` object per line."""
+    p = Path(path)
+    out = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{p}:{n}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(obj, dict) or not all(
+            isinstance(obj.get(k), str) for k in ("text", "label")
+        ):
+            raise DataError(f'{p}:{n}: expected {{"text": "...", "label": "..."}}')
+        out.append((obj["text"], obj["label"]))
+    if not out:
+        raise DataError(f'{p}: no examples; expected JSONL lines {{"text": ..., "label": ...}}')
+    return out
