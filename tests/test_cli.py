@@ -186,3 +186,40 @@ def test_bench(tmp_path: Path) -> None:
 def test_demo_help() -> None:
     done = run("demo", "--help-demo")
     assert done.returncode == 0 and "--quick" in done.stdout
+
+
+def test_route(model_dir: Path, tmp_path: Path) -> None:
+    from tests.test_tool_calls import SMALL
+
+    reg = tmp_path / "tools.json"
+    reg.write_text(json.dumps(SMALL), encoding="utf-8")
+    done = run("route", "weather in Oslo tomorrow", "--registry", str(reg),
+               "--model", str(model_dir), "--budget", "6")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    msg = json.loads(done.stdout)
+    (call,) = msg["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] in {
+        t["function"]["name"] for t in SMALL
+    }
+    json.loads(call["function"]["arguments"])  # a JSON string, as in OpenAI's format
+    forced = run("route", "x", "--registry", str(reg), "--model", str(model_dir),
+                 "--tool-choice", "ping")  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["tool_calls"][0]["function"]["name"] == "ping"
+
+
+def test_route_errors(tmp_path: Path) -> None:
+    assert_one_line_error(
+        run("route", "x", "--registry", str(tmp_path / "missing.json")), "missing.json"
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    assert_one_line_error(run("route", "x", "--registry", str(bad)), "not JSON")
+    reg = tmp_path / "tools.json"
+    reg.write_text(json.dumps([{"name": "a", "input_schema": {"type": "object"}}]))
+    assert_one_line_error(
+        run("route", "x", "--registry", str(reg), "--tool-choice", "b"), "--tool-choice"
+    )
+    dup = tmp_path / "dup.json"
+    dup.write_text(json.dumps([{"name": "a", "input_schema": {"type": "object"}}] * 2))
+    assert_one_line_error(run("route", "x", "--registry", str(dup)), "'a'")

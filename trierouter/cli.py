@@ -1,7 +1,8 @@
-"""trierouter command line: compile, inspect, classify, evaluate, benchmark, demo.
+"""trierouter command line: compile, inspect, route, classify, evaluate, benchmark, demo.
 
     trierouter compile values.txt --tokenizer qwen2 -o labels.trt   # .txt / .json / .jsonl
     trierouter inspect labels.trt --tokenizer qwen2 --prefix S72
+    trierouter route "what's the weather in Oslo" --registry tools.json [--model DIR]
     trierouter classify --labels labels.jsonl [--model DIR] < texts.txt
     trierouter eval --data data.jsonl --labels labels.jsonl [--model DIR] [--engine vllm]
     trierouter bench [--quick]
@@ -329,6 +330,120 @@ def _classifier(args: argparse.Namespace, labels_read: Any = None) -> Any:
     )
 
 
+def _route_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("request", help="the user's request, in words")
+    p.add_argument(
+        "--registry",
+        type=Path,
+        required=True,
+        help="tools: a JSON list of OpenAI / Anthropic / MCP tools, or a saved ToolRegistry",
+    )
+    p.add_argument(
+        "--model",
+        type=Path,
+        help="a local model folder (default: a tiny random-weight model built locally)",
+    )
+    p.add_argument("--tool-choice", default="required", help="required | auto | none | a tool name")
+    p.add_argument("--k", type=int, default=32, help="tools shortlisted (BM25) into the prompt")
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=24,
+        help="tokens before a free string is steered to its end (x2 per XGrammar slot, x6 for "
+        "all arguments)",
+    )
+    p.add_argument("--max-tokens", type=int, default=384)
+
+
+def _load_registry(path: Path) -> Any:
+    from trierouter.tools import ToolRegistry
+
+    text = path.read_text(encoding="utf-8")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"--registry {path}: not JSON ({exc}); give a JSON list of tools") from exc
+    if isinstance(doc, dict) and "format" in doc and "tools" in doc:
+        return ToolRegistry.load(path)
+    if isinstance(doc, dict) and isinstance(doc.get("tools"), list):
+        doc = doc["tools"]
+    if not isinstance(doc, list) or not doc:
+        raise CliError(f"--registry {path}: expected a non-empty JSON list of tools")
+    return ToolRegistry(doc)
+
+
+def _route(args: argparse.Namespace) -> int:
+    from trierouter.shortlist.lexical import BM25Index
+    from trierouter.tools import ToolCallPlan
+
+    registry = _load_registry(args.registry)
+    names = registry.names()
+    if args.tool_choice not in ("required", "auto", "none") and args.tool_choice not in names:
+        raise CliError(
+            f"--tool-choice {args.tool_choice!r}: not a tool in {args.registry}; give required, "
+            "auto, none or one of its tool names"
+        )
+    if args.k < 1:
+        raise CliError(f"--k {args.k}: give at least 1")
+    texts = [f"{t.name}: {t.description}" for t in registry]
+    shortlist = BM25Index.build(names, texts).search(args.request, k=min(args.k, len(names)))
+    model_dir = args.model
+    if model_dir is None:
+        from trierouter.testing.tiny_model import build_tiny_model
+
+        model_dir = build_tiny_model(default_cache_dir() / "tiny-qwen2")
+        print(
+            f"(no --model: using a tiny random-weight model built locally at {model_dir}; "
+            "its calls are valid but meaningless)",
+            file=sys.stderr,
+        )
+    elif not (Path(model_dir) / "config.json").is_file():
+        raise CliError(f"--model {model_dir}: not a model folder (no config.json)")
+    import torch
+    import transformers
+
+    from trierouter.router.transformers import generate
+
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    if args.model is None:
+        torch.set_num_threads(1)
+    tok = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()  # type: ignore[no-untyped-call]
+    width = int(model.get_output_embeddings().weight.shape[0])
+    tools = registry.compile(TokenIndex.get(Vocabulary.from_tokenizer(tok, width=width)))
+    b = args.budget
+    plan = ToolCallPlan(
+        tools,
+        tool_choice=args.tool_choice,
+        allowed=shortlist if args.tool_choice in ("required", "auto") else None,
+        string_max_tokens=b,
+        slot_max_tokens=2 * b,
+        max_tokens=6 * b,
+    )
+    listing = "\n".join(f"- {registry[n].name}: {registry[n].description}" for n in shortlist)
+    prompt = f"Tools:\n{listing}\n\nRequest: {args.request}\nCall one tool as JSON.\n"
+    t0 = time.perf_counter()
+    (res,) = generate(model, tok, [prompt], plan, max_new_tokens=args.max_tokens)
+    ms = (time.perf_counter() - t0) * 1e3
+    call = plan.parse(res.text) if res.terminated else None
+    if not res.terminated:
+        raise CliError(
+            f"the output did not finish within --max-tokens {args.max_tokens}; raise it or "
+            "lower --budget"
+        )
+    if call is None:
+        print(json.dumps({"role": "assistant", "content": res.text}, ensure_ascii=False))
+    else:
+        msg = {"role": "assistant", "tool_calls": [call.model_dump()]}
+        print(json.dumps(msg, ensure_ascii=False))
+    print(
+        f"({len(names)} tools, {len(shortlist)} shortlisted, {len(res.token_ids)} tokens, "
+        f"{ms:.0f} ms)",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _looks_icd(v: str) -> bool:
     return len(v) >= 3 and v[0].isalpha() and v[1:3].isdigit()
 
@@ -497,6 +612,7 @@ COMMANDS: list[Command] = [
     Command(
         "classify", "classify texts (stdin, one a line) into labels", _classify_args, _classify
     ),
+    Command("route", "turn a request into a valid tool call of a registry", _route_args, _route),
     Command(
         "eval", "validity and accuracy of three decodings on a labelled set", _eval_args, _eval
     ),
@@ -505,7 +621,7 @@ COMMANDS: list[Command] = [
     ),
     Command("demo", "run the demo on the embedded defaults", _demo_args, _demo),
 ]
-"""The subcommands, in help order. ``route`` (tool calls) registers here the same way."""
+"""The subcommands, in help order."""
 
 
 def _one_line(exc: BaseException) -> str:
