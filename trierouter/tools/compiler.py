@@ -4,9 +4,10 @@
     tools.explain("github.create_issue")            # which engine serves each slot
     tools.automaton(i)                              # tool i's byte automaton (built on first use)
 
-What is compiled up front: the trie over ``{"name": "<name>", "arguments": `` for every tool, the
-engine of every slot of every schema (see :mod:`trierouter.tools.schema`), and one XGrammar
-grammar per distinct sub-schema that needs it. Each tool's automaton is wired from the shared slot
+What is compiled up front: the trie over ``{"name": "<name>", "arguments": `` for every tool and
+the engine of every slot of every schema (see :mod:`trierouter.tools.schema`). The XGrammar
+grammar of a slot that needs one is compiled the first time a call reaches it and kept, one per
+distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: minutes for thousands). Each tool's automaton is wired from the shared slot
 automata the first time the tool is chosen (about a millisecond), and its token masks are filled
 in per state on first visit; both are kept (``materialize()`` builds all of them up front).
 """
@@ -104,7 +105,7 @@ class CompiledTools:
         index: TokenIndex,
         *,
         tail: str = "}",
-        eager_xgrammar: bool = True,
+        eager_xgrammar: bool = False,
         cache_size: int = 4096,
     ) -> None:
         self.index = index
