@@ -11,9 +11,9 @@ been sent or ``--time-limit`` has passed, mixing (weights in ``MIX``):
   (compiled per request, evicted by the LRU);
 - ``plan``: a named set behind a forced prefix, or think-then-answer (free text until
   ``</think>``, at most 4 tokens, then the value);
-- ``tool_call``: a tool-call-SHAPED request: ``trierouter_choices`` over tool names with
-  ``trierouter_prefix='{"name": "'``. A placeholder for real tool-call decoding, which is being
-  built separately: swap ``_tool_call_request`` for it when it lands;
+- ``tool_call``: a real tool call (``trierouter_tools_inline``: 8 of 16 tools with enums, dates,
+  bounded integers and length-bounded strings; ``required`` or one forced tool), checked with
+  ``jsonschema`` against the tool's schema;
 - ``bad``: malformed or over-limit arguments, each expected to fail with HTTP 400 and its error;
 - ``cancel``: a streamed request dropped after its first chunk, or a request whose client
   timeout expires first (the server must carry on).
@@ -234,10 +234,42 @@ def _inline_request(rng: random.Random) -> tuple[dict[str, Any], list[str], str]
     return {"trierouter_choices": values}, values, ""
 
 
+SOAK_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {"name": f"{ns}.{verb}", "description": f"{verb} {ns}",
+     "parameters": {"type": "object", "properties": {
+         "id": {"type": "string", "maxLength": 12},
+         "state": {"enum": ["open", "closed", "all"]},
+         "since": {"type": "string", "format": "date"},
+         "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+         "dry_run": {"type": "boolean"}},
+         "required": ["id"] if verb != "list" else []}}}
+    for ns in ("github", "jira", "slack", "stripe") for verb in ("get", "list", "close", "sync")
+]  # fmt: skip
+"""Inline tool registries for the tool-call requests (16 tools, enums, dates, bounded ints)."""
+
+
 def _tool_call_request(rng: random.Random) -> tuple[dict[str, Any], list[str], str]:
-    """PLACEHOLDER for real tool-call decoding: a tool name behind '{"name": "' (shape only)."""
-    tools = random.Random(rng.randrange(4)).sample(TOOLS_1K, 200)
-    return {"trierouter_choices": tools, "trierouter_prefix": TOOL_PREFIX}, tools, TOOL_PREFIX
+    """A real tool call: inline tools, ``required`` or one forced tool, a small budget."""
+    tools = random.Random(rng.randrange(4)).sample(SOAK_TOOLS, 8)
+    args: dict[str, Any] = {
+        "trierouter_tools_inline": json.dumps(tools),
+        "trierouter_tool_budget": 3,
+    }
+    if rng.random() < 0.3:
+        args["trierouter_tool_choice"] = tools[0]["function"]["name"]
+    return args, [json.dumps(t) for t in tools], "tool_call"
+
+
+def _valid_call(text: str, tools: list[str]) -> bool:
+    import jsonschema
+
+    schemas = {d["function"]["name"]: d["function"]["parameters"] for d in map(json.loads, tools)}
+    try:
+        call = json.loads(text)
+        jsonschema.validate(call["arguments"], schemas[call["name"]])
+    except (ValueError, KeyError, TypeError, jsonschema.ValidationError):
+        return False
+    return set(call) == {"name", "arguments"}
 
 
 def _named_request(rng: random.Random) -> tuple[dict[str, Any], list[str], str]:
@@ -254,6 +286,8 @@ def _plan_request(rng: random.Random) -> tuple[dict[str, Any], list[str], str]:
 
 
 def _valid(text: str, values: list[str], lead: str, kind: str) -> bool:
+    if lead == "tool_call":
+        return _valid_call(text, values)
     if lead == "</think>":  # free text, the delimiter, then the value
         _head, sep, value = text.partition("</think>")
         return bool(sep) and value in values
@@ -285,6 +319,8 @@ async def one_request(
             "tool_call": _tool_call_request,
         }[kind]
         body["vllm_xargs"], values, lead = maker(rng)
+        if kind == "tool_call":
+            body["max_tokens"] = max(max_tokens, 128)
     tally.sent[kind] += 1
     t0 = time.monotonic()
     try:

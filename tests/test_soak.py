@@ -1,6 +1,6 @@
 """A short soak of a real ``vllm serve`` (``benchmarks/soak_vllm.py`` with 240 requests).
 
-64 requests in flight mixing unconstrained, named, inline, plan, tool-call-shaped, bad and
+64 requests in flight mixing unconstrained, named, inline, plan, tool-call, bad and
 cancelled requests: every constrained output valid, every bad request refused with its error,
 no other failure, and the server alive at the end. The full run (5,000+ requests, with the RSS
 curve) is ``python benchmarks/soak_vllm.py``.

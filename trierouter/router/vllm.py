@@ -31,8 +31,9 @@ Request arguments (every key starts with ``trierouter_``; unknown keys are refus
     tools file holds a list of OpenAI / Anthropic / MCP tool dicts or a saved ToolRegistry).
     The output is ``{"name": ..., "arguments": {...}}``, every argument slot constrained
     (:mod:`trierouter.tools`); parse it with ``ToolCallPlan.parse`` or ``parse_tool_call``.
-``trierouter_tools_inline`` (list of tool dicts)
-    The same with the tools in the request (compiled on first use, cached by content hash).
+``trierouter_tools_inline`` (list of tool dicts, or that list as a JSON string)
+    The same with the tools in the request (compiled on first use, cached by content hash);
+    through ``vllm serve`` send the JSON string (``vllm_xargs`` carries only scalars and lists).
 ``trierouter_tool_choice`` (str, optional, default ``"required"``)
     ``"required"``, ``"auto"`` (text or ``<tool_call>`` + a call), ``"none"``, or a tool name.
 ``trierouter_tool_budget`` (int, optional)
@@ -357,6 +358,16 @@ def _parse_tools(
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{ARG_TOOLS}={name!r:.80}: expected a registry name (non-empty str)")
     text = None
+    if isinstance(inline, str):  # vllm_xargs carries only scalars and lists: JSON text
+        if len(inline) > lim.max_total_bytes:
+            raise ValueError(
+                f"{ARG_TOOLS_INLINE}: {len(inline)} bytes of tools, more than "
+                f"${ENV_MAX_TOTAL_BYTES}={lim.max_total_bytes}"
+            )
+        try:
+            inline = json.loads(inline)
+        except ValueError as exc:
+            raise ValueError(f"{ARG_TOOLS_INLINE}: not JSON ({exc})") from exc
     if inline is not None:
         if not (isinstance(inline, list) and inline and all(isinstance(t, dict) for t in inline)):
             raise ValueError(f"{ARG_TOOLS_INLINE}: expected a non-empty list of tool objects")

@@ -155,6 +155,8 @@ def _digits_range(lo: str, hi: str) -> _Node:
     """Digit strings of equal length between ``lo`` and ``hi`` (inclusive)."""
     if not lo:
         return seq()
+    if set(lo) == {"0"} and set(hi) == {"9"}:
+        return rep(DIGIT, len(lo), len(lo))
     if lo[0] == hi[0]:
         return seq(lit(lo[0]), _digits_range(lo[1:], hi[1:]))
     rest = len(lo) - 1
@@ -561,6 +563,7 @@ class SlotCompiler:
         assert not isinstance(lo, bool) and not isinstance(hi, bool)
         if lo is not None and hi is not None and lo > hi:
             return None
+
         frag = _DUMMY if self.dry else _integer_fragment(lo, hi)
         if frag is None:
             return None
