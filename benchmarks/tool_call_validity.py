@@ -69,8 +69,15 @@ def main() -> None:
 
         from trierouter.router.vllm import TrieRouterLogitsProcessor
 
-        llm = LLM(str(model_dir), dtype="float32", enforce_eager=True, max_model_len=512,
-                  max_num_seqs=128, seed=0, logits_processors=[TrieRouterLogitsProcessor])  # fmt: skip
+        llm = LLM(
+            str(model_dir),
+            dtype="float32",
+            enforce_eager=True,
+            max_model_len=512,
+            max_num_seqs=128,
+            seed=0,
+            logits_processors=[TrieRouterLogitsProcessor],
+        )
         width = int(llm.llm_engine.model_config.get_vocab_size())
         ct = compile_tools(tools, TokenIndex.get(Vocabulary.from_tokenizer(tok, width=width)),
                            eager_xgrammar=False)  # fmt: skip
