@@ -15,6 +15,7 @@ MODULES = [
     "trierouter.router.plan",
     "trierouter.router.transformers",
     "trierouter.shortlist",
+    "trierouter.tools",
     "trierouter.datasets",
     "trierouter.errors",
 ]
