@@ -59,12 +59,19 @@ def test_public_surface_is_pinned() -> None:
     assert trierouter.tools.__all__ == [
         "MAX_NAME_LENGTH",
         "NAMESPACE_SEPARATOR",
+        "CompiledTools",
         "DuplicateToolError",
+        "FunctionCall",
         "InvalidToolError",
         "McpServerError",
         "Tool",
+        "ToolCall",
+        "ToolCallError",
+        "ToolCallPlan",
         "ToolError",
         "ToolRegistry",
+        "compile_tools",
+        "parse_tool_call",
     ]
     for name in trierouter.tools.__all__:
         obj = getattr(trierouter.tools, name)
