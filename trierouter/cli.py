@@ -288,22 +288,28 @@ def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--think-tokens", type=int, default=64, help="free tokens in think mode")
 
 
-def _classifier(args: argparse.Namespace, labels_read: Any = None) -> Any:
-    from trierouter.classify import Classifier, load_labels
-
-    labels, descriptions = labels_read or load_labels(args.labels)
-    model = args.model
-    if model is None:
+def _model_dir(given: Path | None, what: str) -> Path:
+    """``--model`` checked, or the tiny random-weight model (built once, and said so)."""
+    if given is None:
         from trierouter.testing.tiny_model import build_tiny_model
 
         model = build_tiny_model(default_cache_dir() / "tiny-qwen2")
         print(
             f"(no --model: using a tiny random-weight model built locally at {model}; "
-            "its labels are valid but meaningless)",
+            f"its {what} are valid but meaningless)",
             file=sys.stderr,
         )
-    elif not (Path(model) / "config.json").is_file():
-        raise CliError(f"--model {model}: not a model folder (no config.json); pass a local path")
+        return model
+    if not (Path(given) / "config.json").is_file():
+        raise CliError(f"--model {given}: not a model folder (no config.json); pass a local path")
+    return Path(given)
+
+
+def _classifier(args: argparse.Namespace, labels_read: Any = None) -> Any:
+    from trierouter.classify import Classifier, load_labels
+
+    labels, descriptions = labels_read or load_labels(args.labels)
+    model = _model_dir(args.model, "labels")
     try:
         import torch
         import transformers
@@ -387,18 +393,7 @@ def _route(args: argparse.Namespace) -> int:
         raise CliError(f"--k {args.k}: give at least 1")
     texts = [f"{t.name}: {t.description}" for t in registry]
     shortlist = BM25Index.build(names, texts).search(args.request, k=min(args.k, len(names)))
-    model_dir = args.model
-    if model_dir is None:
-        from trierouter.testing.tiny_model import build_tiny_model
-
-        model_dir = build_tiny_model(default_cache_dir() / "tiny-qwen2")
-        print(
-            f"(no --model: using a tiny random-weight model built locally at {model_dir}; "
-            "its calls are valid but meaningless)",
-            file=sys.stderr,
-        )
-    elif not (Path(model_dir) / "config.json").is_file():
-        raise CliError(f"--model {model_dir}: not a model folder (no config.json)")
+    model_dir = _model_dir(args.model, "calls")
     import torch
     import transformers
 

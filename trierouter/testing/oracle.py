@@ -19,6 +19,7 @@ from trierouter.errors import missing
 from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
+from trierouter.tools.compiler import xgrammar_tokenizer_info
 
 __all__ = [
     "EquivalenceReport",
@@ -36,16 +37,6 @@ def _xgr() -> Any:
     except ImportError as exc:
         raise missing("xgrammar", "test") from exc
     return xgrammar
-
-
-def xgrammar_tokenizer_info(vocab: Vocabulary) -> Any:
-    """XGrammar's TokenizerInfo for ``vocab``: raw bytes, special ids empty, same width."""
-    xgr = _xgr()
-    special = vocab.special_ids
-    enc = [b"" if i in special else t for i, t in enumerate(vocab.tokens)]
-    return xgr.TokenizerInfo(
-        enc, xgr.VocabType.RAW, vocab_size=vocab.width, stop_token_ids=list(vocab.end_ids)
-    )
 
 
 def _literal(value: str) -> str:

@@ -643,7 +643,6 @@ class ToolAutomaton:
         self.exits = frag.exits
         self.t = tables
         self._masks: dict[int, tuple[int, I32 | None, npt.NDArray[np.int32] | None]] = {}
-        self._closing: dict[int, I32] = {}
         self._toward: dict[int, I32] = {}
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
@@ -742,25 +741,6 @@ class ToolAutomaton:
             with self._lock:
                 self._toward[state] = hit
         return hit if len(hit) else None
-
-    def closing(self, state: int) -> I32 | None:
-        """Inside a free string: the allowed tokens that leave it (None elsewhere or if none)."""
-        if self.klass[state] < 0:
-            return None
-        with self._lock:
-            hit = self._closing.get(state)
-        if hit is not None:
-            return hit if len(hit) else None
-        t = self.t
-        ids = t.simulate(self.table, state, t.quote_ids, self.byte_class)
-        ends = np.array([self._end_state(state, int(i)) for i in ids], dtype=np.int64)
-        out = ids[(ends >= 0) & (self.klass[np.maximum(ends, 0)] < 0)] if len(ids) else ids
-        with self._lock:
-            self._closing[state] = out
-        return out if len(out) else None
-
-    def _end_state(self, state: int, token: int) -> int:
-        return self.advance(state, token)
 
     def allowed(self, state: int) -> I32:
         """Sorted token ids allowed at ``state`` (the automaton's own tokens only)."""

@@ -28,7 +28,7 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.tools.automaton import ToolAutomaton, VocabTables
-from trierouter.tools.schema import Slot, SlotCompiler
+from trierouter.tools.schema import Slot, SlotCompiler, slot_table
 
 __all__ = ["CALL_HEAD", "CompiledTools", "ToolSpec", "compile_tools", "xgrammar_tokenizer_info"]
 
@@ -244,13 +244,7 @@ class CompiledTools:
 
     def explain(self, name: str) -> str:
         """A table of the slots of tool ``name`` and the engine serving each."""
-        i = self.tool_index(name)
-        rows = [("slot", "engine", "what")]
-        rows.append(("(name)", "trie", f"one of {len(self.specs)} tool names"))
-        rows += [(s.path, s.engine, s.detail) for s in self.slots[i]]
-        w0 = max(len(r[0]) for r in rows)
-        w1 = max(len(r[1]) for r in rows)
-        return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
+        return slot_table(self.slots[self.tool_index(name)], len(self.specs))
 
 
 def _without(schema: Any, keyword: str) -> Any:

@@ -521,19 +521,13 @@ class ToolRegistry:
 
         return compile_tools(list(self), index, **kwargs)
 
-    def explain(self, name: str, index: Any = None) -> str:
+    def explain(self, name: str) -> str:
         """Which engine serves each slot of tool ``name`` (no tokenizer needed)."""
         from trierouter.tools.compiler import _normalized
-        from trierouter.tools.schema import SlotCompiler
+        from trierouter.tools.schema import SlotCompiler, slot_table
 
-        tool = self[name]
-        _, slots = SlotCompiler(dry=True).tool(_normalized(tool.parameters), b"")
-        rows = [("slot", "engine", "what"), ("(name)", "trie", f"one of {len(self)} tool names")]
-        rows += [(s.path, s.engine, s.detail) for s in slots]
-        w0 = max(len(r[0]) for r in rows)
-        w1 = max(len(r[1]) for r in rows)
-        del index
-        return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
+        _, slots = SlotCompiler(dry=True).tool(_normalized(self[name].parameters), b"")
+        return slot_table(slots, len(self))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the registry as JSON (atomically: a temporary file, then a rename)."""

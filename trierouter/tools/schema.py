@@ -48,7 +48,7 @@ from trierouter.tools.automaton import (
     trie_fragment,
 )
 
-__all__ = ["Slot", "SlotCompiler", "canonical", "format_node", "integer_range_node"]
+__all__ = ["Slot", "SlotCompiler", "canonical", "format_node", "integer_range_node", "slot_table"]
 
 MAX_UNROLL = 8
 """Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
@@ -96,6 +96,15 @@ class Slot:
     path: str
     engine: str
     detail: str
+
+
+def slot_table(slots: list[Slot], n_tools: int) -> str:
+    """The aligned table ``explain`` prints: the name slot, then each argument slot."""
+    rows = [("slot", "engine", "what"), ("(name)", "trie", f"one of {n_tools} tool names")]
+    rows += [(s.path, s.engine, s.detail) for s in slots]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
 
 
 # -- formats (the same languages as XGrammar's JSON-schema rules) ---------------------------
