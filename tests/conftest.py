@@ -65,7 +65,7 @@ def qwen2_index(qwen2: Vocabulary) -> TokenIndex:
 # Real models and BFCL live in the user's cache, not the session's private one: downloading and
 # converting Qwen (~500 MB, ~100 s) once per machine, not once per test session.
 # Read at import, before ``_private_cache`` repoints TRIEROUTER_CACHE_DIR.
-from trierouter.registry.index import default_cache_dir  # noqa: E402
+from trierouter.registry.index import default_cache_dir
 
 PERSISTENT_CACHE = Path(os.environ.get("TRIEROUTER_TEST_MODELS_CACHE") or default_cache_dir())
 

@@ -130,7 +130,8 @@ def test_ground_truth_validates_against_the_converted_schemas() -> None:
 
 def test_the_official_judge_accepts_ground_truth_and_rejects_changes() -> None:
     judge = load_judge(cache_dir=PERSISTENT_CACHE)
-    assert "bfcl_eval" in judge._checker.__file__ and str(PERSISTENT_CACHE) in judge._checker.__file__
+    assert judge.checker_file.is_relative_to(PERSISTENT_CACHE / "bfcl")
+    assert judge.checker_file.name == "ast_checker.py"
     rejected = []
     for c in CATEGORIES[:4]:
         for e in load_bfcl(c, cache_dir=PERSISTENT_CACHE):
@@ -147,3 +148,22 @@ def test_the_official_judge_accepts_ground_truth_and_rejects_changes() -> None:
     irr = load_bfcl("irrelevance", cache_dir=PERSISTENT_CACHE)[0]
     assert judge.check(irr, None).valid and judge.check(irr, []).valid
     assert not judge.check(irr, [{irr.functions[0]["name"]: {}}]).valid
+
+
+def test_the_registry_takes_bfcl_docs_whole_and_auto_detected() -> None:
+    from trierouter.errors import InvalidToolError
+    from trierouter.registry import ToolRegistry
+
+    docs = bfcl_functions(cache_dir=PERSISTENT_CACHE)
+    reg = ToolRegistry()
+    for lang in ("python", "java", "javascript"):
+        reg.add_bfcl([f for lg, f in docs if lg == lang], language=lang)
+    assert len(reg) == 1853 and {t.source for t in reg} == {"bfcl"}
+    e = load_bfcl("simple_python", cache_dir=PERSISTENT_CACHE)[0]
+    auto = ToolRegistry(e.functions)  # detected by "parameters": {"type": "dict"}
+    assert (
+        auto[e.functions[0]["name"]].parameters
+        == bfcl_to_openai(e.functions[0])["function"]["parameters"]
+    )
+    with pytest.raises(InvalidToolError, match=r"'bad'.*not an object"):
+        ToolRegistry().add_bfcl({"name": "bad", "parameters": {"type": "dict", "properties": []}})

@@ -98,7 +98,7 @@ def test_a_missing_member_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_model_name() -> None:
-    with pytest.raises(KeyError, match="qwen2.5-coder-0.5b-instruct"):
+    with pytest.raises(KeyError, match=r"qwen2\.5-coder-0\.5b-instruct"):
         load_model("gpt-5")
 
 

@@ -25,11 +25,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 jsonschema = pytest.importorskip("jsonschema")
 
-from trierouter.registry.index import TokenIndex  # noqa: E402
-from trierouter.registry.vocabulary import Vocabulary  # noqa: E402
-from trierouter.router.transformers import generate  # noqa: E402
-from trierouter.tools.compiler import compile_tools  # noqa: E402
-from trierouter.tools.decode import ToolCall, ToolCallPlan  # noqa: E402
+from trierouter.registry.compiler import compile_tools
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.toolcalls import ToolCall, ToolCallPlan
+from trierouter.router.transformers import generate
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),

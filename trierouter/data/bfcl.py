@@ -135,9 +135,10 @@ def load_bfcl(category: str, *, cache_dir: Path | str | None = None) -> list[Bfc
     rows = _read_lines(data / f"BFCL_v4_{category}.json")
     answers: dict[str, Any] = {}
     if "relevance" not in category:
-        answers = {a["id"]: a["ground_truth"] for a in _read_lines(
-            data / "possible_answer" / f"BFCL_v4_{category}.json"
-        )}
+        answers = {
+            a["id"]: a["ground_truth"]
+            for a in _read_lines(data / "possible_answer" / f"BFCL_v4_{category}.json")
+        }
     out = []
     for row in rows:
         turns = row["question"]
@@ -203,6 +204,11 @@ class BfclJudge:
         self._language = language
         self.model_name = model_name
 
+    @property
+    def checker_file(self) -> Path:
+        """Where the checker was imported from (inside the unpacked pinned wheel)."""
+        return Path(self._checker.__file__)
+
     def check(self, entry: BfclEntry, calls: Sequence[dict[str, Any]] | None) -> Verdict:
         """Judges the decoded calls ``[{name: {arg: value}}, ...]`` of an answer to ``entry``;
         ``None``: the output could not be decoded as calls (invalid, or no call at all for an
@@ -210,10 +216,14 @@ class BfclJudge:
         if "relevance" in entry.category:
             has_call = calls is not None and not self._utils.is_empty_output(list(calls))
             ok = not has_call if "irrelevance" in entry.category else has_call
-            kind = "" if ok else (
-                "irrelevance_error:decoder_success"
-                if "irrelevance" in entry.category
-                else "relevance_error:decoder_failed"
+            kind = (
+                ""
+                if ok
+                else (
+                    "irrelevance_error:decoder_success"
+                    if "irrelevance" in entry.category
+                    else "relevance_error:decoder_failed"
+                )
             )
             return Verdict(ok, kind)
         if calls is None:

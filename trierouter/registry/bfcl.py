@@ -1,4 +1,4 @@
-"""BFCL function docs as tools: the Berkeley Function Calling Leaderboard's own types to JSON Schema.
+"""BFCL function docs as tools: the Berkeley Function Calling Leaderboard's types to JSON Schema.
 
 BFCL describes functions as ``{"name", "description", "parameters": {"type": "dict",
 "properties": {...}, "required": [...]}}`` with Python-flavoured types (``dict``, ``float``,
