@@ -437,9 +437,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--categories", default="simple_python,multiple,parallel,parallel_multiple,"
                     "irrelevance")  # fmt: skip
-    ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--think-tokens", type=int, default=64)
+    ap.add_argument("--arms", default=",".join(ARMS), help="in order; 'scale' runs --scale there")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--think-tokens", type=int, default=48)
     ap.add_argument("--budget", type=int, default=48, help="trierouter_tool_budget")
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--scale", action="store_true", help="accuracy vs registry size")
@@ -492,6 +492,9 @@ def main() -> None:
             })  # fmt: skip
     vllm_texts: dict[tuple[str, str], str] = {}
     for arm in arms:
+        if arm == "scale":  # the registry-size run, at this point of the arm order
+            scale(llm, tok, judge, parsers, args, result)
+            continue
         outs, wall = run_arm(llm, arm, jobs, args)
         per_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
         lenient: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -522,7 +525,7 @@ def main() -> None:
         )  # fmt: skip
         print(f"{arm:12} {wall:7.1f}s  {line}", flush=True)
         save(result, Path(args.out))
-    if args.scale:
+    if args.scale and "scale" not in arms:
         scale(llm, tok, judge, parsers, args, result)
     if args.transformers:
         del llm

@@ -282,6 +282,17 @@ def test_parse_request_shapes() -> None:
     assert spec is not None and not spec.is_plain and spec.think_max_tokens == 256
 
 
+def test_inline_tools_keep_their_property_order() -> None:
+    """The order of "properties" is the order the constrained call writes them in: a model
+    shown (weight, height) must not be made to write (height, weight)."""
+    tool = {"type": "function", "function": {"name": "bmi", "parameters": {"type": "object",
+            "properties": {"weight": {"type": "number"}, "height": {"type": "number"}}}}}  # fmt: skip
+    spec = parse_request({"trierouter_tools_inline": [tool]})
+    assert spec is not None and spec.tools_inline is not None
+    props = __import__("json").loads(spec.tools_inline)[0]["function"]["parameters"]["properties"]
+    assert list(props) == ["weight", "height"]
+
+
 # -- batch bookkeeping without an engine: removed, added, moved (one-way and swaps) -------------
 class _FakeModelConfig:
     def __init__(self, path: Path, width: int) -> None:

@@ -252,7 +252,9 @@ def _parse_tools(
     if inline is not None:
         if not (isinstance(inline, list) and inline and all(isinstance(t, dict) for t in inline)):
             raise ValueError(f"{ARG_TOOLS_INLINE}: expected a non-empty list of tool objects")
-        text = json.dumps(inline, sort_keys=True, ensure_ascii=False)
+        # keys keep their order: the order of "properties" is the order the call is written in
+        # (sorting them made the constrained call disagree with the schema the model was shown)
+        text = json.dumps(inline, ensure_ascii=False)
         if len(text) > lim.max_total_bytes:
             raise ValueError(
                 f"{ARG_TOOLS_INLINE}: {len(text)} bytes of tools, more than "
