@@ -88,9 +88,8 @@ def prompt_of(tok: Any, messages: list[dict[str, str]], tools: list[dict[str, An
 
 def think_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     if messages and messages[0]["role"] == "system":
-        return [{"role": "system", "content": messages[0]["content"] + "\n\n" + THINK_SYSTEM}] + (
-            messages[1:]
-        )
+        first = {"role": "system", "content": messages[0]["content"] + "\n\n" + THINK_SYSTEM}
+        return [first, *messages[1:]]
     return [{"role": "system", "content": THINK_SYSTEM}, *messages]
 
 
@@ -241,16 +240,12 @@ def xgrammar_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionToolsParam
     from vllm.tool_parsers.utils import get_json_schema_from_tools
 
-    schema = get_json_schema_from_tools(
-        "required", [ChatCompletionToolsParam(**t) for t in tools]
-    )
+    schema = get_json_schema_from_tools("required", [ChatCompletionToolsParam(**t) for t in tools])
     assert isinstance(schema, dict)
     return schema
 
 
-def params_for(
-    arm: str, tools: list[dict[str, Any]], args: argparse.Namespace
-) -> Any:
+def params_for(arm: str, tools: list[dict[str, Any]], args: argparse.Namespace) -> Any:
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
@@ -381,8 +376,9 @@ def scale(
             "bm25_build_s": build_s,
             "search_ms": search_ms,
         }
-        print(f"K={size:>7}: recall@{args.k} {recall[args.k] / len(entries):.2f} accuracy "
-              f"{out['by_size'][str(size)]['tr_required']['accuracy']:.2f}", flush=True)  # fmt: skip
+        acc = out["by_size"][str(size)]["tr_required"]["accuracy"]
+        rec = recall[args.k] / len(entries)
+        print(f"K={size:>7}: recall@{args.k} {rec:.2f} accuracy {acc:.2f}", flush=True)
         result["scale"] = out
         save(result, Path(args.out))
 

@@ -1,6 +1,6 @@
 """Plots benchmarks/results/bfcl.json: accuracy per category and arm; accuracy vs registry size.
 
-    python benchmarks/plot_bfcl.py [--json benchmarks/results/bfcl.json]
+python benchmarks/plot_bfcl.py [--json benchmarks/results/bfcl.json]
 """
 
 from __future__ import annotations
