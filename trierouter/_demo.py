@@ -383,7 +383,7 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
     names = registry.names()
     bm25 = BM25Index.build(names, [f"{x.name}: {x.description}" for x in registry])
     who = (
-        f"{model.name}, greedy, its chat template with the 5 shortlisted tools"
+        f"{model.name}, greedy, its chat template with the 3 shortlisted tools"
         if chat
         else ("tiny random model, sampled")
     )
@@ -391,7 +391,7 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
     for request in REQUESTS[:2] if quick else REQUESTS:
         t = time.perf_counter()
         if chat:  # a real model sees the shortlisted tools through its own template
-            shortlist = bm25.search(request, k=5)
+            shortlist = bm25.search(request, k=3)
             plan = ToolCallPlan(tools, allowed=shortlist, string_max_tokens=24, max_tokens=96)
             prompt = str(
                 tok.apply_chat_template(
