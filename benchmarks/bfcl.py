@@ -18,7 +18,9 @@ Arms, same prompts, same engine (one vLLM engine, prefix caching on):
   taking the first JSON object anywhere (e.g. inside a ```` ```json ```` fence) as the call;
 - ``xgrammar``: vLLM structured outputs (XGrammar backend) with vLLM's own ``tool_choice=
   "required"`` JSON schema (an array of ``{"name", "parameters"}``, parallel calls allowed);
-- ``tr_required`` / ``tr_auto``: trierouter's tool-call plan (``trierouter_tools_inline``);
+- ``tr_required`` / ``tr_auto``: trierouter's tool-call plan (``trierouter_tools_inline``) in
+  the model's own syntax (``--format hermes``: ``<tool_call>`` blocks), parallel calls allowed
+  as in the XGrammar arm; ``tr_required_json``: the same as a bare compact JSON object;
 - ``tr_think``: think-then-answer: a system line asks for brief reasoning ending in
   ``</think>``; free text (at most ``--think-tokens``) then the constrained call.
 
@@ -55,6 +57,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 ARMS = ("tr_required", "free", "xgrammar", "tr_auto", "tr_think")
+FORMAT = "hermes"
+"""Qwen2.5's own call syntax: ``<tool_call>\\n{...}\\n</tool_call>`` (its chat template asks
+for it); ``tr_required_json`` is the compact bare object of earlier trierouter versions."""
+FORMATS = {"tr_required_json": "json"}
 THINK_SYSTEM = (
     "Before answering, think briefly (one or two sentences) about which function to call and "
     "with which arguments, and end your thinking with </think>."
@@ -157,20 +163,20 @@ class Parsers:
         return out
 
     def trierouter(
-        self, text: str, tools: list[dict[str, Any]], choice: str, think: bool
+        self, text: str, tools: list[dict[str, Any]], choice: str, think: bool, fmt: str
     ) -> list[dict[str, Any]] | None:
         from trierouter.registry.compiler import compile_tools
         from trierouter.router.toolcalls import ToolCallError, ToolCallPlan
 
         plan = ToolCallPlan(
-            compile_tools(tools, self.index), tool_choice=choice, think=think,
-            think_end="</think>",
+            compile_tools(tools, self.index, format=fmt), tool_choice=choice, think=think,
+            think_end="</think>", parallel_tool_calls=True,
         )  # fmt: skip
         try:
-            call = plan.parse(text, validate=False)
-        except ToolCallError:
+            parsed = plan.parse_calls(text, validate=False)
+        except (ToolCallError, ValueError):
             return None
-        return [] if call is None else [{"name": call.name, "arguments": call.args}]
+        return [{"name": c.name, "arguments": c.args} for c in parsed.calls]
 
 
 def schema_valid(calls: list[dict[str, Any]], tools: list[dict[str, Any]]) -> bool:
@@ -260,6 +266,8 @@ def params_for(arm: str, tools: list[dict[str, Any]], args: argparse.Namespace) 
         "trierouter_tools_inline": tools,
         "trierouter_tool_choice": "auto" if arm == "tr_auto" else "required",
         "trierouter_tool_budget": args.budget,
+        "trierouter_tool_format": FORMATS.get(arm, args.format),
+        "trierouter_parallel_tool_calls": True,
     }
     if arm == "tr_think":
         xa["trierouter_think"] = "</think>"
@@ -288,7 +296,7 @@ def parse_for(
     if arm == "xgrammar":
         return parsers.xgrammar(text)
     choice = "auto" if arm == "tr_auto" else "required"
-    return parsers.trierouter(text, tools, choice, arm == "tr_think")
+    return parsers.trierouter(text, tools, choice, arm == "tr_think", FORMATS.get(arm, FORMAT))
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -412,7 +420,11 @@ def transformers_subset(
                 text = tok.decode(new, skip_special_tokens=True)
                 ntok = len(new)
             else:
-                plan = ToolCallPlan(compile_tools(tools, index), tool_choice="required")
+                plan = ToolCallPlan(
+                    compile_tools(tools, index, format=FORMAT),
+                    tool_choice="required",
+                    parallel_tool_calls=True,
+                )
                 (res,) = generate(model, tok, [prompt], plan, max_new_tokens=args.max_tokens)
                 text, ntok = res.text, len(res.token_ids)
             secs = time.perf_counter() - t0
@@ -437,6 +449,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--think-tokens", type=int, default=48)
     ap.add_argument("--budget", type=int, default=48, help="trierouter_tool_budget")
+    ap.add_argument("--format", default=FORMAT, help="trierouter arms' call syntax")
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--scale", action="store_true", help="accuracy vs registry size")
     ap.add_argument("--k", type=int, default=5, help="shortlist size for --scale")
