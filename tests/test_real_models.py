@@ -1,5 +1,6 @@
 """A real instruct model routes BFCL questions: Qwen2.5-Coder-0.5B-Instruct (PyPI bytes, pinned),
-its own chat template with ``tools=``, trierouter's constrained call, BFCL's official checker.
+its own chat template with ``tools=``, trierouter's constrained call in the model's own syntax
+(``<tool_call>`` blocks, the ``hermes`` format), BFCL's official checker.
 
 A handful of questions through transformers and one through vLLM (the same greedy call in both
 engines); every constrained output is checked with ``jsonschema`` and its format checker, and
@@ -84,9 +85,10 @@ def transformers_calls(qwen: tuple[Any, Any, TokenIndex]) -> dict[str, tuple[str
     out = {}
     for cat, i in QUESTIONS:
         e = _entry(cat, i)
-        plan = ToolCallPlan(compile_tools(_tools(e), index), tool_choice="required")
+        plan = ToolCallPlan(compile_tools(_tools(e), index, format="hermes"))
         (res,) = generate(model, tok, [_prompt(tok, e)], plan, max_new_tokens=64)
         assert res.terminated, res.text
+        assert res.text.startswith("<tool_call>\n{") and res.text.endswith("}\n</tool_call>")
         out[e.id] = (res.text, plan.parse(res.text))
     return out
 
@@ -145,12 +147,16 @@ def test_vllm_gives_the_same_judged_call(
     params = SamplingParams(
         temperature=0.0,
         max_tokens=64,
-        extra_args={"trierouter_tools_inline": _tools(e), "trierouter_tool_choice": "required"},
+        extra_args={
+            "trierouter_tools_inline": _tools(e),
+            "trierouter_tool_choice": "required",
+            "trierouter_tool_format": "hermes",
+        },
     )
     (out,) = vllm_engine.generate([_prompt(tok, e)], params, use_tqdm=False)
     text = out.outputs[0].text
     assert text == transformers_calls[e.id][0]  # greedy: the same tokens in both engines
     _model, _tok, index = qwen
-    call = ToolCallPlan(compile_tools(_tools(e), index)).parse(text)
+    call = ToolCallPlan(compile_tools(_tools(e), index, format="hermes")).parse(text)
     _check(e, call)
     assert load_judge(cache_dir=PERSISTENT_CACHE).check(e, [{call.name: call.args}]).valid

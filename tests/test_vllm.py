@@ -293,6 +293,22 @@ def test_inline_tools_keep_their_property_order() -> None:
     assert list(props) == ["weight", "height"]
 
 
+def test_tool_format_and_parallel_args() -> None:
+    tools = {"trierouter_tools_inline": [{"name": "f", "parameters": {}}]}
+    spec = parse_request(tools)
+    assert spec is not None and spec.tool_format == "json" and not spec.parallel_tool_calls
+    spec = parse_request(
+        {**tools, "trierouter_tool_format": "hermes", "trierouter_parallel_tool_calls": True}
+    )
+    assert spec is not None and spec.tool_format == "hermes" and spec.parallel_tool_calls
+    with pytest.raises(ValueError, match=r"trierouter_tool_format='xml'.*hermes"):
+        parse_request({**tools, "trierouter_tool_format": "xml"})
+    with pytest.raises(ValueError, match="trierouter_parallel_tool_calls"):
+        parse_request({**tools, "trierouter_parallel_tool_calls": "yes"})
+    with pytest.raises(ValueError, match="needs"):
+        parse_request({"trierouter_choices": ["a"], "trierouter_tool_format": "hermes"})
+
+
 # -- batch bookkeeping without an engine: removed, added, moved (one-way and swaps) -------------
 class _FakeModelConfig:
     def __init__(self, path: Path, width: int) -> None:
