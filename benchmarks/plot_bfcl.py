@@ -20,12 +20,38 @@ LABELS = {
 }
 
 
+def table(data: dict) -> str:  # type: ignore[type-arg]
+    """The README's results table (markdown) from the JSON."""
+    arms = [a for a in LABELS if a in data["arms"]]
+    cats = [c for c in next(iter(data["arms"].values())) if c != "wall_s"]
+    head = "| arm | " + " | ".join(cats) + " | tokens/call | s/call |"
+    lines = [head, "|" + " --- |" * (len(cats) + 3)]
+    for arm in arms:
+        row = data["arms"][arm]
+        cells = []
+        for c in cats:
+            s = row.get(c)
+            if not s:
+                cells.append("")
+                continue
+            inv = f", {s['invalid']} invalid" if s["invalid"] else ""
+            cells.append(f"{s['correct']}/{s['n']}{inv}")
+        stats = [row[c] for c in cats if c in row]
+        tok = sum(s["tokens_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
+        sec = sum(s["seconds_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
+        lines.append(f"| {LABELS[arm]} | " + " | ".join(cells) + f" | {tok:.0f} | {sec:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/bfcl.json"))
+    ap.add_argument("--table", action="store_true", help="print the markdown table too")
     args = ap.parse_args()
     path = Path(args.json)
     data = json.loads(path.read_text())
+    if args.table:
+        print(table(data))
     import matplotlib
 
     matplotlib.use("Agg")
