@@ -276,6 +276,11 @@ def params_for(arm: str, tools: list[dict[str, Any]], args: argparse.Namespace) 
     return SamplingParams(**base, extra_args=xa)
 
 
+def params_max(arm: str, args: argparse.Namespace) -> int:
+    """The arm's output budget (an output that long was cut, not finished)."""
+    return int(args.max_tokens + (args.think_tokens if arm == "tr_think" else 0))
+
+
 def run_arm(
     llm: Any, arm: str, jobs: list[dict[str, Any]], args: argparse.Namespace
 ) -> tuple[list[Any], float]:
@@ -308,6 +313,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "valid": sum(r["valid"] for r in rows) / n,
         "invalid": sum(not r["valid"] for r in rows),
         "called": sum(r["called"] for r in rows),
+        "truncated": sum(r.get("truncated", False) for r in rows),
         "tokens_per_call": sum(r["tokens"] for r in rows) / n,
         "seconds_per_call": sum(r["seconds"] for r in rows) / n,
     }
@@ -446,7 +452,7 @@ def main() -> None:
     ap.add_argument("--categories", default="simple_python,multiple,parallel,parallel_multiple,"
                     "irrelevance")  # fmt: skip
     ap.add_argument("--arms", default=",".join(ARMS), help="in order; 'scale' runs --scale there")
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--think-tokens", type=int, default=48)
     ap.add_argument("--budget", type=int, default=48, help="trierouter_tool_budget")
     ap.add_argument("--format", default=FORMAT, help="trierouter arms' call syntax")
@@ -514,7 +520,9 @@ def main() -> None:
             ntok = len(o.outputs[0].token_ids)
             calls = parse_for(parsers, arm, text, j["tools"])
             row = judge_row(judge, e, calls, j["tools"], text_allowed=arm in ("free", "tr_auto"))
-            row.update(tokens=ntok, seconds=wall / len(jobs))
+            row.update(
+                tokens=ntok, seconds=wall / len(jobs), truncated=ntok >= params_max(arm, args)
+            )
             per_cat[e.category].append(row)
             if len(examples) < 40 and (not row["correct"] or len(examples) < 6):
                 examples.append({"id": e.id, "text": text[:600], **row})
