@@ -378,17 +378,28 @@ def scale(
             jobs.append({"entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools)})
         search_ms = (time.perf_counter() - t1) / len(entries) * 1000
         outs, wall = run_arm(llm, "tr_required", jobs, args)
-        rows = []
+        rows, examples = [], []
         for j, o in zip(jobs, outs, strict=True):
             calls = parse_for(parsers, "tr_required", o.outputs[0].text, j["tools"])
             row = judge_row(judge, j["entry"], calls, j["tools"], text_allowed=False)
             row.update(tokens=len(o.outputs[0].token_ids), seconds=wall / len(jobs))
             rows.append(row)
+            if not row["correct"]:
+                shown = [t["function"]["name"] for t in j["tools"]]
+                examples.append(
+                    {
+                        "id": j["entry"].id,
+                        "shortlist": shown,
+                        "text": o.outputs[0].text[:400],
+                        **row,
+                    }
+                )
         out["by_size"][str(size)] = {
             "tr_required": summarize(rows),
             "recall_at": {str(k): recall[k] / len(entries) for k in ks},
             "bm25_build_s": build_s,
             "search_ms": search_ms,
+            "wrong": examples,
         }
         acc = out["by_size"][str(size)]["tr_required"]["accuracy"]
         rec = recall[args.k] / len(entries)
