@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from trierouter.errors import TrieRouterError
+from trierouter.errors import ToolChoiceError, TrieRouterError
 from trierouter.registry.compiler import CALL_HEAD, CompiledTools
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
@@ -120,7 +120,7 @@ class ToolCallPlan:
         self,
         tools: CompiledTools,
         *,
-        tool_choice: str = "required",
+        tool_choice: str | dict[str, Any] = "required",
         allowed: Sequence[str] | None = None,
         think: bool = False,
         think_end: str = "</think>\n",
@@ -136,6 +136,7 @@ class ToolCallPlan:
         self.width = tools.width
         self.end_ids = tools.end_ids
         self.single_choice: ChoiceSet | None = None
+        tool_choice = _tool_choice_name(tool_choice)
         self.tool_choice = tool_choice
         self.string_max_tokens = string_max_tokens
         self.slot_max_tokens = slot_max_tokens
@@ -149,10 +150,31 @@ class ToolCallPlan:
         frees: list[_Free] = []
         if think:
             frees.append(_Free(think_end.encode(), False, think_max_tokens))
+        if allowed is not None:
+            if isinstance(allowed, str):
+                raise ToolChoiceError(f"allowed={allowed!r}: give a list of tool names")
+            allowed = list(allowed)
+            if not allowed:
+                raise ToolChoiceError(
+                    "allowed=[]: no tool could be called; pass None to allow every tool, or "
+                    "at least one tool name"
+                )
+            unknown = [n for n in allowed if n not in tools._by_name]
+            if unknown:
+                raise ToolChoiceError(
+                    f"allowed names {len(unknown)} unregistered tool(s): {unknown[:5]}; use "
+                    "names of the compiled registry"
+                )
         if tool_choice in ("required", "auto", "none"):
             subset = allowed
         else:
-            tools.tool_index(tool_choice)
+            if tool_choice not in tools._by_name:
+                raise ToolChoiceError(
+                    f"tool_choice={tool_choice!r} is no registered tool and none of "
+                    '"required", "auto", "none"; give one of those or a tool name'
+                )
+            if allowed is not None and tool_choice not in allowed:
+                raise ToolChoiceError(f"tool_choice={tool_choice!r} is not in allowed")
             subset = [tool_choice]
         if tool_choice == "auto":
             if not call_prefix:
@@ -479,6 +501,22 @@ class ToolCallPlan:
         if self.call_suffix and text.endswith(self.call_suffix):
             text = text[: -len(self.call_suffix)]
         return parse_tool_call(text, self.tools, validate=validate)
+
+
+def _tool_choice_name(choice: Any) -> str:
+    """``tool_choice`` as a string: OpenAI's ``{"type": "function", "function": {"name": N}}``
+    (and the Responses API's ``{"type": "function", "name": N}``) become ``N``."""
+    if isinstance(choice, str):
+        return choice
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        if choice.get("type", "function") == "function" and isinstance(name, str):
+            return name
+    raise ToolChoiceError(
+        f'tool_choice={choice!r:.80}: expected "required", "auto", "none", a tool name, or '
+        '{"type": "function", "function": {"name": ...}}'
+    )
 
 
 def parse_tool_call(text: str, tools: CompiledTools, *, validate: bool = True) -> ToolCall:

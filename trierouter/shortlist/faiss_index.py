@@ -14,6 +14,7 @@ from trierouter.errors import CorruptFileError
 from trierouter.registry.store import load_arrays, save_arrays
 from trierouter.registry.validate import Checker, meta_int
 from trierouter.shortlist._common import (
+    THREADS_LOCK,
     IndexMismatchError,
     ValueRows,
     as_texts,
@@ -46,12 +47,13 @@ def _omp_threads(n: int | None) -> Iterator[None]:
         yield
         return
     faiss = _faiss()
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(n)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
+    with THREADS_LOCK:  # the setting is process-wide: one toggling search at a time
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(n)
+        try:
+            yield
+        finally:
+            faiss.omp_set_num_threads(before)
 
 
 class EmbeddingIndex(ValueRows):

@@ -28,6 +28,7 @@ import numpy as np
 
 from trierouter.registry.slots.formats import (
     _DUMMY,
+    FORMAT_PATTERNS,
     _counted_string,
     _format_fragment,
     _integer_fragment,
@@ -44,43 +45,18 @@ from trierouter.registry.slots.fragment import (
     trie_fragment,
 )
 from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
+from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.regex import pattern_node
 
-__all__ = ["Slot", "SlotCompiler", "canonical", "slot_table"]
+__all__ = ["SchemaRefused", "Slot", "SlotCompiler", "canonical", "slot_table"]
 
 
 MAX_UNROLL = 8
 """Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
 
 
-_ANNOTATIONS = frozenset(
-    ("description", "title", "default", "examples", "example", "deprecated", "readOnly",
-     "writeOnly", "$comment", "$schema", "$id", "externalDocs", "xml", "discriminator")
-)  # fmt: skip
-
 MAX_PROPERTIES = 32
 """Objects with more properties go to XGrammar (a DFA over skippable keys grows as n²)."""
-
-
-def strip_annotations(schema: Any) -> Any:
-    """``schema`` without keywords that do not constrain values (``description``, ``x-*``...)."""
-    if isinstance(schema, dict):
-        out = {}
-        for k, v in schema.items():
-            if k in _ANNOTATIONS or (isinstance(k, str) and k.startswith("x-")):
-                continue
-            if k in ("properties", "$defs", "definitions", "patternProperties") and isinstance(
-                v, dict
-            ):
-                out[k] = {pk: strip_annotations(pv) for pk, pv in v.items()}
-            elif k in ("enum", "const"):
-                out[k] = v
-            else:
-                out[k] = strip_annotations(v)
-        return out
-    if isinstance(schema, list):
-        return [strip_annotations(x) for x in schema]
-    return schema
 
 
 def canonical(schema: Any) -> str:
@@ -95,6 +71,8 @@ class Slot:
     path: str
     engine: str
     detail: str
+    key: str = ""
+    """The XGrammar slot key (``xgrammar`` engine only)."""
 
 
 def slot_table(slots: list[Slot], n_tools: int) -> str:
@@ -109,55 +87,86 @@ def slot_table(slots: list[Slot], n_tools: int) -> str:
 # -- slots -----------------------------------------------------------------------------------
 
 
+class SchemaRefused(ValueError):
+    """A tool's schema holds constructs no engine serves exactly (``problems``)."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = list(problems)
+
+
 class SlotCompiler:
     """Compile sub-schemas to fragments, caching by canonical JSON; collect the XGrammar slots.
 
-    ``xgrammar_slots`` maps a key to the sub-schema (with the root's ``$defs`` attached) that an
-    XGrammar grammar serves.
+    Every schema is normalized first (:func:`~trierouter.tools.normalize.normalize_schema`);
+    the engine of each slot is then decided by one code path, whether automata are built
+    (``dry=False``) or not (``dry=True``, what ``explain()`` and registration use), so the two
+    always agree. ``xgrammar_slots`` maps a key to the sub-schema (with its ``$defs``) that an
+    XGrammar grammar serves. ``strict`` (default): a construct no engine serves exactly raises
+    :class:`SchemaRefused`; ``strict=False`` serves the schema without it and lists it in the
+    result's problems (what was relaxed).
     """
 
-    def __init__(self, *, dry: bool = False) -> None:
+    def __init__(self, *, dry: bool = False, strict: bool = True) -> None:
         self.dry = dry
         """Only decide the engines (``slots``, ``xgrammar_slots``); build no automata."""
+        self.strict = strict
         self._cache: dict[str, tuple[Fragment, str, str]] = {}
         self.xgrammar_slots: dict[str, dict[str, Any]] = {}
         self._string = string_fragment()
         self._refs: list[str] = []
+        self._problems: list[Problem] = []
+
+    def analyze(self, schema: dict[str, Any]) -> tuple[list[Slot], list[Problem]]:
+        """The slots of a tool's argument schema and the problems relaxed (strict: raises)."""
+        saved, self.dry = self.dry, True
+        try:
+            _, slots, problems = self._tool(schema, b"")
+        finally:
+            self.dry = saved
+        return slots, problems
 
     def tool(self, schema: dict[str, Any], tail: bytes) -> tuple[Fragment, list[Slot]]:
         """The automaton for a tool's arguments object followed by ``tail``; its slots."""
+        frag, slots, _ = self._tool(schema, tail)
+        return frag, slots
+
+    def _tool(
+        self, schema: dict[str, Any], tail: bytes
+    ) -> tuple[Fragment, list[Slot], list[Problem]]:
+        norm = normalize_schema(schema)
+        self._problems = list(norm.problems)
+        root = dict(norm.schema)
+        if norm.defs:
+            root["$defs"] = norm.defs
         slots: list[Slot] = []
-        if not self.dry:
-            schema = strip_annotations(schema)
-        root = schema
-        frag, _, _ = self._piece(schema, root, "", slots, depth=0)
+        frag, _, _ = self._piece(root, root, "", slots, depth=0)
+        problems, self._problems = self._problems, []
+        if problems and self.strict:
+            raise SchemaRefused(problems)
         if self.dry:
-            return frag, slots
+            return frag, slots, problems
         b = Builder()
         b.add(frag)
         end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
         b.link(b.accepting(0, frag), end)
-        return b.finish(), slots
+        return b.finish(), slots, problems
 
     # -- dispatch ----------------------------------------------------------------------------
     def _piece(
         self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], depth: int
     ) -> tuple[Fragment, str, str]:
         """(fragment, engine, detail) for ``schema``; leaf slots are appended to ``slots``."""
-        if schema is True or schema == {}:
+        if not isinstance(schema, dict) or not schema or set(schema) == {"$defs"}:
             return self._xgrammar({}, root, path, slots, "any JSON value")
-        if not isinstance(schema, dict):
-            return self._xgrammar({"not": {}} if schema is False else {}, root, path, slots, "?")
-        if "$ref" in schema:
+        if "$ref" in schema:  # normalized: only recursive references are left
             ref = schema["$ref"]
             target = _resolve(ref, root)
             if target is None or ref in self._refs:
-                why = "recursive $ref" if target is not None else "unresolved $ref"
-                return self._xgrammar(schema, root, path, slots, why)
-            merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+                return self._xgrammar(schema, root, path, slots, "recursive $ref")
             self._refs.append(ref)
             try:
-                return self._piece(merged, root, path, slots, depth + 1)
+                return self._piece(target, root, path, slots, depth + 1)
             finally:
                 self._refs.pop()
         is_object = schema.get("type") == "object" or "properties" in schema
@@ -179,22 +188,52 @@ class SlotCompiler:
     def _xgrammar(
         self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], why: str
     ) -> tuple[Fragment, str, str]:
-        sub = dict(schema) if isinstance(schema, dict) else {}
-        if self.dry:  # the build strips the whole schema first: key what it will key
-            sub = strip_annotations(sub)
-        if "allOf" in sub:  # XGrammar 0.2 ignores an allOf of several parts: give it one
-            merged = _merge_all_of(sub, root)
-            if merged is not None:
-                sub = merged
+        sub = {k: v for k, v in schema.items() if k != "$defs"} if isinstance(schema, dict) else {}
+        sub = self._for_xgrammar(sub, path)
+        if "$defs" in root and '"$ref"' in canonical(sub):  # local references need the defs
+            sub["$defs"] = {
+                k: self._for_xgrammar(v, f"{path}$defs.{k}") for k, v in root["$defs"].items()
+            }
         key = canonical(sub)
-        if '"$ref"' in key:  # local references need the root's definitions
-            for defs in ("$defs", "definitions"):
-                if defs in root and defs not in sub:
-                    sub[defs] = strip_annotations(root[defs]) if self.dry else root[defs]
-            key = canonical(sub)
         self.xgrammar_slots.setdefault(key, sub)
-        slots.append(Slot(path or "$", "xgrammar", why))
+        slots.append(Slot(path or "$", "xgrammar", why, key))
         return (_DUMMY if self.dry else exit_fragment(key)), "xgrammar", why
+
+    def _for_xgrammar(self, schema: Any, path: str) -> Any:
+        """``schema`` as XGrammar 0.2.8 serves it exactly: exact formats become their patterns;
+        what XGrammar would serve loosely is a problem (and, relaxed, removed)."""
+        if isinstance(schema, list):
+            return [self._for_xgrammar(v, path) for v in schema]
+        if not isinstance(schema, dict):
+            return schema
+        out: dict[str, Any] = {}
+        for k, v in schema.items():
+            if k in ("properties", "$defs") and isinstance(v, dict):
+                out[k] = {
+                    n: self._for_xgrammar(s, f"{path}.{n}" if path else n) for n, s in v.items()
+                }
+            elif k in ("items", "additionalProperties", "anyOf"):
+                out[k] = self._for_xgrammar(v, path + ("[]" if k == "items" else ""))
+            else:
+                out[k] = v
+        lengths = "minLength" in out or "maxLength" in out
+        fmt = out.get("format")
+        where = path or "$"
+        if isinstance(fmt, str) and ("pattern" in out or lengths):
+            what = f"format {fmt} beside a pattern or a length bound is not served"
+            self._problems.append(Problem(where, "format", what, "drop the pattern or the bounds"))
+            out.pop("format")
+        elif isinstance(fmt, str) and fmt in FORMAT_PATTERNS:
+            out["pattern"] = "^" + FORMAT_PATTERNS[out.pop("format")] + "$"
+        elif "pattern" in out:
+            why = regex_problem(str(out["pattern"]))
+            if why is None and lengths:
+                why = "XGrammar 0.2.8 ignores minLength / maxLength beside a pattern"
+            if why is not None:
+                fix = "rewrite the pattern in the supported subset, or drop it"
+                self._problems.append(Problem(where, "pattern", why, fix))
+                out.pop("pattern")
+        return out
 
     def _make(
         self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
@@ -206,63 +245,9 @@ class SlotCompiler:
             if not values:
                 return None
             return self._literals(values), "trie", f"enum of {len(values)}"
-        if "allOf" in schema:
-            merged = _merge_all_of(schema, root)
-            if merged is None:
-                return None
-            return self._make(merged, root, path, slots, depth)
-        for k in ("not", "if", "dependentSchemas", "patternProperties"):
-            if k in schema:
-                return None
-        if "anyOf" in schema or "oneOf" in schema:
-            branches = schema.get("anyOf") or schema.get("oneOf")
-            if not isinstance(branches, list) or not branches:
-                return None
-            if self.dry:
-                seen: list[Slot] = []
-                for i, br in enumerate(branches):
-                    _, engine, _ = self._piece(br, root, f"{path}|{i}", seen, depth + 1)
-                    if engine == "xgrammar" or any(s.engine == "xgrammar" for s in seen):
-                        return None
-                if _first_bytes({"anyOf": branches}, root) is None:
-                    return None
-                return _DUMMY, "automaton", f"one of {len(branches)} branches"
-            pieces = []
-            dry, self.dry = self.dry, False  # disjointness needs the automata
-            try:
-                for i, br in enumerate(branches):
-                    sub: list[Slot] = []
-                    frag, engine, _ = self._piece(br, root, f"{path}|{i}", sub, depth + 1)
-                    if engine == "xgrammar" or any(s.engine == "xgrammar" for s in sub):
-                        return None
-                    pieces.append(frag)
-            finally:
-                self.dry = dry
-            u = _union(pieces)
-            return None if u is None else (u, "automaton", f"one of {len(pieces)} branches")
+        if "anyOf" in schema or isinstance(schema.get("type"), list):
+            return self._union_of(schema, root, path, depth)
         t = schema.get("type")
-        if isinstance(t, list):
-            if not t:
-                return None
-            if self.dry:
-                for one in t:
-                    if self._make({**schema, "type": one}, root, path, [], depth) is None:
-                        return None
-                if _first_bytes(schema, root) is None:
-                    return None
-                return _DUMMY, "automaton", "type " + " | ".join(map(str, t))
-            frags = []
-            dry, self.dry = self.dry, False
-            try:
-                for one in t:
-                    made = self._make({**schema, "type": one}, root, path, [], depth)
-                    if made is None:
-                        return None
-                    frags.append(made[0])
-            finally:
-                self.dry = dry
-            u = _union(frags)
-            return None if u is None else (u, "automaton", "type " + " | ".join(map(str, t)))
         if t == "boolean":
             return self._literals([True, False]), "trie", "boolean"
         if t == "null":
@@ -281,6 +266,47 @@ class SlotCompiler:
         if t == "object" or "properties" in schema:
             return self._object(schema, root, path, slots, depth)
         return None
+
+    def _union_of(
+        self, schema: dict[str, Any], root: dict[str, Any], path: str, depth: int
+    ) -> tuple[Fragment, str, str] | None:
+        """``anyOf`` / a list of types: one automaton when every branch is one and their first
+        bytes are disjoint (decided by :func:`_first_bytes`, built or dry alike)."""
+        saved = (dict(self.xgrammar_slots), len(self._problems))
+
+        def undo() -> None:
+            self.xgrammar_slots = saved[0]
+            del self._problems[saved[1] :]
+
+        if "anyOf" in schema:
+            branches = schema["anyOf"]
+            what = f"one of {len(branches)} branches"
+        else:
+            branches = [{**schema, "type": one} for one in schema["type"]]
+            what = "type " + " | ".join(map(str, schema["type"]))
+        if not branches or _first_bytes(schema, root) is None:
+            return None
+        pieces: list[Fragment] = []
+        for i, br in enumerate(branches):
+            sub: list[Slot] = []
+            if "anyOf" in schema:
+                frag, engine, _ = self._piece(br, root, f"{path}|{i}", sub, depth + 1)
+            else:
+                made = self._make(br, root, path, sub, depth)
+                if made is None:
+                    undo()
+                    return None
+                frag, engine, _ = made
+            if engine == "xgrammar" or any(s.engine == "xgrammar" for s in sub):
+                undo()
+                return None
+            pieces.append(frag)
+        if self.dry:
+            return _DUMMY, "automaton", what
+        u = _union(pieces)
+        if u is None:  # pragma: no cover - disjoint first bytes always make a union
+            raise AssertionError(f"{path}: first bytes disjoint, yet no union")
+        return u, "automaton", what
 
     def _literals(self, values: list[Any]) -> Fragment:
         if self.dry:
@@ -318,8 +344,8 @@ class SlotCompiler:
         if max_length is not None:
             if not isinstance(max_length, int) or isinstance(max_length, bool):
                 return None
-            if max_length < min_length:
-                return None
+            if max_length < min_length or max_length > MAX_COUNTED:
+                return None  # XGrammar counts any length exactly
         fmt = schema.get("format")
         pattern = schema.get("pattern")
         if (min_length > 0 or max_length is not None) and fmt is not None:
@@ -350,11 +376,8 @@ class SlotCompiler:
                 return None
             return fmt_frag, "format", f"format {fmt}"
         if min_length > 0 or max_length is not None:
-            top = None if max_length is None else min(max_length, MAX_COUNTED)
-            frag = _DUMMY if self.dry else _counted_string(min_length, top)
+            frag = _DUMMY if self.dry else _counted_string(min_length, max_length)
             what = f"string of {min_length}..{'' if max_length is None else max_length} chars"
-            if max_length is not None and max_length > MAX_COUNTED:
-                what += f" (served as at most {MAX_COUNTED})"
             return frag, "format", what
         return self._string, "automaton", "string"
 
@@ -369,6 +392,8 @@ class SlotCompiler:
         lo = int(schema.get("minItems", 0))
         hi = schema.get("maxItems")
         if hi is not None and int(hi) > MAX_UNROLL:
+            return None
+        if lo > MAX_UNROLL:  # each required item is a copy of the item automaton
             return None
         if hi is not None and int(hi) < lo:
             return None
@@ -487,7 +512,7 @@ def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] 
     if "const" in schema or "enum" in schema:
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
         return {json.dumps(v, ensure_ascii=False).encode()[0] for v in values} or None
-    branches = schema.get("anyOf") or schema.get("oneOf")
+    branches = schema.get("anyOf")
     if isinstance(branches, list):
         out: set[int] = set()
         for br in branches:
@@ -497,6 +522,8 @@ def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] 
             out |= fb
         return out
     t = schema.get("type")
+    if t is None and "properties" in schema:
+        t = "object"
     types = t if isinstance(t, list) else [t]
     out = set()
     for one in types:
@@ -540,53 +567,6 @@ def _union(frags: list[Fragment]) -> Fragment | None:
     return b.finish()
 
 
-def _merge_all_of(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any] | None:
-    """``allOf`` of object schemas as one object schema (properties and ``required`` merged);
-    None when the parts are not all plain objects or a property is defined twice."""
-    parts = [strip_annotations({k: v for k, v in schema.items() if k != "allOf"})]
-    for p in schema["allOf"]:
-        p = strip_annotations(p)
-        seen: set[str] = set()
-        while isinstance(p, dict) and "$ref" in p and len(p) == 1:
-            ref = p["$ref"]
-            if ref in seen:
-                return None
-            seen.add(ref)
-            p = _resolve(ref, root)
-        if not isinstance(p, dict):
-            return None
-        if "allOf" in p:
-            p = _merge_all_of(p, root)
-            if p is None:
-                return None
-        parts.append(p)
-    parts = [p for p in parts if p]
-    if not parts:
-        return {}
-    if len(parts) == 1:
-        single: dict[str, Any] = parts[0]
-        return single
-    props: dict[str, Any] = {}
-    required: list[str] = []
-    extra: Any = None
-    for p in parts:
-        if not set(p) <= {"type", "properties", "required", "additionalProperties"}:
-            return None
-        if p.get("type", "object") != "object":
-            return None
-        for k, v in (p.get("properties") or {}).items():
-            if k in props and props[k] != v:
-                return None
-            props[k] = v
-        required += [r for r in p.get("required") or [] if r not in required]
-        if p.get("additionalProperties") is False:
-            extra = False
-    out: dict[str, Any] = {"type": "object", "properties": props, "required": required}
-    if extra is False:
-        out["additionalProperties"] = False
-    return out
-
-
 def _bound(schema: dict[str, Any], inc: str, exc: str, step: int) -> int | bool | None:
     """An inclusive integer bound from ``inc`` / ``exc`` (False when not an integer bound)."""
     out: int | None = None
@@ -620,7 +600,9 @@ def _resolve(ref: Any, root: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _why(schema: dict[str, Any]) -> str:
-    for k in ("allOf", "not", "patternProperties", "minLength", "maxLength", "multipleOf"):
+    if "anyOf" in schema:
+        return "anyOf with branches that share first bytes or need XGrammar"
+    for k in ("minLength", "maxLength", "multipleOf"):
         if k in schema:
             return k
     t = schema.get("type")

@@ -1,18 +1,30 @@
 """Fixed-format languages for argument slots: dates, times, UUIDs, IPv4, integer ranges, numbers,
-length-bounded strings (the same languages as XGrammar's JSON-schema rules).
+length-bounded strings.
+
+The string formats are regular expressions (:data:`FORMAT_PATTERNS`), one definition for both
+engines: the automaton parses them, and an XGrammar slot gets the same pattern in place of its
+``format`` keyword (XGrammar 0.2.8's own ``date``, ``time``, ``date-time`` and ``ipv4`` rules
+accept values the formats' definitions refuse: ``2023-02-31``, ``0000-01-01``, ``23:59:60Z``,
+``01.2.3.4``). Their languages are those of ``jsonschema``'s format checker, the tests' oracle:
+
+- ``date``: RFC 3339 ``full-date`` with the days of each month and leap years, years 0001-9999
+  (``datetime.date.fromisoformat``);
+- ``time``: RFC 3339 ``full-time`` without leap seconds, ``T`` / ``Z`` in either case
+  (``rfc3339-validator``, which ``jsonschema`` uses for ``time`` and ``date-time``);
+- ``date-time``: ``date``, ``T``, ``time``;
+- ``ipv4``: dotted decimal, octets 0-255 without leading zeros (``ipaddress.IPv4Address``);
+- ``uuid``: 8-4-4-4-12 hexadecimal digits (the hyphenated form ``jsonschema`` requires).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
 
 from trierouter.registry.slots.fragment import Fragment, string_fragment
 from trierouter.registry.slots.nfa import (
     DIGIT,
-    HEX,
     _Node,
     alt,
     cls,
@@ -24,60 +36,46 @@ from trierouter.registry.slots.nfa import (
 )
 from trierouter.registry.slots.regex import pattern_node
 
-__all__ = ["format_node", "integer_range_node"]
+__all__ = ["FORMAT_PATTERNS", "format_node", "integer_range_node"]
 
 
-# -- formats (the same languages as XGrammar's JSON-schema rules) ---------------------------
+# -- string formats --------------------------------------------------------------------------
 
 
-def _two(first: str, second: str) -> _Node:
-    return seq(cls(first), cls(second))
+_YEAR = r"(?:[1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])"
+_MOD4 = r"(?:0[48]|[2468][048]|[13579][26])"  # two digits, a non-zero multiple of 4
+_LEAP_YEAR = rf"(?:\d{{2}}{_MOD4}|{_MOD4}00)"
+_MONTH_DAY = (
+    r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)"
+    r"|02-(?:0[1-9]|1\d|2[0-8]))"
+)
+DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+_HOUR = r"(?:[01]\d|2[0-3])"
+_MINUTE = r"[0-5]\d"
+# ``(?:\.\d+|)`` rather than ``(?:\.\d+)?``: XGrammar 0.2.8 reads an optional group that ends
+# in a repetition as if its first part were optional too
+TIME = rf"{_HOUR}:{_MINUTE}:{_MINUTE}(?:\.\d+|)(?:[Zz]|[+-]{_HOUR}:{_MINUTE})"
+DATE_TIME = rf"{DATE}[Tt]{TIME}"
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+IPV4 = rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}"
+_HEX = "[0-9a-fA-F]"
+UUID = rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
 
-
-def _date() -> _Node:
-    month = alt(seq(lit("0"), cls("123456789")), seq(lit("1"), cls("012")))
-    day = alt(seq(lit("0"), cls("123456789")), seq(cls("12"), DIGIT), seq(lit("3"), cls("01")))
-    return seq(rep(DIGIT, 4, 4), lit("-"), month, lit("-"), day)
-
-
-def _time() -> _Node:
-    hour = alt(seq(cls("01"), DIGIT), seq(lit("2"), cls("0123")))
-    minute = seq(cls("012345"), DIGIT)
-    second = alt(seq(cls("012345"), DIGIT), lit("60"))
-    frac = opt(seq(lit("."), rep(DIGIT, 1, None)))
-    offset = alt(lit("Z"), seq(cls("+-"), hour, lit(":"), minute))
-    return seq(hour, lit(":"), minute, lit(":"), second, frac, offset)
-
-
-def _uuid() -> _Node:
-    return seq(
-        rep(HEX, 8, 8), lit("-"), rep(HEX, 4, 4), lit("-"), rep(HEX, 4, 4), lit("-"),
-        rep(HEX, 4, 4), lit("-"), rep(HEX, 12, 12),
-    )  # fmt: skip
-
-
-def _ipv4() -> _Node:
-    octet = alt(
-        seq(lit("25"), cls("012345")),
-        seq(lit("2"), cls("01234"), DIGIT),
-        seq(opt(cls("01")), opt(DIGIT), DIGIT),
-    )
-    return seq(rep(seq(octet, lit(".")), 3, 3), octet)
-
-
-FORMATS: dict[str, Callable[[], _Node]] = {
-    "date": _date,
-    "time": _time,
-    "date-time": lambda: seq(_date(), lit("T"), _time()),
-    "uuid": _uuid,
-    "ipv4": _ipv4,
+FORMAT_PATTERNS: dict[str, str] = {
+    "date": DATE,
+    "time": TIME,
+    "date-time": DATE_TIME,
+    "ipv4": IPV4,
+    "uuid": UUID,
 }
+"""Format name → a regular expression (no anchors) whose full matches are its language."""
 
 
 def format_node(fmt: str) -> _Node | None:
-    """The unquoted language of string format ``fmt``, or None if not a fixed format."""
-    make = FORMATS.get(fmt)
-    return None if make is None else make()
+    """The unquoted language of string format ``fmt`` (:data:`FORMAT_PATTERNS`), or None."""
+    pattern = FORMAT_PATTERNS.get(fmt)
+    return None if pattern is None else pattern_node(pattern)
 
 
 def _digits_range(lo: str, hi: str) -> _Node:
