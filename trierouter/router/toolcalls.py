@@ -520,7 +520,8 @@ def _tool_choice_name(choice: Any) -> str:
 
 
 def parse_tool_call(text: str, tools: CompiledTools, *, validate: bool = True) -> ToolCall:
-    """``{"name": ..., "arguments": {...}}`` → :class:`ToolCall`, checked with ``jsonschema``."""
+    """``{"name": ..., "arguments": {...}}`` → :class:`ToolCall`, checked with ``jsonschema``
+    (its format checker included: a ``date`` must be a real date)."""
     if not text.startswith(CALL_HEAD[:1]):
         raise ToolCallError(f"not a tool call: {text[:80]!r}")
     try:
@@ -543,7 +544,9 @@ def parse_tool_call(text: str, tools: CompiledTools, *, validate: bool = True) -
 
             raise missing("jsonschema", "tools") from exc
         schema = tools.specs[i].parameters or {"type": "object"}
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(args), key=str)
+        cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        errors = sorted(validator.iter_errors(args), key=str)
         if errors:
             raise ToolCallError(
                 f"arguments of {name!r} do not match its schema: {errors[0].message}"
