@@ -20,6 +20,7 @@ properties in schema order, optional ones skippable.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,10 @@ from trierouter.registry.slots.formats import (
     _integer_fragment,
     _length_limited,
     _number_fragment,
+    format_and_pattern,
+    format_and_pattern_fragment,
     format_node,
+    format_pattern,
 )
 from trierouter.registry.slots.fragment import (
     MAX_COUNTED,
@@ -219,12 +223,19 @@ class SlotCompiler:
         lengths = "minLength" in out or "maxLength" in out
         fmt = out.get("format")
         where = path or "$"
-        if isinstance(fmt, str) and ("pattern" in out or lengths):
+        exact = None
+        if isinstance(fmt, str) and "pattern" not in out:
+            exact = format_pattern(fmt, out.get("minLength", 0), out.get("maxLength"))
+        elif isinstance(fmt, str) and not lengths:
+            exact = format_and_pattern(fmt, str(out["pattern"]))
+        if exact is not None:  # the format's language, lengths folded in
+            out["pattern"] = "^" + exact + "$"
+            for k in ("format", "minLength", "maxLength"):
+                out.pop(k, None)
+        elif isinstance(fmt, str) and ("pattern" in out or lengths):
             what = f"format {fmt} beside a pattern or a length bound is not served"
             self._problems.append(Problem(where, "format", what, "drop the pattern or the bounds"))
             out.pop("format")
-        elif isinstance(fmt, str) and fmt in FORMAT_PATTERNS:
-            out["pattern"] = "^" + FORMAT_PATTERNS[out.pop("format")] + "$"
         elif "pattern" in out:
             why = regex_problem(str(out["pattern"]))
             if why is None and lengths:
@@ -348,6 +359,23 @@ class SlotCompiler:
                 return None  # XGrammar counts any length exactly
         fmt = schema.get("format")
         pattern = schema.get("pattern")
+        if fmt in FORMAT_PATTERNS and pattern is not None:
+            if min_length > 0 or max_length is not None:
+                return None
+            both = _DUMMY if self.dry else format_and_pattern_fragment(fmt, str(pattern))
+            if both is None or (self.dry and pattern_node(str(pattern)) is None):
+                return None
+            return both, "format", f"format {fmt} and pattern {pattern}"
+        if fmt in FORMAT_PATTERNS:
+            exact = format_pattern(fmt, min_length, max_length)
+            if exact is None:
+                return None
+            what = f"format {fmt}" + (
+                f", {min_length}..{max_length} chars" if min_length or max_length else ""
+            )
+            if self.dry:
+                return _DUMMY, "format", what
+            return _pattern_fragment(exact), "format", what
         if (min_length > 0 or max_length is not None) and fmt is not None:
             return None
         if (min_length > 0 or max_length is not None) and pattern is not None:
@@ -500,6 +528,15 @@ class SlotCompiler:
                 b.link([s], close)
         frag = b.finish()
         return frag, "automaton", f"object of {n} properties"
+
+
+@functools.lru_cache(maxsize=1024)
+def _pattern_fragment(pattern: str) -> Fragment:
+    """The quoted full matches of ``pattern`` (one in the supported subset)."""
+    node = pattern_node(pattern)
+    if node is None:  # pragma: no cover - the format patterns are in the subset
+        raise AssertionError(f"pattern outside the subset: {pattern}")
+    return nfa_fragment(seq(lit('"'), node, lit('"')))
 
 
 def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] | None:

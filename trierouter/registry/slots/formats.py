@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import numpy.typing as npt
 
 from trierouter.registry.slots.fragment import Fragment, string_fragment
 from trierouter.registry.slots.nfa import (
@@ -36,7 +37,14 @@ from trierouter.registry.slots.nfa import (
 )
 from trierouter.registry.slots.regex import pattern_node
 
-__all__ = ["FORMAT_PATTERNS", "format_node", "integer_range_node"]
+__all__ = [
+    "FORMAT_PATTERNS",
+    "format_and_pattern",
+    "format_and_pattern_fragment",
+    "format_node",
+    "format_pattern",
+    "integer_range_node",
+]
 
 
 # -- string formats --------------------------------------------------------------------------
@@ -70,6 +78,36 @@ FORMAT_PATTERNS: dict[str, str] = {
     "uuid": UUID,
 }
 """Format name → a regular expression (no anchors) whose full matches are its language."""
+
+_LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "ipv4": (7, 15),
+            "uuid": (36, 36)}  # fmt: skip
+"""Shortest and longest value of each format (None: unbounded, a fraction of a second)."""
+
+
+def format_pattern(fmt: str, min_length: int = 0, max_length: int | None = None) -> str | None:
+    """The regular expression of format ``fmt`` whose values also have ``min_length`` to
+    ``max_length`` characters, or None when no such expression is built here (a bound that
+    would cut into a value other than its fraction of a second)."""
+    pattern = FORMAT_PATTERNS.get(fmt)
+    if pattern is None:
+        return None
+    shortest, longest = _LENGTHS[fmt]
+    if min_length > shortest:
+        return None
+    if max_length is None or (longest is not None and max_length >= longest):
+        return pattern
+    if longest is not None or max_length < shortest:
+        return None
+    # time / date-time: bound the digits of the fraction, per kind of offset
+    head = (DATE + "[Tt]" if fmt == "date-time" else "") + f"{_HOUR}:{_MINUTE}:{_MINUTE}"
+    parts = []
+    for offset, size in (("[Zz]", 1), (f"[+-]{_HOUR}:{_MINUTE}", 6)):
+        room = max_length - (shortest - 1) - size  # characters left for "." and digits
+        if room < 0:
+            continue
+        frac = rf"(?:\.\d{{1,{room - 1}}}|)" if room >= 2 else ""
+        parts.append(f"{head}{frac}{offset}")
+    return "(?:" + "|".join(parts) + ")" if parts else None
 
 
 def format_node(fmt: str) -> _Node | None:
@@ -211,3 +249,75 @@ def _integer_fragment(lo: int | None, hi: int | None) -> Fragment | None:
 def _format_fragment(fmt: str) -> Fragment | None:
     node = format_node(fmt)
     return None if node is None else nfa_fragment(seq(lit('"'), node, lit('"')))
+
+
+def _includes(big: Fragment, small: Fragment) -> bool:
+    """Every string ``small`` accepts, ``big`` accepts (a walk over the pairs of states)."""
+    tb, ts = big.table, small.table
+    seen = {(0, 0)}
+    todo = [(0, 0)]
+    while todo:
+        b, s = todo.pop()
+        if small.accept[s] and (b < 0 or not big.accept[b]):
+            return False
+        for byte in np.flatnonzero(ts[s] >= 0).tolist():
+            nb = int(tb[b, byte]) if b >= 0 else -1
+            pair = (nb, int(ts[s, byte]))
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def format_and_pattern(fmt: str, pattern: str) -> str | None:
+    """One regular expression for a string with both ``format`` and ``pattern``: the format's
+    when the pattern allows all of it, the pattern's when the format allows all of it (both
+    full matches; the pattern in the supported subset), else None."""
+    exact = FORMAT_PATTERNS.get(fmt)
+    theirs = pattern_node(pattern)
+    if exact is None or theirs is None:
+        return None
+    ours = pattern_node(exact)
+    assert ours is not None
+    a, b = nfa_fragment(ours), nfa_fragment(theirs)
+    if _includes(b, a):
+        return exact
+    if _includes(a, b):
+        return pattern.removeprefix("^").removesuffix("$")
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def format_and_pattern_fragment(fmt: str, pattern: str) -> Fragment | None:
+    """The quoted strings in format ``fmt`` that fully match ``pattern`` too (the product of
+    the two automata), or None when the pattern is outside the supported subset."""
+    exact = FORMAT_PATTERNS.get(fmt)
+    theirs = pattern_node(pattern)
+    if exact is None or theirs is None:
+        return None
+    ours = pattern_node(exact)
+    assert ours is not None
+    a = nfa_fragment(seq(lit('"'), ours, lit('"')))
+    b = nfa_fragment(seq(lit('"'), theirs, lit('"')))
+    ta, tb = a.table, b.table
+    ids = {(0, 0): 0}
+    order = [(0, 0)]
+    rows: list[npt.NDArray[np.int32]] = []
+    i = 0
+    while i < len(order):
+        x, y = order[i]
+        i += 1
+        row = np.full(256, -1, dtype=np.int32)
+        both = np.flatnonzero((ta[x] >= 0) & (tb[y] >= 0)).tolist()
+        for byte in both:
+            pair = (int(ta[x, byte]), int(tb[y, byte]))
+            if pair not in ids:
+                ids[pair] = len(order)
+                order.append(pair)
+            row[byte] = ids[pair]
+        rows.append(row)
+    accept = np.array([bool(a.accept[x] and b.accept[y]) for x, y in order])
+    if not accept.any():
+        return None
+    return Fragment.dense(np.stack(rows), accept)

@@ -483,17 +483,28 @@ def _overlap(a: set[str], b: set[str]) -> bool:
     return False
 
 
+def _apart(a: dict[str, Any], b: dict[str, Any], depth: int = 0) -> bool:
+    """Provably no value matches both: their kinds or constants differ, or both are objects
+    that require a property whose values are apart (a discriminator)."""
+    ka, kb = _first(a), _first(b)
+    if ka is None or kb is None:
+        return False
+    if not _overlap(ka, kb):
+        return True
+    if depth < 4 and ka == kb == {"object"} and "anyOf" not in a and "anyOf" not in b:
+        pa, pb = a.get("properties") or {}, b.get("properties") or {}
+        both = set(a.get("required") or []) & set(b.get("required") or [])
+        return any(n in pa and n in pb and _apart(pa[n], pb[n], depth + 1) for n in sorted(both))
+    return False
+
+
 def _disjoint(branches: list[dict[str, Any]]) -> bool:
-    """Provably no value matches two branches: their kinds (or constants) are distinct."""
-    kinds: list[set[str]] = []
-    for br in branches:
-        k = _first(br)
-        if k is None:
-            return False
-        if any(_overlap(k, other) for other in kinds):
-            return False
-        kinds.append(k)
-    return True
+    """Provably no value matches two of the branches."""
+    return all(
+        _apart(branches[i], branches[j])
+        for i in range(len(branches))
+        for j in range(i + 1, len(branches))
+    )
 
 
 def normalize_schema(schema: Any) -> Normalized:
