@@ -179,13 +179,16 @@ class SlotCompiler:
         if hit is not None and not is_object:
             slots.append(Slot(path or "$", hit[1], hit[2]))
             return hit
+        before = len(slots)
         made = self._make(schema, root, path, slots, depth)
         if made is None:
             return self._xgrammar(schema, root, path, slots, _why(schema))
         frag, engine, detail = made
         if not is_object:
+            # only leaves are cached: a hit must list the same slots as a build
+            leaf = len(slots) == before
             slots.append(Slot(path or "$", engine, detail))
-            if key and frag is not _DUMMY:
+            if key and leaf and frag is not _DUMMY:
                 self._cache[key] = made
         return made
 

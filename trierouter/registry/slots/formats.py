@@ -298,6 +298,13 @@ def format_and_pattern_fragment(fmt: str, pattern: str) -> Fragment | None:
         return None
     ours = pattern_node(exact)
     assert ours is not None
+    # ``pattern`` is a search: without its anchors any ASCII text may come before or after
+    # (a format's values are ASCII)
+    anything = rep(cls(bytes(range(0x20, 0x7F))), 0, None)
+    if not pattern.startswith("^"):
+        theirs = seq(anything, theirs)
+    if not (pattern.endswith("$") and not pattern.endswith("\\$")):
+        theirs = seq(theirs, anything)
     a = nfa_fragment(seq(lit('"'), ours, lit('"')))
     b = nfa_fragment(seq(lit('"'), theirs, lit('"')))
     ta, tb = a.table, b.table

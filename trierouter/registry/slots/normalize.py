@@ -456,9 +456,7 @@ def _first(schema: dict[str, Any]) -> set[str] | None:
             out |= f
         return out
     t = schema.get("type")
-    if t is None:
-        if "properties" in schema:
-            return {"object"}
+    if t is None:  # any kind of value (``properties`` alone constrains objects only)
         return None
     kinds = _types(t)
     if "integer" in kinds or "number" in kinds:
