@@ -113,7 +113,11 @@ def _read_values(path: Path) -> list[str]:
 
 def _add_vocabulary(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tokenizer (one of)")
-    g.add_argument("--tokenizer", default="qwen2", choices=SHIPPED, help="a shipped tokenizer")
+    g.add_argument(
+        "--tokenizer",
+        choices=SHIPPED,
+        help="a shipped tokenizer (default: qwen2; for inspect, the one the set names)",
+    )
     g.add_argument("--tokenizer-json", type=Path, help="a Hugging Face tokenizer.json")
     g.add_argument("--model", type=Path, help="a local model folder (its tokenizer and width)")
     p.add_argument("--width", type=int, help="model logits width (default: tokenizer size)")
@@ -135,11 +139,13 @@ def _vocabulary(args: argparse.Namespace) -> Vocabulary:
         return Vocabulary.from_tokenizer(tok, width=width)
     if args.tokenizer_json:
         return Vocabulary.from_tokenizer_json(args.tokenizer_json, width=args.width)
-    return shipped_vocabulary(args.tokenizer, width=args.width)
+    return shipped_vocabulary(args.tokenizer or "qwen2", width=args.width)
 
 
 def _vocab_name(args: argparse.Namespace, vocab: Vocabulary) -> str:
-    return str(getattr(args, "model", None) or args.tokenizer_json or vocab.name or args.tokenizer)
+    return str(
+        getattr(args, "model", None) or args.tokenizer_json or vocab.name or args.tokenizer or "qwen2"
+    )
 
 
 # -- compile --------------------------------------------------------------------------------------
@@ -208,6 +214,15 @@ def _inspect(args: argparse.Namespace) -> int:
         raise CliError(
             f"{args.path}: no such file; save a set first: trierouter compile VALUES -o {args.path}"
         )
+    if not (args.tokenizer or args.tokenizer_json or args.model):
+        # no tokenizer given: the shipped one the set was compiled for, by the name it saved
+        saved = ChoiceSet.saved_tokenizer(args.path)
+        if saved not in SHIPPED:
+            raise CliError(
+                f"{args.path} was compiled for tokenizer {saved or '(unnamed)'!r}, which is not "
+                "shipped: pass the same one with --tokenizer-json or --model"
+            )
+        args.tokenizer = saved
     vocab = _vocabulary(args)
     cs = ChoiceSet.load(args.path, vocab)
     depth = max((len(v.encode()) for v in cs.values), default=0)

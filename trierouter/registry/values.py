@@ -147,7 +147,9 @@ def read_values(path: str | os.PathLike[str]) -> ValuesFile:
         values.append(value)
         descs.append(desc)
     if not values:
-        raise InputFileError(f"{p}: no values; give one value per line (or a JSON list)")
+        raise InputFileError(
+            f"{p}: no values (the file is empty or blank); give one value per line, or a JSON list"
+        )
     has_desc = any(d is not None for d in descs)
     return ValuesFile(
         p,
