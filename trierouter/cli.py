@@ -143,9 +143,8 @@ def _vocabulary(args: argparse.Namespace) -> Vocabulary:
 
 
 def _vocab_name(args: argparse.Namespace, vocab: Vocabulary) -> str:
-    return str(
-        getattr(args, "model", None) or args.tokenizer_json or vocab.name or args.tokenizer or "qwen2"
-    )
+    given = getattr(args, "model", None) or args.tokenizer_json
+    return str(given or vocab.name or args.tokenizer or "qwen2")
 
 
 # -- compile --------------------------------------------------------------------------------------
