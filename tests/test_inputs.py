@@ -64,7 +64,7 @@ def small_tools() -> Any:
 def test_tool_choice_errors(small_tools: Any) -> None:
     from trierouter.router.toolcalls import ToolCallPlan
 
-X
+    with pytest.raises(ToolChoiceError, match=r"tool_choice='unknown'.*required"):
         ToolCallPlan(small_tools, tool_choice="unknown")
     with pytest.raises(ToolChoiceError, match=r"allowed=\[\].*None"):
         ToolCallPlan(small_tools, allowed=[])
