@@ -114,13 +114,38 @@ class _Empty(Exception):
     """The intersection has no value."""
 
 
+def _inner_anchor(pattern: str) -> bool:
+    """An anchor other than a leading ``^`` / trailing ``$`` (or one opening / closing a branch
+    of the whole pattern): XGrammar ignores it, ``re`` does not."""
+    in_class = escaped = False
+    last = len(pattern) - 1
+    for i, c in enumerate(pattern):
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern.startswith("^", i + 1):  # a negated class
+                continue
+        elif c == "^" and i > 0 and pattern[i - 1] not in "|(":
+            return not (i > 0 and pattern[i - 1] == "[")
+        elif c == "$" and i < last and pattern[i + 1] not in "|)":
+            return True
+    return False
+
+
 def regex_problem(pattern: str) -> str | None:
     """Why ``pattern`` may mean something else to XGrammar than to Python's ``re`` (which
     validators use), or ``None``."""
     m = _REGEX_UNSAFE.search(pattern)
-    if m is None:
-        return None
-    return f"{m.group()!r} in the pattern means something else to XGrammar than to re"
+    if m is not None:
+        return f"{m.group()!r} in the pattern means something else to XGrammar than to re"
+    if _inner_anchor(pattern):
+        return "an anchor inside the pattern: XGrammar ignores it, re does not"
+    return None
 
 
 def _types(t: Any) -> set[str]:
