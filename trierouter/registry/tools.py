@@ -43,7 +43,7 @@ from trierouter.errors import (
 from trierouter.registry import forms as convert
 from trierouter.registry.forms import ConversionError
 from trierouter.registry.schema_check import schema_problem
-from trierouter.registry.slots.dispatch import SlotCompiler
+from trierouter.registry.slots.dispatch import SlotCompiler, unserved_problems
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tool import NAMESPACE_SEPARATOR, Tool, empty_object, name_problem
 
@@ -55,12 +55,6 @@ __all__ = ["ToolRegistry"]
 
 class _Unserved(ConversionError):
     """A construct of the tool's schema that no engine serves exactly."""
-
-
-def unserved_problems(parameters: dict[str, Any]) -> list[Problem]:
-    """What no engine serves exactly in an argument schema (the same analysis as
-    ``explain()`` and the compiler: normalization, then the engine of every slot)."""
-    return SlotCompiler(dry=True, strict=False).analyze(parameters)[1]
 
 
 def _normalize(tool: Tool, *, owned: bool = False, strict: bool = True) -> Tool:

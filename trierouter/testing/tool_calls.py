@@ -22,8 +22,8 @@ def split_served(
 ) -> tuple[list[dict[str, Any]], list[tuple[str, list[Any]]]]:
     """``(served, refused)``: the OpenAI tools whose schemas some engine serves exactly (what a
     strict registry accepts), and each refused tool's name with its problems."""
+    from trierouter.registry.slots.dispatch import unserved_problems
     from trierouter.registry.tool import MAX_NAME_LENGTH
-    from trierouter.registry.tools import unserved_problems
 
     served: list[dict[str, Any]] = []
     refused: list[tuple[str, list[Any]]] = []

@@ -52,7 +52,14 @@ from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
 from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.regex import pattern_node
 
-__all__ = ["SchemaRefused", "Slot", "SlotCompiler", "canonical", "slot_table"]
+__all__ = [
+    "SchemaRefused",
+    "Slot",
+    "SlotCompiler",
+    "canonical",
+    "slot_table",
+    "unserved_problems",
+]
 
 
 MAX_UNROLL = 8
@@ -97,6 +104,12 @@ class SchemaRefused(ValueError):
     def __init__(self, problems: list[Problem]) -> None:
         super().__init__("; ".join(str(p) for p in problems))
         self.problems = list(problems)
+
+
+def unserved_problems(parameters: dict[str, Any]) -> list[Problem]:
+    """What no engine serves exactly in an argument schema (the same analysis as
+    ``explain()`` and the compiler: normalization, then the engine of every slot)."""
+    return SlotCompiler(dry=True, strict=False).analyze(parameters)[1]
 
 
 class SlotCompiler:
