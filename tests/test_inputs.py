@@ -124,3 +124,35 @@ def test_vocabulary_content_hash_ignores_width() -> None:
     assert v.with_width(v.width + 64).hash != v.hash
     other = Vocabulary(list(v.tokens), end_ids=[0], special_ids=v.special_ids - {v.end_ids[0]})
     assert other.content_hash != v.content_hash
+
+
+def test_a_slow_xgrammar_compile_blocks_no_other_caller(small_tools: Any) -> None:
+    """One slot's XGrammar compile (about a second) holds no lock that automata or other
+    slots need; the same slot asked twice compiles once."""
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    class SlowCompiler:
+        def compile_json_schema(self, schema: str, **kw: Any) -> str:
+            calls.append(schema)
+            started.set()
+            release.wait(10)
+            return "grammar"
+
+    small_tools._xgr_compiler = SlowCompiler()
+    key = next(iter(small_tools.xgrammar_schemas))
+    small_tools._grammars.pop(key, None)
+    got: list[Any] = []
+    workers = [threading.Thread(target=lambda: got.append(small_tools.grammar(key))) for _ in "ab"]
+    for w in workers:
+        w.start()
+    assert started.wait(10)
+    done = threading.Event()
+    threading.Thread(target=lambda: (small_tools.automaton(1), done.set())).start()
+    assert done.wait(10), "the automaton waited for an XGrammar compile"
+    release.set()
+    for w in workers:
+        w.join(10)
+    assert got == ["grammar", "grammar"] and len(calls) == 1
+    small_tools._grammars.pop(key, None)
+    small_tools._xgr_compiler = None
