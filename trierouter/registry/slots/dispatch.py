@@ -130,7 +130,7 @@ class SlotCompiler:
         self.strict = strict
         self._cache: dict[str, tuple[Fragment, str, str]] = {}
         self.xgrammar_slots: dict[str, dict[str, Any]] = {}
-        self._string = string_fragment()
+        self._string = _free_string()
         self._refs: list[str] = []
         self._problems: list[Problem] = []
 
@@ -544,6 +544,12 @@ class SlotCompiler:
                 b.link([s], close)
         frag = b.finish()
         return frag, "automaton", f"object of {n} properties"
+
+
+@functools.lru_cache(maxsize=1)
+def _free_string() -> Fragment:
+    """The free JSON string (shared: fragments are copied when wired, never changed)."""
+    return string_fragment()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -453,8 +453,14 @@ class _Normalizer:
         return out
 
     def _valid(self, value: Any, schema: dict[str, Any]) -> bool:
-        if set(schema) <= {"type"}:
-            return any(_is_type(value, t) for t in _types(schema["type"]))
+        if "type" in schema and not any(_is_type(value, t) for t in _types(schema["type"])):
+            return False
+        rest = set(schema) - {"type"}
+        if not rest:
+            return True
+        if rest <= {"minLength", "maxLength"} and isinstance(value, str):
+            n = len(value)
+            return schema.get("minLength", 0) <= n <= schema.get("maxLength", n)
         import jsonschema
 
         root = {**schema, "$defs": self.defs} if self.defs else schema
