@@ -172,3 +172,19 @@ def test_matcher_edge_cases(choices: ChoiceSet) -> None:
         choices.mask(-2)
     with pytest.raises(ValueError, match="not a state"):
         choices.mask(choices.DEAD + 1)
+
+
+def test_node_ids_that_would_overflow_int32_are_refused(
+    monkeypatch: pytest.MonkeyPatch, toy_index: TokenIndex
+) -> None:
+    """Node ids are stored as int32: a trie past that is refused before anything wraps."""
+    import types
+
+    from trierouter.registry import trie as trie_mod
+
+    def huge(*args: object) -> types.SimpleNamespace:
+        return types.SimpleNamespace(size=2**31 - 2, ends=np.zeros(1, dtype=np.int64))
+
+    monkeypatch.setattr(trie_mod, "build_trie", huge)
+    with pytest.raises(OverflowError, match="int32"):
+        compile_choices(["a"], toy_index)
