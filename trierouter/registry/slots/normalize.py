@@ -460,7 +460,7 @@ class _Normalizer:
             return True
         if rest <= {"minLength", "maxLength"} and isinstance(value, str):
             n = len(value)
-            return schema.get("minLength", 0) <= n <= schema.get("maxLength", n)
+            return bool(schema.get("minLength", 0) <= n <= schema.get("maxLength", n))
         import jsonschema
 
         root = {**schema, "$defs": self.defs} if self.defs else schema
