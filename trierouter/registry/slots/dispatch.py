@@ -39,6 +39,7 @@ from trierouter.registry.slots.formats import (
     format_and_pattern_fragment,
     format_node,
     format_pattern,
+    pattern_lengths,
 )
 from trierouter.registry.slots.fragment import (
     MAX_COUNTED,
@@ -254,6 +255,10 @@ class SlotCompiler:
             out.pop("format")
         elif "pattern" in out:
             why = regex_problem(str(out["pattern"]))
+            if why is None and lengths and _lengths_hold(out):
+                for k in ("minLength", "maxLength"):  # every full match already fits them
+                    out.pop(k, None)
+                lengths = False
             if why is None and lengths:
                 why = "XGrammar 0.2.8 ignores minLength / maxLength beside a pattern"
             if why is not None:
@@ -544,6 +549,18 @@ class SlotCompiler:
                 b.link([s], close)
         frag = b.finish()
         return frag, "automaton", f"object of {n} properties"
+
+
+def _lengths_hold(schema: dict[str, Any]) -> bool:
+    """Every full match of the schema's pattern has a length its bounds allow."""
+    span = pattern_lengths(str(schema["pattern"]))
+    if span is None:
+        return False
+    lo, hi = span
+    top = schema.get("maxLength")
+    return bool(
+        schema.get("minLength", 0) <= lo and (top is None or (hi is not None and hi <= top))
+    )
 
 
 @functools.lru_cache(maxsize=1)

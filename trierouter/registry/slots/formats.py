@@ -44,6 +44,7 @@ __all__ = [
     "format_node",
     "format_pattern",
     "integer_range_node",
+    "pattern_lengths",
 ]
 
 
@@ -328,3 +329,68 @@ def format_and_pattern_fragment(fmt: str, pattern: str) -> Fragment | None:
     if not accept.any():
         return None
     return Fragment.dense(np.stack(rows), accept)
+
+
+@functools.lru_cache(maxsize=4096)
+def pattern_lengths(pattern: str) -> tuple[int, int | None] | None:
+    """Shortest and longest full match of ``pattern`` in characters (None: unbounded), for a
+    pattern in the supported subset (ASCII: a character is a byte); None outside it."""
+    node = pattern_node(pattern)
+    if node is None:
+        return None
+    frag = nfa_fragment(node)
+    table = frag.table
+    n = frag.n
+    succ = [np.flatnonzero(table[s] >= 0) for s in range(n)]
+    nxt = [sorted({int(table[s, b]) for b in succ[s].tolist()}) for s in range(n)]
+    # states that can still reach an accepting one
+    back: dict[int, list[int]] = {}
+    for s in range(n):
+        for t in nxt[s]:
+            back.setdefault(t, []).append(s)
+    live = {s for s in range(n) if frag.accept[s]}
+    todo = list(live)
+    while todo:
+        for a in back.get(todo.pop(), []):
+            if a not in live:
+                live.add(a)
+                todo.append(a)
+    if 0 not in live:
+        return None
+    # shortest: breadth first; longest: a cycle among live states is unbounded
+    dist = {0: 0}
+    frontier = [0]
+    shortest = 0 if frag.accept[0] else -1
+    while frontier and shortest < 0:
+        new = []
+        for s in frontier:
+            for t in nxt[s]:
+                if t in live and t not in dist:
+                    dist[t] = dist[s] + 1
+                    if frag.accept[t] and shortest < 0:
+                        shortest = dist[t]
+                    new.append(t)
+        frontier = new
+    longest: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def walk(s: int) -> int | None:  # longest remaining length from s (None: unbounded)
+        if s in longest:
+            return longest[s]
+        if s in on_path:
+            return None
+        on_path.add(s)
+        best = 0 if frag.accept[s] else -1
+        for t in nxt[s]:
+            if t not in live:
+                continue
+            r = walk(t)
+            if r is None:
+                return None
+            best = max(best, r + 1)
+        on_path.discard(s)
+        longest[s] = best
+        return best
+
+    top = walk(0)
+    return shortest, top
