@@ -310,14 +310,15 @@ def test_xgrammar_slots_are_valid(xg_tools: CompiledTools, qwen2: Vocabulary, na
 def test_length_bounds_every_match_meets_are_dropped_not_refused() -> None:
     """In an XGrammar slot a pattern beside lengths is refused (XGrammar ignores the lengths),
     unless every full match of the pattern already has an allowed length."""
-    tree = {"$defs": {"R": _obj({"s": {"type": "string", "pattern": "^[a-f]{4}$", "maxLength": 4},
-                                 "kids": {"type": "array", "items": {"$ref": "#/$defs/R"}}})}}  # fmt: skip
+    s = {"type": "string", "pattern": "^[a-f]{4}$", "maxLength": 4}
+    kids = {"type": "array", "items": {"$ref": "#/$defs/R"}}
+    tree = {"$defs": {"R": _obj({"s": s, "kids": kids})}}
     schema = {**_obj({"r": {"$ref": "#/$defs/R"}}), **tree}
     ToolRegistry([{"name": "t", "parameters": schema}])  # registered
     sc = SlotCompiler(dry=True)
     sc.analyze(schema)
     text = json.dumps(list(sc.xgrammar_slots.values()))
     assert "^[a-f]{4}$" in text and "maxLength" not in text
-    tree["$defs"]["R"]["properties"]["s"]["maxLength"] = 3  # now it cuts: refused
+    s["maxLength"] = 3  # now it cuts: refused
     with pytest.raises(UnservedSchemaError, match="maxLength"):
         ToolRegistry([{"name": "t", "parameters": {**_obj({"r": {"$ref": "#/$defs/R"}}), **tree}}])
