@@ -36,6 +36,7 @@ def test_public_api_is_pinned() -> None:
         "ToolError",
         "ToolRegistry",
         "TrieRouterError",
+        "UnknownToolError",
         "UnreachableValueError",
         "UnservedSchemaError",
         "Vocabulary",

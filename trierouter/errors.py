@@ -16,6 +16,7 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     │   ├── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
     │   └── UnservedSchemaError              a schema construct no engine serves exactly
     ├── ToolChoiceError(ValueError)          tool_choice / allowed name no registered tool
+    ├── UnknownToolError(KeyError)           a name is no tool of the compiled registry
     ├── InputFileError(ValueError)           a values / labels file cannot be read (names fix)
     ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
@@ -43,6 +44,7 @@ __all__ = [
     "ToolChoiceError",
     "ToolError",
     "TrieRouterError",
+    "UnknownToolError",
     "UnreachableValueError",
     "UnservedSchemaError",
     "VocabularyError",
@@ -118,6 +120,13 @@ class InvalidToolError(ToolError):
 class ToolChoiceError(TrieRouterError, ValueError):
     """A decoding plan's ``tool_choice`` or ``allowed`` names no registered tool, or is in no
     known form."""
+
+
+class UnknownToolError(TrieRouterError, KeyError):
+    """A name that is no tool of the compiled registry."""
+
+    def __str__(self) -> str:  # a KeyError would show its message quoted
+        return str(self.args[0]) if self.args else ""
 
 
 class InputFileError(TrieRouterError, ValueError):

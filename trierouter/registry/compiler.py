@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trierouter.errors import CompileError, UnservedSchemaError, missing
+from trierouter.errors import CompileError, UnknownToolError, UnservedSchemaError, missing
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
@@ -187,7 +187,10 @@ class CompiledTools:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no tool named {name!r} in this registry") from None
+            raise UnknownToolError(
+                f"no tool named {name!r} in this registry of {len(self.specs)} tools; "
+                "use a registered name (tools.specs)"
+            ) from None
 
     def tool_of_node(self, names: ChoiceSet, node: int) -> int:
         """The tool whose name is complete at trie node ``node`` of ``names``."""

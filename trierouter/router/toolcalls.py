@@ -144,7 +144,7 @@ class ToolCallPlan:
         self.call_prefix = call_prefix
         self.call_suffix = call_suffix
         if tools.tail != "}" + call_suffix:
-            raise ValueError(
+            raise ToolChoiceError(
                 f"call_suffix={call_suffix!r} needs tools compiled with tail={'}' + call_suffix!r}"
             )
         frees: list[_Free] = []
@@ -178,7 +178,10 @@ class ToolCallPlan:
             subset = [tool_choice]
         if tool_choice == "auto":
             if not call_prefix:
-                raise ValueError('tool_choice="auto" needs a call_prefix that starts a call')
+                raise ToolChoiceError(
+                    'tool_choice="auto" needs a call_prefix that starts a call: pass '
+                    'call_prefix="<tool_call>" (or your model\'s call syntax)'
+                )
             frees.append(_Free(call_prefix.encode(), True, None))
         elif tool_choice == "none":
             frees.append(_Free(call_prefix.encode(), True, None, forbid=True))
