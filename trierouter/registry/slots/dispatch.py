@@ -144,13 +144,15 @@ class SlotCompiler:
             self.dry = saved
         return slots, problems
 
-    def tool(self, schema: dict[str, Any], tail: bytes) -> tuple[Fragment, list[Slot]]:
-        """The automaton for a tool's arguments object followed by ``tail``; its slots."""
-        frag, slots, _ = self._tool(schema, tail)
+    def tool(
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
+    ) -> tuple[Fragment, list[Slot]]:
+        """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots."""
+        frag, slots, _ = self._tool(schema, tail, head)
         return frag, slots
 
     def _tool(
-        self, schema: dict[str, Any], tail: bytes
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
     ) -> tuple[Fragment, list[Slot], list[Problem]]:
         norm = normalize_schema(schema)
         self._problems = list(norm.problems)
@@ -165,9 +167,14 @@ class SlotCompiler:
         if self.dry:
             return frag, slots, problems
         b = Builder()
-        b.add(frag)
+        if head:
+            lead = nfa_fragment(lit(head))
+            b.add(lead)
+        at = b.add(frag)
+        if head:
+            b.link(b.accepting(0, lead), at)
         end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
-        b.link(b.accepting(0, frag), end)
+        b.link(b.accepting(at, frag), end)
         return b.finish(), slots, problems
 
     # -- dispatch ----------------------------------------------------------------------------
