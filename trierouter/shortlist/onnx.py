@@ -8,7 +8,9 @@ Queries are tokenized with the model's own ``tokenizer.json`` (the ``tokenizers`
 padding for one text and batch-local padding otherwise, texts sorted by length.
 
 On the shipped all-MiniLM-L6-v2, ``onnx`` (float32) matches the torch model to cosine 1.0000
-and ``onnx-int8`` to about 0.99 (``benchmarks/shortlist.py`` measures both, and their recall).
+and ``onnx-int8`` to about 0.99 (``benchmarks/shortlist.py`` measures both). int8 activations
+are quantized per batch (one scale per tensor), so a text's int8 vector also depends slightly on
+the batch it is embedded in; the embedding cache keeps the first one computed.
 """
 
 from __future__ import annotations
