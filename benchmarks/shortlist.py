@@ -455,7 +455,7 @@ def bench_e2e(quick: bool) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sections", default="icd,openapi,synthetic,e2e")
+    ap.add_argument("--sections", default="icd,bfcl,openapi,synthetic,e2e")
     ap.add_argument("--icd-only", action="store_true", help="same as --sections icd")
     ap.add_argument("--no-fine-tune", action="store_true", help="skip the fine-tuned MiniLM")
     ap.add_argument("--quick", action="store_true", help="subsets, for a smoke run")
@@ -482,6 +482,10 @@ def main() -> None:
         t0 = time.perf_counter()
         if section == "icd":
             results["icd10cm"] = bench_icd(args.quick, not args.no_fine_tune)
+        elif section == "bfcl":
+            from _bfcl_bench import bench_bfcl
+
+            results["bfcl"] = bench_bfcl()
         elif section == "openapi":
             results["openapi"] = bench_openapi(args.quick, embedder)
         elif section == "synthetic":
