@@ -151,7 +151,7 @@ def test_search_is_the_fusion_of_bm25_and_exact_embedding_search(
     every row (best row per value), fused by hand: sum of weight / (c + rank)."""
     from trierouter.shortlist import Fusion
 
-    codes, descs, syn = icd_set
+    codes, _, syn = icd_set
     assert built.embedding is not None
     f = Fusion(bm25=1.0, embedding=2.0, c=20.0, ngram_weight=built.fusion.ngram_weight)
     sl = Shortlist(built.bm25, built.embedding, f)
@@ -163,7 +163,7 @@ def test_search_is_the_fusion_of_bm25_and_exact_embedding_search(
         qv = built.embedding.embedder.encode([q])[0]
         s = vecs @ qv
         order = np.lexsort((np.arange(len(s)), -s))
-        e_ids, e_sc = best_per_owner(
+        _, e_sc = best_per_owner(
             order.astype(np.int64), s[order].astype(np.float32), owner, 200
         )
         # the index's ranking: the same scores position by position (equal scores, as when one

@@ -61,8 +61,8 @@ from trierouter.errors import TrieRouterError, missing
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.shortlist.hierarchy import PathFn
 from trierouter.shortlist import Retriever
+from trierouter.shortlist.hierarchy import PathFn
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, Policy, RoutedSet, route_set
 
 __all__ = [
@@ -152,7 +152,8 @@ class Classifier:
     ``policy``/``k``/``path``/``threshold``: how a large set is decoded (see
     :func:`~trierouter.shortlist.route_set`); ``retriever``: the shortlist for large sets
     (any, e.g. ``Shortlist.build(labels, descriptions=..., synonyms=...)``; default BM25 over
-    the descriptions), its ranked order kept in :meth:`candidates`. ``think``: think-then-answer by default.
+    the descriptions), its ranked order kept in :meth:`candidates`. ``think``:
+    think-then-answer by default.
     """
 
     def __init__(

@@ -127,8 +127,9 @@ def route_set(
     hybrid index, or anything with ``values`` and ``search_ids``); its ranked order is kept by
     :meth:`RoutedSet.shortlist`. For ``shortlist`` without a ``retriever``, a
     :class:`BM25Index` is built over ``texts`` (default: the values): fast to build, but
-    ``Shortlist.build`` ranks better where the set has synonyms or examples to tune on. For ``hierarchy``, ``path`` gives each value's labels from coarse
-    to fine (see :func:`build_hierarchy`).
+    ``Shortlist.build`` ranks better where the set has synonyms or examples to tune on. For
+    ``hierarchy``, ``path`` gives each value's labels from coarse to fine (see
+    :func:`build_hierarchy`).
     """
     if policy not in ("auto", "trie", "shortlist", "hierarchy"):
         raise ValueError(f"policy={policy!r}; expected 'auto', 'trie', 'shortlist' or 'hierarchy'")
