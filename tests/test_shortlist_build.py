@@ -163,9 +163,7 @@ def test_search_is_the_fusion_of_bm25_and_exact_embedding_search(
         qv = built.embedding.embedder.encode([q])[0]
         s = vecs @ qv
         order = np.lexsort((np.arange(len(s)), -s))
-        _, e_sc = best_per_owner(
-            order.astype(np.int64), s[order].astype(np.float32), owner, 200
-        )
+        _, e_sc = best_per_owner(order.astype(np.int64), s[order].astype(np.float32), owner, 200)
         # the index's ranking: the same scores position by position (equal scores, as when one
         # synonym is indexed under two codes, may come in either order)
         idx_ids = built.embedding.search_ids([q], 200)[0]

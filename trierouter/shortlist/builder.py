@@ -76,16 +76,20 @@ class Fusion:
     """Rank offset: small values trust each list's top ranks more."""
     ngram_weight: float = 0.5
     """Weight of BM25's character n-gram field against its word field."""
+    extra_rows: bool = True
+    """Index synonyms and examples as extra texts of their values (else descriptions only:
+    questions that name several things can mislead more than they help)."""
 
     @property
     def name(self) -> str:
+        rows = "" if self.extra_rows else ", descriptions only"
         if not self.embedding:
-            return f"bm25(ngram={self.ngram_weight:g})"
+            return f"bm25(ngram={self.ngram_weight:g}{rows})"
         if not self.bm25:
-            return "embedding"
+            return f"embedding{'(descriptions only)' if rows else ''}"
         return (
             f"rrf(bm25={self.bm25:g}, embedding={self.embedding:g}, c={self.c:g}, "
-            f"ngram={self.ngram_weight:g})"
+            f"ngram={self.ngram_weight:g}{rows})"
         )
 
 
@@ -94,12 +98,14 @@ DEFAULT_FUSION = Fusion(bm25=1.0, embedding=2.0, c=20.0, ngram_weight=0.5)
 
 
 def _grid() -> list[Fusion]:
-    out = [Fusion(1.0, 0.0, ngram_weight=w) for w in (0.25, 0.5, 1.0)]
-    out.append(Fusion(0.0, 1.0))
-    for w in (0.25, 0.5, 1.0):
-        for emb in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0):
-            for c in (5.0, 20.0, 60.0):
-                out.append(Fusion(1.0, emb, c=c, ngram_weight=w))
+    out = []
+    for rows in (True, False):
+        out += [Fusion(1.0, 0.0, ngram_weight=w, extra_rows=rows) for w in (0.25, 0.5, 1.0)]
+        out.append(Fusion(0.0, 1.0, extra_rows=rows))
+        for w in (0.25, 0.5, 1.0):
+            for emb in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0):
+                for c in (5.0, 20.0, 60.0):
+                    out.append(Fusion(1.0, emb, c=c, ngram_weight=w, extra_rows=rows))
     return out
 
 
@@ -324,6 +330,16 @@ class Shortlist:
                 )
             if emb is None and fusion.embedding:
                 fusion = Fusion(1.0, 0.0, ngram_weight=fusion.ngram_weight)
+            if not fusion.extra_rows and len(row_text) > len(vals):
+                job.note(
+                    "Shortlist.build: cross-validation found the synonym/example rows hurt; "
+                    "indexing the descriptions only"
+                )
+                row_text, row_owner = row_text[: len(vals)], row_owner[: len(vals)]
+                bm25 = BM25Index.build(vals, row_text)
+                if vectors is not None:
+                    vectors = vectors[: len(vals)]
+                report["rows"] = len(row_text)
             # 4. the embedding index (only when the chosen fusion uses it)
             index = None
             if emb is not None and vectors is not None:
@@ -419,7 +435,14 @@ class Shortlist:
                 f"{folder}: built over other values than the {len(values)} given; rebuild it"
             )
         try:
-            fusion = Fusion(**{k: float(v) for k, v in dict(meta["fusion"]).items()})
+            raw = dict(meta["fusion"])
+            fusion = Fusion(
+                bm25=float(raw["bm25"]),
+                embedding=float(raw["embedding"]),
+                c=float(raw["c"]),
+                ngram_weight=float(raw["ngram_weight"]),
+                extra_rows=bool(raw.get("extra_rows", True)),
+            )
             depth = int(meta["depth"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptFileError(f"{folder}/{_META}: bad fusion or depth ({exc})") from exc
@@ -477,8 +500,12 @@ def _cross_validate(
         rows_of.setdefault(text, []).append(row)
     gold = [frozenset(items[t]) for t in sample]
     weights = sorted({f.ngram_weight for f in _grid()})
-    b_rank: dict[float, list[I64]] = {w: [] for w in weights}
-    e_rank: list[I64] = []
+    n_values = int(owner.max()) + 1 if len(owner) else 0
+    extra = np.arange(n_values, len(row_text), dtype=np.int64)  # synonym/example rows
+    b_rank: dict[tuple[float, bool], list[I64]] = {
+        (w, r): [] for w in weights for r in (True, False)
+    }
+    e_rank: dict[bool, list[I64]] = {True: [], False: []}
     where = {t: rows_of[t][0] for t in sample}
     for i0 in range(0, len(sample), 256):
         chunk = sample[i0 : i0 + 256]
@@ -492,9 +519,11 @@ def _cross_validate(
             for w in weights:
                 s = sw + w * sg
                 s[s <= 0] = -np.inf
-                b_rank[w].append(_top_owners(s, owner, _DEPTH, excl))
+                b_rank[w, True].append(_top_owners(s, owner, _DEPTH, excl))
+                b_rank[w, False].append(_top_owners(s, owner, _DEPTH, extra))
             if sims is not None:
-                e_rank.append(_top_owners(sims[j], owner, _DEPTH, excl))
+                e_rank[True].append(_top_owners(sims[j], owner, _DEPTH, excl))
+                e_rank[False].append(_top_owners(sims[j], owner, _DEPTH, extra))
         step(1.5 * len(chunk), "cross-validation")
     results: dict[str, dict[str, float]] = {}
     best: tuple[float, Fusion] | None = None
@@ -502,15 +531,17 @@ def _cross_validate(
         if f.embedding and vectors is None:
             continue
         if not f.embedding:
-            ranks = [r[:100] for r in b_rank[f.ngram_weight]]
+            ranks = [r[:100] for r in b_rank[f.ngram_weight, f.extra_rows]]
         elif not f.bm25:
             if f.ngram_weight != 0.5:
                 continue
-            ranks = [r[:100] for r in e_rank]
+            ranks = [r[:100] for r in e_rank[f.extra_rows]]
         else:
             ranks = [
                 fuse([bb, ee], 100, weights=[f.bm25, f.embedding], c=f.c)
-                for bb, ee in zip(b_rank[f.ngram_weight], e_rank, strict=True)
+                for bb, ee in zip(
+                    b_rank[f.ngram_weight, f.extra_rows], e_rank[f.extra_rows], strict=True
+                )
             ]
         r = _recall(ranks, gold)
         results[f.name] = r
