@@ -200,6 +200,25 @@ def test_route_set_takes_a_shortlist_and_keeps_its_ranking(
     assert len(cs) == 8
 
 
+def test_classifier_takes_a_shortlist_and_keeps_its_ranking(
+    built: Shortlist, tmp_path: Path
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    from trierouter import Classifier
+    from trierouter.testing.tiny_model import build_tiny_model
+
+    d = build_tiny_model(tmp_path / "qwen2")
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(d)).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    clf = Classifier(
+        built.values, model=(model, tok), policy="shortlist", retriever=built, k=6, top_n=2
+    )
+    text = "Displaced fracture of the neck of the left femur"
+    assert clf.candidates(text) == built.search(text, 6)
+    [p] = clf.classify([text])
+    assert p.label in built.search(text, 6)
+
+
 def test_examples_and_no_synonyms(
     icd_set: tuple[list[str], list[str], dict[str, list[str]]],
 ) -> None:
