@@ -62,9 +62,13 @@ def _model_config(path: Path) -> tuple[int, str]:
     pooling = "mean"
     for p in sorted(path.glob("*_Pooling/config.json")):
         conf = json.loads(p.read_text(encoding="utf-8"))
-        modes = [k for k, v in conf.items() if k.startswith("pooling_mode_") and v]
-        pooling = ",".join(m.removeprefix("pooling_mode_") for m in modes)
-    if pooling != "mean_tokens" and pooling != "mean":
+        if "pooling_mode" in conf:  # sentence-transformers >= 5: one key
+            mode = conf["pooling_mode"]
+            pooling = mode if isinstance(mode, str) else ",".join(map(str, mode))
+        else:  # older: one boolean per mode (none set means mean)
+            modes = [k for k, v in conf.items() if k.startswith("pooling_mode_") and v]
+            pooling = ",".join(m.removeprefix("pooling_mode_") for m in modes) or "mean"
+    if pooling not in ("mean_tokens", "mean"):
         raise ValueError(
             f"{path}: pooling {pooling!r} is not exported to ONNX (mean pooling only); "
             "use backend='torch'"
