@@ -51,6 +51,7 @@ __all__ = [
     "QuerySet",
     "icd10cm_inclusion_terms",
     "icd10cm_queries",
+    "icd10cm_synonyms",
 ]
 
 QUERY_WHEELS = {
@@ -138,6 +139,18 @@ def icd10cm_inclusion_terms() -> dict[str, frozenset[str]]:
         for t in cm.get_inclusion_term(c) or []:
             out.setdefault(str(t), set()).update(leaves.prefix(c))
     return {t: frozenset(g) for t, g in sorted(out.items()) if g}
+
+
+def icd10cm_synonyms(codes: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """``{code: [inclusion terms that cover it]}`` for billable ``codes`` (default: all), the
+    form ``Shortlist.build(..., synonyms=...)`` takes. Codes without a term are left out."""
+    want = set(codes) if codes is not None else None
+    out: dict[str, list[str]] = {}
+    for term, gold in icd10cm_inclusion_terms().items():
+        for c in sorted(gold):
+            if want is None or c in want:
+                out.setdefault(c, []).append(term)
+    return out
 
 
 @lru_cache(maxsize=1)
