@@ -182,6 +182,17 @@ def shortlist(d: dict[str, Any]) -> list[str]:
             "cross-validation on those synonyms only).",
             icd["sources"],
         )
+        gap = icd.get("default_vs_best_single", {})
+        if gap:
+            cells = ", ".join(
+                f"{src} {g['default_minus_best_single']['R@10']:+.3f}" for src, g in gap.items()
+            )
+            out += [
+                "",
+                f"`shortlist` minus the better of `bm25+syn` and `minilm+syn`, R@10: {cells} "
+                f"(chosen by cross-validation on the synonyms: "
+                f"{icd.get('shortlist(minilm)_build', {}).get('fusion_name', '?')}).",
+            ]
         lat = icd.get("latency", {})
         per = {k: v for k, v in lat.items() if isinstance(v, dict) and "bm25+syn" in v}
         if per:
@@ -198,9 +209,9 @@ def shortlist(d: dict[str, Any]) -> list[str]:
                 f"{lat['loadavg_after'][0]:.0f} on 2 cores in brackets): MiniLM encode "
                 f"{med(enc, 'cpu'):.1f} ms ({med(enc, 'wall'):.1f}) int8 vs "
                 f"{med('minilm_encode(torch)', 'cpu'):.1f} ms "
-                f"({med('minilm_encode(torch)', 'wall'):.1f}) torch; {search} "
-                f"{med(search, 'cpu'):.1f} ms; BM25 {med('bm25+syn', 'cpu'):.1f} ms; the whole "
-                f"default shortlist query {med('shortlist(total)', 'cpu'):.1f} ms "
+                f"({med('minilm_encode(torch)', 'wall'):.1f}) torch; encode + {search} at depth "
+                f"200: {med(search, 'cpu'):.1f} ms; BM25 {med('bm25+syn', 'cpu'):.1f} ms; "
+                f"the whole default shortlist query {med('shortlist(total)', 'cpu'):.1f} ms "
                 f"({med('shortlist(total)', 'wall'):.1f}).",
             ]
         ag = icd.get("agreement_with_torch", {})
