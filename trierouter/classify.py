@@ -61,6 +61,7 @@ from trierouter.errors import TrieRouterError, missing
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.shortlist import Retriever
 from trierouter.shortlist.hierarchy import PathFn
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, Policy, RoutedSet, route_set
 
@@ -149,7 +150,10 @@ class Classifier:
     ``(model, tokenizer)`` pair of loaded transformers objects. ``engine``: ``"transformers"``
     or ``"vllm"``. ``prompt``: a template with ``{text}`` (and optionally ``{labels}``).
     ``policy``/``k``/``path``/``threshold``: how a large set is decoded (see
-    :func:`~trierouter.shortlist.route_set`). ``think``: think-then-answer by default.
+    :func:`~trierouter.shortlist.route_set`); ``retriever``: the shortlist for large sets
+    (any, e.g. ``Shortlist.build(labels, descriptions=..., synonyms=...)``; default BM25 over
+    the descriptions), its ranked order kept in :meth:`candidates`. ``think``:
+    think-then-answer by default.
     """
 
     def __init__(
@@ -164,6 +168,7 @@ class Classifier:
         k: int = 64,
         path: PathFn | Sequence[Sequence[str]] | None = None,
         threshold: int = DEFAULT_THRESHOLD,
+        retriever: Retriever | None = None,
         think: bool = False,
         think_tokens: int = 64,
         top_n: int = 5,
@@ -206,6 +211,7 @@ class Classifier:
             texts=self.descriptions if policy in ("auto", "shortlist") else None,
             path=path,
             k=k,
+            retriever=retriever,
         )
 
     def __repr__(self) -> str:

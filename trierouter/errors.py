@@ -11,6 +11,8 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     │   ├── InvalidValueError(TypeError)     a value is not a str (or bytes)
     │   └── UnreachableValueError            no sequence of tokens spells a value
     ├── CorruptFileError(ValueError)         a saved file is truncated, altered or foreign
+    │   └── IntegrityError                   downloaded bytes differ from their pinned SHA-256
+    ├── DownloadError(ConnectionError)       a pinned package could not be downloaded
     ├── ToolError(ValueError)                a tool cannot be registered (message names the tool)
     │   ├── DuplicateToolError               its name is taken (in the batch or the registry)
     │   ├── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
@@ -33,10 +35,12 @@ from collections.abc import Sequence
 __all__ = [
     "CompileError",
     "CorruptFileError",
+    "DownloadError",
     "DuplicateToolError",
     "EmptySetError",
     "IndexMismatchError",
     "InputFileError",
+    "IntegrityError",
     "InvalidToolError",
     "InvalidValueError",
     "McpServerError",
@@ -90,6 +94,24 @@ class UnreachableValueError(CompileError):
 
 class CorruptFileError(TrieRouterError, ValueError):
     """A file written by trierouter is truncated, altered or was written by something else."""
+
+
+class IntegrityError(CorruptFileError):
+    """Downloaded bytes (a wheel, a model file) do not have the SHA-256 pinned in trierouter.
+
+    ``path`` is the offending file, ``expected`` and ``actual`` the two hex digests.
+    """
+
+    def __init__(self, message: str, *, path: str, expected: str, actual: str):
+        super().__init__(message)
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+
+
+class DownloadError(TrieRouterError, ConnectionError):
+    """A pinned package could not be fetched from the package index (the message has the
+    command that failed and its output)."""
 
 
 class ToolError(TrieRouterError, ValueError):

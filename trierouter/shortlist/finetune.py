@@ -174,9 +174,11 @@ def fine_tune_embedder(
     (out / _TUNE_META).write_text(json.dumps(meta, indent=2) + "\n")
     tuned = Embedder(
         out,
+        backend=base.backend,
         device=base.device,
         batch_size=base.batch_size,
-        cache_dir=cache_dir if cache_dir is not None else base.cache_dir,
+        cache_dir=cache_dir if cache_dir is not None else (base.cache_dir or False),
+        threads=base.threads,
     )
     tuned._model = model
     return tuned
