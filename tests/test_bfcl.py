@@ -151,14 +151,22 @@ def test_the_official_judge_accepts_ground_truth_and_rejects_changes() -> None:
 
 
 def test_the_registry_takes_bfcl_docs_whole_and_auto_detected() -> None:
-    from trierouter.errors import InvalidToolError
+    from trierouter.errors import InvalidToolError, UnservedSchemaError
     from trierouter.registry import ToolRegistry
 
     docs = bfcl_functions(cache_dir=PERSISTENT_CACHE)
-    reg = ToolRegistry()
-    for lang in ("python", "java", "javascript"):
-        reg.add_bfcl([f for lg, f in docs if lg == lang], language=lang)
-    assert len(reg) == 1853 and {t.source for t in reg} == {"bfcl"}
+    # three live docs contradict themselves (a boolean with the enum ["True", "False",
+    # "dontcare"], an array with an enum of strings): a strict registry refuses them by name
+    with pytest.raises(UnservedSchemaError) as info:
+        ToolRegistry().add([f for lg, f in docs if lg == "python"])  # detected as BFCL docs
+    assert len(info.value.problems) == 3
+    for name in ("extract_parameters_v1", "get_sensor_readings_history_by_interval",
+                 "Travel_1_FindAttractions"):  # fmt: skip
+        assert name in str(info.value)
+    reg = ToolRegistry([f for lg, f in docs if lg == "python"], strict=False)
+    assert {t.source for t in reg} == {"bfcl"}
+    reg.add([bfcl_to_openai(f, language=lg) for lg, f in docs if lg != "python"])
+    assert len(reg) == 1853
     e = load_bfcl("simple_python", cache_dir=PERSISTENT_CACHE)[0]
     auto = ToolRegistry(e.functions)  # detected by "parameters": {"type": "dict"}
     assert (
@@ -166,4 +174,4 @@ def test_the_registry_takes_bfcl_docs_whole_and_auto_detected() -> None:
         == bfcl_to_openai(e.functions[0])["function"]["parameters"]
     )
     with pytest.raises(InvalidToolError, match=r"'bad'.*not an object"):
-        ToolRegistry().add_bfcl({"name": "bad", "parameters": {"type": "dict", "properties": []}})
+        ToolRegistry().add({"name": "bad", "parameters": {"type": "dict", "properties": []}})
