@@ -282,6 +282,33 @@ def test_parse_request_shapes() -> None:
     assert spec is not None and not spec.is_plain and spec.think_max_tokens == 256
 
 
+def test_inline_tools_keep_their_property_order() -> None:
+    """The order of "properties" is the order the constrained call writes them in: a model
+    shown (weight, height) must not be made to write (height, weight)."""
+    params = {"type": "object", "properties": {"weight": {"type": "number"}, "height": {}}}
+    tool = {"type": "function", "function": {"name": "bmi", "parameters": params}}
+    spec = parse_request({"trierouter_tools_inline": [tool]})
+    assert spec is not None and spec.tools_inline is not None
+    props = __import__("json").loads(spec.tools_inline)[0]["function"]["parameters"]["properties"]
+    assert list(props) == ["weight", "height"]
+
+
+def test_tool_format_and_parallel_args() -> None:
+    tools = {"trierouter_tools_inline": [{"name": "f", "parameters": {}}]}
+    spec = parse_request(tools)
+    assert spec is not None and spec.tool_format == "json" and not spec.parallel_tool_calls
+    spec = parse_request(
+        {**tools, "trierouter_tool_format": "hermes", "trierouter_parallel_tool_calls": True}
+    )
+    assert spec is not None and spec.tool_format == "hermes" and spec.parallel_tool_calls
+    with pytest.raises(ValueError, match=r"trierouter_tool_format='xml'.*hermes"):
+        parse_request({**tools, "trierouter_tool_format": "xml"})
+    with pytest.raises(ValueError, match="trierouter_parallel_tool_calls"):
+        parse_request({**tools, "trierouter_parallel_tool_calls": "yes"})
+    with pytest.raises(ValueError, match="needs"):
+        parse_request({"trierouter_choices": ["a"], "trierouter_tool_format": "hermes"})
+
+
 # -- batch bookkeeping without an engine: removed, added, moved (one-way and swaps) -------------
 class _FakeModelConfig:
     def __init__(self, path: Path, width: int) -> None:

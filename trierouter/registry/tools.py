@@ -3,6 +3,7 @@
     registry = ToolRegistry(openai_tools)              # any supported form, auto-detected
     registry.add(get_weather, WeatherQuery, lc_tool)   # callables, pydantic models, LangChain
     registry.add_mcp(pages)                            # MCP tools/list pages, via nextCursor
+    registry.add_bfcl(entry["function"])               # BFCL function docs (BFCL's types)
     registry = ToolRegistry.from_mcp_server("python", ["-m", "my_server"])
     registry.save("tools.json"); ToolRegistry.load("tools.json")
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -42,6 +42,7 @@ from trierouter.errors import (
 )
 from trierouter.registry import forms as convert
 from trierouter.registry.forms import ConversionError
+from trierouter.registry.mcp import exception_leaves, list_tools_page, mcp_listing
 from trierouter.registry.schema_check import schema_problem
 from trierouter.registry.slots.dispatch import SlotCompiler, unserved_problems
 from trierouter.registry.slots.normalize import Problem
@@ -163,75 +164,6 @@ def _flatten(tools: tuple[Any, ...]) -> list[Any]:
     return out
 
 
-def _mcp_page_tools(page: Any, where: str) -> tuple[list[Any], Any]:
-    if isinstance(page, Mapping) and "result" in page and "tools" not in page:
-        page = page["result"]  # a JSON-RPC response
-    tools = convert.field_of(page, "tools")
-    if not isinstance(tools, list | tuple):
-        raise ToolError(
-            f"{where} is not a tools/list result: it has no list of tools "
-            f"(got a {type(page).__name__})"
-        )
-    return list(tools), convert.field_of(page, "nextCursor", "next_cursor")
-
-
-def _mcp_pages(result: Any, *, partial: bool) -> list[Any]:
-    """Every tool of a listing given as one page, pages, or ``fetch(cursor) -> page``."""
-    if callable(result) and not isinstance(result, Mapping) and not hasattr(result, "tools"):
-        tools: list[Any] = []
-        cursor: Any = None
-        seen: set[Any] = set()
-        while True:
-            page_tools, cursor = _mcp_page_tools(result(cursor), f"page {len(seen) + 1}")
-            tools.extend(page_tools)
-            if not cursor:
-                return tools
-            if cursor in seen:
-                raise ToolError(f"the listing repeats cursor {cursor!r}: it would never end")
-            seen.add(cursor)
-    if isinstance(result, Mapping) or hasattr(result, "tools"):
-        pages = [result]
-    elif isinstance(result, Iterable) and not isinstance(result, str | bytes):
-        pages = list(result)
-    else:
-        raise ToolError(
-            f"add_mcp takes a tools/list result, its pages or fetch(cursor) -> page, got a "
-            f"{type(result).__name__}"
-        )
-    tools = []
-    for i, page in enumerate(pages):
-        where = f"MCP page {i + 1} of {len(pages)}"
-        page_tools, cursor = _mcp_page_tools(page, where)
-        tools.extend(page_tools)
-        if i < len(pages) - 1 and not cursor:
-            raise ToolError(
-                f"{where} has no nextCursor, yet more pages follow: pass the pages of one "
-                "listing, in order"
-            )
-        if i == len(pages) - 1 and cursor and not partial:
-            raise ToolError(
-                f"{where} has nextCursor {cursor!r}: the listing goes on. Pass every page, a "
-                "function fetch(cursor) -> page, or partial=True to register these tools anyway"
-            )
-    return tools
-
-
-def _leaves(err: BaseException) -> list[BaseException]:
-    if isinstance(err, BaseExceptionGroup):
-        return [leaf for sub in err.exceptions for leaf in _leaves(sub)]
-    return [err]
-
-
-async def _list_tools(session: Any, cursor: Any) -> Any:
-    if cursor is None:
-        return await session.list_tools()
-    if "params" in inspect.signature(session.list_tools).parameters:
-        from mcp.types import PaginatedRequestParams  # mcp >= 2: params=...
-
-        return await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
-    return await session.list_tools(cursor=cursor)  # mcp 1.x
-
-
 class ToolRegistry:
     """An ordered set of uniquely named, validated tools (see the module docstring)."""
 
@@ -313,12 +245,27 @@ class ToolRegistry:
         items = [tools] if isinstance(tools, Mapping) else list(tools)
         return self._commit(items, convert.from_anthropic)
 
+    def add_bfcl(
+        self,
+        functions: Iterable[Mapping[str, Any]] | Mapping[str, Any],
+        *,
+        language: str = "python",
+        hint: bool = True,
+    ) -> list[Tool]:
+        """BFCL function docs (``{"name", "description", "parameters": {"type": "dict", ...}}``
+        with BFCL's types ``dict``, ``float``, ``tuple``, ``any``...), converted to JSON Schema as
+        BFCL's own handlers convert them; ``language``: ``"python"``, ``"java"`` or
+        ``"javascript"`` (BFCL's simple_java / simple_javascript docs); ``hint``: append BFCL's
+        language note to each description. :meth:`add` detects Python docs on its own."""
+        items = [functions] if isinstance(functions, Mapping) else list(functions)
+        return self._commit(items, lambda f: convert.from_bfcl(f, language=language, hint=hint))
+
     def add_mcp(self, result_or_pages: Any, *, partial: bool = False) -> list[Tool]:
         """MCP tools from a ``tools/list`` result (dict, JSON-RPC response or the ``mcp``
         package's object), an iterable of the pages of one listing, or a function
         ``fetch(cursor) -> page`` that is followed until a page has no ``nextCursor``. A last page
         that still has a ``nextCursor`` is refused unless ``partial``."""
-        return self._commit(_mcp_pages(result_or_pages, partial=partial), convert.from_mcp)
+        return self._commit(mcp_listing(result_or_pages, partial=partial), convert.from_mcp)
 
     def add_function(
         self,
@@ -352,7 +299,7 @@ class ToolRegistry:
         cursor: Any = None
         seen: set[Any] = set()
         while True:
-            page = await _list_tools(session, cursor)
+            page = await list_tools_page(session, cursor)
             pages.append(page)
             cursor = convert.field_of(page, "nextCursor", "next_cursor")
             if not cursor:
@@ -410,7 +357,7 @@ class ToolRegistry:
             result: ToolRegistry = anyio.run(main)
         except Exception as err:
             # the client's task groups wrap everything: show the errors themselves
-            leaves = _leaves(err)
+            leaves = exception_leaves(err)
             if len(leaves) == 1 and isinstance(leaves[0], TrieRouterError):
                 raise leaves[0] from None
             if any(isinstance(e, TimeoutError) for e in leaves):

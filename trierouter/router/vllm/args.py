@@ -47,9 +47,11 @@ ARG_TOOLS = "trierouter_tools"
 ARG_TOOLS_INLINE = "trierouter_tools_inline"
 ARG_TOOL_CHOICE = "trierouter_tool_choice"
 ARG_TOOL_BUDGET = "trierouter_tool_budget"
+ARG_TOOL_FORMAT = "trierouter_tool_format"
+ARG_PARALLEL = "trierouter_parallel_tool_calls"
 _ARGS = (
     ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX, ARG_TOOLS,
-    ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET,
+    ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL,
 )  # fmt: skip
 ENV_TOOLS = "TRIEROUTER_TOOLS"
 
@@ -145,6 +147,10 @@ class RequestSpec:
     """Inline tools, as canonical JSON."""
     tool_choice: str = "required"
     tool_budget: int | None = None
+    tool_format: str = "json"
+    """The call syntax (a key of ``trierouter.registry.call_formats.CALL_FORMATS``)."""
+    parallel_tool_calls: bool = False
+    """Several calls in one turn (the format's separator between them)."""
 
     @property
     def is_tool_call(self) -> bool:
@@ -195,7 +201,7 @@ def parse_request(
     lim = limits if limits is not None else RequestLimits.from_env()
     if tools_name is not None or tools_inline is not None:
         return _parse_tools(mine, tools_name, tools_inline, lim)
-    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET):
+    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL):
         if k in mine:
             raise ValueError(f"{k} needs {ARG_TOOLS!r} or {ARG_TOOLS_INLINE!r}")
     parsed: tuple[str, ...] | None = None
@@ -252,7 +258,9 @@ def _parse_tools(
     if inline is not None:
         if not (isinstance(inline, list) and inline and all(isinstance(t, dict) for t in inline)):
             raise ValueError(f"{ARG_TOOLS_INLINE}: expected a non-empty list of tool objects")
-        text = json.dumps(inline, sort_keys=True, ensure_ascii=False)
+        # keys keep their order: the order of "properties" is the order the call is written in
+        # (sorting them made the constrained call disagree with the schema the model was shown)
+        text = json.dumps(inline, ensure_ascii=False)
         if len(text) > lim.max_total_bytes:
             raise ValueError(
                 f"{ARG_TOOLS_INLINE}: {len(text)} bytes of tools, more than "
@@ -276,6 +284,14 @@ def _parse_tools(
         raise ValueError(f"{ARG_THINK_MAX_TOKENS}={max_tokens!r:.40}: expected an int >= 0")
     if ARG_PREFIX in mine:
         raise ValueError(f"{ARG_PREFIX} does not apply to tool calls")
+    from trierouter.registry.call_formats import CALL_FORMATS
+
+    fmt = mine.get(ARG_TOOL_FORMAT, "json")
+    if not isinstance(fmt, str) or fmt not in CALL_FORMATS:
+        raise ValueError(f"{ARG_TOOL_FORMAT}={fmt!r:.40}: expected one of {sorted(CALL_FORMATS)}")
+    parallel = mine.get(ARG_PARALLEL, False)
+    if not isinstance(parallel, bool):
+        raise ValueError(f"{ARG_PARALLEL}={parallel!r:.40}: expected true or false")
     return RequestSpec(
         set_name=None,
         values=None,
@@ -285,6 +301,8 @@ def _parse_tools(
         tools_inline=text,
         tool_choice=choice,
         tool_budget=budget,
+        tool_format=fmt,
+        parallel_tool_calls=parallel,
     )
 
 

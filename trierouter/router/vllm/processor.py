@@ -119,7 +119,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._bitmask: I32 = self._bitmask_t.numpy()
         self._end_row: I32 | None = None
         self._tools: dict[str, CompiledTools] = {}
-        self._tool_plans: OrderedDict[tuple[str, str, str | None, int, int | None], Any] = (
+        self._tool_plans: OrderedDict[tuple[str, str, str | None, int, int | None, bool], Any] = (
             OrderedDict()
         )
         tools_cfg = os.environ.get(ENV_TOOLS, "")
@@ -191,14 +191,29 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
             src = f"tools:{spec.tools_name}"
             tools = self._tools[spec.tools_name]
+            if spec.tool_format != tools.format.name:  # the same registry in another syntax
+                src = f"{src}:{spec.tool_format}"
+                fmt_tools = self._tools.get(src)
+                if fmt_tools is None:
+                    fmt_tools = compile_tools(
+                        tools.specs, self._ensure_index(), format=spec.tool_format
+                    )
+                    self._tools[src] = fmt_tools
+                tools = fmt_tools
         else:
             assert spec.tools_inline is not None
-            src = "inline:" + hashlib.sha256(spec.tools_inline.encode()).hexdigest()
+            digest = hashlib.sha256(spec.tools_inline.encode()).hexdigest()
+            src = f"inline:{digest}:{spec.tool_format}"
             tools = self._tools.get(src)  # type: ignore[assignment]
             if tools is None:
-                tools = compile_tools(json.loads(spec.tools_inline), self._ensure_index())
+                tools = compile_tools(
+                    json.loads(spec.tools_inline), self._ensure_index(), format=spec.tool_format
+                )
                 self._tools[src] = tools
-        key = (src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget)
+        key = (
+            src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
+            spec.parallel_tool_calls,
+        )  # fmt: skip
         plan = self._tool_plans.get(key)
         if plan is None:
             b = spec.tool_budget
@@ -208,6 +223,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 think=spec.think is not None,
                 think_end=spec.think or "</think>",
                 think_max_tokens=spec.think_max_tokens,
+                parallel_tool_calls=spec.parallel_tool_calls,
                 string_max_tokens=b,
                 slot_max_tokens=None if b is None else 2 * b,
                 max_tokens=None if b is None else 6 * b,
