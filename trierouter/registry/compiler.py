@@ -4,14 +4,13 @@
     tools.explain("github.create_issue")            # which engine serves each slot
     tools.automaton(i)                              # tool i's byte automaton (built on first use)
 
-What is compiled up front: the trie over ``{"name": "<name>", "arguments": `` for every tool and
-the engine of every slot of every schema (see :mod:`trierouter.tools.schema`). The XGrammar
+What is compiled up front: the trie over ``{"name": "<name>", "arguments": `` for every tool and the
+engine of every slot of every schema (see :mod:`trierouter.registry.slots.dispatch`). The XGrammar
 grammar of a slot that needs one is compiled the first time a call reaches it and kept, one per
-distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: about a second each).
-Each tool's automaton is wired from the shared slot automata the first time the tool is chosen
-(about a millisecond), and its token masks are filled in per state on first visit; both are kept
-(``materialize()`` builds all of them up front).
-"""
+distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: about a second each). Each
+tool's automaton is wired from the shared slot automata the first time the tool is chosen (about a
+millisecond), and its token masks are filled in per state on first visit; both are kept
+(``materialize()`` builds all of them up front)."""
 
 from __future__ import annotations
 
@@ -25,10 +24,10 @@ from typing import Any
 
 from trierouter.errors import CompileError, missing
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.tools.automaton import ToolAutomaton, VocabTables
-from trierouter.tools.schema import Slot, SlotCompiler, slot_table
 
 __all__ = ["CALL_HEAD", "CompiledTools", "ToolSpec", "compile_tools", "xgrammar_tokenizer_info"]
 

@@ -34,10 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import TrieRouterError
+from trierouter.registry.compiler import CALL_HEAD, CompiledTools
+from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
 from trierouter.router.bitmask import bitmask_to_ids
-from trierouter.tools.automaton import ToolAutomaton, pack_ids
-from trierouter.tools.compiler import CALL_HEAD, CompiledTools
 
 __all__ = [
     "FunctionCall",

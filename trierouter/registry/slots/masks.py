@@ -1,0 +1,341 @@
+"""Token masks of a tool's byte automaton, computed over the vocabulary.
+
+The allowed tokens at a state are the tokens whose bytes all stay inside the automaton from
+there, so a token may cross from a value into the text after it (``"},`` ...) exactly as an FSM
+over the whole string allows. They are computed on first visit and kept:
+
+- inside a free JSON string (13 interior classes: plain, after ``\\``, inside ``\\uXXXX``, inside a
+  multi-byte UTF-8 character) the tokens that stay inside the string depend on the class only;
+  they are one shared packed row per class and vocabulary, and only the ~1% of tokens that
+  contain a ``"`` are simulated against the state's own continuation;
+- elsewhere only the tokens whose first byte has an edge are simulated, all at once with numpy,
+  sorted by length so each byte column touches only the tokens still long enough.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.registry.slots.fragment import (
+    _INTERIOR,
+    I32,
+    N_STRING_CLASSES,
+    NO_EDGE,
+    S_PLAIN,
+    Fragment,
+    string_class,
+)
+from trierouter.registry.vocabulary import Vocabulary
+
+__all__ = ["ToolAutomaton", "VocabTables"]
+
+
+class VocabTables:
+    """What mask computation needs from a vocabulary, built once per vocabulary and width."""
+
+    _cache: ClassVar[dict[tuple[str, int], VocabTables]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+        self.width = vocab.width
+        self.end_ids = np.asarray(sorted(vocab.end_ids), dtype=np.int32)
+        buf = vocab.buffer
+        self.buffer = np.concatenate([buf, np.zeros(1, dtype=np.uint8)])
+        off = vocab.offsets
+        lengths = np.diff(off)
+        ok = vocab.matchable.copy()
+        ids = np.flatnonzero(ok)
+        ids = ids[np.argsort(-lengths[ids], kind="stable")]  # longest first
+        self.start = off[:-1]
+        self.lengths = lengths
+        first = np.full(len(lengths), -1, dtype=np.int16)
+        first[ids] = buf[off[ids]]
+        self.first = first
+        # candidates per first byte, each list longest first
+        order = ids[np.argsort(first[ids], kind="stable")]
+        fb = first[order]
+        self._by_first = order.astype(np.int32)
+        self._first_start = np.searchsorted(fb, np.arange(257)).astype(np.int64)
+        has_quote = np.zeros(len(lengths), dtype=bool)
+        qpos = np.flatnonzero(buf == 0x22)
+        if len(qpos):
+            owner = np.searchsorted(off, qpos, side="right") - 1
+            has_quote[owner] = True
+        self.quote_ids = ids[has_quote[ids]].astype(np.int32)
+        self.all_ids = ids.astype(np.int32)
+        self._string_rows: npt.NDArray[np.int32] | None = None
+        self._counts: tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]] | None = None
+        self._counted: dict[tuple[int, int], npt.NDArray[np.int32]] = {}
+        self.words = (self.width + 31) // 32
+
+    @classmethod
+    def get(cls, vocab: Vocabulary) -> VocabTables:
+        key = (vocab.hash, vocab.width)
+        with cls._lock:
+            t = cls._cache.get(key)
+            if t is None:
+                t = cls._cache[key] = VocabTables(vocab)
+            return t
+
+    def candidates(self, row: I32, byte_class: I32 | None = None) -> I32:
+        """Tokens whose first byte has an edge in ``row`` (longest first within each byte)."""
+        if byte_class is not None:
+            row = row[byte_class]
+        bytes_ = np.flatnonzero(row >= 0)
+        if len(bytes_) == 0:
+            return np.zeros(0, dtype=np.int32)
+        if len(bytes_) == 1:
+            b = int(bytes_[0])
+            return self._by_first[self._first_start[b] : self._first_start[b + 1]]
+        parts = [self._by_first[self._first_start[b] : self._first_start[b + 1]] for b in bytes_]
+        cand = np.concatenate(parts)
+        return cand[np.argsort(-self.lengths[cand], kind="stable")]
+
+    def simulate(self, table: I32, state: int, cand: I32, byte_class: I32 | None = None) -> I32:
+        """The tokens of ``cand`` (sorted longest first) that stay alive from ``state``; with
+        ``byte_class``, ``table`` is indexed by the class of each byte."""
+        if len(cand) == 0:
+            return cand
+        st = np.full(len(cand), state, dtype=np.int32)
+        lens = self.lengths[cand]
+        pos = self.start[cand]
+        j = 0
+        n_active = len(cand)
+        while True:
+            # tokens are sorted longest first: the first n_active are long enough for byte j
+            while n_active and lens[n_active - 1] <= j:
+                n_active -= 1
+            if not n_active:
+                break
+            sub = st[:n_active]
+            live = np.flatnonzero(sub >= 0)
+            if len(live) == 0:
+                break
+            b = self.buffer[pos[live] + j]
+            if byte_class is not None:
+                b = byte_class[b]
+            sub[live] = table[sub[live], b]
+            j += 1
+        return np.sort(cand[st >= 0])
+
+    def _string_counts(self) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]]:
+        """Per class: characters each token completes while staying inside a string (``-1``
+        if it does not stay inside), and whether it ends inside a character."""
+        if self._counts is None:
+            ids = self.all_ids
+            counts = np.full((N_STRING_CLASSES, len(ids)), -1, dtype=np.int16)
+            mid = np.zeros((N_STRING_CLASSES, len(ids)), dtype=bool)
+            lens = self.lengths[ids]
+            pos = self.start[ids]
+            for k in range(N_STRING_CLASSES):
+                st = np.full(len(ids), k, dtype=np.int32)
+                n = np.zeros(len(ids), dtype=np.int16)
+                for j in range(int(lens.max()) if len(lens) else 0):
+                    live = np.flatnonzero((lens > j) & (st >= 0))
+                    if len(live) == 0:
+                        break
+                    st[live] = _INTERIOR[st[live], self.buffer[pos[live] + j]]
+                    n[live] += st[live] == S_PLAIN
+                ok = st >= 0
+                counts[k, ok] = n[ok]
+                mid[k] = ok & (st != S_PLAIN)
+            self._counts = (counts, mid)
+        return self._counts
+
+    def counted_row(self, k: int, left: int) -> npt.NDArray[np.int32]:
+        """Packed row: tokens that stay inside a string from class ``k`` and complete at most
+        ``left`` characters (a character they leave unfinished counts)."""
+        key = (k, left)
+        row = self._counted.get(key)
+        if row is None:
+            counts, mid = self._string_counts()
+            ok = (counts[k] >= 0) & (counts[k] + mid[k] <= left)
+            row = pack_ids(self.all_ids[ok], self.width)
+            self._counted[key] = row
+        return row
+
+    def string_rows(self) -> npt.NDArray[np.int32]:
+        """Packed rows: per interior class, the tokens that stay inside a free string."""
+        if self._string_rows is None:
+            rows = np.zeros((N_STRING_CLASSES, self.words), dtype=np.int32)
+            inner = _INTERIOR  # ``"`` from PLAIN has no edge here: closing is not staying inside
+            for k in range(N_STRING_CLASSES):
+                ids = self.simulate(inner, k, self.all_ids)
+                rows[k] = pack_ids(ids, self.width)
+            self._string_rows = rows
+        return self._string_rows
+
+
+def pack_ids(ids: npt.ArrayLike, width: int) -> npt.NDArray[np.int32]:
+    """Packed XGrammar-layout row with the bits of ``ids`` set."""
+    words = (width + 31) // 32
+    bits = np.zeros(words * 32, dtype=bool)
+    bits[np.asarray(ids, dtype=np.int64)] = True
+    return np.packbits(bits, bitorder="little").view(np.int32).copy()
+
+
+_BIG = 2048
+
+
+class ToolAutomaton:
+    """One compiled byte automaton (a tool's arguments, or one slot) with lazy token masks.
+
+    ``fill(state, row)`` writes the packed mask; ``advance(state, token)`` the next state
+    (``-1`` when refused). Accepting states are where the automaton may end (the caller decides
+    what follows: an end id, or the next stage); exits hand over to another engine.
+    """
+
+    def __init__(self, frag: Fragment, tables: VocabTables) -> None:
+        # compress the byte alphabet: bytes with the same edges everywhere share one class
+        order = np.lexsort((frag.src, frag.byte))
+        src, byte, dst = frag.src[order], frag.byte[order], frag.dst[order]
+        bounds = np.searchsorted(byte, np.arange(257))
+        classes: dict[bytes, int] = {b"": 0}
+        byte_class = np.zeros(256, dtype=np.int32)
+        for b in range(256):
+            lo, hi = bounds[b], bounds[b + 1]
+            sig = src[lo:hi].tobytes() + dst[lo:hi].tobytes()
+            byte_class[b] = classes.setdefault(sig, len(classes))
+        table = np.full((frag.n, len(classes)), NO_EDGE, dtype=np.int32)
+        table[src, byte_class[byte]] = dst
+        self.table = table
+        self.byte_class = byte_class
+        self.accept = frag.accept
+        self.klass = frag.klass
+        self.exits = frag.exits
+        self.t = tables
+        self._masks: dict[int, tuple[int, I32 | None, npt.NDArray[np.int32] | None]] = {}
+        self._toward: dict[int, I32] = {}
+        self._dist: npt.NDArray[np.int32] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def n_states(self) -> int:
+        return len(self.table)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes + self.accept.nbytes + self.klass.nbytes + 1024)
+
+    def step_bytes(self, state: int, data: bytes) -> int:
+        for b in data:
+            if state < 0:
+                return -1
+            state = int(self.table[state, self.byte_class[b]])
+        return state
+
+    def advance(self, state: int, token: int) -> int:
+        t = self.t
+        if token >= len(t.lengths) or not t.vocab.matchable[token]:
+            return -1
+        lo = int(t.start[token])
+        for b in t.buffer[lo : lo + int(t.lengths[token])].tolist():
+            state = int(self.table[state, self.byte_class[b]])
+            if state < 0:
+                return -1
+        return state
+
+    def _mask(self, state: int) -> tuple[int, I32 | None, npt.NDArray[np.int32] | None]:
+        m = self._masks.get(state)
+        if m is not None:
+            return m
+        t = self.t
+        k = int(self.klass[state])
+        tab, bc = self.table, self.byte_class
+        if k >= 0:
+            ids = t.simulate(tab, state, t.quote_ids, bc)
+        else:
+            ids = t.simulate(tab, state, t.candidates(tab[state], bc), bc)
+        packed = None
+        if len(ids) > _BIG:
+            packed = pack_ids(ids, t.width)
+            if k >= 0:
+                packed |= self._base_row(k)
+            m = (-1, None, packed)
+        else:
+            m = (k, ids, None)
+        with self._lock:
+            self._masks[state] = m
+        return m
+
+    def _base_row(self, k: int) -> npt.NDArray[np.int32]:
+        u, left = string_class(k)
+        return self.t.string_rows()[u] if left < 0 else self.t.counted_row(u, left)
+
+    def _distances(self) -> npt.NDArray[np.int32]:
+        """Bytes from each state to the nearest accepting or exit state (reverse BFS)."""
+        if self._dist is None:
+            n = self.n_states
+            src, col = np.nonzero(self.table >= 0)
+            dst = self.table[src, col]
+            pairs = np.unique(dst.astype(np.int64) * n + src)
+            rdst, rsrc = pairs // n, pairs % n
+            start = np.searchsorted(rdst, np.arange(n + 1))
+            dist = np.full(n, np.iinfo(np.int32).max, dtype=np.int32)
+            frontier = [int(x) for x in np.flatnonzero(self.accept)] + list(self.exits)
+            for x in frontier:
+                dist[x] = 0
+            d = 0
+            while frontier:
+                d += 1
+                nxt = []
+                for x in frontier:
+                    for y in rsrc[start[x] : start[x + 1]].tolist():
+                        if dist[y] > d:
+                            dist[y] = d
+                            nxt.append(y)
+                frontier = nxt
+            self._dist = dist
+        return self._dist
+
+    def toward_end(self, state: int) -> I32 | None:
+        """The allowed tokens after which the nearest end (acceptance or an exit) is closer;
+        None if there are none. What a budget steers to once a value has run long."""
+        with self._lock:
+            hit = self._toward.get(state)
+        if hit is None:
+            dist = self._distances()
+            ids = self.allowed(state)
+            ends = np.fromiter((self.advance(state, int(t)) for t in ids), np.int64, len(ids))
+            ok = ends >= 0
+            ok[ok] = dist[ends[ok]] < dist[state]
+            hit = ids[ok]
+            with self._lock:
+                self._toward[state] = hit
+        return hit if len(hit) else None
+
+    def allowed(self, state: int) -> I32:
+        """Sorted token ids allowed at ``state`` (the automaton's own tokens only)."""
+        row = np.zeros(self.t.words, dtype=np.int32)
+        self.fill(state, row)
+        bits = np.unpackbits(row.view(np.uint8), bitorder="little")
+        return np.flatnonzero(bits[: self.t.width]).astype(np.int32)
+
+    def fill(self, state: int, row: npt.NDArray[np.int32]) -> None:
+        """Overwrite ``row`` (one packed row) with the tokens allowed at ``state``."""
+        k, ids, packed = self._mask(state)
+        if packed is not None:
+            row[:] = packed
+            return
+        if k >= 0:
+            row[:] = self._base_row(k)
+        else:
+            row[:] = 0
+        assert ids is not None
+        if len(ids):
+            np.bitwise_or.at(
+                row.view(np.uint32),
+                ids >> 5,
+                np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)),
+            )
+
+    def materialize(self) -> None:
+        """Compute every state's mask now (instead of on first visit)."""
+        for s in range(self.n_states):
+            if s not in self.exits:
+                self._mask(s)
