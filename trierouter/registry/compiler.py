@@ -29,7 +29,14 @@ from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 
-__all__ = ["CALL_HEAD", "CompiledTools", "ToolSpec", "compile_tools", "xgrammar_tokenizer_info"]
+__all__ = [
+    "CALL_HEAD",
+    "CompiledTools",
+    "ToolSpec",
+    "check_tools",
+    "compile_tools",
+    "xgrammar_tokenizer_info",
+]
 
 CALL_HEAD = '{"name": "'
 NAME_TAIL = '", "arguments": '
@@ -262,3 +269,23 @@ def compile_tools(
     if isinstance(index, Vocabulary):
         index = TokenIndex.get(index)
     return CompiledTools(tools, index, **kwargs)
+
+
+def check_tools(tools: Iterable[Any]) -> list[ToolSpec]:
+    """What :class:`CompiledTools` checks before it needs a tokenizer: every tool reads as a
+    spec, names are unique, every schema passes the slot analysis. Raises ``CompileError``
+    naming the tool; cheap enough for an API server to run per request."""
+    specs = [_as_spec(t) for t in tools]
+    if not specs:
+        raise CompileError("tools: the registry is empty; register at least one tool")
+    seen: set[str] = set()
+    dry = SlotCompiler(dry=True)
+    for i, s in enumerate(specs):
+        if s.name in seen:
+            raise CompileError(f"tools[{i}] {s.name!r} is given twice; tool names must be unique")
+        seen.add(s.name)
+        try:
+            dry.tool(_normalized(s.parameters), b"")
+        except (CompileError, ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise CompileError(f"tools[{i}] {s.name!r}: {exc}") from exc
+    return specs

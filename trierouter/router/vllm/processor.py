@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.errors import TrieRouterError, missing
+from trierouter.errors import missing
 from trierouter.registry.arrays import ranges
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
@@ -37,6 +37,7 @@ from trierouter.router.toolcalls import ToolCallPlan
 from trierouter.router.vllm.args import (
     ARG_SET,
     ARG_TOOLS,
+    ARG_TOOLS_INLINE,
     ENV_INLINE_CACHE,
     ENV_INLINE_CACHE_BYTES,
     ENV_SETS,
@@ -47,6 +48,12 @@ from trierouter.router.vllm.args import (
     _env_int,
     logger,
     parse_request,
+)
+from trierouter.router.vllm.checks import (
+    BUILTIN_CHOICES,
+    check_inline_tools,
+    check_tool_choice,
+    registry_specs,
 )
 from trierouter.router.vllm.named import (
     list_named_sets,
@@ -88,6 +95,12 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         if spec.tools_name is not None and spec.tools_name not in list_tool_registries():
             known = ", ".join(sorted(list_tool_registries())[:20]) or f"none (${ENV_TOOLS} unset)"
             raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry; known: {known}")
+        if spec.tools_inline is not None:  # what the worker would find mid-batch, found here
+            inline = check_inline_tools(spec.tools_inline)
+            check_tool_choice(spec.tool_choice, inline, f"{ARG_TOOLS_INLINE}")
+        elif spec.tools_name is not None and spec.tool_choice not in BUILTIN_CHOICES:
+            reg = registry_specs(spec.tools_name)
+            check_tool_choice(spec.tool_choice, reg.names, f"registry {spec.tools_name!r}")
         if spec.set_name is not None:
             names = list_named_sets()
             if spec.set_name not in names:
@@ -119,6 +132,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._bitmask: I32 = self._bitmask_t.numpy()
         self._end_row: I32 | None = None
         self._tools: dict[str, CompiledTools] = {}
+        self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
         self._tool_plans: OrderedDict[tuple[str, str, str | None, int, int | None], Any] = (
             OrderedDict()
         )
@@ -194,10 +208,14 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         else:
             assert spec.tools_inline is not None
             src = "inline:" + hashlib.sha256(spec.tools_inline.encode()).hexdigest()
-            tools = self._tools.get(src)  # type: ignore[assignment]
+            tools = self._inline_tools.get(src)  # type: ignore[assignment]
             if tools is None:
                 tools = compile_tools(json.loads(spec.tools_inline), self._ensure_index())
-                self._tools[src] = tools
+                self._inline_tools[src] = tools
+                while len(self._inline_tools) > self._cache_size:
+                    self._inline_tools.popitem(last=False)
+            else:
+                self._inline_tools.move_to_end(src)
         key = (src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget)
         plan = self._tool_plans.get(key)
         if plan is None:
@@ -224,7 +242,10 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             spec = parse_request(getattr(params, "extra_args", None))
         except ValueError as exc:  # validate_params runs first; this is a direct engine call
             logger.error("trierouter: request refused in the worker: %s", exc)
-            self._ensure_index()
+            try:
+                self._ensure_index()
+            except Exception as exc2:  # the row stays unmasked only if no end id is known
+                logger.error("trierouter: no vocabulary for a failed request: %s", exc2)
             return _Req(out, None, None)
         if spec is None:
             return None
@@ -236,9 +257,14 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             if spec.is_plain:
                 return _Req(out, cs, None)
             return _Req(out, None, self._plan(spec, cs))
-        except (ValueError, TrieRouterError, MemoryError, OverflowError, RecursionError) as exc:
-            # this request alone fails (its row allows only the end ids); the batch goes on
-            logger.error("trierouter: cannot constrain request, it will end at once: %s", exc)
+        except Exception as exc:  # anything at all: this request alone fails, the batch goes on
+            # (its row allows only the end ids); an exception escaping update_state would kill
+            # the engine core and with it every request in flight
+            logger.error(
+                "trierouter: cannot constrain request, it will end at once: %s: %s",
+                type(exc).__name__,
+                exc,
+            )
             return _Req(out, None, None)
 
     # -- LogitsProcessor interface -------------------------------------------------------------
@@ -330,14 +356,28 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 cs.fill_bitmask_batch(states, bitmask, rows)
         for row, req in self._plan_rows:
             plan = req.plan
-            assert plan is not None
-            out = req.out
-            pstate = req.plan_state
-            for t in out[req.seen :]:
-                pstate = plan.advance(pstate, t)
-            req.seen = len(out)
-            req.plan_state = pstate
-            plan.fill_next_token_bitmask(pstate, bitmask, row)
+            if plan is None:  # failed at an earlier step of this batch layout
+                if self._end_row is not None:
+                    bitmask[row] = self._end_row
+                continue
+            try:
+                out = req.out
+                pstate = req.plan_state
+                for t in out[req.seen :]:
+                    pstate = plan.advance(pstate, t)
+                req.seen = len(out)
+                req.plan_state = pstate
+                plan.fill_next_token_bitmask(pstate, bitmask, row)
+            except Exception as exc:  # this row alone ends (its end ids only); the batch goes on
+                logger.error(
+                    "trierouter: request failed while decoding, it will end now: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                )
+                req.plan = None
+                self._dirty = True
+                if self._end_row is not None:
+                    bitmask[row] = self._end_row
         if len(self._failed_rows) and self._end_row is not None:
             bitmask[self._failed_rows] = self._end_row
         n_rows = int(logits.shape[0])
