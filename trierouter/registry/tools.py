@@ -212,10 +212,11 @@ async def _list_tools(session: Any, cursor: Any) -> Any:
 class ToolRegistry:
     """An ordered set of uniquely named, validated tools (see the module docstring)."""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_runners", "_tools")
 
     def __init__(self, tools: Iterable[Any] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._runners: dict[str, Any] = {}
         items = list(tools)
         if items:
             self.add(*items)
@@ -235,6 +236,7 @@ class ToolRegistry:
         kinds: list[type[ToolError]] = []
         batch: dict[str, int] = {}
         ready: list[Tool] = []
+        runners: dict[str, Any] = {}
         for i, obj in enumerate(items):
             try:
                 tool = _normalize(read(obj), owned=owned)
@@ -260,6 +262,8 @@ class ToolRegistry:
             else:
                 batch[tool.name] = i
                 ready.append(tool)
+                if _runnable(obj):
+                    runners[tool.name] = obj
         if problems:
             shown = "\n  ".join(problems[:10])
             more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
@@ -270,6 +274,7 @@ class ToolRegistry:
             )
         for tool in ready:
             self._tools[tool.name] = tool
+        self._runners.update(runners)
         return ready
 
     def add(self, *tools: Any) -> list[Tool]:
@@ -442,6 +447,55 @@ class ToolRegistry:
         """Every tool in MCP's form (the ``tools`` of one ``tools/list`` page)."""
         return [t.to_mcp() for t in self._tools.values()]
 
+    # -- running -------------------------------------------------------------------------------
+    def _bound(self, call: Any) -> tuple[Any, dict[str, Any]]:
+        name, args = _call_parts(call)
+        tool = self[name]
+        if name not in self._runners:
+            raise ToolError(
+                f"tool {name!r} came from {tool.source} and has no Python callable: register "
+                "the function, pydantic model or LangChain tool itself to invoke it"
+            )
+        import jsonschema
+
+        errors = sorted(
+            jsonschema.Draft202012Validator(
+                tool.parameters, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+            ).iter_errors(args),
+            key=str,
+        )
+        if errors:
+            raise ToolError(f"arguments of {name!r} do not match its schema: {errors[0].message}")
+        return self._runners[name], args
+
+    def invoke(self, call: Any) -> Any:
+        """Run the callable registered for ``call``'s tool with its arguments (checked against
+        the schema first) and return what it returns. ``call``: a tool call in OpenAI form
+        (``{"function": {"name", "arguments"}}`` or an object with ``.function``), LangChain's
+        ``{"name", "args"}``, or :class:`~trierouter.router.toolcalls.ToolCall`. A pydantic model
+        returns the validated instance; a LangChain tool runs through its ``invoke``."""
+        runner, args = self._bound(call)
+        if convert.is_pydantic_model(runner):
+            return runner.model_validate(args)
+        if convert.is_langchain_tool(runner):
+            return runner.invoke(args)
+        result = runner(**args)
+        if inspect.isawaitable(result):
+            raise ToolError(f"tool {_call_parts(call)[0]!r} is async: use ainvoke")
+        return result
+
+    async def ainvoke(self, call: Any) -> Any:
+        """:meth:`invoke` for event loops: coroutine functions are awaited, LangChain tools run
+        through ``ainvoke``, plain functions in a worker thread."""
+        runner, args = self._bound(call)
+        if convert.is_pydantic_model(runner):
+            return runner.model_validate(args)
+        if convert.is_langchain_tool(runner):
+            return await runner.ainvoke(args)
+        if inspect.iscoroutinefunction(runner):
+            return await runner(**args)
+        return await asyncio.to_thread(runner, **args)
+
     # -- files -----------------------------------------------------------------------------------
     def compile(self, index: Any, **kwargs: Any) -> Any:
         """Compile for decoding against a tokenizer index (or Vocabulary): the names trie and
@@ -515,3 +569,36 @@ def _from_row(row: Any) -> Tool:
     if not isinstance(row, dict) or not isinstance(row.get("source", "dict"), str):
         raise ConversionError("a saved tool is a JSON object with name, description, parameters")
     return convert.from_dict(row)
+
+
+def _runnable(obj: Any) -> bool:
+    """What :meth:`ToolRegistry.invoke` can run: functions, pydantic models, LangChain tools."""
+    if isinstance(obj, Tool | Mapping):
+        return False
+    return bool(
+        convert.is_pydantic_model(obj) or convert.is_langchain_tool(obj) or callable(obj)
+    ) and not hasattr(obj, "inputSchema")
+
+
+def _call_parts(call: Any) -> tuple[str, dict[str, Any]]:
+    """(tool name, arguments dict) of a tool call in any of the forms :meth:`invoke` takes."""
+    fn = call.get("function") if isinstance(call, Mapping) else getattr(call, "function", None)
+    if fn is not None:
+        name = fn.get("name") if isinstance(fn, Mapping) else getattr(fn, "name", None)
+        raw = fn.get("arguments") if isinstance(fn, Mapping) else getattr(fn, "arguments", None)
+    elif isinstance(call, Mapping):
+        name, raw = call.get("name"), call.get("args", call.get("arguments"))
+    else:
+        name, raw = getattr(call, "name", None), getattr(call, "args", None)
+    if not isinstance(name, str):
+        raise ToolError(f"not a tool call (no name): {call!r:.120}")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise ToolError(f"arguments of {name!r} are not JSON: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ToolError(f"arguments of {name!r} must be an object, got {type(raw).__name__}")
+    return name, dict(raw)

@@ -16,11 +16,14 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ARG_ALLOWED",
     "ARG_CHOICES",
+    "ARG_PARALLEL",
     "ARG_PREFIX",
     "ARG_SET",
     "ARG_THINK",
     "ARG_THINK_MAX_TOKENS",
+    "ARG_TOOL_FORMAT",
     "ENV_INLINE_CACHE",
     "ENV_INLINE_CACHE_BYTES",
     "ENV_MAX_INLINE",
@@ -47,10 +50,16 @@ ARG_TOOLS = "trierouter_tools"
 ARG_TOOLS_INLINE = "trierouter_tools_inline"
 ARG_TOOL_CHOICE = "trierouter_tool_choice"
 ARG_TOOL_BUDGET = "trierouter_tool_budget"
+ARG_TOOL_FORMAT = "trierouter_tool_format"
+ARG_PARALLEL = "trierouter_parallel"
+ARG_ALLOWED = "trierouter_allowed"
 _ARGS = (
     ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX, ARG_TOOLS,
-    ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET,
+    ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL,
+    ARG_ALLOWED,
 )  # fmt: skip
+TOOL_FORMATS = ("hermes", "llama3", "mistral", "json")
+"""Native call syntaxes ``trierouter_tool_format`` accepts (``json``: the bare call object)."""
 ENV_TOOLS = "TRIEROUTER_TOOLS"
 
 ENV_SETS = "TRIEROUTER_SETS"
@@ -145,6 +154,12 @@ class RequestSpec:
     """Inline tools, as canonical JSON."""
     tool_choice: str = "required"
     tool_budget: int | None = None
+    tool_format: str = "json"
+    """The native call syntax (:data:`TOOL_FORMATS`)."""
+    parallel: bool = False
+    """More than one call may follow the first (``parallel_tool_calls``)."""
+    allowed: tuple[str, ...] | None = None
+    """Calls restricted to these tools of the registry (a shortlist)."""
 
     @property
     def is_tool_call(self) -> bool:
@@ -276,6 +291,22 @@ def _parse_tools(
         raise ValueError(f"{ARG_THINK_MAX_TOKENS}={max_tokens!r:.40}: expected an int >= 0")
     if ARG_PREFIX in mine:
         raise ValueError(f"{ARG_PREFIX} does not apply to tool calls")
+    fmt = mine.get(ARG_TOOL_FORMAT, "json")
+    if fmt not in TOOL_FORMATS:
+        raise ValueError(f"{ARG_TOOL_FORMAT}={fmt!r:.40}: expected one of {list(TOOL_FORMATS)}")
+    parallel = mine.get(ARG_PARALLEL, 0)
+    if parallel not in (0, 1) or isinstance(parallel, float):
+        raise ValueError(f"{ARG_PARALLEL}={parallel!r:.40}: expected 0 or 1")
+    allowed = mine.get(ARG_ALLOWED)
+    if allowed is not None:
+        if name is None:
+            raise ValueError(f"{ARG_ALLOWED} needs {ARG_TOOLS!r} (a registry to restrict)")
+        ok = isinstance(allowed, list) and allowed and all(isinstance(a, str) for a in allowed)
+        if not ok:
+            raise ValueError(f"{ARG_ALLOWED}: expected a non-empty list of tool names")
+        if len(allowed) > lim.max_inline_values:
+            raise ValueError(f"{ARG_ALLOWED}: {len(allowed)} names, more than the inline limit")
+        allowed = tuple(allowed)
     return RequestSpec(
         set_name=None,
         values=None,
@@ -285,6 +316,9 @@ def _parse_tools(
         tools_inline=text,
         tool_choice=choice,
         tool_budget=budget,
+        tool_format=fmt,
+        parallel=bool(parallel),
+        allowed=allowed,
     )
 
 

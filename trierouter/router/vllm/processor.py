@@ -16,9 +16,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without vllm
     raise missing("vllm", "vllm") from exc
 
+import copy
 import hashlib
 import json
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +37,7 @@ from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmas
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
 from trierouter.router.toolcalls import ToolCallPlan
 from trierouter.router.vllm.args import (
+    ARG_ALLOWED,
     ARG_SET,
     ARG_TOOLS,
     ARG_TOOLS_INLINE,
@@ -63,6 +66,13 @@ from trierouter.router.vllm.named import (
 )
 
 __all__ = ["TrieRouterLogitsProcessor"]
+
+# (opener, closer) of a call in each native syntax; the call itself is the JSON object
+# {"name": ..., "arguments": {...}} (interim: until trierouter.router.formats lands)
+_ENVELOPES: dict[str, tuple[str, str]] = {
+    "json": ("", ""),
+    "hermes": ("<tool_call>\n", "\n</tool_call>"),
+}
 
 
 class _Req:
@@ -95,12 +105,24 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         if spec.tools_name is not None and spec.tools_name not in list_tool_registries():
             known = ", ".join(sorted(list_tool_registries())[:20]) or f"none (${ENV_TOOLS} unset)"
             raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry; known: {known}")
+        if spec.is_tool_call and spec.tool_format not in _ENVELOPES:
+            raise ValueError(
+                f"trierouter_tool_format={spec.tool_format!r} is not served yet; "
+                f"served: {sorted(_ENVELOPES)}"
+            )
         if spec.tools_inline is not None:  # what the worker would find mid-batch, found here
             inline = check_inline_tools(spec.tools_inline)
             check_tool_choice(spec.tool_choice, inline, f"{ARG_TOOLS_INLINE}")
-        elif spec.tools_name is not None and spec.tool_choice not in BUILTIN_CHOICES:
+        elif spec.tools_name is not None:
             reg = registry_specs(spec.tools_name)
             check_tool_choice(spec.tool_choice, reg.names, f"registry {spec.tools_name!r}")
+            missing_names = [n for n in spec.allowed or () if n not in reg.names]
+            if missing_names:
+                raise ValueError(
+                    f"{ARG_ALLOWED}: {missing_names[:5]} are not in registry {spec.tools_name!r}"
+                )
+            if spec.allowed is not None and spec.tool_choice not in BUILTIN_CHOICES:
+                check_tool_choice(spec.tool_choice, spec.allowed, f"{ARG_ALLOWED}")
         if spec.set_name is not None:
             names = list_named_sets()
             if spec.set_name not in names:
@@ -133,9 +155,8 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._end_row: I32 | None = None
         self._tools: dict[str, CompiledTools] = {}
         self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
-        self._tool_plans: OrderedDict[tuple[str, str, str | None, int, int | None], Any] = (
-            OrderedDict()
-        )
+        self._tails: OrderedDict[str, tuple[CompiledTools, CompiledTools]] = OrderedDict()
+        self._tool_plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         tools_cfg = os.environ.get(ENV_TOOLS, "")
         if tools_cfg:
             for name, tools in load_tool_registries(tools_cfg).items():
@@ -200,6 +221,8 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         return plan
 
     def _tool_plan(self, spec: RequestSpec) -> Any:
+        opener, closer = _ENVELOPES[spec.tool_format]
+        tail = "}" + closer
         if spec.tools_name is not None:
             if spec.tools_name not in self._tools:
                 raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
@@ -216,16 +239,32 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     self._inline_tools.popitem(last=False)
             else:
                 self._inline_tools.move_to_end(src)
-        key = (src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget)
+        if tools.tail != tail:
+            tools = self._tailed(src, tools, tail)
+        allowed = None if spec.allowed is None else sorted(set(spec.allowed))
+        subset = None if allowed is None else hashlib.sha256("\n".join(allowed).encode()).digest()
+        key = (
+            src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
+            spec.tool_format, subset,
+        )  # fmt: skip
         plan = self._tool_plans.get(key)
         if plan is None:
             b = spec.tool_budget
+            forced = spec.tool_choice not in ("auto", "none")
+            think = spec.think is not None
+            if forced and opener and not think:  # the opener as a forced literal
+                think_end, think_max = opener, 0
+            else:
+                think_end, think_max = spec.think or "</think>", spec.think_max_tokens
             plan = ToolCallPlan(
                 tools,
                 tool_choice=spec.tool_choice,
-                think=spec.think is not None,
-                think_end=spec.think or "</think>",
-                think_max_tokens=spec.think_max_tokens,
+                allowed=allowed,
+                think=think or (forced and bool(opener)),
+                think_end=think_end,
+                think_max_tokens=think_max,
+                call_prefix=opener or "<tool_call>",
+                call_suffix=closer,
                 string_max_tokens=b,
                 slot_max_tokens=None if b is None else 2 * b,
                 max_tokens=None if b is None else 6 * b,
@@ -236,6 +275,21 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         else:
             self._tool_plans.move_to_end(key)
         return plan
+
+    def _tailed(self, src: str, tools: CompiledTools, tail: str) -> CompiledTools:
+        """``tools`` whose calls end with ``tail`` (the format's closer): the names trie and the
+        slot analysis are shared, only the per-tool automata (built on demand) differ."""
+        key = f"{src}|tail={tail}"
+        hit = self._tails.get(key)
+        if hit is None or hit[0] is not tools:
+            twin = copy.copy(tools)
+            twin.tail = tail
+            twin._automata = OrderedDict()
+            twin._lock = threading.RLock()
+            hit = self._tails[key] = (tools, twin)
+            while len(self._tails) > self._cache_size:
+                self._tails.popitem(last=False)
+        return hit[1]
 
     def _new_request(self, params: Any, out: list[int]) -> _Req | None:
         try:
