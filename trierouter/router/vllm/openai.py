@@ -27,6 +27,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trierouter.errors import missing
+from trierouter.router.calls import (
+    ENVELOPES,
+    ParsedCall,
+    ToolCallStream,
+    call_problem,
+    parse_calls,
+)
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
     ARG_PARALLEL,
@@ -38,13 +45,6 @@ from trierouter.router.vllm.args import (
     ENV_MAX_TOTAL_BYTES,
     RequestLimits,
     _env_int,
-)
-from trierouter.router.vllm.calls import (
-    ENVELOPES,
-    ParsedCall,
-    ToolCallStream,
-    call_problem,
-    parse_calls,
 )
 from trierouter.router.vllm.checks import (
     check_inline_tools,

@@ -34,8 +34,8 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
+from trierouter.router.calls import NATIVE_FORMATS, call_tail, native_plan
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
-from trierouter.router.toolcalls import ToolCallPlan
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
     ARG_SET,
@@ -66,13 +66,6 @@ from trierouter.router.vllm.named import (
 )
 
 __all__ = ["TrieRouterLogitsProcessor"]
-
-# (opener, closer) of a call in each native syntax; the call itself is the JSON object
-# {"name": ..., "arguments": {...}} (interim: until trierouter.router.formats lands)
-_ENVELOPES: dict[str, tuple[str, str]] = {
-    "json": ("", ""),
-    "hermes": ("<tool_call>\n", "\n</tool_call>"),
-}
 
 
 class _Req:
@@ -105,10 +98,10 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         if spec.tools_name is not None and spec.tools_name not in list_tool_registries():
             known = ", ".join(sorted(list_tool_registries())[:20]) or f"none (${ENV_TOOLS} unset)"
             raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry; known: {known}")
-        if spec.is_tool_call and spec.tool_format not in _ENVELOPES:
+        if spec.is_tool_call and spec.tool_format not in NATIVE_FORMATS:
             raise ValueError(
                 f"trierouter_tool_format={spec.tool_format!r} is not served yet; "
-                f"served: {sorted(_ENVELOPES)}"
+                f"served: {sorted(NATIVE_FORMATS)}"
             )
         if spec.tools_inline is not None:  # what the worker would find mid-batch, found here
             inline = check_inline_tools(spec.tools_inline)
@@ -221,8 +214,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         return plan
 
     def _tool_plan(self, spec: RequestSpec) -> Any:
-        opener, closer = _ENVELOPES[spec.tool_format]
-        tail = "}" + closer
+        tail = call_tail(spec.tool_format)
         if spec.tools_name is not None:
             if spec.tools_name not in self._tools:
                 raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
@@ -249,25 +241,14 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         )  # fmt: skip
         plan = self._tool_plans.get(key)
         if plan is None:
-            b = spec.tool_budget
-            forced = spec.tool_choice not in ("auto", "none")
-            think = spec.think is not None
-            if forced and opener and not think:  # the opener as a forced literal
-                think_end, think_max = opener, 0
-            else:
-                think_end, think_max = spec.think or "</think>", spec.think_max_tokens
-            plan = ToolCallPlan(
+            plan = native_plan(
                 tools,
+                fmt=spec.tool_format,
                 tool_choice=spec.tool_choice,
                 allowed=allowed,
-                think=think or (forced and bool(opener)),
-                think_end=think_end,
-                think_max_tokens=think_max,
-                call_prefix=opener or "<tool_call>",
-                call_suffix=closer,
-                string_max_tokens=b,
-                slot_max_tokens=None if b is None else 2 * b,
-                max_tokens=None if b is None else 6 * b,
+                budget=spec.tool_budget,
+                think=spec.think,
+                think_max_tokens=spec.think_max_tokens,
             )
             self._tool_plans[key] = plan
             while len(self._tool_plans) > self._cache_size:

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "ENVELOPES",
+    "NATIVE_FORMATS",
     "CallEnvelope",
     "ParsedCall",
     "StreamDelta",
     "ToolCallStream",
     "call_problem",
+    "call_tail",
+    "native_plan",
     "parse_calls",
     "scan_json_value",
 ]
@@ -44,6 +47,55 @@ ENVELOPES: Mapping[str, CallEnvelope] = {
     "mistral": CallEnvelope("[TOOL_CALLS]", "arguments"),
 }
 """Where calls sit in each native syntax (see :mod:`trierouter.router.formats`)."""
+
+NATIVE_FORMATS: Mapping[str, tuple[str, str]] = {
+    "json": ("", ""),
+    "hermes": ("<tool_call>\n", "\n</tool_call>"),
+}
+"""(opener, closer) around one ``{"name": ..., "arguments": {...}}`` call, per syntax that the
+decoder serves (interim table until :mod:`trierouter.router.formats` lands)."""
+
+
+def call_tail(fmt: str) -> str:
+    """What follows a call's arguments object in ``fmt``: the ``}`` and the closer."""
+    return "}" + NATIVE_FORMATS[fmt][1]
+
+
+def native_plan(
+    tools: Any,
+    *,
+    fmt: str,
+    tool_choice: str = "required",
+    allowed: Sequence[str] | None = None,
+    budget: int | None = None,
+    think: str | None = None,
+    think_max_tokens: int = 256,
+) -> Any:
+    """A :class:`~trierouter.router.toolcalls.ToolCallPlan` for one call in syntax ``fmt``
+    (``tools`` compiled with ``tail=call_tail(fmt)``): forced choices start with the opener as
+    forced text, ``"auto"`` lets the opener start a call, ``"none"`` never lets it appear.
+    ``budget`` steers free strings (and 2x: schema slots, 6x: the arguments) to their end."""
+    from trierouter.router.toolcalls import ToolCallPlan
+
+    opener, closer = NATIVE_FORMATS[fmt]
+    forced = tool_choice not in ("auto", "none")
+    if forced and opener and think is None:  # the opener, as a forced literal
+        think_end, think_max = opener, 0
+    else:
+        think_end, think_max = think or "</think>", think_max_tokens
+    return ToolCallPlan(
+        tools,
+        tool_choice=tool_choice,
+        allowed=allowed,
+        think=think is not None or (forced and bool(opener)),
+        think_end=think_end,
+        think_max_tokens=think_max,
+        call_prefix=opener or "<tool_call>",
+        call_suffix=closer,
+        string_max_tokens=budget,
+        slot_max_tokens=None if budget is None else 2 * budget,
+        max_tokens=None if budget is None else 6 * budget,
+    )
 
 
 @dataclass
