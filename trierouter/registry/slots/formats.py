@@ -1,5 +1,7 @@
 """Fixed-format languages for argument slots: dates, times, UUIDs, IPv4, integer ranges, numbers,
-length-bounded strings (the same languages as XGrammar's JSON-schema rules).
+length-bounded strings (the same languages as XGrammar's JSON-schema rules, except that dates and
+times are the ones that exist: no year 0000, no February 30, no leap second, so every value
+passes ``jsonschema``'s format checker; XGrammar's rules accept those).
 """
 
 from __future__ import annotations
@@ -34,16 +36,48 @@ def _two(first: str, second: str) -> _Node:
     return seq(cls(first), cls(second))
 
 
+def _year() -> _Node:
+    """0001-9999 (year 0000 is no date for Python or ``jsonschema``'s format checker)."""
+    nz = cls("123456789")
+    return alt(
+        seq(nz, rep(DIGIT, 3, 3)),
+        seq(lit("0"), nz, rep(DIGIT, 2, 2)),
+        seq(lit("00"), nz, DIGIT),
+        seq(lit("000"), nz),
+    )
+
+
+def _leap_year() -> _Node:
+    """Gregorian leap years 0004-9996: last two digits a nonzero multiple of 4, or a century
+    whose first two digits are a multiple of 4 (0400, 0800, ..., 9600)."""
+    mult4 = [f"{n:02d}" for n in range(0, 100, 4)]
+    last = alt(*(lit(m) for m in mult4[1:]))
+    first = alt(*(lit(m) for m in mult4[1:]))
+    return alt(seq(_two("0123456789", "0123456789"), last), seq(first, lit("00")))
+
+
 def _date() -> _Node:
-    month = alt(seq(lit("0"), cls("123456789")), seq(lit("1"), cls("012")))
-    day = alt(seq(lit("0"), cls("123456789")), seq(cls("12"), DIGIT), seq(lit("3"), cls("01")))
-    return seq(rep(DIGIT, 4, 4), lit("-"), month, lit("-"), day)
+    """Calendar dates that exist: 30-day months, February 28 or 29 in leap years."""
+    d_1_9 = seq(lit("0"), cls("123456789"))
+    d_28 = alt(d_1_9, seq(lit("1"), DIGIT), seq(lit("2"), cls("012345678")))
+    d_30 = alt(d_28, lit("29"), lit("30"))
+    d_31 = alt(d_30, lit("31"))
+    m31 = alt(*(lit(m) for m in ("01", "03", "05", "07", "08", "10", "12")))
+    m30 = alt(*(lit(m) for m in ("04", "06", "09", "11")))
+    return alt(
+        seq(_year(), lit("-"), m31, lit("-"), d_31),
+        seq(_year(), lit("-"), m30, lit("-"), d_30),
+        seq(_year(), lit("-02-"), d_28),
+        seq(_leap_year(), lit("-02-29")),
+    )
 
 
 def _time() -> _Node:
+    """RFC 3339 times without the leap second (``:60`` is refused by Python's parsers and
+    ``jsonschema``'s format checker)."""
     hour = alt(seq(cls("01"), DIGIT), seq(lit("2"), cls("0123")))
     minute = seq(cls("012345"), DIGIT)
-    second = alt(seq(cls("012345"), DIGIT), lit("60"))
+    second = seq(cls("012345"), DIGIT)
     frac = opt(seq(lit("."), rep(DIGIT, 1, None)))
     offset = alt(lit("Z"), seq(cls("+-"), hour, lit(":"), minute))
     return seq(hour, lit(":"), minute, lit(":"), second, frac, offset)
