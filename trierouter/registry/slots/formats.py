@@ -99,12 +99,24 @@ def _ipv4() -> _Node:
     return seq(rep(seq(octet, lit(".")), 3, 3), octet)
 
 
+def _email() -> _Node:
+    """``local@domain.tld``: a dot-atom-like local part (1-64 characters) and 2-4 domain labels
+    of letters, digits and hyphens (XGrammar's email rule has no length bound, so a sampled
+    address could run on for ever; this one ends within the string budget)."""
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    local = rep(cls(alnum + "._%+-"), 1, 64)
+    label = rep(cls(alnum + "-"), 1, 63)
+    return seq(local, lit("@"), label, rep(seq(lit("."), label), 1, 3))
+
+
 FORMATS: dict[str, Callable[[], _Node]] = {
     "date": _date,
     "time": _time,
     "date-time": lambda: seq(_date(), lit("T"), _time()),
     "uuid": _uuid,
     "ipv4": _ipv4,
+    "email": _email,
+    "idn-email": _email,
 }
 
 
