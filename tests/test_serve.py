@@ -149,7 +149,7 @@ def client(server: str) -> Any:
 
 
 def _create(client: Any, **kw: Any) -> Any:
-    args: dict[str, Any] = {"model": "tiny", "messages": MSGS, "tools": TOOLS, "max_tokens": 96}
+    args: dict[str, Any] = {"model": "tiny", "messages": MSGS, "tools": TOOLS, "max_tokens": 256}
     args.update(kw)
     return client.chat.completions.create(**args)
 
@@ -201,6 +201,10 @@ def test_auto_is_never_forced(client: Any, server: str) -> None:
 def test_sampled_required_and_named_calls_all_valid(client: Any) -> None:
     async def run() -> list[Any]:
         aclient = openai.AsyncOpenAI(base_url=client.base_url, api_key="none", timeout=300)
+        async with aclient:
+            return await asyncio.gather(*calls(aclient))
+
+    def calls(aclient: Any) -> list[Any]:
         reqs = []
         for i in range(48):
             choice: Any = "required"
@@ -217,7 +221,7 @@ def test_sampled_required_and_named_calls_all_valid(client: Any) -> None:
                     temperature=1.0,
                 )
             )
-        return list(await asyncio.gather(*reqs))
+        return reqs
 
     results = asyncio.run(run())
     problems = []
@@ -425,15 +429,20 @@ def test_openai_agents_two_step_loop(server: str) -> None:
         calls.append({"city": city})
         return f"sunny in {city}"
 
-    client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
-    agent = agents.Agent(
-        name="assistant",
-        instructions="Answer with the weather tool.",
-        tools=[weather],
-        model=agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client),
-        model_settings=agents.ModelSettings(tool_choice="required", max_tokens=64),
-    )
-    result = asyncio.run(agents.Runner.run(agent, "Weather in Paris?", max_turns=4))
+    async def run() -> Any:
+        async with openai.AsyncOpenAI(
+            base_url=f"{server}/v1", api_key="none", max_retries=0
+        ) as client:
+            agent = agents.Agent(
+                name="assistant",
+                instructions="Answer with the weather tool.",
+                tools=[weather],
+                model=agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client),
+                model_settings=agents.ModelSettings(tool_choice="required", max_tokens=64),
+            )
+            return await agents.Runner.run(agent, "Weather in Paris?", max_turns=4)
+
+    result = asyncio.run(run())
     kinds = [type(item).__name__ for item in result.new_items]
     assert kinds[:2] == ["ToolCallItem", "ToolCallOutputItem"], kinds
     assert kinds[-1] == "MessageOutputItem", kinds

@@ -169,7 +169,7 @@ def request_xargs(
                 f"tools: {len(tools)} tools, more than ${ENV_MAX_INLINE_TOOLS}={max_tools}; "
                 f"serve large sets as a named registry (${'TRIEROUTER_TOOLS'})"
             )
-        text = json.dumps(list(tools), sort_keys=True, ensure_ascii=False)
+        text = json.dumps(list(tools), ensure_ascii=False)  # property order as the model saw it
         if len(text) > lim.max_total_bytes:
             raise ValueError(
                 f"tools: {len(text)} bytes, more than ${ENV_MAX_TOTAL_BYTES}="

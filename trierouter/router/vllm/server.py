@@ -331,6 +331,9 @@ def serve_argv(argv: Sequence[str]) -> list[str]:
         args = ["--model", args[0], *args[1:]]
     extra: list[str] = []
     flags = list(SERVE_FLAGS)
+    if _processor_installed():  # vLLM loads it from the entry point already: not twice
+        i = flags.index("--logits-processors")
+        del flags[i : i + 2]
     i = 0
     while i < len(flags):
         flag = flags[i]
@@ -339,6 +342,15 @@ def serve_argv(argv: Sequence[str]) -> list[str]:
             extra.extend(flags[i : i + 2] if takes_value else [flag])
         i += 2 if takes_value else 1
     return [*args, *extra]
+
+
+def _processor_installed() -> bool:
+    """Whether the ``vllm.logits_processors`` entry point of an installed trierouter loads the
+    processor into every engine."""
+    import importlib.metadata
+
+    eps = importlib.metadata.entry_points(group="vllm.logits_processors")
+    return any(e.value.startswith("trierouter.") for e in eps)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
