@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "registry_tools": len(registry),
         "repeats": args.repeats,
         "timeout_s": args.timeout,
-        "machine": {"cpus": os.cpu_count()},
+        "machine": {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()},
         "servers": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             res = measure(url, "vllm", inline, args.repeats, args.timeout, short=short)
             res["server_start_s"] = start
             result["servers"]["vllm"] = res
+    result["machine"]["load_average_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: {c: v.get("median_s") for c, v in s.items() if isinstance(v, dict)}
