@@ -8,7 +8,8 @@ that works on the JSON body of ``/v1/chat/completions`` before vLLM parses it:
 - a body larger than ``$TRIEROUTER_MAX_BODY_BYTES`` (default 16 MiB) is refused with 400;
 - ``vllm_xargs.trierouter_tools`` (a named registry from ``$TRIEROUTER_TOOLS``) is expanded:
   the top ``trierouter_tool_search`` tools (default 16) for the conversation (BM25 over the
-  registry's names and descriptions) become the request's ``tools``, so the chat template
+  registry's names and descriptions; padded with the registry's first tools when fewer match)
+  become the request's ``tools``, so the chat template
   renders them, and ``trierouter_allowed`` restricts the call to them unless
   ``trierouter_constrain`` is ``"registry"`` (the whole registry stays callable);
 - ``tool_choice: "none"`` with tools gets its constraint (vLLM does not call the tool parser
@@ -118,9 +119,14 @@ class _Search:
         self._ready.wait()
         if self._error is not None:
             raise RuntimeError(f"tool search index failed to build: {self._error}")
-        if not query.strip():
-            return [t.name for t in list(self.specs.registry)[:k]]
-        found: list[str] = self._index.search(query, k)
+        found: list[str] = self._index.search(query, k) if query.strip() else []
+        if len(found) < k:  # fewer matches than asked: pad with the registry's first tools
+            have = set(found)
+            for t in self.specs.registry:
+                if len(found) >= k:
+                    break
+                if t.name not in have:
+                    found.append(t.name)
         return found
 
 
