@@ -448,53 +448,24 @@ class ToolRegistry:
         return [t.to_mcp() for t in self._tools.values()]
 
     # -- running -------------------------------------------------------------------------------
-    def _bound(self, call: Any) -> tuple[Any, dict[str, Any]]:
-        name, args = _call_parts(call)
-        tool = self[name]
-        if name not in self._runners:
-            raise ToolError(
-                f"tool {name!r} came from {tool.source} and has no Python callable: register "
-                "the function, pydantic model or LangChain tool itself to invoke it"
-            )
-        import jsonschema
-
-        errors = sorted(
-            jsonschema.Draft202012Validator(
-                tool.parameters, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
-            ).iter_errors(args),
-            key=str,
-        )
-        if errors:
-            raise ToolError(f"arguments of {name!r} do not match its schema: {errors[0].message}")
-        return self._runners[name], args
-
     def invoke(self, call: Any) -> Any:
-        """Run the callable registered for ``call``'s tool with its arguments (checked against
-        the schema first) and return what it returns. ``call``: a tool call in OpenAI form
-        (``{"function": {"name", "arguments"}}`` or an object with ``.function``), LangChain's
-        ``{"name", "args"}``, or :class:`~trierouter.router.toolcalls.ToolCall`. A pydantic model
-        returns the validated instance; a LangChain tool runs through its ``invoke``."""
-        runner, args = self._bound(call)
-        if convert.is_pydantic_model(runner):
-            return runner.model_validate(args)
-        if convert.is_langchain_tool(runner):
-            return runner.invoke(args)
-        result = runner(**args)
-        if inspect.isawaitable(result):
-            raise ToolError(f"tool {_call_parts(call)[0]!r} is async: use ainvoke")
-        return result
+        """Run the Python callable registered for ``call``'s tool (:func:`~trierouter.registry.
+        invoke.invoke_tool`): arguments checked against the schema first."""
+        from trierouter.registry.invoke import invoke_tool
+
+        return invoke_tool(self, call)
 
     async def ainvoke(self, call: Any) -> Any:
-        """:meth:`invoke` for event loops: coroutine functions are awaited, LangChain tools run
-        through ``ainvoke``, plain functions in a worker thread."""
-        runner, args = self._bound(call)
-        if convert.is_pydantic_model(runner):
-            return runner.model_validate(args)
-        if convert.is_langchain_tool(runner):
-            return await runner.ainvoke(args)
-        if inspect.iscoroutinefunction(runner):
-            return await runner(**args)
-        return await asyncio.to_thread(runner, **args)
+        """:meth:`invoke` for event loops (:func:`~trierouter.registry.invoke.ainvoke_tool`)."""
+        from trierouter.registry.invoke import ainvoke_tool
+
+        return await ainvoke_tool(self, call)
+
+    def runner(self, name: str) -> Any:
+        """The function, pydantic model or LangChain tool registered as ``name``, or ``None``
+        when the tool came from a schema (a dict, MCP) and has nothing to run."""
+        self[name]
+        return self._runners.get(name)
 
     # -- files -----------------------------------------------------------------------------------
     def compile(self, index: Any, **kwargs: Any) -> Any:
@@ -571,6 +542,7 @@ def _from_row(row: Any) -> Tool:
     return convert.from_dict(row)
 
 
+
 def _runnable(obj: Any) -> bool:
     """What :meth:`ToolRegistry.invoke` can run: functions, pydantic models, LangChain tools."""
     if isinstance(obj, Tool | Mapping):
@@ -578,27 +550,3 @@ def _runnable(obj: Any) -> bool:
     return bool(
         convert.is_pydantic_model(obj) or convert.is_langchain_tool(obj) or callable(obj)
     ) and not hasattr(obj, "inputSchema")
-
-
-def _call_parts(call: Any) -> tuple[str, dict[str, Any]]:
-    """(tool name, arguments dict) of a tool call in any of the forms :meth:`invoke` takes."""
-    fn = call.get("function") if isinstance(call, Mapping) else getattr(call, "function", None)
-    if fn is not None:
-        name = fn.get("name") if isinstance(fn, Mapping) else getattr(fn, "name", None)
-        raw = fn.get("arguments") if isinstance(fn, Mapping) else getattr(fn, "arguments", None)
-    elif isinstance(call, Mapping):
-        name, raw = call.get("name"), call.get("args", call.get("arguments"))
-    else:
-        name, raw = getattr(call, "name", None), getattr(call, "args", None)
-    if not isinstance(name, str):
-        raise ToolError(f"not a tool call (no name): {call!r:.120}")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise ToolError(f"arguments of {name!r} are not JSON: {exc}") from exc
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise ToolError(f"arguments of {name!r} must be an object, got {type(raw).__name__}")
-    return name, dict(raw)
