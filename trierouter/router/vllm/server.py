@@ -264,12 +264,12 @@ class ToolSearchMiddleware:
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
-        if os.environ.get(ENV_TOOLS):  # start building the searches now, not at first use
-            for name in sorted(list_tool_registries()):
+        if os.environ.get(ENV_TOOLS):  # load now (a bad registry stops the server with its
+            for name in sorted(list_tool_registries()):  # problems), build the searches
                 try:
                     _search_for(name)
-                except ValueError as exc:
-                    logger.error("trierouter: registry %s: %s", name, exc)
+                except (ValueError, OSError) as exc:
+                    raise RuntimeError(f"${ENV_TOOLS}: registry {name!r}: {exc}") from exc
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
