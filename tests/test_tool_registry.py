@@ -61,7 +61,9 @@ def test_public_surface_is_pinned() -> None:
     assert trierouter.registry.__all__ == [
         "MAX_NAME_LENGTH",
         "NAMESPACE_SEPARATOR",
+        "CALL_FORMATS",
         "SHIPPED",
+        "CallFormat",
         "ChoiceSet",
         "CompiledTools",
         "TokenIndex",
@@ -76,6 +78,7 @@ def test_public_surface_is_pinned() -> None:
     assert trierouter.router.__all__ == [
         "FunctionCall",
         "Matcher",
+        "ParsedOutput",
         "ToolCall",
         "ToolCallError",
         "ToolCallPlan",

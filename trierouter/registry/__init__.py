@@ -8,6 +8,7 @@
   :class:`CompiledTools` with one exact engine per argument slot (:mod:`.slots`).
 """
 
+from trierouter.registry.call_formats import CALL_FORMATS, CallFormat
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex, default_cache_dir
 from trierouter.registry.shipped import SHIPPED, shipped_vocabulary
@@ -17,9 +18,11 @@ from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = [
+    "CALL_FORMATS",
     "MAX_NAME_LENGTH",
     "NAMESPACE_SEPARATOR",
     "SHIPPED",
+    "CallFormat",
     "ChoiceSet",
     "CompiledTools",
     "TokenIndex",

@@ -14,6 +14,7 @@ from trierouter.router.bitmask import (
 from trierouter.router.matcher import Matcher
 from trierouter.router.toolcalls import (
     FunctionCall,
+    ParsedOutput,
     ToolCall,
     ToolCallError,
     ToolCallPlan,
@@ -23,6 +24,7 @@ from trierouter.router.toolcalls import (
 __all__ = [
     "FunctionCall",
     "Matcher",
+    "ParsedOutput",
     "ToolCall",
     "ToolCallError",
     "ToolCallPlan",

@@ -124,8 +124,10 @@ class SlotCompiler:
         self._string = string_fragment()
         self._refs: list[str] = []
 
-    def tool(self, schema: dict[str, Any], tail: bytes) -> tuple[Fragment, list[Slot]]:
-        """The automaton for a tool's arguments object followed by ``tail``; its slots."""
+    def tool(
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
+    ) -> tuple[Fragment, list[Slot]]:
+        """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots."""
         slots: list[Slot] = []
         if not self.dry:
             schema = strip_annotations(schema)
@@ -134,9 +136,14 @@ class SlotCompiler:
         if self.dry:
             return frag, slots
         b = Builder()
-        b.add(frag)
+        if head:
+            lead = nfa_fragment(lit(head))
+            b.add(lead)
+        at = b.add(frag)
+        if head:
+            b.link(b.accepting(0, lead), at)
         end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
-        b.link(b.accepting(0, frag), end)
+        b.link(b.accepting(at, frag), end)
         return b.finish(), slots
 
     # -- dispatch ----------------------------------------------------------------------------
