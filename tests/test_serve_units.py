@@ -15,7 +15,7 @@ from typing import Literal
 import pytest
 
 from trierouter.registry.tools import ToolRegistry
-from trierouter.router.calls import ENVELOPES, ParsedCall, ToolCallStream, call_problem, parse_calls
+from trierouter.router.calls import ParsedCall, ToolCallStream, call_problem, envelope, parse_calls
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -41,14 +41,14 @@ TEXTS = [
         'Sure. <tool_call>\n{"name": "get_w\\"x", "arguments": {"a": "}{\\"", "b": [1, {"c": 2}]}}'
         '\n</tool_call>\n<tool_call>\n{"name": "t2", "arguments": {}}\n</tool_call>',
     ),
-    ("llama3", '{"name": "f", "parameters": {"x": "é"}}; {"name": "g", "parameters": {}}'),
+    ("llama3_json", '{"name": "f", "parameters": {"x": "é"}}; {"name": "g", "parameters": {}}'),
     ("hermes", "no call here, just text with <tool"),
 ]
 
 
 @pytest.mark.parametrize(("fmt", "text"), TEXTS)
 def test_streamed_deltas_add_up_to_the_parsed_calls(fmt: str, text: str) -> None:
-    env = ENVELOPES[fmt]
+    env = envelope(fmt, auto=True)
     content, calls = parse_calls(text, env)
     for seed in range(100):
         rng = random.Random(seed)
@@ -65,19 +65,20 @@ def test_streamed_deltas_add_up_to_the_parsed_calls(fmt: str, text: str) -> None
                 args[i] = args.get(i, "") + frag
         # a content that ends in a prefix of the opener keeps that prefix back (it could still
         # have become a call); everything before it streams
-        assert content.startswith(got) and len(content) - len(got) < max(1, len(env.opener))
+        assert content.startswith(got) and len(content) - len(got) < max(1, len(env.trigger or ""))
         assert [names[i] for i in sorted(names)] == [c.name for c in calls]
         assert [args[i] for i in sorted(args)] == [c.arguments for c in calls]
 
 
 def test_parse_calls_shapes() -> None:
-    content, calls = parse_calls(TEXTS[0][1], ENVELOPES["hermes"])
+    content, calls = parse_calls(TEXTS[0][1], envelope("hermes", auto=True))
     assert content == "Sure. " and [c.name for c in calls] == ['get_w"x', "t2"]
     assert json.loads(calls[0].arguments) == {"a": '}{"', "b": [1, {"c": 2}]}
-    _, cut = parse_calls(
-        '<tool_call>\n{"name": "a", "arguments": {"x": "unfini', ENVELOPES["hermes"]
-    )
+    text = '<tool_call>\n{"name": "a", "arguments": {"x": "unfini'
+    _, cut = parse_calls(text, envelope("hermes", auto=False))
     assert len(cut) == 1 and not cut[0].complete
+    forced = '{"name": "ping", "arguments": {}}'  # the json format under a forced choice
+    assert parse_calls(forced, envelope("json", auto=False))[1][0].name == "ping"
 
 
 def test_call_problem_uses_the_format_checker() -> None:

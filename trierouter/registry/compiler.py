@@ -14,6 +14,7 @@ millisecond), and its token masks are filled in per state on first visit; both a
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -132,12 +133,9 @@ class CompiledTools:
             raise CompileError(f"tool {dup!r} is registered twice; tool names must be unique")
         t0 = time.perf_counter()
         self._by_escaped = {_escaped(s.name): i for i, s in enumerate(self.specs)}
-        fmt = self.format
-        leads = {fmt.lead(), fmt.lead(after_trigger=True), fmt.lead(following=True)}
-        leads.add(fmt.lead(following=True, held=fmt.held(hold=True)))
-        self._leads = sorted(leads, key=len, reverse=True)
+        self._leads: list[str] = []
         self._tries: dict[str, ChoiceSet] = {}
-        self.names = self.names_for(None)
+        self.names = self._set_format(self.format)
         """The names trie of a whole call head (``tool_choice="required"``)."""
         t1 = time.perf_counter()
         dry = SlotCompiler(dry=True)
@@ -168,6 +166,29 @@ class CompiledTools:
                 self.grammar(key)
             self.stats.xgrammar_ms = (time.perf_counter() - t3) * 1e3
         self.stats.xgrammar_grammars = len(self._grammars)
+
+    def _set_format(self, fmt: CallFormat) -> ChoiceSet:
+        self.format = fmt
+        self.tail = fmt.tail()
+        leads = {fmt.lead(), fmt.lead(after_trigger=True), fmt.lead(following=True)}
+        leads.add(fmt.lead(following=True, held=fmt.held(hold=True)))
+        self._leads = sorted(leads, key=len, reverse=True)
+        self._tries = {}
+        return self.names_for(None)
+
+    def with_format(self, format: str | CallFormat) -> CompiledTools:
+        """These tools for another call syntax: the specs and the slot analysis are shared (a
+        100,000-tool registry is analysed once), the names trie and the automata are the new
+        format's (built now and on demand)."""
+        fmt = call_format(format)
+        if fmt == self.format:
+            return self
+        twin = copy.copy(self)
+        twin._automata = OrderedDict()
+        twin._lock = threading.RLock()
+        twin._grammars = dict(self._grammars)
+        twin.names = twin._set_format(fmt)
+        return twin
 
     # -- lookup --------------------------------------------------------------------------------
     def name_text(self, name: str, lead: str | None = None) -> str:

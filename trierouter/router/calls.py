@@ -1,30 +1,31 @@
 """Tool calls out of a model's native call syntax, whole or as streaming deltas.
 
-A call is a JSON object ``{"name": "...", "<args key>": {...}}`` inside the format's envelope
-(``<tool_call>\\n`` ... ``\\n</tool_call>``, ``[TOOL_CALLS][`` ... ``]``, bare JSON, ...). The
-streaming parser re-reads the text it has been given (calls are short) and reports only what is
-new: content before the first call (holding back a suffix that could start the opener), then per
-call its name once complete and its arguments text as it grows. Concatenated, the argument deltas
-are the exact arguments text of the finished call.
+A call is a JSON object ``{"name": "...", "<arguments key>": {...}}`` placed as its
+:class:`~trierouter.registry.call_formats.CallFormat` says (``<tool_call>\n`` ...
+``\n</tool_call>``, bare Llama-3 JSON, ...). Under ``tool_choice="auto"`` the calls start at the
+format's trigger (text before it is content); under a forced choice the whole output is calls.
+The streaming parser re-reads the text it is given (calls are short) and reports only what is
+new: content before the trigger (holding back a suffix that could start it), then per call its
+name once complete and its arguments text as it grows. Concatenated, the argument deltas are the
+exact arguments text of the finished call, as the model wrote it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trierouter.registry.call_formats import CALL_FORMATS, call_format
+
 __all__ = [
-    "ENVELOPES",
-    "NATIVE_FORMATS",
     "CallEnvelope",
     "ParsedCall",
     "StreamDelta",
     "ToolCallStream",
     "call_problem",
-    "call_tail",
+    "envelope",
     "native_plan",
     "parse_calls",
     "scan_json_value",
@@ -33,69 +34,52 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CallEnvelope:
-    """How calls sit in the text: what opens the calls, what closes each, the arguments key."""
+    """Where the calls of one output start, and the key of a call's arguments."""
 
-    opener: str = "<tool_call>"
-    """Starts the call section (``""``: the text itself starts with the first call's ``{``)."""
+    trigger: str | None = "<tool_call>"
+    """Text that starts the calls (before it: content); ``None``: the output is calls only."""
     args_key: str = "arguments"
     name_key: str = "name"
 
 
-ENVELOPES: Mapping[str, CallEnvelope] = {
-    "hermes": CallEnvelope("<tool_call>", "arguments"),
-    "llama3": CallEnvelope("", "parameters"),
-    "mistral": CallEnvelope("[TOOL_CALLS]", "arguments"),
-}
-"""Where calls sit in each native syntax (see :mod:`trierouter.router.formats`)."""
-
-NATIVE_FORMATS: Mapping[str, tuple[str, str]] = {
-    "json": ("", ""),
-    "hermes": ("<tool_call>\n", "\n</tool_call>"),
-}
-"""(opener, closer) around one ``{"name": ..., "arguments": {...}}`` call, per syntax that the
-decoder serves (interim table until :mod:`trierouter.router.formats` lands)."""
-
-
-def call_tail(fmt: str) -> str:
-    """What follows a call's arguments object in ``fmt``: the ``}`` and the closer."""
-    return "}" + NATIVE_FORMATS[fmt][1]
+def envelope(fmt: str, *, auto: bool) -> CallEnvelope:
+    """The envelope of format ``fmt`` (a :data:`~trierouter.registry.call_formats.CALL_FORMATS`
+    name) under ``tool_choice="auto"`` (``auto``) or a forced choice."""
+    f = call_format(fmt)
+    return CallEnvelope(f.trigger if auto else None, f.arguments_key)
 
 
 def native_plan(
     tools: Any,
     *,
-    fmt: str,
     tool_choice: str = "required",
     allowed: Sequence[str] | None = None,
+    parallel: bool = False,
     budget: int | None = None,
     think: str | None = None,
     think_max_tokens: int = 256,
 ) -> Any:
-    """A :class:`~trierouter.router.toolcalls.ToolCallPlan` for one call in syntax ``fmt``
-    (``tools`` compiled with ``tail=call_tail(fmt)``): forced choices start with the opener as
-    forced text, ``"auto"`` lets the opener start a call, ``"none"`` never lets it appear.
-    ``budget`` steers free strings (and 2x: schema slots, 6x: the arguments) to their end."""
+    """A :class:`~trierouter.router.toolcalls.ToolCallPlan` over ``tools`` (compiled for the
+    model's format) whose ``budget`` steers free strings (2x: schema slots, 6x: the arguments)
+    to their end, so a sampled call finishes within a request's ``max_tokens``."""
     from trierouter.router.toolcalls import ToolCallPlan
 
-    opener, closer = NATIVE_FORMATS[fmt]
-    forced = tool_choice not in ("auto", "none")
-    if forced and opener and think is None:  # the opener, as a forced literal
-        think_end, think_max = opener, 0
-    else:
-        think_end, think_max = think or "</think>", think_max_tokens
     return ToolCallPlan(
         tools,
         tool_choice=tool_choice,
         allowed=allowed,
-        think=think is not None or (forced and bool(opener)),
-        think_end=think_end,
-        think_max_tokens=think_max,
-        call_prefix=opener or "<tool_call>",
-        call_suffix=closer,
+        think=think is not None,
+        think_end=think or "</think>",
+        think_max_tokens=think_max_tokens,
+        parallel_tool_calls=parallel,
         string_max_tokens=budget,
         slot_max_tokens=None if budget is None else 2 * budget,
         max_tokens=None if budget is None else 6 * budget,
     )
+
+
+FORMAT_NAMES: tuple[str, ...] = tuple(CALL_FORMATS)
+"""The call formats the decoder serves."""
 
 
 @dataclass
@@ -158,6 +142,8 @@ def scan_json_value(text: str, start: int) -> int:
 
 def _calls_from(text: str, pos: int, env: CallEnvelope) -> list[ParsedCall]:
     """Every (possibly partial) call object in ``text[pos:]``."""
+    import re
+
     calls: list[ParsedCall] = []
     name_re = re.compile(r'\{\s*"' + re.escape(env.name_key) + r'"\s*:\s*')
     args_re = re.compile(r'\s*,\s*"' + re.escape(env.args_key) + r'"\s*:\s*')
@@ -195,15 +181,12 @@ def _calls_from(text: str, pos: int, env: CallEnvelope) -> list[ParsedCall]:
 
 def parse_calls(text: str, env: CallEnvelope) -> tuple[str, list[ParsedCall]]:
     """(content before the calls, the calls) of a finished output."""
-    if env.opener:
-        cut = text.find(env.opener)
-        if cut < 0:
-            return text, []
-        return text[:cut], _calls_from(text, cut + len(env.opener), env)
-    stripped = text.lstrip()
-    if not stripped.startswith("{"):
+    if env.trigger is None:
+        return "", _calls_from(text, 0, env)
+    cut = text.find(env.trigger)
+    if cut < 0:
         return text, []
-    return "", _calls_from(text, len(text) - len(stripped), env)
+    return text[:cut], _calls_from(text, cut, env)
 
 
 def _partial_overlap(text: str, tag: str) -> int:
@@ -225,24 +208,17 @@ class ToolCallStream:
     def feed(self, text: str) -> StreamDelta:
         env = self.env
         out = StreamDelta()
-        if env.opener:
-            cut = text.find(env.opener)
-            safe = len(text) - _partial_overlap(text, env.opener) if cut < 0 else cut
+        if env.trigger is None:
+            cut = 0
         else:
-            stripped = text.lstrip()
-            if not stripped:
-                safe = 0
-                cut = -1
-            elif stripped.startswith("{"):
-                cut = safe = 0
-            else:
-                cut, safe = -1, len(text)
-        if safe > self._content_sent and (cut < 0 or self._names_sent == 0):
-            out.content = text[self._content_sent : safe]
-            self._content_sent = safe
-        if cut < 0:
-            return out
-        calls = _calls_from(text, cut + len(env.opener), env)
+            cut = text.find(env.trigger)
+            safe = len(text) - _partial_overlap(text, env.trigger) if cut < 0 else cut
+            if safe > self._content_sent and self._names_sent == 0:
+                out.content = text[self._content_sent : safe]
+                self._content_sent = safe
+            if cut < 0:
+                return out
+        calls = _calls_from(text, cut, env)
         for i, call in enumerate(calls):
             if i >= self._names_sent:
                 out.calls.append((i, call.name, ""))

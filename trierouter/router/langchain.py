@@ -29,7 +29,7 @@ from typing import Any
 
 from trierouter.errors import missing
 from trierouter.registry.tools import ToolRegistry
-from trierouter.router.calls import ENVELOPES, call_tail, native_plan, parse_calls
+from trierouter.router.calls import envelope, native_plan, parse_calls
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -107,10 +107,10 @@ def _history_for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
-def _ai_message(text: str, fmt: str, with_tools: bool) -> AIMessage:
-    if not with_tools:
+def _ai_message(text: str, fmt: str, choice: str) -> AIMessage:
+    if choice == "none":
         return AIMessage(content=text)
-    content, calls = parse_calls(text, ENVELOPES[fmt])
+    content, calls = parse_calls(text, envelope(fmt, auto=choice == "auto"))
     done = [c for c in calls if c.complete]
     if not done:
         return AIMessage(content=text)
@@ -290,9 +290,9 @@ class ChatTrieRouter(BaseChatModel):
             if isinstance(choice, str) and choice in ("auto", "none", "required")
             else (_choice_name(choice))
         )
-        plan = native_plan(compiled, fmt=fmt, tool_choice=c, budget=max(4, self.max_tokens // 8))
+        plan = native_plan(compiled, tool_choice=c, budget=max(4, self.max_tokens // 8))
         (res,) = generate(self.model, self.tokenizer, [prompt], plan, **opts)
-        return _ai_message(res.text, fmt, c != "none")
+        return _ai_message(res.text, fmt, c)
 
     def _free_text(self, prompt: str) -> str:
         import torch
@@ -312,10 +312,10 @@ class ChatTrieRouter(BaseChatModel):
 
     def _format(self) -> str:
         template = getattr(self.tokenizer, "chat_template", None) or ""
-        if "[TOOL_CALLS]" in template:
-            return "mistral"
         if "<tool_call>" in template:
             return "hermes"
+        if "<|python_tag|>" in template:
+            return "llama3_json"
         raise ValueError(
             "cannot tell the model's tool-call syntax from its chat template; pass tool_format="
         )
@@ -333,7 +333,7 @@ class ChatTrieRouter(BaseChatModel):
             if self._index is None:
                 width = _model_width(self.model)
                 self._index = TokenIndex.get(_vocabulary_for(self.tokenizer, width))
-            hit = compile_tools(tools, self._index, tail=call_tail(fmt))
+            hit = compile_tools(tools, self._index, format=fmt)
             if len(self._compiled) >= 16:
                 self._compiled.pop(next(iter(self._compiled)))
             self._compiled[key] = hit

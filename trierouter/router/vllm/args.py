@@ -58,8 +58,9 @@ _ARGS = (
     ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL,
     ARG_ALLOWED,
 )  # fmt: skip
-TOOL_FORMATS = ("hermes", "llama3", "mistral", "json")
-"""Native call syntaxes ``trierouter_tool_format`` accepts (``json``: the bare call object)."""
+TOOL_FORMATS = ("json", "hermes", "llama3_json")
+"""Native call syntaxes ``trierouter_tool_format`` accepts (:mod:`trierouter.registry.call_formats`;
+``json``: the bare call object)."""
 ENV_TOOLS = "TRIEROUTER_TOOLS"
 
 ENV_SETS = "TRIEROUTER_SETS"

@@ -28,10 +28,11 @@ from typing import Any
 
 from trierouter.errors import missing
 from trierouter.router.calls import (
-    ENVELOPES,
+    FORMAT_NAMES,
     ParsedCall,
     ToolCallStream,
     call_problem,
+    envelope,
     parse_calls,
 )
 from trierouter.router.vllm.args import (
@@ -94,7 +95,7 @@ ENV_MAX_INLINE_TOOLS = "TRIEROUTER_MAX_INLINE_TOOLS"
 _DEFAULT_MAX_INLINE_TOOLS = 4096
 
 # what in a chat template (or a tokenizer's special tokens) names the native call syntax
-_MARKERS = (("[TOOL_CALLS]", "mistral"), ("<tool_call>", "hermes"), ("<|python_tag|>", "llama3"))
+_MARKERS = (("<tool_call>", "hermes"), ("<|python_tag|>", "llama3_json"))
 
 
 def detect_format(tokenizer: Any) -> str:
@@ -102,8 +103,8 @@ def detect_format(tokenizer: Any) -> str:
     marker found in its chat template, else in its vocabulary; ``ValueError`` when none is."""
     env = os.environ.get(ENV_TOOL_FORMAT, "").strip()
     if env:
-        if env not in ENVELOPES:
-            raise ValueError(f"${ENV_TOOL_FORMAT}={env!r}: expected one of {sorted(ENVELOPES)}")
+        if env not in FORMAT_NAMES:
+            raise ValueError(f"${ENV_TOOL_FORMAT}={env!r}: expected one of {list(FORMAT_NAMES)}")
         return env
     template = getattr(tokenizer, "chat_template", None)
     texts = [template] if isinstance(template, str) else []
@@ -122,7 +123,7 @@ def detect_format(tokenizer: Any) -> str:
             return fmt
     raise ValueError(
         "cannot tell the model's tool-call syntax from its chat template or vocabulary; set "
-        f"${ENV_TOOL_FORMAT} to one of {sorted(ENVELOPES)} or use --tool-call-parser "
+        f"${ENV_TOOL_FORMAT} to one of {list(FORMAT_NAMES)} or use --tool-call-parser "
         "trierouter_<format>"
     )
 
@@ -199,8 +200,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None) -> None:
         super().__init__(tokenizer, tools)
         self.format = self.format_name or detect_format(tokenizer)
-        self.envelope = ENVELOPES[self.format]
-        self._stream = ToolCallStream(self.envelope)
+        self._stream: ToolCallStream | None = None
         self._ids: dict[int, str] = {}
 
     # -- request -------------------------------------------------------------------------------
@@ -260,8 +260,11 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
     def _forced(self, request: Any) -> bool:
         return request.tool_choice not in (None, "auto", "none")
 
+    def _envelope(self, request: Any) -> Any:
+        return envelope(self.format, auto=not self._forced(request))
+
     def extract_tool_calls(self, model_output: str, request: Any) -> Any:
-        content, calls = parse_calls(model_output, self.envelope)
+        content, calls = parse_calls(model_output, self._envelope(request))
         if not calls:
             if self._forced(request) and not model_output.strip():
                 raise RuntimeError(
@@ -297,6 +300,8 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         delta_token_ids: Sequence[int],
         request: Any,
     ) -> Any:
+        if self._stream is None:
+            self._stream = ToolCallStream(self._envelope(request))
         delta = self._stream.feed(current_text)
         calls = []
         for i, name, frag in delta.calls:
@@ -347,5 +352,5 @@ def _subclass(fmt: str) -> type[TrieRouterToolParser]:
 
 
 TrieRouterHermesToolParser = _subclass("hermes")
-TrieRouterLlama3ToolParser = _subclass("llama3")
-TrieRouterMistralToolParser = _subclass("mistral")
+TrieRouterLlama3ToolParser = _subclass("llama3_json")
+TrieRouterJsonToolParser = _subclass("json")

@@ -12,8 +12,8 @@ __all__ = ["PARSERS", "register"]
 PARSERS: dict[str, str] = {
     "trierouter": "TrieRouterToolParser",
     "trierouter_hermes": "TrieRouterHermesToolParser",
-    "trierouter_llama3": "TrieRouterLlama3ToolParser",
-    "trierouter_mistral": "TrieRouterMistralToolParser",
+    "trierouter_llama3_json": "TrieRouterLlama3ToolParser",
+    "trierouter_json": "TrieRouterJsonToolParser",
 }
 """``--tool-call-parser`` name -> class in :mod:`trierouter.router.vllm.openai`."""
 

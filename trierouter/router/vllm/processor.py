@@ -16,11 +16,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without vllm
     raise missing("vllm", "vllm") from exc
 
-import copy
 import hashlib
 import json
 import os
-import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +32,7 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
-from trierouter.router.calls import NATIVE_FORMATS, call_tail, native_plan
+from trierouter.router.calls import native_plan
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
@@ -98,11 +96,6 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         if spec.tools_name is not None and spec.tools_name not in list_tool_registries():
             known = ", ".join(sorted(list_tool_registries())[:20]) or f"none (${ENV_TOOLS} unset)"
             raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry; known: {known}")
-        if spec.is_tool_call and spec.tool_format not in NATIVE_FORMATS:
-            raise ValueError(
-                f"trierouter_tool_format={spec.tool_format!r} is not served yet; "
-                f"served: {sorted(NATIVE_FORMATS)}"
-            )
         if spec.tools_inline is not None:  # what the worker would find mid-batch, found here
             inline = check_inline_tools(spec.tools_inline)
             check_tool_choice(spec.tool_choice, inline, f"{ARG_TOOLS_INLINE}")
@@ -148,7 +141,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._end_row: I32 | None = None
         self._tools: dict[str, CompiledTools] = {}
         self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
-        self._tails: OrderedDict[str, tuple[CompiledTools, CompiledTools]] = OrderedDict()
+        self._formatted: dict[tuple[str, str], CompiledTools] = {}
         self._tool_plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         tools_cfg = os.environ.get(ENV_TOOLS, "")
         if tools_cfg:
@@ -214,38 +207,37 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         return plan
 
     def _tool_plan(self, spec: RequestSpec) -> Any:
-        tail = call_tail(spec.tool_format)
+        fmt = spec.tool_format
         if spec.tools_name is not None:
             if spec.tools_name not in self._tools:
                 raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
             src = f"tools:{spec.tools_name}"
-            tools = self._tools[spec.tools_name]
+            tools = self._registry_in(spec.tools_name, fmt)
         else:
             assert spec.tools_inline is not None
-            src = "inline:" + hashlib.sha256(spec.tools_inline.encode()).hexdigest()
+            src = "inline:" + hashlib.sha256(spec.tools_inline.encode()).hexdigest() + ":" + fmt
             tools = self._inline_tools.get(src)  # type: ignore[assignment]
             if tools is None:
-                tools = compile_tools(json.loads(spec.tools_inline), self._ensure_index())
+                inline = json.loads(spec.tools_inline)
+                tools = compile_tools(inline, self._ensure_index(), format=fmt)
                 self._inline_tools[src] = tools
                 while len(self._inline_tools) > self._cache_size:
                     self._inline_tools.popitem(last=False)
             else:
                 self._inline_tools.move_to_end(src)
-        if tools.tail != tail:
-            tools = self._tailed(src, tools, tail)
         allowed = None if spec.allowed is None else sorted(set(spec.allowed))
         subset = None if allowed is None else hashlib.sha256("\n".join(allowed).encode()).digest()
         key = (
-            src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
-            spec.tool_format, subset,
+            src, fmt, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
+            spec.parallel, subset,
         )  # fmt: skip
         plan = self._tool_plans.get(key)
         if plan is None:
             plan = native_plan(
                 tools,
-                fmt=spec.tool_format,
                 tool_choice=spec.tool_choice,
                 allowed=allowed,
+                parallel=spec.parallel,
                 budget=spec.tool_budget,
                 think=spec.think,
                 think_max_tokens=spec.think_max_tokens,
@@ -257,20 +249,13 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._tool_plans.move_to_end(key)
         return plan
 
-    def _tailed(self, src: str, tools: CompiledTools, tail: str) -> CompiledTools:
-        """``tools`` whose calls end with ``tail`` (the format's closer): the names trie and the
-        slot analysis are shared, only the per-tool automata (built on demand) differ."""
-        key = f"{src}|tail={tail}"
-        hit = self._tails.get(key)
-        if hit is None or hit[0] is not tools:
-            twin = copy.copy(tools)
-            twin.tail = tail
-            twin._automata = OrderedDict()
-            twin._lock = threading.RLock()
-            hit = self._tails[key] = (tools, twin)
-            while len(self._tails) > self._cache_size:
-                self._tails.popitem(last=False)
-        return hit[1]
+    def _registry_in(self, name: str, fmt: str) -> CompiledTools:
+        """Named registry ``name`` in call format ``fmt`` (the slot analysis shared)."""
+        key = (name, fmt)
+        hit = self._formatted.get(key)
+        if hit is None:
+            hit = self._formatted[key] = self._tools[name].with_format(fmt)
+        return hit
 
     def _new_request(self, params: Any, out: list[int]) -> _Req | None:
         try:
