@@ -156,12 +156,18 @@ def _create(client: Any, **kw: Any) -> Any:
 
 # -- the standard API ----------------------------------------------------------------------------
 def test_required_named_auto_none(client: Any) -> None:
-    r = _create(client, tool_choice="required", temperature=1.0)
+    r = _create(client, tool_choice="required", temperature=1.0, parallel_tool_calls=False)
     ch = r.choices[0]
     assert ch.finish_reason == "tool_calls", ch
     (call,) = ch.message.tool_calls
     assert call.id and call.type == "function"
     assert _problem(call.function.name, call.function.arguments, SCHEMAS) is None
+    r = _create(client, tool_choice="required", temperature=1.0, max_tokens=1024)
+    calls = r.choices[0].message.tool_calls  # parallel_tool_calls: one or more (up to 8)
+    assert calls and all(
+        _problem(c.function.name, c.function.arguments, SCHEMAS) is None for c in calls
+    )
+    assert len({c.id for c in calls}) == len(calls)
 
     forced = {"type": "function", "function": {"name": "book_flight"}}
     r = _create(client, tool_choice=forced, temperature=1.0, max_tokens=256)
@@ -202,9 +208,9 @@ def test_sampled_required_and_named_calls_all_valid(client: Any) -> None:
     async def run() -> list[Any]:
         aclient = openai.AsyncOpenAI(base_url=client.base_url, api_key="none", timeout=300)
         async with aclient:
-            return await asyncio.gather(*calls(aclient))
+            return await asyncio.gather(*requests(aclient))
 
-    def calls(aclient: Any) -> list[Any]:
+    def requests(aclient: Any) -> list[Any]:
         reqs = []
         for i in range(48):
             choice: Any = "required"
@@ -217,7 +223,8 @@ def test_sampled_required_and_named_calls_all_valid(client: Any) -> None:
                     messages=MSGS,
                     tools=TOOLS,
                     tool_choice=choice,
-                    max_tokens=256,
+                    max_tokens=1024 if i % 4 < 2 else 256,
+                    parallel_tool_calls=i % 4 < 2,
                     temperature=1.0,
                 )
             )
@@ -225,18 +232,25 @@ def test_sampled_required_and_named_calls_all_valid(client: Any) -> None:
 
     results = asyncio.run(run())
     problems = []
-    for r in results:
+    n_calls = 0
+    for i, r in enumerate(results):
         ch = r.choices[0]
-        assert ch.finish_reason in ("tool_calls", "stop"), ch  # never "length"
-        (call,) = ch.message.tool_calls
-        p = _problem(call.function.name, call.function.arguments, SCHEMAS)
-        if p:
-            problems.append((call.function.name, call.function.arguments, p))
+        calls = ch.message.tool_calls or []
+        if i % 4 >= 2 or i % 2:  # one call (named, or parallel_tool_calls=false): it finishes
+            assert ch.finish_reason in ("tool_calls", "stop"), ch
+            assert len(calls) == 1, ch
+        assert calls, ch
+        for call in calls:
+            n_calls += 1
+            p = _problem(call.function.name, call.function.arguments, SCHEMAS)
+            if p:
+                problems.append((call.function.name, call.function.arguments, p))
     assert not problems, problems
+    print(f"sampled: {n_calls} calls in {len(results)} answers, all valid")
 
 
 def test_streaming_deltas_equal_the_whole_answer(client: Any) -> None:
-    kw = dict(tool_choice="required", temperature=0.0)
+    kw = dict(tool_choice="required", temperature=0.0, parallel_tool_calls=False)
     whole = _create(client, **kw).choices[0].message.tool_calls[0]
     stream = _create(client, stream=True, **kw)
     names: dict[int, str] = {}
@@ -349,8 +363,15 @@ def test_bad_request_wave(server: str) -> None:
             choice: Any = (
                 "required" if i % 2 else {"type": "function", "function": {"name": "get_weather"}}
             )
-            body = {"model": "tiny", "messages": MSGS, "tools": TOOLS, "tool_choice": choice,
-                    "max_tokens": 256, "temperature": 1.0}  # fmt: skip
+            body = {
+                "model": "tiny",
+                "messages": MSGS,
+                "tools": TOOLS,
+                "tool_choice": choice,
+                "max_tokens": 256,
+                "temperature": 1.0,
+                "parallel_tool_calls": False,
+            }
         else:
             body = _bad_body(kind)
         path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
@@ -370,11 +391,11 @@ def test_bad_request_wave(server: str) -> None:
             if status != 200:
                 wrong.append((kind, status, body))
                 continue
-            calls = body["choices"][0]["message"]["tool_calls"]
-            fn = calls[0]["function"] if len(calls) == 1 else None
-            p = _problem(fn["name"], fn["arguments"], SCHEMAS) if fn else "not one call"
-            if p:
-                wrong.append((kind, status, p))
+            calls = body["choices"][0]["message"]["tool_calls"] or []
+            ps = [_problem(c["function"]["name"], c["function"]["arguments"], SCHEMAS)
+                  for c in calls] or ["no call"]  # fmt: skip
+            if any(ps):
+                wrong.append((kind, status, ps))
         elif status != 400:
             wrong.append((kind, status, body))
     assert not wrong, wrong[:5]
@@ -424,7 +445,8 @@ def test_langchain_openai_bind_tools(server: str) -> None:
         base_url=f"{server}/v1", api_key="none", model="tiny", max_tokens=96, temperature=1.0
     )
     for choice in ("get_weather", "any"):
-        msg = llm.bind_tools([get_weather], tool_choice=choice).invoke("Weather in Paris?")
+        bound = llm.bind_tools([get_weather], tool_choice=choice, parallel_tool_calls=False)
+        msg = bound.invoke("Weather in Paris?")
         (call,) = msg.tool_calls
         assert call["name"] == "get_weather" and isinstance(call["args"]["city"], str)
         assert call["id"]
@@ -438,9 +460,10 @@ def test_chat_trierouter_against_the_server(server: str) -> None:
 
     llm = ChatTrieRouter(base_url=f"{server}/v1", model_name="tiny", temperature=1.0)
     msg = llm.bind_tools([get_weather, TOOLS[1]], tool_choice="any").invoke("Weather in Paris?")
-    (call,) = msg.tool_calls
     schemas = {**SCHEMAS, "get_weather": ToolRegistry([get_weather])["get_weather"].parameters}
-    assert _problem(call["name"], json.dumps(call["args"]), schemas) is None
+    assert msg.tool_calls
+    for call in msg.tool_calls:
+        assert _problem(call["name"], json.dumps(call["args"]), schemas) is None
     label = llm.with_structured_output(Literal["spam", "ham", "eggs"]).invoke("Buy now!")
     assert label in ("spam", "ham", "eggs")
 

@@ -181,7 +181,8 @@ def request_xargs(
         out[ARG_TOOLS_INLINE] = text
     out[ARG_TOOL_CHOICE] = choice
     out[ARG_TOOL_FORMAT] = fmt
-    out[ARG_PARALLEL] = 0 if parallel is False else 1
+    # a named choice is one call of that tool (OpenAI's meaning); otherwise parallel_tool_calls
+    out[ARG_PARALLEL] = 0 if parallel is False or choice not in ("auto", "required") else 1
     if max_tokens is not None and ARG_TOOL_BUDGET not in out and choice != "none":
         # steer long free strings to their end so a call finishes within max_tokens
         out[ARG_TOOL_BUDGET] = max(4, int(max_tokens) // 8)
