@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             "TRIEROUTER_TOOL_FORMAT": "hermes",
             "TRIEROUTER_MAX_INLINE_TOOLS": str(max(4096, len(inline))),
             "TRIEROUTER_MAX_BODY_BYTES": str(256 << 20),
+            # the engine compiles the 100,000-tool registry at start (minutes on a busy 2-core
+            # machine): give its start-up more than vLLM's default 600 s
+            "VLLM_ENGINE_READY_TIMEOUT_S": "3600",
+            "VLLM_RPC_TIMEOUT": "3600000",
         }
         t1 = time.perf_counter()
         with serve(model, log=root / "trierouter.log", env=env, args=common, timeout=3600) as url:
