@@ -12,6 +12,7 @@ import asyncio
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,19 +61,25 @@ def test_real_model_agent_loop(tmp_path: Path) -> None:
             seen.append(city)
             return f"It is sunny and 21 degrees Celsius in {city}."
 
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-        agent = agents.Agent(
-            name="assistant",
-            instructions="You are a helpful assistant. Use the tools to answer.",
-            tools=[get_weather],
-            model=agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client),
-            model_settings=agents.ModelSettings(
-                tool_choice="required", max_tokens=96, temperature=0.0
-            ),
-        )
-        result = asyncio.run(
-            agents.Runner.run(agent, "What is the weather like in Paris right now?", max_turns=4)
-        )
+        async def run() -> Any:
+            async with openai.AsyncOpenAI(
+                base_url=f"{url}/v1", api_key="none", max_retries=0
+            ) as client:
+                agent = agents.Agent(
+                    name="assistant",
+                    instructions="You are a helpful assistant. Use the tools to answer.",
+                    tools=[get_weather],
+                    model=agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client),
+                    model_settings=agents.ModelSettings(
+                        tool_choice="required", max_tokens=96, temperature=0.0
+                    ),
+                )
+                return await agents.Runner.run(
+                    agent, "What is the weather like in Paris right now?", max_turns=4
+                )
+
+        result = asyncio.run(run())
+    print(f"calls: {seen}; final answer: {result.final_output!r}")
     kinds = [type(item).__name__ for item in result.new_items]
     assert kinds[:2] == ["ToolCallItem", "ToolCallOutputItem"], kinds
     assert kinds[-1] == "MessageOutputItem", kinds
