@@ -167,11 +167,12 @@ def _flatten(tools: tuple[Any, ...]) -> list[Any]:
 class ToolRegistry:
     """An ordered set of uniquely named, validated tools (see the module docstring)."""
 
-    __slots__ = ("_strict", "_tools")
+    __slots__ = ("_runners", "_strict", "_tools")
 
     def __init__(self, tools: Iterable[Any] = (), *, strict: bool = True) -> None:
         self._tools: dict[str, Tool] = {}
         self._strict = strict
+        self._runners: dict[str, Any] = {}
         items = list(tools)
         if items:
             self.add(*items)
@@ -191,6 +192,7 @@ class ToolRegistry:
         kinds: list[type[ToolError]] = []
         batch: dict[str, int] = {}
         ready: list[Tool] = []
+        runners: dict[str, Any] = {}
         for i, obj in enumerate(items):
             try:
                 tool = _normalize(read(obj), owned=owned, strict=self._strict)
@@ -218,6 +220,8 @@ class ToolRegistry:
             else:
                 batch[tool.name] = i
                 ready.append(tool)
+                if _runnable(obj):
+                    runners[tool.name] = obj
         if problems:
             shown = "\n  ".join(problems[:10])
             more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
@@ -228,6 +232,7 @@ class ToolRegistry:
             )
         for tool in ready:
             self._tools[tool.name] = tool
+        self._runners.update(runners)
         return ready
 
     def add(self, *tools: Any) -> list[Tool]:
@@ -415,6 +420,26 @@ class ToolRegistry:
         """Every tool in MCP's form (the ``tools`` of one ``tools/list`` page)."""
         return [t.to_mcp() for t in self._tools.values()]
 
+    # -- running -------------------------------------------------------------------------------
+    def invoke(self, call: Any) -> Any:
+        """Run the Python callable registered for ``call``'s tool (:func:`~trierouter.registry.
+        invoke.invoke_tool`): arguments checked against the schema first."""
+        from trierouter.registry.invoke import invoke_tool
+
+        return invoke_tool(self, call)
+
+    async def ainvoke(self, call: Any) -> Any:
+        """:meth:`invoke` for event loops (:func:`~trierouter.registry.invoke.ainvoke_tool`)."""
+        from trierouter.registry.invoke import ainvoke_tool
+
+        return await ainvoke_tool(self, call)
+
+    def runner(self, name: str) -> Any:
+        """The function, pydantic model or LangChain tool registered as ``name``, or ``None``
+        when the tool came from a schema (a dict, MCP) and has nothing to run."""
+        self[name]
+        return self._runners.get(name)
+
     # -- files -----------------------------------------------------------------------------------
     def compile(self, index: Any, **kwargs: Any) -> Any:
         """Compile for decoding against a tokenizer index (or Vocabulary): the names trie and
@@ -502,3 +527,12 @@ def _from_row(row: Any) -> Tool:
     if not isinstance(row, dict) or not isinstance(row.get("source", "dict"), str):
         raise ConversionError("a saved tool is a JSON object with name, description, parameters")
     return convert.from_dict(row)
+
+
+def _runnable(obj: Any) -> bool:
+    """What :meth:`ToolRegistry.invoke` can run: functions, pydantic models, LangChain tools."""
+    if isinstance(obj, Tool | Mapping):
+        return False
+    return bool(
+        convert.is_pydantic_model(obj) or convert.is_langchain_tool(obj) or callable(obj)
+    ) and not hasattr(obj, "inputSchema")
