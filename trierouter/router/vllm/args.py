@@ -213,7 +213,7 @@ def parse_request(
     lim = limits if limits is not None else RequestLimits.from_env()
     if tools_name is not None or tools_inline is not None:
         return _parse_tools(mine, tools_name, tools_inline, lim)
-    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET):
+    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL, ARG_ALLOWED):
         if k in mine:
             raise ValueError(f"{k} needs {ARG_TOOLS!r} or {ARG_TOOLS_INLINE!r}")
     parsed: tuple[str, ...] | None = None
