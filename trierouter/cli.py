@@ -582,6 +582,17 @@ def _demo(args: argparse.Namespace) -> int:
     return demo(rest)
 
 
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="model folder or name, as for vllm serve")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from trierouter.router.vllm.server import main as serve_main
+
+    serve_main([args.model, *args.rest])
+    return 0
+
+
 COMMANDS: list[Command] = [
     Command("compile", "compile a file of values into a saved set (.trt)", _compile_args, _compile),
     Command(
@@ -599,6 +610,12 @@ COMMANDS: list[Command] = [
         "bench", "run the compile/step benchmark against the peers and plot it", _bench_args, _bench
     ),
     Command("demo", "run the demo on the embedded defaults", _demo_args, _demo),
+    Command(
+        "serve",
+        "vLLM's OpenAI server with trierouter tool calling (MODEL, then any vllm serve flag)",
+        _serve_args,
+        _serve,
+    ),
 ]
 """The subcommands, in help order."""
 
@@ -630,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         c.add_arguments(p)
         p.set_defaults(run=c.run)
     args, rest = parser.parse_known_args(argv)
-    if args.command == "demo":
+    if args.command in ("demo", "serve"):
         args.rest = rest
     elif rest:
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(rest)}")

@@ -14,6 +14,7 @@ millisecond), and its token masks are filled in per state on first visit; both a
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -37,7 +38,14 @@ from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 
-__all__ = ["CALL_HEAD", "CompiledTools", "ToolSpec", "compile_tools", "xgrammar_tokenizer_info"]
+__all__ = [
+    "CALL_HEAD",
+    "CompiledTools",
+    "ToolSpec",
+    "check_tools",
+    "compile_tools",
+    "xgrammar_tokenizer_info",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +141,9 @@ class CompiledTools:
             raise CompileError(f"tool {dup!r} is registered twice; tool names must be unique")
         t0 = time.perf_counter()
         self._by_escaped = {_escaped(s.name): i for i, s in enumerate(self.specs)}
-        fmt = self.format
-        leads = {fmt.lead(), fmt.lead(after_trigger=True), fmt.lead(following=True)}
-        leads.add(fmt.lead(following=True, held=fmt.held(hold=True)))
-        self._leads = sorted(leads, key=len, reverse=True)
+        self._leads: list[str] = []
         self._tries: dict[str, ChoiceSet] = {}
-        self.names = self.names_for(None)
+        self.names = self._set_format(self.format)
         """The names trie of a whole call head (``tool_choice="required"``)."""
         t1 = time.perf_counter()
         self.strict = strict
@@ -176,6 +181,30 @@ class CompiledTools:
                 self.grammar(key)
             self.stats.xgrammar_ms = (time.perf_counter() - t3) * 1e3
         self.stats.xgrammar_grammars = len(self._grammars)
+
+    def _set_format(self, fmt: CallFormat) -> ChoiceSet:
+        self.format = fmt
+        self.tail = fmt.tail()
+        leads = {fmt.lead(), fmt.lead(after_trigger=True), fmt.lead(following=True)}
+        leads.add(fmt.lead(following=True, held=fmt.held(hold=True)))
+        self._leads = sorted(leads, key=len, reverse=True)
+        self._tries = {}
+        return self.names_for(None)
+
+    def with_format(self, format: str | CallFormat) -> CompiledTools:
+        """These tools for another call syntax: the specs and the slot analysis are shared (a
+        100,000-tool registry is analysed once), the names trie and the automata are the new
+        format's (built now and on demand)."""
+        fmt = call_format(format)
+        if fmt == self.format:
+            return self
+        twin = copy.copy(self)
+        twin._automata = OrderedDict()
+        twin._lock = threading.Lock()
+        twin._key_locks = {}
+        twin._grammars = dict(self._grammars)
+        twin.names = twin._set_format(fmt)
+        return twin
 
     # -- lookup --------------------------------------------------------------------------------
     def name_text(self, name: str, lead: str | None = None) -> str:
@@ -387,3 +416,23 @@ def compile_tools(
     if isinstance(index, Vocabulary):
         index = TokenIndex.get(index)
     return CompiledTools(tools, index, **kwargs)
+
+
+def check_tools(tools: Iterable[Any]) -> list[ToolSpec]:
+    """What :class:`CompiledTools` checks before it needs a tokenizer: every tool reads as a
+    spec, names are unique, every schema passes the slot analysis. Raises ``CompileError``
+    naming the tool; cheap enough for an API server to run per request."""
+    specs = [_as_spec(t) for t in tools]
+    if not specs:
+        raise CompileError("tools: the registry is empty; register at least one tool")
+    seen: set[str] = set()
+    dry = SlotCompiler(dry=True)
+    for i, s in enumerate(specs):
+        if s.name in seen:
+            raise CompileError(f"tools[{i}] {s.name!r} is given twice; tool names must be unique")
+        seen.add(s.name)
+        try:
+            dry.tool(_normalized(s.parameters), b"")
+        except (CompileError, ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise CompileError(f"tools[{i}] {s.name!r}: {exc}") from exc
+    return specs

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -43,6 +42,7 @@ from trierouter.errors import (
 )
 from trierouter.registry import forms as convert
 from trierouter.registry.forms import ConversionError
+from trierouter.registry.mcp import exception_leaves, list_tools_page, mcp_listing
 from trierouter.registry.schema_check import schema_problem
 from trierouter.registry.slots.dispatch import SlotCompiler, unserved_problems
 from trierouter.registry.slots.normalize import Problem
@@ -164,83 +164,15 @@ def _flatten(tools: tuple[Any, ...]) -> list[Any]:
     return out
 
 
-def _mcp_page_tools(page: Any, where: str) -> tuple[list[Any], Any]:
-    if isinstance(page, Mapping) and "result" in page and "tools" not in page:
-        page = page["result"]  # a JSON-RPC response
-    tools = convert.field_of(page, "tools")
-    if not isinstance(tools, list | tuple):
-        raise ToolError(
-            f"{where} is not a tools/list result: it has no list of tools "
-            f"(got a {type(page).__name__})"
-        )
-    return list(tools), convert.field_of(page, "nextCursor", "next_cursor")
-
-
-def _mcp_pages(result: Any, *, partial: bool) -> list[Any]:
-    """Every tool of a listing given as one page, pages, or ``fetch(cursor) -> page``."""
-    if callable(result) and not isinstance(result, Mapping) and not hasattr(result, "tools"):
-        tools: list[Any] = []
-        cursor: Any = None
-        seen: set[Any] = set()
-        while True:
-            page_tools, cursor = _mcp_page_tools(result(cursor), f"page {len(seen) + 1}")
-            tools.extend(page_tools)
-            if not cursor:
-                return tools
-            if cursor in seen:
-                raise ToolError(f"the listing repeats cursor {cursor!r}: it would never end")
-            seen.add(cursor)
-    if isinstance(result, Mapping) or hasattr(result, "tools"):
-        pages = [result]
-    elif isinstance(result, Iterable) and not isinstance(result, str | bytes):
-        pages = list(result)
-    else:
-        raise ToolError(
-            f"add_mcp takes a tools/list result, its pages or fetch(cursor) -> page, got a "
-            f"{type(result).__name__}"
-        )
-    tools = []
-    for i, page in enumerate(pages):
-        where = f"MCP page {i + 1} of {len(pages)}"
-        page_tools, cursor = _mcp_page_tools(page, where)
-        tools.extend(page_tools)
-        if i < len(pages) - 1 and not cursor:
-            raise ToolError(
-                f"{where} has no nextCursor, yet more pages follow: pass the pages of one "
-                "listing, in order"
-            )
-        if i == len(pages) - 1 and cursor and not partial:
-            raise ToolError(
-                f"{where} has nextCursor {cursor!r}: the listing goes on. Pass every page, a "
-                "function fetch(cursor) -> page, or partial=True to register these tools anyway"
-            )
-    return tools
-
-
-def _leaves(err: BaseException) -> list[BaseException]:
-    if isinstance(err, BaseExceptionGroup):
-        return [leaf for sub in err.exceptions for leaf in _leaves(sub)]
-    return [err]
-
-
-async def _list_tools(session: Any, cursor: Any) -> Any:
-    if cursor is None:
-        return await session.list_tools()
-    if "params" in inspect.signature(session.list_tools).parameters:
-        from mcp.types import PaginatedRequestParams  # mcp >= 2: params=...
-
-        return await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
-    return await session.list_tools(cursor=cursor)  # mcp 1.x
-
-
 class ToolRegistry:
     """An ordered set of uniquely named, validated tools (see the module docstring)."""
 
-    __slots__ = ("_strict", "_tools")
+    __slots__ = ("_runners", "_strict", "_tools")
 
     def __init__(self, tools: Iterable[Any] = (), *, strict: bool = True) -> None:
         self._tools: dict[str, Tool] = {}
         self._strict = strict
+        self._runners: dict[str, Any] = {}
         items = list(tools)
         if items:
             self.add(*items)
@@ -260,6 +192,7 @@ class ToolRegistry:
         kinds: list[type[ToolError]] = []
         batch: dict[str, int] = {}
         ready: list[Tool] = []
+        runners: dict[str, Any] = {}
         for i, obj in enumerate(items):
             try:
                 tool = _normalize(read(obj), owned=owned, strict=self._strict)
@@ -287,6 +220,8 @@ class ToolRegistry:
             else:
                 batch[tool.name] = i
                 ready.append(tool)
+                if _runnable(obj):
+                    runners[tool.name] = obj
         if problems:
             shown = "\n  ".join(problems[:10])
             more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
@@ -297,6 +232,7 @@ class ToolRegistry:
             )
         for tool in ready:
             self._tools[tool.name] = tool
+        self._runners.update(runners)
         return ready
 
     def add(self, *tools: Any) -> list[Tool]:
@@ -319,7 +255,7 @@ class ToolRegistry:
         package's object), an iterable of the pages of one listing, or a function
         ``fetch(cursor) -> page`` that is followed until a page has no ``nextCursor``. A last page
         that still has a ``nextCursor`` is refused unless ``partial``."""
-        return self._commit(_mcp_pages(result_or_pages, partial=partial), convert.from_mcp)
+        return self._commit(mcp_listing(result_or_pages, partial=partial), convert.from_mcp)
 
     def add_function(
         self,
@@ -353,7 +289,7 @@ class ToolRegistry:
         cursor: Any = None
         seen: set[Any] = set()
         while True:
-            page = await _list_tools(session, cursor)
+            page = await list_tools_page(session, cursor)
             pages.append(page)
             cursor = convert.field_of(page, "nextCursor", "next_cursor")
             if not cursor:
@@ -411,7 +347,7 @@ class ToolRegistry:
             result: ToolRegistry = anyio.run(main)
         except Exception as err:
             # the client's task groups wrap everything: show the errors themselves
-            leaves = _leaves(err)
+            leaves = exception_leaves(err)
             if len(leaves) == 1 and isinstance(leaves[0], TrieRouterError):
                 raise leaves[0] from None
             if any(isinstance(e, TimeoutError) for e in leaves):
@@ -468,6 +404,26 @@ class ToolRegistry:
     def to_mcp(self) -> list[dict[str, Any]]:
         """Every tool in MCP's form (the ``tools`` of one ``tools/list`` page)."""
         return [t.to_mcp() for t in self._tools.values()]
+
+    # -- running -------------------------------------------------------------------------------
+    def invoke(self, call: Any) -> Any:
+        """Run the Python callable registered for ``call``'s tool (:func:`~trierouter.registry.
+        invoke.invoke_tool`): arguments checked against the schema first."""
+        from trierouter.registry.invoke import invoke_tool
+
+        return invoke_tool(self, call)
+
+    async def ainvoke(self, call: Any) -> Any:
+        """:meth:`invoke` for event loops (:func:`~trierouter.registry.invoke.ainvoke_tool`)."""
+        from trierouter.registry.invoke import ainvoke_tool
+
+        return await ainvoke_tool(self, call)
+
+    def runner(self, name: str) -> Any:
+        """The function, pydantic model or LangChain tool registered as ``name``, or ``None``
+        when the tool came from a schema (a dict, MCP) and has nothing to run."""
+        self[name]
+        return self._runners.get(name)
 
     # -- files -----------------------------------------------------------------------------------
     def compile(self, index: Any, **kwargs: Any) -> Any:
@@ -556,3 +512,12 @@ def _from_row(row: Any) -> Tool:
     if not isinstance(row, dict) or not isinstance(row.get("source", "dict"), str):
         raise ConversionError("a saved tool is a JSON object with name, description, parameters")
     return convert.from_dict(row)
+
+
+def _runnable(obj: Any) -> bool:
+    """What :meth:`ToolRegistry.invoke` can run: functions, pydantic models, LangChain tools."""
+    if isinstance(obj, Tool | Mapping):
+        return False
+    return bool(
+        convert.is_pydantic_model(obj) or convert.is_langchain_tool(obj) or callable(obj)
+    ) and not hasattr(obj, "inputSchema")

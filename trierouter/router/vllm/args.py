@@ -15,12 +15,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry.call_formats import CALL_FORMATS
+
 __all__ = [
+    "ARG_ALLOWED",
     "ARG_CHOICES",
+    "ARG_PARALLEL",
     "ARG_PREFIX",
     "ARG_SET",
     "ARG_THINK",
     "ARG_THINK_MAX_TOKENS",
+    "ARG_TOOL_FORMAT",
     "ENV_INLINE_CACHE",
     "ENV_INLINE_CACHE_BYTES",
     "ENV_MAX_INLINE",
@@ -49,10 +54,15 @@ ARG_TOOL_CHOICE = "trierouter_tool_choice"
 ARG_TOOL_BUDGET = "trierouter_tool_budget"
 ARG_TOOL_FORMAT = "trierouter_tool_format"
 ARG_PARALLEL = "trierouter_parallel_tool_calls"
+ARG_ALLOWED = "trierouter_allowed"
 _ARGS = (
     ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX, ARG_TOOLS,
     ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL,
+    ARG_ALLOWED,
 )  # fmt: skip
+TOOL_FORMATS = tuple(CALL_FORMATS)
+"""Native call syntaxes ``trierouter_tool_format`` accepts (:mod:`trierouter.registry.call_formats`;
+``json``: the bare call object)."""
 ENV_TOOLS = "TRIEROUTER_TOOLS"
 
 ENV_SETS = "TRIEROUTER_SETS"
@@ -148,9 +158,11 @@ class RequestSpec:
     tool_choice: str = "required"
     tool_budget: int | None = None
     tool_format: str = "json"
-    """The call syntax (a key of ``trierouter.registry.call_formats.CALL_FORMATS``)."""
+    """The native call syntax (:data:`TOOL_FORMATS`)."""
     parallel_tool_calls: bool = False
-    """Several calls in one turn (the format's separator between them)."""
+    """More than one call may follow the first (the format's separator between them)."""
+    allowed: tuple[str, ...] | None = None
+    """Calls restricted to these tools of the registry (a shortlist)."""
 
     @property
     def is_tool_call(self) -> bool:
@@ -201,7 +213,7 @@ def parse_request(
     lim = limits if limits is not None else RequestLimits.from_env()
     if tools_name is not None or tools_inline is not None:
         return _parse_tools(mine, tools_name, tools_inline, lim)
-    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL):
+    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL, ARG_ALLOWED):
         if k in mine:
             raise ValueError(f"{k} needs {ARG_TOOLS!r} or {ARG_TOOLS_INLINE!r}")
     parsed: tuple[str, ...] | None = None
@@ -258,9 +270,7 @@ def _parse_tools(
     if inline is not None:
         if not (isinstance(inline, list) and inline and all(isinstance(t, dict) for t in inline)):
             raise ValueError(f"{ARG_TOOLS_INLINE}: expected a non-empty list of tool objects")
-        # keys keep their order: the order of "properties" is the order the call is written in
-        # (sorting them made the constrained call disagree with the schema the model was shown)
-        text = json.dumps(inline, ensure_ascii=False)
+        text = json.dumps(inline, sort_keys=True, ensure_ascii=False)
         if len(text) > lim.max_total_bytes:
             raise ValueError(
                 f"{ARG_TOOLS_INLINE}: {len(text)} bytes of tools, more than "
@@ -284,14 +294,22 @@ def _parse_tools(
         raise ValueError(f"{ARG_THINK_MAX_TOKENS}={max_tokens!r:.40}: expected an int >= 0")
     if ARG_PREFIX in mine:
         raise ValueError(f"{ARG_PREFIX} does not apply to tool calls")
-    from trierouter.registry.call_formats import CALL_FORMATS
-
     fmt = mine.get(ARG_TOOL_FORMAT, "json")
-    if not isinstance(fmt, str) or fmt not in CALL_FORMATS:
-        raise ValueError(f"{ARG_TOOL_FORMAT}={fmt!r:.40}: expected one of {sorted(CALL_FORMATS)}")
+    if fmt not in TOOL_FORMATS:
+        raise ValueError(f"{ARG_TOOL_FORMAT}={fmt!r:.40}: expected one of {list(TOOL_FORMATS)}")
     parallel = mine.get(ARG_PARALLEL, False)
-    if not isinstance(parallel, bool):
-        raise ValueError(f"{ARG_PARALLEL}={parallel!r:.40}: expected true or false")
+    if parallel not in (0, 1) or isinstance(parallel, float):  # True / False / 0 / 1
+        raise ValueError(f"{ARG_PARALLEL}={parallel!r:.40}: expected true or false (or 1 / 0)")
+    allowed = mine.get(ARG_ALLOWED)
+    if allowed is not None:
+        if name is None:
+            raise ValueError(f"{ARG_ALLOWED} needs {ARG_TOOLS!r} (a registry to restrict)")
+        ok = isinstance(allowed, list) and allowed and all(isinstance(a, str) for a in allowed)
+        if not ok:
+            raise ValueError(f"{ARG_ALLOWED}: expected a non-empty list of tool names")
+        if len(allowed) > lim.max_inline_values:
+            raise ValueError(f"{ARG_ALLOWED}: {len(allowed)} names, more than the inline limit")
+        allowed = tuple(allowed)
     return RequestSpec(
         set_name=None,
         values=None,
@@ -302,7 +320,8 @@ def _parse_tools(
         tool_choice=choice,
         tool_budget=budget,
         tool_format=fmt,
-        parallel_tool_calls=parallel,
+        parallel_tool_calls=bool(parallel),
+        allowed=allowed,
     )
 
 

@@ -25,18 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.errors import TrieRouterError, missing
+from trierouter.errors import missing
 from trierouter.registry.arrays import ranges
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
+from trierouter.router.calls import native_plan
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
-from trierouter.router.toolcalls import ToolCallPlan
 from trierouter.router.vllm.args import (
+    ARG_ALLOWED,
     ARG_SET,
     ARG_TOOLS,
+    ARG_TOOLS_INLINE,
     ENV_INLINE_CACHE,
     ENV_INLINE_CACHE_BYTES,
     ENV_SETS,
@@ -47,6 +49,12 @@ from trierouter.router.vllm.args import (
     _env_int,
     logger,
     parse_request,
+)
+from trierouter.router.vllm.checks import (
+    BUILTIN_CHOICES,
+    check_inline_tools,
+    check_tool_choice,
+    registry_specs,
 )
 from trierouter.router.vllm.named import (
     list_named_sets,
@@ -88,6 +96,19 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         if spec.tools_name is not None and spec.tools_name not in list_tool_registries():
             known = ", ".join(sorted(list_tool_registries())[:20]) or f"none (${ENV_TOOLS} unset)"
             raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry; known: {known}")
+        if spec.tools_inline is not None:  # what the worker would find mid-batch, found here
+            inline = check_inline_tools(spec.tools_inline)
+            check_tool_choice(spec.tool_choice, inline, f"{ARG_TOOLS_INLINE}")
+        elif spec.tools_name is not None:
+            reg = registry_specs(spec.tools_name)
+            check_tool_choice(spec.tool_choice, reg.names, f"registry {spec.tools_name!r}")
+            missing_names = [n for n in spec.allowed or () if n not in reg.names]
+            if missing_names:
+                raise ValueError(
+                    f"{ARG_ALLOWED}: {missing_names[:5]} are not in registry {spec.tools_name!r}"
+                )
+            if spec.allowed is not None and spec.tool_choice not in BUILTIN_CHOICES:
+                check_tool_choice(spec.tool_choice, spec.allowed, f"{ARG_ALLOWED}")
         if spec.set_name is not None:
             names = list_named_sets()
             if spec.set_name not in names:
@@ -119,9 +140,9 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._bitmask: I32 = self._bitmask_t.numpy()
         self._end_row: I32 | None = None
         self._tools: dict[str, CompiledTools] = {}
-        self._tool_plans: OrderedDict[tuple[str, str, str | None, int, int | None, bool], Any] = (
-            OrderedDict()
-        )
+        self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
+        self._formatted: dict[tuple[str, str], CompiledTools] = {}
+        self._tool_plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         tools_cfg = os.environ.get(ENV_TOOLS, "")
         if tools_cfg:
             for name, tools in load_tool_registries(tools_cfg).items():
@@ -186,47 +207,40 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         return plan
 
     def _tool_plan(self, spec: RequestSpec) -> Any:
+        fmt = spec.tool_format
         if spec.tools_name is not None:
             if spec.tools_name not in self._tools:
                 raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
             src = f"tools:{spec.tools_name}"
-            tools = self._tools[spec.tools_name]
-            if spec.tool_format != tools.format.name:  # the same registry in another syntax
-                src = f"{src}:{spec.tool_format}"
-                fmt_tools = self._tools.get(src)
-                if fmt_tools is None:
-                    fmt_tools = compile_tools(
-                        tools.specs, self._ensure_index(), format=spec.tool_format
-                    )
-                    self._tools[src] = fmt_tools
-                tools = fmt_tools
+            tools = self._registry_in(spec.tools_name, fmt)
         else:
             assert spec.tools_inline is not None
-            digest = hashlib.sha256(spec.tools_inline.encode()).hexdigest()
-            src = f"inline:{digest}:{spec.tool_format}"
-            tools = self._tools.get(src)  # type: ignore[assignment]
+            src = "inline:" + hashlib.sha256(spec.tools_inline.encode()).hexdigest() + ":" + fmt
+            tools = self._inline_tools.get(src)  # type: ignore[assignment]
             if tools is None:
-                tools = compile_tools(
-                    json.loads(spec.tools_inline), self._ensure_index(), format=spec.tool_format
-                )
-                self._tools[src] = tools
+                inline = json.loads(spec.tools_inline)
+                tools = compile_tools(inline, self._ensure_index(), format=fmt)
+                self._inline_tools[src] = tools
+                while len(self._inline_tools) > self._cache_size:
+                    self._inline_tools.popitem(last=False)
+            else:
+                self._inline_tools.move_to_end(src)
+        allowed = None if spec.allowed is None else sorted(set(spec.allowed))
+        subset = None if allowed is None else hashlib.sha256("\n".join(allowed).encode()).digest()
         key = (
-            src, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
-            spec.parallel_tool_calls,
+            src, fmt, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
+            spec.parallel_tool_calls, subset,
         )  # fmt: skip
         plan = self._tool_plans.get(key)
         if plan is None:
-            b = spec.tool_budget
-            plan = ToolCallPlan(
+            plan = native_plan(
                 tools,
                 tool_choice=spec.tool_choice,
-                think=spec.think is not None,
-                think_end=spec.think or "</think>",
+                allowed=allowed,
+                parallel=spec.parallel_tool_calls,
+                budget=spec.tool_budget,
+                think=spec.think,
                 think_max_tokens=spec.think_max_tokens,
-                parallel_tool_calls=spec.parallel_tool_calls,
-                string_max_tokens=b,
-                slot_max_tokens=None if b is None else 2 * b,
-                max_tokens=None if b is None else 6 * b,
             )
             self._tool_plans[key] = plan
             while len(self._tool_plans) > self._cache_size:
@@ -235,12 +249,23 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._tool_plans.move_to_end(key)
         return plan
 
+    def _registry_in(self, name: str, fmt: str) -> CompiledTools:
+        """Named registry ``name`` in call format ``fmt`` (the slot analysis shared)."""
+        key = (name, fmt)
+        hit = self._formatted.get(key)
+        if hit is None:
+            hit = self._formatted[key] = self._tools[name].with_format(fmt)
+        return hit
+
     def _new_request(self, params: Any, out: list[int]) -> _Req | None:
         try:
             spec = parse_request(getattr(params, "extra_args", None))
         except ValueError as exc:  # validate_params runs first; this is a direct engine call
             logger.error("trierouter: request refused in the worker: %s", exc)
-            self._ensure_index()
+            try:
+                self._ensure_index()
+            except Exception as exc2:  # the row stays unmasked only if no end id is known
+                logger.error("trierouter: no vocabulary for a failed request: %s", exc2)
             return _Req(out, None, None)
         if spec is None:
             return None
@@ -252,9 +277,14 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             if spec.is_plain:
                 return _Req(out, cs, None)
             return _Req(out, None, self._plan(spec, cs))
-        except (ValueError, TrieRouterError, MemoryError, OverflowError, RecursionError) as exc:
-            # this request alone fails (its row allows only the end ids); the batch goes on
-            logger.error("trierouter: cannot constrain request, it will end at once: %s", exc)
+        except Exception as exc:  # anything at all: this request alone fails, the batch goes on
+            # (its row allows only the end ids); an exception escaping update_state would kill
+            # the engine core and with it every request in flight
+            logger.error(
+                "trierouter: cannot constrain request, it will end at once: %s: %s",
+                type(exc).__name__,
+                exc,
+            )
             return _Req(out, None, None)
 
     # -- LogitsProcessor interface -------------------------------------------------------------
@@ -346,14 +376,28 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 cs.fill_bitmask_batch(states, bitmask, rows)
         for row, req in self._plan_rows:
             plan = req.plan
-            assert plan is not None
-            out = req.out
-            pstate = req.plan_state
-            for t in out[req.seen :]:
-                pstate = plan.advance(pstate, t)
-            req.seen = len(out)
-            req.plan_state = pstate
-            plan.fill_next_token_bitmask(pstate, bitmask, row)
+            if plan is None:  # failed at an earlier step of this batch layout
+                if self._end_row is not None:
+                    bitmask[row] = self._end_row
+                continue
+            try:
+                out = req.out
+                pstate = req.plan_state
+                for t in out[req.seen :]:
+                    pstate = plan.advance(pstate, t)
+                req.seen = len(out)
+                req.plan_state = pstate
+                plan.fill_next_token_bitmask(pstate, bitmask, row)
+            except Exception as exc:  # this row alone ends (its end ids only); the batch goes on
+                logger.error(
+                    "trierouter: request failed while decoding, it will end now: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                )
+                req.plan = None
+                self._dirty = True
+                if self._end_row is not None:
+                    bitmask[row] = self._end_row
         if len(self._failed_rows) and self._end_row is not None:
             bitmask[self._failed_rows] = self._end_row
         n_rows = int(logits.shape[0])

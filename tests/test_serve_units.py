@@ -1,0 +1,255 @@
+"""The serving pieces without a server: native-syntax call parsing and streaming, request checks,
+the tool-search rewrite, the worker's failure isolation, ToolRegistry.invoke, the LangChain model
+in process (tiny random model, transformers)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Literal
+
+import pytest
+
+from trierouter.registry.tools import ToolRegistry
+from trierouter.router.calls import ParsedCall, ToolCallStream, call_problem, envelope, parse_calls
+
+jsonschema = pytest.importorskip("jsonschema")
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"},
+                                         "day": {"type": "string", "format": "date"}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {"name": "ping", "parameters": {}}},
+]  # fmt: skip
+
+
+# -- calls in the native syntax ------------------------------------------------------------------
+TEXTS = [
+    (
+        "hermes",
+        'Sure. <tool_call>\n{"name": "get_w\\"x", "arguments": {"a": "}{\\"", "b": [1, {"c": 2}]}}'
+        '\n</tool_call>\n<tool_call>\n{"name": "t2", "arguments": {}}\n</tool_call>',
+    ),
+    ("llama3_json", '{"name": "f", "parameters": {"x": "é"}}; {"name": "g", "parameters": {}}'),
+    ("hermes", "no call here, just text with <tool"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "text"), TEXTS)
+def test_streamed_deltas_add_up_to_the_parsed_calls(fmt: str, text: str) -> None:
+    env = envelope(fmt, auto=True)
+    content, calls = parse_calls(text, env)
+    for seed in range(100):
+        rng = random.Random(seed)
+        stream = ToolCallStream(env)
+        pos, got, names, args = 0, "", {}, {}
+        while pos < len(text):
+            pos = min(len(text), pos + rng.randint(1, 7))
+            d = stream.feed(text[:pos])
+            got += d.content
+            for i, name, frag in d.calls:
+                if name is not None:
+                    assert i not in names
+                    names[i] = name
+                args[i] = args.get(i, "") + frag
+        # a content that ends in a prefix of the opener keeps that prefix back (it could still
+        # have become a call); everything before it streams
+        assert content.startswith(got) and len(content) - len(got) < max(1, len(env.trigger or ""))
+        assert [names[i] for i in sorted(names)] == [c.name for c in calls]
+        assert [args[i] for i in sorted(args)] == [c.arguments for c in calls]
+
+
+def test_parse_calls_shapes() -> None:
+    content, calls = parse_calls(TEXTS[0][1], envelope("hermes", auto=True))
+    assert content == "Sure. " and [c.name for c in calls] == ['get_w"x', "t2"]
+    assert json.loads(calls[0].arguments) == {"a": '}{"', "b": [1, {"c": 2}]}
+    text = '<tool_call>\n{"name": "a", "arguments": {"x": "unfini'
+    _, cut = parse_calls(text, envelope("hermes", auto=False))
+    assert len(cut) == 1 and not cut[0].complete
+    forced = '{"name": "ping", "arguments": {}}'  # the json format under a forced choice
+    assert parse_calls(forced, envelope("json", auto=False))[1][0].name == "ping"
+
+
+def test_call_problem_uses_the_format_checker() -> None:
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    ok = ParsedCall("get_weather", '{"city": "Oslo", "day": "2024-02-29"}', True)
+    assert call_problem(ok, schemas) is None
+    bad = ParsedCall("get_weather", '{"city": "Oslo", "day": "2023-02-29"}', True)
+    assert "date" in (call_problem(bad, schemas) or "")
+    assert "not one of" in (call_problem(ParsedCall("nope", "{}", True), schemas) or "")
+
+
+# -- request checks ------------------------------------------------------------------------------
+vllm = pytest.importorskip("vllm")
+
+
+def test_request_xargs_refuses_each_bad_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trierouter.router.vllm.openai import request_xargs
+
+    monkeypatch.setenv("TRIEROUTER_MAX_INLINE_TOOLS", "4")
+    good = request_xargs(TOOLS, "required", parallel=True, fmt="hermes", max_tokens=80)
+    assert good["trierouter_tool_choice"] == "required" and good["trierouter_tool_budget"] == 10
+    assert json.loads(good["trierouter_tools_inline"]) == TOOLS
+    named = {"type": "function", "function": {"name": "nope"}}
+    with pytest.raises(ValueError, match="no tool of that name"):
+        request_xargs(TOOLS, named, parallel=True, fmt="hermes")
+    broken = [{"type": "function", "function": {"name": "b", "parameters": {"type": 12}}}]
+    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+        request_xargs(broken, "required", parallel=True, fmt="hermes")
+    many = [{"type": "function", "function": {"name": f"t{i}"}} for i in range(5)]
+    with pytest.raises(ValueError, match="TRIEROUTER_MAX_INLINE_TOOLS"):
+        request_xargs(many, "required", parallel=True, fmt="hermes")
+    with pytest.raises(ValueError, match="not configured"):
+        request_xargs(None, "required", parallel=True, fmt="hermes", xargs={
+            "trierouter_tools": "nope"})  # fmt: skip
+
+
+def test_tool_search_rewrites_a_registry_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trierouter.router.vllm.server import BadRequest, rewrite_body, serve_argv
+
+    reg = [*TOOLS, *({"type": "function", "function": {"name": f"sync_thing_{i}",
+                                                      "description": f"sync thing {i}"}}
+                     for i in range(50))]  # fmt: skip
+    (tmp_path / "api.json").write_text(json.dumps(reg))
+    monkeypatch.setenv("TRIEROUTER_TOOLS", str(tmp_path / "api.json"))
+    body = {"model": "m", "messages": [{"role": "user", "content": "weather in Oslo?"}],
+            "tool_choice": "required",
+            "vllm_xargs": {"trierouter_tools": "api", "trierouter_tool_search": 3}}  # fmt: skip
+    out = json.loads(rewrite_body(json.dumps(body).encode(), "hermes") or b"{}")
+    names = [t["function"]["name"] for t in out["tools"]]
+    assert len(names) == 3 and names[0] == "get_weather", names  # padded to k
+    assert out["vllm_xargs"]["trierouter_allowed"] == names
+    body["vllm_xargs"]["trierouter_tool_search"] = 0
+    with pytest.raises(BadRequest, match="trierouter_tool_search"):
+        rewrite_body(json.dumps(body).encode(), "hermes")
+    assert serve_argv(["M", "--tool-call-parser", "x"])[:4] == [
+        "--model", "M", "--tool-call-parser", "x"]  # fmt: skip
+
+
+# -- the worker: a request that fails does so alone ----------------------------------------------
+def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    from trierouter.router.vllm.processor import TrieRouterLogitsProcessor
+    from trierouter.testing.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path_factory.mktemp("units-model") / "qwen2")
+    gen = json.loads((model / "generation_config.json").read_text())
+    width = 151_872
+    mc = SimpleNamespace(
+        tokenizer=str(model), tokenizer_revision=None, trust_remote_code=False,
+        get_vocab_size=lambda: width, try_get_generation_config=lambda: gen,
+    )  # fmt: skip
+    cfg = SimpleNamespace(model_config=mc, scheduler_config=SimpleNamespace(max_num_seqs=4))
+    proc = TrieRouterLogitsProcessor(cfg, torch.device("cpu"), False)
+    bad = SamplingParams(extra_args={"trierouter_tools_inline": json.dumps(TOOLS),
+                                     "trierouter_tool_choice": "missing_tool"})  # fmt: skip
+    good = SamplingParams(extra_args={"trierouter_tools_inline": json.dumps(TOOLS),
+                                      "trierouter_tool_choice": "required",
+                                      "trierouter_tool_format": "hermes"})  # fmt: skip
+    with pytest.raises(ValueError, match="no tool of that name"):
+        TrieRouterLogitsProcessor.validate_params(bad)  # the API server refuses it ...
+    outs: list[list[int]] = [[], []]
+    # ... and a worker driven directly (no validate_params) fails it alone
+    proc.update_state(BatchUpdate(batch_size=2, removed=[], added=[(0, bad, [1], outs[0]),
+                                                                   (1, good, [1], outs[1])],
+                                  moved=[]))  # fmt: skip
+    logits = torch.zeros((2, width))
+    proc.apply(logits)
+    end_ids = set(proc._index.vocabulary.end_ids)
+    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == end_ids
+    allowed = torch.isfinite(logits[1]).nonzero().flatten().tolist()
+    assert allowed and not set(allowed) & end_ids  # the opener is forced
+
+
+# -- ToolRegistry.invoke -------------------------------------------------------------------------
+def weather(city: str, days: int = 1) -> str:
+    """Weather.
+
+    Args:
+        city: the city
+        days: how many days
+    """
+    return f"{city}:{days}"
+
+
+async def aweather(city: str) -> str:
+    """Async weather."""
+    return f"async {city}"
+
+
+def test_registry_invoke_and_ainvoke() -> None:
+    from pydantic import BaseModel
+
+    class Flight(BaseModel):
+        """A flight."""
+
+        origin: str
+        seats: int
+
+    reg = ToolRegistry([weather, aweather, Flight, TOOLS[1]])
+    assert reg.invoke({"function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}) == (
+        "Oslo:1"
+    )
+    assert reg.invoke({"name": "weather", "args": {"city": "Rome", "days": 3}}) == "Rome:3"
+    assert reg.invoke({"name": "Flight", "args": {"origin": "X", "seats": 2}}).seats == 2
+    assert asyncio.run(reg.ainvoke({"name": "aweather", "args": {"city": "Nice"}})) == "async Nice"
+    assert asyncio.run(reg.ainvoke({"name": "weather", "args": {"city": "Bonn"}})) == "Bonn:1"
+    with pytest.raises(ValueError, match="do not match its schema"):
+        reg.invoke({"name": "weather", "args": {"city": 3}})
+    with pytest.raises(ValueError, match="no Python callable"):
+        reg.invoke({"name": "ping", "args": {}})
+    with pytest.raises(ValueError, match="async"):
+        reg.invoke({"name": "aweather", "args": {"city": "x"}})
+
+
+# -- LangChain, in process -----------------------------------------------------------------------
+def test_chat_trierouter_in_process(tmp_path_factory: pytest.TempPathFactory) -> None:
+    pytest.importorskip("langchain_core")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    from langchain_core.tools import tool as lc_tool
+
+    from trierouter.router.langchain import ChatTrieRouter
+    from trierouter.testing.serve import tiny_tool_model
+
+    @lc_tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    path = tiny_tool_model(tmp_path_factory.mktemp("lc-model") / "qwen2")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    llm = ChatTrieRouter(model=model, tokenizer=tok, max_tokens=160, temperature=1.0, seed=0)
+    forms = [weather, add, TOOLS[0]]
+    reg = ToolRegistry(forms)
+    schemas = {t.name: t.parameters for t in reg}
+    for choice in ("any", "add", "get_weather"):
+        msg = llm.bind_tools(forms, tool_choice=choice).invoke("What is 2 + 3?")
+        (call,) = msg.tool_calls
+        assert choice == "any" or call["name"] == choice
+        v = jsonschema.Draft202012Validator(
+            schemas[call["name"]], format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+        )
+        assert not list(v.iter_errors(call["args"])), call
+        if call["name"] != "get_weather":
+            reg.invoke(call)
+    label = llm.with_structured_output(Literal["spam", "ham"]).invoke("Buy now!")
+    assert label in ("spam", "ham")

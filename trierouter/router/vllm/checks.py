@@ -1,0 +1,123 @@
+"""Request checks that need the tools themselves, run in the API server process before a request
+reaches the engine: inline tools must register (valid names, valid JSON Schemas, no duplicates)
+and pass the compiler's slot analysis; a named tool must exist; a named registry must be
+configured. The worker would otherwise find these problems mid-batch.
+
+Results are cached by content hash, so a client that sends the same tools with every request
+pays the checks once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from trierouter.errors import TrieRouterError
+from trierouter.registry.compiler import check_tools
+from trierouter.registry.tools import ToolRegistry
+from trierouter.router.vllm.args import ENV_TOOLS
+from trierouter.router.vllm.named import list_tool_registries, load_tool_registries
+
+__all__ = [
+    "BUILTIN_CHOICES",
+    "RegistrySpecs",
+    "check_inline_tools",
+    "check_tool_choice",
+    "registry_specs",
+]
+
+BUILTIN_CHOICES = ("required", "auto", "none")
+"""``tool_choice`` values that are not a tool name."""
+
+_CACHE_SIZE = 256
+_inline_ok: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def check_inline_tools(tools_json: str) -> tuple[str, ...]:
+    """The tool names of ``tools_json`` (a JSON list of tool dicts), or ``ValueError`` naming
+    every problem (``tools[i] 'name': why``)."""
+    key = hashlib.sha256(tools_json.encode("utf-8", "surrogatepass")).hexdigest()
+    with _lock:
+        names = _inline_ok.get(key)
+        if names is not None:
+            _inline_ok.move_to_end(key)
+            return names
+    try:
+        tools = json.loads(tools_json)
+    except ValueError as exc:
+        raise ValueError(f"tools: not JSON ({exc})") from exc
+    if not isinstance(tools, list) or not tools:
+        raise ValueError("tools: expected a non-empty list of tool objects")
+    try:
+        registry = ToolRegistry()
+        registry.add(*tools)
+        check_tools(registry)
+    except (TrieRouterError, ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise ValueError(f"tools: {exc}") from exc
+    names = tuple(t.name for t in registry)
+    with _lock:
+        _inline_ok[key] = names
+        while len(_inline_ok) > _CACHE_SIZE:
+            _inline_ok.popitem(last=False)
+    return names
+
+
+def check_tool_choice(choice: str, names: Sequence[str] | frozenset[str], where: str) -> None:
+    """A named ``choice`` must be one of ``names`` (``where``: the tools' origin, for the
+    message)."""
+    if choice in BUILTIN_CHOICES:
+        return
+    known = names if isinstance(names, frozenset) else frozenset(names)
+    if choice not in known:
+        some = ", ".join(sorted(known)[:10])
+        raise ValueError(
+            f"tool_choice={choice!r}: no tool of that name in {where} ({len(known)} tools: "
+            f"{some}{', ...' if len(known) > 10 else ''}); name one of them, or use 'required' "
+            "or 'auto'"
+        )
+
+
+class RegistrySpecs:
+    """A named registry as the API server holds it: the tools (OpenAI form) by name."""
+
+    def __init__(self, name: str, tools: list[Any]) -> None:
+        registry = ToolRegistry()
+        registry.add(*tools)
+        self.name = name
+        self.registry = registry
+        self.names = frozenset(t.name for t in registry)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def openai(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        """The OpenAI tool dicts of ``names``, in that order."""
+        return [self.registry[n].to_openai() for n in names]
+
+
+_registries: dict[tuple[str, str], RegistrySpecs] = {}
+
+
+def registry_specs(name: str) -> RegistrySpecs:
+    """Registry ``name`` from ``$TRIEROUTER_TOOLS`` (loaded once per process), or
+    ``ValueError`` naming the configured ones."""
+    cfg = os.environ.get(ENV_TOOLS, "")
+    key = (cfg, name)
+    with _lock:
+        hit = _registries.get(key)
+    if hit is not None:
+        return hit
+    known = list_tool_registries()
+    if name not in known:
+        shown = ", ".join(sorted(known)[:20]) or f"none (${ENV_TOOLS} is not set)"
+        raise ValueError(f"tool registry {name!r} is not configured; configured: {shown}")
+    specs = RegistrySpecs(name, load_tool_registries(cfg)[name])
+    with _lock:
+        _registries[key] = specs
+    return specs
