@@ -158,15 +158,15 @@ def test_the_registry_takes_bfcl_docs_whole_and_auto_detected() -> None:
     # three live docs contradict themselves (a boolean with the enum ["True", "False",
     # "dontcare"], an array with an enum of strings): a strict registry refuses them by name
     with pytest.raises(UnservedSchemaError) as info:
-        ToolRegistry().add([f for lg, f in docs if lg == "python"])  # detected as BFCL docs
+        ToolRegistry().add_bfcl([f for lg, f in docs if lg == "python"])
     assert len(info.value.problems) == 3
     for name in ("extract_parameters_v1", "get_sensor_readings_history_by_interval",
                  "Travel_1_FindAttractions"):  # fmt: skip
         assert name in str(info.value)
-    reg = ToolRegistry([f for lg, f in docs if lg == "python"], strict=False)
-    assert {t.source for t in reg} == {"bfcl"}
-    reg.add([bfcl_to_openai(f, language=lg) for lg, f in docs if lg != "python"])
-    assert len(reg) == 1853
+    reg = ToolRegistry(strict=False)
+    for lang in ("python", "java", "javascript"):
+        reg.add_bfcl([f for lg, f in docs if lg == lang], language=lang)
+    assert len(reg) == 1853 and {t.source for t in reg} == {"bfcl"}
     e = load_bfcl("simple_python", cache_dir=PERSISTENT_CACHE)[0]
     auto = ToolRegistry(e.functions)  # detected by "parameters": {"type": "dict"}
     assert (
@@ -174,4 +174,4 @@ def test_the_registry_takes_bfcl_docs_whole_and_auto_detected() -> None:
         == bfcl_to_openai(e.functions[0])["function"]["parameters"]
     )
     with pytest.raises(InvalidToolError, match=r"'bad'.*not an object"):
-        ToolRegistry().add({"name": "bad", "parameters": {"type": "dict", "properties": []}})
+        ToolRegistry().add_bfcl({"name": "bad", "parameters": {"type": "dict", "properties": []}})

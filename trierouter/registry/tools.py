@@ -3,7 +3,7 @@
     registry = ToolRegistry(openai_tools)              # any supported form, auto-detected
     registry.add(get_weather, WeatherQuery, lc_tool)   # callables, pydantic models, LangChain
     registry.add_mcp(pages)                            # MCP tools/list pages, via nextCursor
-    registry.add(entry["function"])                    # BFCL function docs, auto-detected
+    registry.add_bfcl(entry["function"])               # BFCL function docs (BFCL's types)
     registry = ToolRegistry.from_mcp_server("python", ["-m", "my_server"])
     registry.save("tools.json"); ToolRegistry.load("tools.json")
 
@@ -249,6 +249,21 @@ class ToolRegistry:
         """Anthropic tools: ``{"name", "description", "input_schema"}``."""
         items = [tools] if isinstance(tools, Mapping) else list(tools)
         return self._commit(items, convert.from_anthropic)
+
+    def add_bfcl(
+        self,
+        functions: Iterable[Mapping[str, Any]] | Mapping[str, Any],
+        *,
+        language: str = "python",
+        hint: bool = True,
+    ) -> list[Tool]:
+        """BFCL function docs (``{"name", "description", "parameters": {"type": "dict", ...}}``
+        with BFCL's types ``dict``, ``float``, ``tuple``, ``any``...), converted to JSON Schema as
+        BFCL's own handlers convert them; ``language``: ``"python"``, ``"java"`` or
+        ``"javascript"`` (BFCL's simple_java / simple_javascript docs); ``hint``: append BFCL's
+        language note to each description. :meth:`add` detects Python docs on its own."""
+        items = [functions] if isinstance(functions, Mapping) else list(functions)
+        return self._commit(items, lambda f: convert.from_bfcl(f, language=language, hint=hint))
 
     def add_mcp(self, result_or_pages: Any, *, partial: bool = False) -> list[Tool]:
         """MCP tools from a ``tools/list`` result (dict, JSON-RPC response or the ``mcp``
