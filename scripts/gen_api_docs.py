@@ -19,6 +19,8 @@ MODULES = [
     "trierouter.router.vllm",
     "trierouter.shortlist",
     "trierouter.data",
+    "trierouter.data.bfcl",
+    "trierouter.models",
     "trierouter.errors",
 ]
 

@@ -60,3 +60,20 @@ def qwen2() -> Vocabulary:
 @pytest.fixture(scope="session")
 def qwen2_index(qwen2: Vocabulary) -> TokenIndex:
     return TokenIndex.get(qwen2)
+
+
+# Real models and BFCL live in the user's cache, not the session's private one: downloading and
+# converting Qwen (~500 MB, ~100 s) once per machine, not once per test session.
+# Read at import, before ``_private_cache`` repoints TRIEROUTER_CACHE_DIR.
+from trierouter.registry.index import default_cache_dir
+
+PERSISTENT_CACHE = Path(os.environ.get("TRIEROUTER_TEST_MODELS_CACHE") or default_cache_dir())
+
+
+@pytest.fixture(scope="session")
+def qwen_model_dir() -> Path:
+    """The real Qwen2.5-Coder-0.5B-Instruct folder (PyPI bytes, hash-checked, converted once)."""
+    pytest.importorskip("gguf", reason="pip install 'trierouter[models]'")
+    from trierouter.models import load_model
+
+    return load_model("qwen2.5-coder-0.5b-instruct", cache_dir=PERSISTENT_CACHE, progress=False)

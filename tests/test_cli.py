@@ -92,8 +92,12 @@ def test_compile_and_inspect(tmp_path: Path) -> None:
     assert run("info", str(out), "--tokenizer", "gpt2").returncode == 0
     # error paths
     assert_one_line_error(
-        run("inspect", str(out), "--tokenizer", "mistral-v3"), "recompile the set"
+        run("inspect", str(out), "--tokenizer", "mistral-v3"), "compiled for 'gpt2'"
     )
+    # no tokenizer given: the one the set was compiled for, not qwen2
+    info = run("inspect", str(out))
+    assert info.returncode == 0, info.stderr
+    assert "'café'" in info.stdout
     assert_one_line_error(run("inspect", str(tmp_path / "none.trt")), "trierouter compile")
     assert_one_line_error(
         run("inspect", str(out), "--tokenizer", "gpt2", "--prefix", "zzz"), "not a prefix"

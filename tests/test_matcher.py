@@ -132,8 +132,15 @@ def test_load_refuses_other_vocabulary_and_corruption(tmp_path: Path, choices: C
     choices.save(path)
     with pytest.raises(VocabularyMismatchError, match="recompile"):
         ChoiceSet.load(path, toy_vocabulary([b"other"]))
-    with pytest.raises(VocabularyMismatchError):
-        ChoiceSet.load(path, toy_vocabulary(width_pad=10))
+    # the logits width is a fact of where the set is applied: a wider model serves it as is,
+    # its padding ids never allowed
+    wide = ChoiceSet.load(path, toy_vocabulary(width_pad=10))
+    assert wide.width == toy_vocabulary(width_pad=10).width > choices.width
+    for s in range(choices.n_nodes + 2):
+        assert wide.mask(s).tolist() == choices.mask(s).tolist()
+        row = np.zeros((1, wide.bitmask_words), dtype=np.int32)
+        wide.fill_next_token_bitmask(s, row)
+        assert set(bitmask_to_ids(row[0], wide.width).tolist()) == set(choices.mask(s).tolist())
     raw = bytearray(path.read_bytes())
     raw[-1] ^= 1
     path.write_bytes(bytes(raw))
@@ -143,3 +150,41 @@ def test_load_refuses_other_vocabulary_and_corruption(tmp_path: Path, choices: C
     TokenIndex.build(toy_vocabulary()).save(other)
     with pytest.raises(CorruptFileError, match=r"expected 'trierouter\.ChoiceSet'"):
         ChoiceSet.load(other, toy_vocabulary())
+
+
+def test_matcher_edge_cases(choices: ChoiceSet) -> None:
+    """``value()`` after termination without history; ``accept_tokens`` all-or-nothing with a
+    truncated history; nothing is accepted after termination; bad states are refused."""
+    vocab = toy_vocabulary()
+    end = vocab.end_ids[0]
+    value = choices.values[0]
+    path = [vocab.tokens.index(bytes([b])) for b in value.encode()]
+    m = Matcher(choices, max_rollback_tokens=0)
+    assert m.accept_tokens([*path, end])
+    assert m.is_terminated() and m.value() == value
+    assert not m.accept_token(end)  # already terminated: like XGrammar, refused
+    assert not m.accept_tokens([end])
+    m = Matcher(choices, max_rollback_tokens=1)
+    before = m.state
+    assert not m.accept_tokens([*path, path[0], path[0]])  # refused late: nothing applied
+    assert m.state == before and m.num_accepted == 0
+    with pytest.raises(ValueError, match="not a state"):
+        choices.mask(-2)
+    with pytest.raises(ValueError, match="not a state"):
+        choices.mask(choices.DEAD + 1)
+
+
+def test_node_ids_that_would_overflow_int32_are_refused(
+    monkeypatch: pytest.MonkeyPatch, toy_index: TokenIndex
+) -> None:
+    """Node ids are stored as int32: a trie past that is refused before anything wraps."""
+    import types
+
+    from trierouter.registry import trie as trie_mod
+
+    def huge(*args: object) -> types.SimpleNamespace:
+        return types.SimpleNamespace(size=2**31 - 2, ends=np.zeros(1, dtype=np.int64))
+
+    monkeypatch.setattr(trie_mod, "build_trie", huge)
+    with pytest.raises(OverflowError, match="int32"):
+        compile_choices(["a"], toy_index)

@@ -59,9 +59,9 @@ def test_public_surface_is_pinned() -> None:
     import trierouter.router
 
     assert trierouter.registry.__all__ == [
+        "CALL_FORMATS",
         "MAX_NAME_LENGTH",
         "NAMESPACE_SEPARATOR",
-        "CALL_FORMATS",
         "SHIPPED",
         "CallFormat",
         "ChoiceSet",

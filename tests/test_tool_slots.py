@@ -1,6 +1,8 @@
 """Slot engines against XGrammar: for enum / const / boolean / null slots (trie) and fixed formats
 (position automata), the mask equals XGrammar's for the same JSON schema at every step of random
-token paths, the end step included; plus language checks against Python's own parsers."""
+token paths, the end step included (a format as XGrammar's grammar for the format's pattern:
+XGrammar 0.2.8's own format rules are looser than the formats); plus the languages against the
+oracle validators use: ``jsonschema``'s format checker and Python's ``re``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 from trierouter.registry.slots.dispatch import SlotCompiler
-from trierouter.registry.slots.formats import integer_range_node
+from trierouter.registry.slots.formats import FORMAT_PATTERNS, format_node, integer_range_node
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables, pack_ids
 from trierouter.registry.slots.nfa import nfa_fragment
 from trierouter.registry.slots.regex import pattern_node
@@ -48,6 +50,14 @@ def _slot_automaton(schema: dict[str, Any], vocab: Vocabulary) -> ToolAutomaton:
     return ToolAutomaton(frag, VocabTables.get(vocab))
 
 
+def _as_xgrammar(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema XGrammar gets: a format as the regular expression of its language."""
+    fmt = schema.get("format")
+    if fmt in FORMAT_PATTERNS:
+        return {"type": "string", "pattern": "^" + FORMAT_PATTERNS[fmt] + "$"}
+    return schema
+
+
 def _compare(vocab: Vocabulary, schema: dict[str, Any], paths: int, seed: int) -> int:
     info = xgr.TokenizerInfo(
         [b"" if i in vocab.special_ids else t for i, t in enumerate(vocab.tokens)],
@@ -56,7 +66,7 @@ def _compare(vocab: Vocabulary, schema: dict[str, Any], paths: int, seed: int) -
         stop_token_ids=list(vocab.end_ids),
     )
     compiled = xgr.GrammarCompiler(info, cache_enabled=False).compile_json_schema(
-        json.dumps(schema), any_whitespace=False
+        json.dumps(_as_xgrammar(schema)), any_whitespace=False
     )
     a = _slot_automaton(schema, vocab)
     end_row = pack_ids(list(vocab.end_ids), vocab.width)
@@ -123,9 +133,56 @@ def test_integer_ranges_brute_force() -> None:
                 assert not _accepts(node, junk)
 
 
-def test_formats_agree_with_python_parsers() -> None:
-    from trierouter.registry.slots.formats import format_node
+def _format_samples(fmt: str, rng: random.Random) -> set[str]:
+    """Near misses around each format's edges, and random strings over its alphabet."""
+    out: set[str] = set()
+    if fmt == "date":
+        for y in ["0000", "0001", "0004", "0100", "0400", "1900", "2000", "2023", "2024", "9999"]:
+            out |= {f"{y}-{m:02d}-{d:02d}" for m in range(14) for d in range(33)}
+        out |= {f"{y:04d}-02-29" for y in range(0, 10000, 7)}
+    elif fmt == "ipv4":
+        octets = ["0", "00", "01", "1", "9", "10", "99", "100", "199", "249", "250", "255", "256"]
+        out |= {f"{a}.1.{a}.0" for a in octets} | {f"1.2.3.{a}" for a in octets}
+    elif fmt in ("time", "date-time"):
+        pre = "2024-02-29T" if fmt == "date-time" else ""
+        for h in ["00", "23", "24", "9"]:
+            for sec in ["00", "59", "60"]:
+                for off in ["Z", "z", "+00:00", "-23:59", "+24:00", "", "+0000"]:
+                    out |= {f"{pre}{h}:30:{sec}{frac}{off}" for frac in ["", ".5", "."]}
+    elif fmt == "uuid":
+        out |= {str(uuid.uuid4()) for _ in range(50)} | {uuid.uuid4().hex for _ in range(5)}
+    alphabet = {"date": "0123456789-", "ipv4": "0123456789."}.get(fmt, "0123456789abcdef-:.TtZz+")
+    for _ in range(4000):
+        out.add("".join(rng.choice(alphabet) for _ in range(rng.randint(7, 26))))
+    return out
 
+
+@pytest.mark.parametrize("fmt", sorted(FORMAT_PATTERNS))
+def test_formats_are_the_format_checkers_languages(fmt: str) -> None:
+    """Each format's automaton accepts exactly what ``jsonschema``'s format checker accepts
+    (days per month, leap years, year 0001-9999, no leap seconds, octets without leading
+    zeros); the checker is complete (``rfc3339-validator`` installed for times)."""
+    import jsonschema
+
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    assert fmt in checker.checkers, f"the format checker cannot check {fmt}: install its extra"
+    frag = nfa_fragment(format_node(fmt))
+    wrong = [
+        s
+        for s in _format_samples(fmt, random.Random(fmt))
+        if frag.matches(s.encode()) != checker.conforms(s, fmt)
+    ]
+    assert not wrong, wrong[:5]
+    if fmt == "date":
+        for bad in ["2023-02-31", "0000-08-22", "2023-02-29", "1900-02-29", "2024-04-31"]:
+            assert not frag.matches(bad.encode()), bad
+        for good in ["2024-02-29", "2000-02-29", "0004-02-29", "9999-12-31"]:
+            assert frag.matches(good.encode()), good
+    if fmt == "ipv4":
+        assert not frag.matches(b"01.2.3.4") and frag.matches(b"0.10.200.255")
+
+
+def test_formats_agree_with_python_parsers() -> None:
     uuid_node = format_node("uuid")
     ipv4 = format_node("ipv4")
     for _ in range(200):
@@ -170,7 +227,7 @@ def test_dates_and_times_are_exactly_the_format_checkers() -> None:
 def test_patterns_match_python_re() -> None:
     rng = random.Random(4)
     cases = ["^[A-Z]{3}-[0-9]{2,4}$", "^(ab|cd)+x?$", "^[a-f0-9]{8}$", "^\\d{3}(\\.\\d+)?$",
-             "^[^a-z]{2}$", "^v[0-9]+\\.[0-9]+$"]  # fmt: skip
+             "^[^a-z]{2}$", "^v[0-9]+\\.[0-9]+$", "^a+?$", "^(ab)*?c??$", "^x{1,3}?y$"]  # fmt: skip
     alphabet = "abcdxyzAZ019.-_ v"
     for pat in cases:
         node = pattern_node(pat)
@@ -180,5 +237,8 @@ def test_patterns_match_python_re() -> None:
         for _ in range(3000):
             s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 7)))
             assert frag.matches(s.encode()) == bool(rx.fullmatch(s)), (pat, s)
-    for pat in ["^.*$", '^["]$', "^(?=a)b$", "^\\p{L}$"]:
+    for pat in ["^.*$", '^["]$', "^(?=a)b$", "^\\p{L}$", "^a++$", "^*a$", "^a{2}+$"]:
         assert pattern_node(pat) is None, pat
+    # lazy quantifiers: the same language under a full match, not a literal "?"
+    lazy = nfa_fragment(pattern_node("^a+?$"))  # type: ignore[arg-type]
+    assert lazy.matches(b"aa") and not lazy.matches(b"aa?")

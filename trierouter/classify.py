@@ -61,6 +61,7 @@ from trierouter.errors import TrieRouterError, missing
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.shortlist import Retriever
 from trierouter.shortlist.hierarchy import PathFn
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, Policy, RoutedSet, route_set
 
@@ -149,7 +150,10 @@ class Classifier:
     ``(model, tokenizer)`` pair of loaded transformers objects. ``engine``: ``"transformers"``
     or ``"vllm"``. ``prompt``: a template with ``{text}`` (and optionally ``{labels}``).
     ``policy``/``k``/``path``/``threshold``: how a large set is decoded (see
-    :func:`~trierouter.shortlist.route_set`). ``think``: think-then-answer by default.
+    :func:`~trierouter.shortlist.route_set`); ``retriever``: the shortlist for large sets
+    (any, e.g. ``Shortlist.build(labels, descriptions=..., synonyms=...)``; default BM25 over
+    the descriptions), its ranked order kept in :meth:`candidates`. ``think``:
+    think-then-answer by default.
     """
 
     def __init__(
@@ -164,6 +168,7 @@ class Classifier:
         k: int = 64,
         path: PathFn | Sequence[Sequence[str]] | None = None,
         threshold: int = DEFAULT_THRESHOLD,
+        retriever: Retriever | None = None,
         think: bool = False,
         think_tokens: int = 64,
         top_n: int = 5,
@@ -206,6 +211,7 @@ class Classifier:
             texts=self.descriptions if policy in ("auto", "shortlist") else None,
             path=path,
             k=k,
+            retriever=retriever,
         )
 
     def __repr__(self) -> str:
@@ -668,49 +674,13 @@ class DataError(TrieRouterError, ValueError):
 
 
 def load_labels(path: str | os.PathLike[str]) -> tuple[list[str], list[str] | None]:
-    """Read a label set: ``(labels, descriptions or None)``.
+    """Read a label set: ``(labels, descriptions or None)``, with
+    :func:`trierouter.registry.values.read_values` (``.txt`` one label per line,
+    ``label<TAB>description`` also accepted; ``.json``; ``.jsonl``)."""
+    from trierouter.registry.values import read_values
 
-    ``.txt``: one label per line (``label<TAB>description`` also accepted); ``.json``: a list of
-    labels or a ``{label: description}`` object; ``.jsonl``: one ``{"label", "description"}``
-    object per line (``description`` optional).
-    """
-    p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    labels: list[str] = []
-    descs: list[str] = []
-    try:
-        if p.suffix == ".json":
-            data = json.loads(text)
-            if isinstance(data, dict):
-                labels, descs = [str(k) for k in data], [str(v) for v in data.values()]
-            elif isinstance(data, list) and all(isinstance(x, str) for x in data):
-                labels = list(data)
-            else:
-                raise DataError(
-                    f"{p}: expected a JSON list of strings or a {{label: description}} object"
-                )
-        elif p.suffix == ".jsonl":
-            for n, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                obj = json.loads(line)
-                if not isinstance(obj, dict) or not isinstance(obj.get("label"), str):
-                    raise DataError(f'{p}:{n}: expected {{"label": ..., "description": ...}}')
-                labels.append(obj["label"])
-                descs.append(str(obj.get("description", obj["label"])))
-        else:
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
-                label, _, desc = line.partition("\t")
-                labels.append(label)
-                descs.append(desc or label)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
-    if not labels:
-        raise DataError(f"{p}: no labels found; give one label per line (or a JSON list)")
-    has_desc = any(d != lb for d, lb in zip(descs, labels, strict=False))
-    return labels, (descs if descs and has_desc else None)
+    read = read_values(path)
+    return read.values, read.descriptions
 
 
 def load_examples(path: str | os.PathLike[str]) -> list[tuple[str, str]]:

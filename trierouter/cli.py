@@ -101,49 +101,23 @@ def _progress(total: int, desc: str) -> Iterator[Callable[[int], None]]:
 
 
 def _read_values(path: Path) -> list[str]:
-    """Values from ``.txt`` (one per line), ``.json`` (a list, an object's keys, or tool
-    specs with a ``name``) or ``.jsonl`` (``{"label": ...}`` per line)."""
-    if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise CliError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
-        if isinstance(data, dict):
-            data = data.get("tools", data)
-        if isinstance(data, dict):
-            return [str(k) for k in data]
-        if isinstance(data, list):
-            out = []
-            for i, x in enumerate(data):
-                if isinstance(x, str):
-                    out.append(x)
-                elif isinstance(x, dict) and isinstance(x.get("name"), str):
-                    out.append(x["name"])
-                elif isinstance(x, dict) and isinstance(x.get("function"), dict):
-                    out.append(str(x["function"].get("name")))
-                else:
-                    raise CliError(
-                        f"{path}: item {i} is neither a string nor a tool spec with a name; "
-                        "give a JSON list of strings"
-                    )
-            return out
-        raise CliError(f"{path}: expected a JSON list of values")
-    if path.suffix == ".jsonl":
-        from trierouter.classify import load_labels
+    """Values from a file (:func:`trierouter.registry.values.read_values`: ``.txt`` one per
+    line, ``.json``, ``.jsonl``); what was dropped is reported on stderr."""
+    from trierouter.registry.values import read_values
 
-        return load_labels(path)[0]
-    text = path.read_text(encoding="utf-8")
-    if not text:
-        raise CliError(f"{path}: the file is empty; give one value per line")
-    values = text.split("\n")
-    if text.endswith("\n"):
-        values.pop()
-    return values
+    read = read_values(path)
+    if read.duplicates or read.skipped_blank:
+        print(read.summary(), file=sys.stderr)
+    return read.values
 
 
 def _add_vocabulary(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tokenizer (one of)")
-    g.add_argument("--tokenizer", default="qwen2", choices=SHIPPED, help="a shipped tokenizer")
+    g.add_argument(
+        "--tokenizer",
+        choices=SHIPPED,
+        help="a shipped tokenizer (default: qwen2; for inspect, the one the set names)",
+    )
     g.add_argument("--tokenizer-json", type=Path, help="a Hugging Face tokenizer.json")
     g.add_argument("--model", type=Path, help="a local model folder (its tokenizer and width)")
     p.add_argument("--width", type=int, help="model logits width (default: tokenizer size)")
@@ -165,11 +139,12 @@ def _vocabulary(args: argparse.Namespace) -> Vocabulary:
         return Vocabulary.from_tokenizer(tok, width=width)
     if args.tokenizer_json:
         return Vocabulary.from_tokenizer_json(args.tokenizer_json, width=args.width)
-    return shipped_vocabulary(args.tokenizer, width=args.width)
+    return shipped_vocabulary(args.tokenizer or "qwen2", width=args.width)
 
 
 def _vocab_name(args: argparse.Namespace, vocab: Vocabulary) -> str:
-    return str(getattr(args, "model", None) or args.tokenizer_json or vocab.name or args.tokenizer)
+    given = getattr(args, "model", None) or args.tokenizer_json
+    return str(given or vocab.name or args.tokenizer or "qwen2")
 
 
 # -- compile --------------------------------------------------------------------------------------
@@ -177,14 +152,14 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("values", type=Path, help="VALUES_FILE (.txt/.json/.jsonl) or a tool REGISTRY")
     p.add_argument("-o", "--output", type=Path, help="where to save (default: VALUES.trt)")
     p.add_argument("--terminator", help="string that must follow each value (default: end ids)")
-    p.add_argument("--skip-empty", action="store_true", help="ignore empty lines")
+    p.add_argument(
+        "--skip-empty", action="store_true", help="no effect: blank lines are always skipped"
+    )
     _add_vocabulary(p)
 
 
 def _compile(args: argparse.Namespace) -> int:
     values = _read_values(args.values)
-    if args.skip_empty:
-        values = [v for v in values if v]
     output = args.output or args.values.with_suffix(".trt")
     vocab = _vocabulary(args)
     t = time.perf_counter()
@@ -238,6 +213,15 @@ def _inspect(args: argparse.Namespace) -> int:
         raise CliError(
             f"{args.path}: no such file; save a set first: trierouter compile VALUES -o {args.path}"
         )
+    if not (args.tokenizer or args.tokenizer_json or args.model):
+        # no tokenizer given: the shipped one the set was compiled for, by the name it saved
+        saved = ChoiceSet.saved_tokenizer(args.path)
+        if saved not in SHIPPED:
+            raise CliError(
+                f"{args.path} was compiled for tokenizer {saved or '(unnamed)'!r}, which is not "
+                "shipped: pass the same one with --tokenizer-json or --model"
+            )
+        args.tokenizer = saved
     vocab = _vocabulary(args)
     cs = ChoiceSet.load(args.path, vocab)
     depth = max((len(v.encode()) for v in cs.values), default=0)

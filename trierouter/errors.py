@@ -11,9 +11,15 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     │   ├── InvalidValueError(TypeError)     a value is not a str (or bytes)
     │   └── UnreachableValueError            no sequence of tokens spells a value
     ├── CorruptFileError(ValueError)         a saved file is truncated, altered or foreign
+    │   └── IntegrityError                   downloaded bytes differ from their pinned SHA-256
+    ├── DownloadError(ConnectionError)       a pinned package could not be downloaded
     ├── ToolError(ValueError)                a tool cannot be registered (message names the tool)
     │   ├── DuplicateToolError               its name is taken (in the batch or the registry)
-    │   └── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
+    │   ├── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
+    │   └── UnservedSchemaError              a schema construct no engine serves exactly
+    ├── ToolChoiceError(ValueError)          tool_choice / allowed name no registered tool
+    ├── UnknownToolError(KeyError)           a name is no tool of the compiled registry
+    ├── InputFileError(ValueError)           a values / labels file cannot be read (names fix)
     ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
     └── MissingDependencyError(ImportError)  an optional dependency is not installed
@@ -29,16 +35,22 @@ from collections.abc import Sequence
 __all__ = [
     "CompileError",
     "CorruptFileError",
+    "DownloadError",
     "DuplicateToolError",
     "EmptySetError",
     "IndexMismatchError",
+    "InputFileError",
+    "IntegrityError",
     "InvalidToolError",
     "InvalidValueError",
     "McpServerError",
     "MissingDependencyError",
+    "ToolChoiceError",
     "ToolError",
     "TrieRouterError",
+    "UnknownToolError",
     "UnreachableValueError",
+    "UnservedSchemaError",
     "VocabularyError",
     "VocabularyMismatchError",
 ]
@@ -84,6 +96,24 @@ class CorruptFileError(TrieRouterError, ValueError):
     """A file written by trierouter is truncated, altered or was written by something else."""
 
 
+class IntegrityError(CorruptFileError):
+    """Downloaded bytes (a wheel, a model file) do not have the SHA-256 pinned in trierouter.
+
+    ``path`` is the offending file, ``expected`` and ``actual`` the two hex digests.
+    """
+
+    def __init__(self, message: str, *, path: str, expected: str, actual: str):
+        super().__init__(message)
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+
+
+class DownloadError(TrieRouterError, ConnectionError):
+    """A pinned package could not be fetched from the package index (the message has the
+    command that failed and its output)."""
+
+
 class ToolError(TrieRouterError, ValueError):
     """A tool cannot be registered; nothing of the call that raised it was registered.
 
@@ -95,6 +125,11 @@ class ToolError(TrieRouterError, ValueError):
         self.problems = list(problems) or [message]
 
 
+class UnservedSchemaError(ToolError):
+    """A tool's schema holds a construct no engine serves exactly (each problem names the tool,
+    the slot, the keyword and the fix); ``strict=False`` serves it without and records it."""
+
+
 class DuplicateToolError(ToolError):
     """A tool's name is already registered, or appears twice in one batch."""
 
@@ -102,6 +137,22 @@ class DuplicateToolError(ToolError):
 class InvalidToolError(ToolError):
     """A tool is in no supported form, has a bad name, or its parameters are not a valid JSON
     Schema for an object."""
+
+
+class ToolChoiceError(TrieRouterError, ValueError):
+    """A decoding plan's ``tool_choice`` or ``allowed`` names no registered tool, or is in no
+    known form."""
+
+
+class UnknownToolError(TrieRouterError, KeyError):
+    """A name that is no tool of the compiled registry."""
+
+    def __str__(self) -> str:  # a KeyError would show its message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+class InputFileError(TrieRouterError, ValueError):
+    """An input file (values, labels) cannot be read: names the file and the fix."""
 
 
 class McpServerError(TrieRouterError, ConnectionError):

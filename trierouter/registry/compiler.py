@@ -23,11 +23,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trierouter.errors import CompileError, TrieRouterError, missing
+from trierouter.errors import (
+    CompileError,
+    TrieRouterError,
+    UnknownToolError,
+    UnservedSchemaError,
+    missing,
+)
 from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -113,6 +120,7 @@ class CompiledTools:
         format: str | CallFormat = "json",
         eager_xgrammar: bool = False,
         cache_size: int = 4096,
+        strict: bool = True,
     ) -> None:
         self.index = index
         self.vocabulary = index.vocabulary
@@ -138,28 +146,35 @@ class CompiledTools:
         self.names = self._set_format(self.format)
         """The names trie of a whole call head (``tool_choice="required"``)."""
         t1 = time.perf_counter()
-        dry = SlotCompiler(dry=True)
+        self.strict = strict
+        dry = SlotCompiler(dry=True, strict=False)
         self.slots: list[list[Slot]] = []
+        self.relaxed: dict[str, list[Problem]] = {}
+        """Per tool, what ``strict=False`` served without (empty when strict)."""
         for s in self.specs:
-            _, slots = dry.tool(_normalized(s.parameters), b"")
+            slots, problems = dry.analyze(_normalized(s.parameters))
             self.slots.append(slots)
+            if problems:
+                self.relaxed[s.name] = problems
             for sl in slots:
                 self.stats.slots_by_engine[sl.engine] = (
                     self.stats.slots_by_engine.get(sl.engine, 0) + 1
                 )
         self.xgrammar_schemas = dict(dry.xgrammar_slots)
+        self._check_patterns()
+        if strict and self.relaxed:
+            raise unserved_error(self.relaxed)
         t2 = time.perf_counter()
         self.stats.names_ms = (t1 - t0) * 1e3
         self.stats.analysis_ms = (t2 - t1) * 1e3
-        self._builder = SlotCompiler()
+        self._builder = SlotCompiler(strict=False)
         self._tables = VocabTables.get(self.vocabulary)
         self._automata: OrderedDict[tuple[int, bool], ToolAutomaton] = OrderedDict()
         self._cache_size = cache_size
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
         self._xgr_compiler: Any = None
         self._grammars: dict[str, Any] = {}
-        self.degraded: dict[str, str] = {}
-        """XGrammar slots served with a looser schema, and why."""
         if eager_xgrammar and self.xgrammar_schemas:
             t3 = time.perf_counter()
             for key in self.xgrammar_schemas:
@@ -185,7 +200,8 @@ class CompiledTools:
             return self
         twin = copy.copy(self)
         twin._automata = OrderedDict()
-        twin._lock = threading.RLock()
+        twin._lock = threading.Lock()
+        twin._key_locks = {}
         twin._grammars = dict(self._grammars)
         twin.names = twin._set_format(fmt)
         return twin
@@ -211,7 +227,10 @@ class CompiledTools:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no tool named {name!r} in this registry") from None
+            raise UnknownToolError(
+                f"no tool named {name!r} in this registry of {len(self.specs)} tools; "
+                "use a registered name (tools.specs)"
+            ) from None
 
     def tool_of_node(self, names: ChoiceSet, node: int) -> int:
         """The tool whose name is complete at trie node ``node`` of ``names``."""
@@ -268,31 +287,59 @@ class CompiledTools:
             return a
 
     def grammar(self, key: str) -> Any:
-        """The compiled XGrammar grammar for XGrammar slot ``key`` (compiled once)."""
-        with self._lock:
-            g = self._grammars.get(key)
-            if g is not None:
-                return g
-            if self._xgr_compiler is None:
-                try:
-                    import xgrammar as xgr
-                except ImportError as exc:  # pragma: no cover
-                    raise missing("xgrammar", "tools") from exc
-                self._xgr_compiler = xgr.GrammarCompiler(
-                    xgrammar_tokenizer_info(self.vocabulary), cache_enabled=False
-                )
-            schema = self.xgrammar_schemas.get(key)
-            if schema is None:
-                schema = json.loads(key)
-            try:
-                g = self._xgr_compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
-            except Exception as exc:  # XGrammar refuses some regexes (e.g. word boundaries)
-                loose = _without(schema, "pattern")
-                why = str(exc)[:120]
-                self.degraded[key] = f"XGrammar refused it ({why}); served without pattern"
-                g = self._xgr_compiler.compile_json_schema(json.dumps(loose), any_whitespace=False)
-            self._grammars[key] = g
+        """The compiled XGrammar grammar for XGrammar slot ``key`` (compiled once; other keys and
+        the automata are not blocked while it compiles)."""
+        g = self._grammars.get(key)
+        if g is not None:
             return g
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+            compiler = self._xgrammar_compiler()
+        with key_lock:
+            g = self._grammars.get(key)
+            if g is None:
+                schema = self.xgrammar_schemas.get(key)
+                if schema is None:
+                    schema = json.loads(key)
+                try:
+                    g = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+                except Exception as exc:  # checked at compile: a bug if it happens
+                    raise CompileError(
+                        f"XGrammar refused the slot schema {key[:120]}: {str(exc)[:200]}"
+                    ) from exc
+                self._grammars[key] = g
+            return g
+
+    def _xgrammar_compiler(self) -> Any:
+        if self._xgr_compiler is None:
+            try:
+                import xgrammar as xgr
+            except ImportError as exc:  # pragma: no cover
+                raise missing("xgrammar", "tools") from exc
+            self._xgr_compiler = xgr.GrammarCompiler(
+                xgrammar_tokenizer_info(self.vocabulary), cache_enabled=False
+            )
+        return self._xgr_compiler
+
+    def _check_patterns(self) -> None:
+        """Every ``pattern`` of an XGrammar slot parses in XGrammar (else a problem of each tool
+        that has the slot: refused when strict, else served without that pattern)."""
+        bad: dict[str, str] = {}
+        for key, schema in self.xgrammar_schemas.items():
+            for pattern in _patterns(schema):
+                why = _xgrammar_regex_problem(pattern)
+                if why is not None:
+                    bad[key] = f"XGrammar cannot parse pattern {pattern!r:.60} ({why})"
+        if not bad:
+            return
+        for key in bad:
+            self.xgrammar_schemas[key] = _without(self.xgrammar_schemas[key], "pattern")
+        for spec, slots in zip(self.specs, self.slots, strict=True):
+            for sl in slots:
+                if sl.engine == "xgrammar" and sl.key in bad:
+                    self.relaxed.setdefault(spec.name, []).append(
+                        Problem(sl.path, "pattern", bad[sl.key], "rewrite or drop the pattern")
+                    )
 
     def materialize(self) -> None:
         """Build every tool's automaton and every state's mask now."""
@@ -306,6 +353,51 @@ class CompiledTools:
 
 def _escaped(name: str) -> str:
     return json.dumps(name, ensure_ascii=False)[1:-1]
+
+
+def unserved_error(relaxed: dict[str, list[Problem]]) -> UnservedSchemaError:
+    """The error for tools whose schemas hold constructs no engine serves exactly."""
+    lines = [f"tool {name!r}: {p}" for name, ps in relaxed.items() for p in ps]
+    shown = "\n  ".join(lines[:10])
+    more = f"\n  ... and {len(lines) - 10} more" if len(lines) > 10 else ""
+    return UnservedSchemaError(
+        f"{len(relaxed)} tool(s) use constructs no engine serves exactly (fix each, or pass "
+        f"strict=False to serve them without and list them in .relaxed):\n  {shown}{more}",
+        problems=lines,
+    )
+
+
+def _patterns(schema: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(schema, dict):
+        for k, v in schema.items():
+            if k == "pattern" and isinstance(v, str):
+                out.append(v)
+            elif k not in ("enum", "const"):
+                out += _patterns(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            out += _patterns(v)
+    return out
+
+
+_REGEX_CHECKED: dict[str, str | None] = {}
+
+
+def _xgrammar_regex_problem(pattern: str) -> str | None:
+    """Why XGrammar cannot parse ``pattern`` (``None`` if it can); cached."""
+    if pattern not in _REGEX_CHECKED:
+        import xgrammar as xgr
+
+        try:
+            xgr.Grammar.from_regex(pattern)
+            why = None
+        except Exception as exc:  # XGrammar raises RuntimeError with its parser's message
+            why = str(exc).strip().splitlines()[-1][:120]
+        if len(_REGEX_CHECKED) > 100_000:
+            _REGEX_CHECKED.clear()
+        _REGEX_CHECKED[pattern] = why
+    return _REGEX_CHECKED[pattern]
 
 
 def _without(schema: Any, keyword: str) -> Any:

@@ -1,7 +1,7 @@
-"""The input forms of a tool registry: OpenAI, Anthropic and MCP dicts, pydantic models,
-LangChain tools and plain Python callables, each converted to a
-:class:`~trierouter.registry.tool.Tool` that is not validated yet (the registry validates every
-tool of a call before it registers any).
+"""The input forms of a tool registry: OpenAI, Anthropic and MCP dicts, BFCL function docs
+(:mod:`trierouter.registry.bfcl`), pydantic models, LangChain tools and plain Python callables,
+each converted to a :class:`~trierouter.registry.tool.Tool` that is not validated yet (the
+registry validates every tool of a call before it registers any).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trierouter.errors import missing
+from trierouter.registry.bfcl import BfclConversionError, bfcl_to_openai, is_bfcl_function
 from trierouter.registry.docstrings import parse_docstring
 from trierouter.registry.tool import Tool
 
@@ -20,6 +21,7 @@ __all__ = [
     "ConversionError",
     "field_of",
     "from_anthropic",
+    "from_bfcl",
     "from_callable",
     "from_dict",
     "from_langchain",
@@ -107,8 +109,21 @@ def from_mcp(spec: Any) -> Tool:
     return _tool(name, field_of(spec, "description"), params, title=title, source="mcp")
 
 
+def from_bfcl(spec: Any, *, language: str = "python", hint: bool = True) -> Tool:
+    """A BFCL function doc (``"parameters": {"type": "dict", ...}`` with BFCL's types), converted
+    as BFCL's own handlers convert it (see :mod:`trierouter.registry.bfcl`)."""
+    try:
+        fn = bfcl_to_openai(spec, language=language, hint=hint)["function"]
+    except BfclConversionError as err:
+        raise ConversionError(str(err), name=_name_hint(spec)) from None
+    return _tool(fn["name"], fn["description"], fn["parameters"], source="bfcl")
+
+
 def from_dict(spec: Mapping[str, Any]) -> Tool:
-    """Auto-detects the dict form by its keys (OpenAI, Anthropic, MCP, our own ``save`` rows)."""
+    """Auto-detects the dict form by its keys (OpenAI, Anthropic, MCP, BFCL, our own ``save``
+    rows)."""
+    if is_bfcl_function(spec):
+        return from_bfcl(spec)
     if spec.get("type") == "function" or ("function" in spec and "name" not in spec):
         return from_openai(spec)
     if "input_schema" in spec:
@@ -133,7 +148,8 @@ def from_dict(spec: Mapping[str, Any]) -> Tool:
     raise ConversionError(
         f"a dict with keys {sorted(spec)[:8]} is no known tool form: expected OpenAI "
         '{"type": "function", "function": {...}}, Anthropic {"name", "input_schema"}, MCP '
-        '{"name", "inputSchema"} or {"name", "description", "parameters"}',
+        '{"name", "inputSchema"}, BFCL {"name", "parameters": {"type": "dict", ...}} or '
+        '{"name", "description", "parameters"}',
         name=_name_hint(spec),
     )
 

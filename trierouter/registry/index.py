@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -80,7 +81,9 @@ class TriePairs:
 class TokenIndex:
     """Reversed-token trie of a vocabulary, with O(1) child lookups for the backward walk."""
 
-    _memory: ClassVar[dict[str, TokenIndex]] = {}
+    _memory: ClassVar[OrderedDict[str, TokenIndex]] = OrderedDict()
+    memory_size: ClassVar[int] = 4
+    """Indexes kept in memory, least recently used dropped first (each holds ~10-60 MB)."""
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _building: ClassVar[dict[str, threading.Lock]] = {}
 
@@ -174,6 +177,7 @@ class TokenIndex:
         with cls._lock:
             hit = cls._memory.get(key)
             if hit is not None:
+                cls._memory.move_to_end(key)
                 return hit
             key_lock = cls._building.setdefault(key, threading.Lock())
         # one builder per vocabulary in this process; other threads wait for its result
@@ -184,7 +188,11 @@ class TokenIndex:
                 return hit
             index = cls._from_disk_or_build(vocabulary, cache_dir, disk_cache)
             with cls._lock:
-                return cls._memory.setdefault(key, index)
+                index = cls._memory.setdefault(key, index)
+                cls._building.pop(key, None)
+                while len(cls._memory) > cls.memory_size:
+                    cls._memory.popitem(last=False)
+                return index
 
     @classmethod
     def _from_disk_or_build(

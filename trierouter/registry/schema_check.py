@@ -17,6 +17,7 @@ by ``jsonschema``, which decides and words the error. Schemas that name another 
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 from typing import Any
 
@@ -60,6 +61,7 @@ _CACHE_LIMIT = 1 << 17
 _VALID_SCHEMAS: set[str] = set()  # whole schemas known valid, by their JSON text
 _SCHEMA_CACHE_CHARS = 1 << 25  # ~32 MB of JSON text at most
 _valid_schema_chars = 0
+_LOCK = threading.Lock()  # the caches above change together
 
 
 def _subschema(value: Any) -> bool:
@@ -150,9 +152,10 @@ def _nodes_valid(schema: dict[str, Any], dialect: str) -> bool:
         node = json.dumps(_node_from_key(key[1:]), sort_keys=True)
         if _checked(node, dialect) is not None:
             return False
-        if len(_VALID_NODES) >= _CACHE_LIMIT:
-            _VALID_NODES.clear()
-        _VALID_NODES.add(key)
+        with _LOCK:
+            if len(_VALID_NODES) >= _CACHE_LIMIT:
+                _VALID_NODES.clear()
+            _VALID_NODES.add(key)
     return True
 
 
@@ -173,18 +176,20 @@ def schema_problem(schema: dict[str, Any], text: str | None = None) -> str | Non
         return "nested too deeply"
     if problem is None and text is not None:
         global _valid_schema_chars
-        if _valid_schema_chars + len(text) > _SCHEMA_CACHE_CHARS:
-            _VALID_SCHEMAS.clear()
-            _valid_schema_chars = 0
-        _VALID_SCHEMAS.add(text)
-        _valid_schema_chars += len(text)
+        with _LOCK:
+            if _valid_schema_chars + len(text) > _SCHEMA_CACHE_CHARS:
+                _VALID_SCHEMAS.clear()
+                _valid_schema_chars = 0
+            _VALID_SCHEMAS.add(text)
+            _valid_schema_chars += len(text)
     return problem
 
 
 def clear_caches() -> None:
     """Forgets every schema checked so far (benchmarks measure the cold path with it)."""
     global _valid_schema_chars
-    _VALID_NODES.clear()
-    _VALID_SCHEMAS.clear()
-    _valid_schema_chars = 0
+    with _LOCK:
+        _VALID_NODES.clear()
+        _VALID_SCHEMAS.clear()
+        _valid_schema_chars = 0
     _checked.cache_clear()

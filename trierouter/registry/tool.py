@@ -35,7 +35,8 @@ class Tool:
     title: str | None = None
     """Human-readable display name (MCP's ``title``), if any."""
     source: str = "dict"
-    """The form it came from: openai, anthropic, mcp, pydantic, callable, langchain or dict."""
+    """The form it came from: openai, anthropic, mcp, bfcl, pydantic, callable, langchain or
+    dict."""
 
     def to_openai(self) -> dict[str, Any]:
         """OpenAI Chat Completions form: ``{"type": "function", "function": {...}}``."""

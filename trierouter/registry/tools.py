@@ -3,6 +3,7 @@
     registry = ToolRegistry(openai_tools)              # any supported form, auto-detected
     registry.add(get_weather, WeatherQuery, lc_tool)   # callables, pydantic models, LangChain
     registry.add_mcp(pages)                            # MCP tools/list pages, via nextCursor
+    registry.add_bfcl(entry["function"])               # BFCL function docs (BFCL's types)
     registry = ToolRegistry.from_mcp_server("python", ["-m", "my_server"])
     registry.save("tools.json"); ToolRegistry.load("tools.json")
 
@@ -11,14 +12,17 @@ raises (naming each offending tool and its position) and registers none of them;
 registered before stays. Names are unique, non-empty, at most :data:`MAX_NAME_LENGTH` characters,
 without surrounding whitespace, control characters or lone surrogates; any other character is
 allowed (a decoder emits names JSON-escaped). Parameters are a valid JSON Schema (draft 2020-12,
-or the draft its ``$schema`` names) describing an object.
+or the draft its ``$schema`` names) describing an object, every ``$ref`` of which resolves, and
+whose every construct some engine serves exactly (:mod:`trierouter.registry.slots.normalize`):
+otherwise the tool is refused with :class:`~trierouter.errors.UnservedSchemaError` naming the
+slot, the keyword and the fix. ``ToolRegistry(strict=False)`` registers such tools anyway and
+lists what their calls are not held to in :meth:`ToolRegistry.relaxed`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -33,11 +37,15 @@ from trierouter.errors import (
     McpServerError,
     ToolError,
     TrieRouterError,
+    UnservedSchemaError,
     missing,
 )
 from trierouter.registry import forms as convert
 from trierouter.registry.forms import ConversionError
+from trierouter.registry.mcp import exception_leaves, list_tools_page, mcp_listing
 from trierouter.registry.schema_check import schema_problem
+from trierouter.registry.slots.dispatch import SlotCompiler, unserved_problems
+from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tool import NAMESPACE_SEPARATOR, Tool, empty_object, name_problem
 
 _FORMAT = "trierouter.tools"
@@ -46,9 +54,14 @@ _VERSION = 1
 __all__ = ["ToolRegistry"]
 
 
-def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
+class _Unserved(ConversionError):
+    """A construct of the tool's schema that no engine serves exactly."""
+
+
+def _normalize(tool: Tool, *, owned: bool = False, strict: bool = True) -> Tool:
     """A validated copy of ``tool``: a deep copy of its parameters (unless ``owned``: parsed
-    from a file, referenced by nothing else), made an object schema."""
+    from a file, referenced by nothing else), made an object schema; ``strict``: refused when
+    a construct of it is served exactly by no engine."""
     if not isinstance(tool.name, str):
         raise ConversionError(f"its name must be a string, got {type(tool.name).__name__}")
     problem = name_problem(tool.name)
@@ -92,6 +105,17 @@ def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
         )
     params.setdefault("type", "object")
     params.setdefault("properties", {})
+    if strict:
+        unserved = unserved_problems(params)
+        if unserved:
+            listed = "; ".join(str(p) for p in unserved[:5])
+            more = f" (and {len(unserved) - 5} more)" if len(unserved) > 5 else ""
+            raise _Unserved(
+                f"its schema uses what no engine serves exactly: {listed}{more}. Fix the "
+                "schema, or register it with ToolRegistry(strict=False) to serve it without "
+                "those constraints",
+                name=tool.name,
+            )
     return Tool(tool.name, tool.description, params, title=tool.title, source=tool.source)
 
 
@@ -140,82 +164,14 @@ def _flatten(tools: tuple[Any, ...]) -> list[Any]:
     return out
 
 
-def _mcp_page_tools(page: Any, where: str) -> tuple[list[Any], Any]:
-    if isinstance(page, Mapping) and "result" in page and "tools" not in page:
-        page = page["result"]  # a JSON-RPC response
-    tools = convert.field_of(page, "tools")
-    if not isinstance(tools, list | tuple):
-        raise ToolError(
-            f"{where} is not a tools/list result: it has no list of tools "
-            f"(got a {type(page).__name__})"
-        )
-    return list(tools), convert.field_of(page, "nextCursor", "next_cursor")
-
-
-def _mcp_pages(result: Any, *, partial: bool) -> list[Any]:
-    """Every tool of a listing given as one page, pages, or ``fetch(cursor) -> page``."""
-    if callable(result) and not isinstance(result, Mapping) and not hasattr(result, "tools"):
-        tools: list[Any] = []
-        cursor: Any = None
-        seen: set[Any] = set()
-        while True:
-            page_tools, cursor = _mcp_page_tools(result(cursor), f"page {len(seen) + 1}")
-            tools.extend(page_tools)
-            if not cursor:
-                return tools
-            if cursor in seen:
-                raise ToolError(f"the listing repeats cursor {cursor!r}: it would never end")
-            seen.add(cursor)
-    if isinstance(result, Mapping) or hasattr(result, "tools"):
-        pages = [result]
-    elif isinstance(result, Iterable) and not isinstance(result, str | bytes):
-        pages = list(result)
-    else:
-        raise ToolError(
-            f"add_mcp takes a tools/list result, its pages or fetch(cursor) -> page, got a "
-            f"{type(result).__name__}"
-        )
-    tools = []
-    for i, page in enumerate(pages):
-        where = f"MCP page {i + 1} of {len(pages)}"
-        page_tools, cursor = _mcp_page_tools(page, where)
-        tools.extend(page_tools)
-        if i < len(pages) - 1 and not cursor:
-            raise ToolError(
-                f"{where} has no nextCursor, yet more pages follow: pass the pages of one "
-                "listing, in order"
-            )
-        if i == len(pages) - 1 and cursor and not partial:
-            raise ToolError(
-                f"{where} has nextCursor {cursor!r}: the listing goes on. Pass every page, a "
-                "function fetch(cursor) -> page, or partial=True to register these tools anyway"
-            )
-    return tools
-
-
-def _leaves(err: BaseException) -> list[BaseException]:
-    if isinstance(err, BaseExceptionGroup):
-        return [leaf for sub in err.exceptions for leaf in _leaves(sub)]
-    return [err]
-
-
-async def _list_tools(session: Any, cursor: Any) -> Any:
-    if cursor is None:
-        return await session.list_tools()
-    if "params" in inspect.signature(session.list_tools).parameters:
-        from mcp.types import PaginatedRequestParams  # mcp >= 2: params=...
-
-        return await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
-    return await session.list_tools(cursor=cursor)  # mcp 1.x
-
-
 class ToolRegistry:
     """An ordered set of uniquely named, validated tools (see the module docstring)."""
 
-    __slots__ = ("_runners", "_tools")
+    __slots__ = ("_runners", "_strict", "_tools")
 
-    def __init__(self, tools: Iterable[Any] = ()) -> None:
+    def __init__(self, tools: Iterable[Any] = (), *, strict: bool = True) -> None:
         self._tools: dict[str, Tool] = {}
+        self._strict = strict
         self._runners: dict[str, Any] = {}
         items = list(tools)
         if items:
@@ -239,11 +195,13 @@ class ToolRegistry:
         runners: dict[str, Any] = {}
         for i, obj in enumerate(items):
             try:
-                tool = _normalize(read(obj), owned=owned)
+                tool = _normalize(read(obj), owned=owned, strict=self._strict)
             except ConversionError as err:
                 who = f"tools[{i}] {err.name!r}" if err.name is not None else f"tools[{i}]"
                 problems.append(f"{who}: {err}")
-                kinds.append(InvalidToolError)
+                kinds.append(
+                    UnservedSchemaError if isinstance(err, _Unserved) else InvalidToolError
+                )
                 continue
             where = f"tools[{i}] {tool.name!r} ({tool.source})"
             if tool.name in self._tools:
@@ -292,12 +250,27 @@ class ToolRegistry:
         items = [tools] if isinstance(tools, Mapping) else list(tools)
         return self._commit(items, convert.from_anthropic)
 
+    def add_bfcl(
+        self,
+        functions: Iterable[Mapping[str, Any]] | Mapping[str, Any],
+        *,
+        language: str = "python",
+        hint: bool = True,
+    ) -> list[Tool]:
+        """BFCL function docs (``{"name", "description", "parameters": {"type": "dict", ...}}``
+        with BFCL's types ``dict``, ``float``, ``tuple``, ``any``...), converted to JSON Schema as
+        BFCL's own handlers convert them; ``language``: ``"python"``, ``"java"`` or
+        ``"javascript"`` (BFCL's simple_java / simple_javascript docs); ``hint``: append BFCL's
+        language note to each description. :meth:`add` detects Python docs on its own."""
+        items = [functions] if isinstance(functions, Mapping) else list(functions)
+        return self._commit(items, lambda f: convert.from_bfcl(f, language=language, hint=hint))
+
     def add_mcp(self, result_or_pages: Any, *, partial: bool = False) -> list[Tool]:
         """MCP tools from a ``tools/list`` result (dict, JSON-RPC response or the ``mcp``
         package's object), an iterable of the pages of one listing, or a function
         ``fetch(cursor) -> page`` that is followed until a page has no ``nextCursor``. A last page
         that still has a ``nextCursor`` is refused unless ``partial``."""
-        return self._commit(_mcp_pages(result_or_pages, partial=partial), convert.from_mcp)
+        return self._commit(mcp_listing(result_or_pages, partial=partial), convert.from_mcp)
 
     def add_function(
         self,
@@ -331,7 +304,7 @@ class ToolRegistry:
         cursor: Any = None
         seen: set[Any] = set()
         while True:
-            page = await _list_tools(session, cursor)
+            page = await list_tools_page(session, cursor)
             pages.append(page)
             cursor = convert.field_of(page, "nextCursor", "next_cursor")
             if not cursor:
@@ -389,7 +362,7 @@ class ToolRegistry:
             result: ToolRegistry = anyio.run(main)
         except Exception as err:
             # the client's task groups wrap everything: show the errors themselves
-            leaves = _leaves(err)
+            leaves = exception_leaves(err)
             if len(leaves) == 1 and isinstance(leaves[0], TrieRouterError):
                 raise leaves[0] from None
             if any(isinstance(e, TimeoutError) for e in leaves):
@@ -473,14 +446,26 @@ class ToolRegistry:
         every argument slot's engine (:func:`trierouter.registry.compiler.compile_tools`)."""
         from trierouter.registry.compiler import compile_tools
 
+        kwargs.setdefault("strict", self._strict)
         return compile_tools(list(self), index, **kwargs)
 
-    def explain(self, name: str) -> str:
-        """Which engine serves each slot of tool ``name`` (no tokenizer needed)."""
-        from trierouter.registry.compiler import _normalized
-        from trierouter.registry.slots.dispatch import SlotCompiler, slot_table
+    @property
+    def strict(self) -> bool:
+        """Whether tools with constructs no engine serves exactly are refused (the default)."""
+        return self._strict
 
-        _, slots = SlotCompiler(dry=True).tool(_normalized(self[name].parameters), b"")
+    def relaxed(self, name: str) -> list[Problem]:
+        """What calls of tool ``name`` are not held to (``strict=False`` registries only;
+        always empty in a strict one)."""
+        return unserved_problems(self[name].parameters)
+
+    def explain(self, name: str) -> str:
+        """Which engine serves each slot of tool ``name`` (no tokenizer needed): the same
+        analysis the compiler runs, so it always agrees with what a call is served by."""
+        from trierouter.registry.compiler import _normalized
+        from trierouter.registry.slots.dispatch import slot_table
+
+        slots, _ = SlotCompiler(dry=True, strict=False).analyze(_normalized(self[name].parameters))
         return slot_table(slots, len(self))
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -506,7 +491,7 @@ class ToolRegistry:
             tmp.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ToolRegistry:
+    def load(cls, path: str | os.PathLike[str], *, strict: bool = True) -> ToolRegistry:
         """Reads a file written by :meth:`save`, validating every tool again; a truncated,
         altered or foreign file raises :class:`~trierouter.errors.CorruptFileError`."""
         try:
@@ -528,9 +513,11 @@ class ToolRegistry:
         rows = doc.get("tools")
         if not isinstance(rows, list) or doc.get("count") != len(rows):
             raise CorruptFileError(f"{path}: the tool list is missing or truncated")
-        registry = cls()
+        registry = cls(strict=strict)
         try:
             registry._commit(rows, _from_row, owned=True)
+        except UnservedSchemaError:
+            raise
         except ToolError as err:
             raise CorruptFileError(f"{path}: altered or corrupt: {err}") from err
         return registry
@@ -540,7 +527,6 @@ def _from_row(row: Any) -> Tool:
     if not isinstance(row, dict) or not isinstance(row.get("source", "dict"), str):
         raise ConversionError("a saved tool is a JSON object with name, description, parameters")
     return convert.from_dict(row)
-
 
 
 def _runnable(obj: Any) -> bool:

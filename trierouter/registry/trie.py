@@ -39,7 +39,7 @@ from trierouter.registry.vocabulary import Vocabulary
 __all__ = ["ChoiceSet", "compile_choices"]
 
 _KIND = "trierouter.ChoiceSet"
-_FORMAT = 2
+_FORMAT = 3  # 3: bound to the vocabulary's content (any width); 2: to its content and width
 # children are stored as uint16 offsets from their node; two codes stand for far targets
 _TO_END = 0xFFFF
 _FAR = 0xFFFE
@@ -90,6 +90,8 @@ class ChoiceSet:
         arrays: dict[str, npt.NDArray[Any]],
     ) -> None:
         self.vocabulary_hash = vocabulary_hash
+        """:attr:`Vocabulary.content_hash` of the tokenizer the set was compiled for."""
+        self.vocabulary_name = ""
         self.width = width
         self.end_ids = end_ids
         self.terminator = terminator
@@ -290,6 +292,7 @@ class ChoiceSet:
         meta = {
             "format": _FORMAT,
             "vocabulary": self.vocabulary_hash,
+            "tokenizer": self.vocabulary_name,
             "width": self.width,
             "end_ids": list(self.end_ids),
             "terminator": self.terminator,
@@ -305,16 +308,29 @@ class ChoiceSet:
         mmap: bool = True,
         verify: bool = True,
     ) -> ChoiceSet:
-        """Read a set written by :meth:`save`; refused unless it belongs to ``vocabulary``."""
+        """Read a set written by :meth:`save`; refused unless it was compiled for the tokens of
+        ``vocabulary`` (its width may differ: a model's logits may be wider than the tokenizer,
+        and the set serves at the width of the vocabulary it is loaded with)."""
         vocab = vocabulary.vocabulary if isinstance(vocabulary, TokenIndex) else vocabulary
         arrays, meta = load_arrays(path, _KIND, mmap=mmap, verify=verify)
-        if meta.get("format") != _FORMAT:
-            raise CorruptFileError(f"{path}: set format {meta.get('format')}, expected {_FORMAT}")
-        if meta.get("vocabulary") != vocab.hash or meta.get("width") != vocab.width:
+        fmt = meta.get("format")
+        if fmt not in (2, _FORMAT):
+            raise CorruptFileError(f"{path}: set format {fmt}, expected {_FORMAT}")
+        saved_width = meta.get("width")
+        if not isinstance(saved_width, int) or isinstance(saved_width, bool) or saved_width < 1:
+            raise CorruptFileError(f"{path}: metadata width={saved_width!r:.40} is not a width")
+        if fmt == 2:  # bound to content and width: compare at the saved width
+            ok = saved_width >= len(vocab) and (
+                meta.get("vocabulary") == vocab.with_width(saved_width).hash
+            )
+        else:
+            ok = meta.get("vocabulary") == vocab.content_hash
+        if not ok:
+            name = meta.get("tokenizer") or "another tokenizer"
             raise VocabularyMismatchError(
-                f"{path}: compiled for vocabulary {str(meta.get('vocabulary'))[:12]} "
-                f"(width {meta.get('width')}), not {vocab.hash[:12]} (width {vocab.width}); "
-                "recompile the set for this tokenizer"
+                f"{path}: compiled for {name!r} (vocabulary {str(meta.get('vocabulary'))[:12]}), "
+                f"not for {vocab.name or 'this vocabulary'!r} ({vocab.content_hash[:12]}): load "
+                "it with the tokenizer it was compiled for, or recompile it for this one"
             )
         term = meta.get("terminator")
         if term is not None and not isinstance(term, str):
@@ -329,14 +345,24 @@ class ChoiceSet:
             )
         ):
             raise CorruptFileError(f"{path}: metadata end_ids={end_ids!r:.60} are not token ids")
-        _check_arrays(Checker(path, arrays), vocab.width)
-        return cls(
-            vocabulary_hash=vocab.hash,
+        _check_arrays(Checker(path, arrays), len(vocab))
+        cs = cls(
+            vocabulary_hash=vocab.content_hash,
             width=vocab.width,
             end_ids=tuple(int(e) for e in end_ids),
             terminator=term,
             arrays=arrays,
         )
+        name = meta.get("tokenizer")
+        cs.vocabulary_name = name if isinstance(name, str) else ""
+        return cs
+
+    @staticmethod
+    def saved_tokenizer(path: str | os.PathLike[str]) -> str:
+        """The name of the tokenizer a saved set was compiled for (``""`` if unnamed)."""
+        _, meta = load_arrays(path, _KIND, mmap=True, verify=False)
+        name = meta.get("tokenizer")
+        return name if isinstance(name, str) else ""
 
 
 def _check_arrays(c: Checker, width: int) -> None:
@@ -409,6 +435,8 @@ def _serving_functions(
         return dead
 
     def mask(state: int) -> I32:
+        if not 0 <= state < n_states:
+            raise ValueError(f"state={state}: not a state of this set (0..{n_states - 1})")
         return tokens[ptr[state] : ptr[state + 1]]
 
     return advance, mask
@@ -518,6 +546,10 @@ def compile_choices(
     buf, starts, lengths = pack_strings(strings)
     trie = build_trie(buf, starts, lengths)
     n = trie.size
+    if n + 2 > np.iinfo(np.int32).max:  # node ids are stored as int32
+        raise OverflowError(
+            f"{n:,} trie nodes: node ids would overflow int32; split the set into smaller ones"
+        )
     ends = trie.ends
     end_state, dead_state = n, n + 1
     # end ids: at every complete value, and in the END / DEAD states (which only allow them)
@@ -560,7 +592,7 @@ def compile_choices(
     vbuf, vstarts, vlengths = pack_strings(uniq) if term else (buf, starts, lengths)
     voff = np.append(vstarts, vstarts[-1] + vlengths[-1]).astype(np.int64)
     cs = ChoiceSet(
-        vocabulary_hash=vocab.hash,
+        vocabulary_hash=vocab.content_hash,
         width=vocab.width,
         end_ids=vocab.end_ids,
         terminator=terminator,
@@ -575,5 +607,6 @@ def compile_choices(
             "value_offsets": voff,
         },
     )
+    cs.vocabulary_name = vocab.name
     cs.compile_seconds = time.perf_counter() - t0
     return cs

@@ -126,6 +126,21 @@ class Vocabulary:
         return h.hexdigest()
 
     @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 over what decides a compiled set's masks (hex): the ids and bytes of the
+        tokens a value may use (:attr:`matchable`) and the end ids. Not the width (a fact of
+        the model a set is applied to) nor the text of special tokens (never allowed in a
+        value): a set compiled for a tokenizer serves any model with the same tokens."""
+        h = hashlib.sha256(b"trierouter-vocabulary-content-v1\0")
+        ids = np.flatnonzero(self.matchable).astype("<i8")
+        h.update(np.array([len(ids)], dtype="<i8").tobytes())
+        h.update(ids.tobytes())
+        h.update(b"\0".join(self._tokens[i] for i in ids.tolist()))
+        h.update(np.diff(self.offsets)[ids].astype("<i8").tobytes())
+        h.update(np.array(self._end_ids, dtype="<i8").tobytes())
+        return h.hexdigest()
+
+    @cached_property
     def buffer(self) -> npt.NDArray[np.uint8]:
         """All token bytes concatenated (use with :attr:`offsets`)."""
         return np.frombuffer(b"".join(self._tokens), dtype=np.uint8)

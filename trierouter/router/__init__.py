@@ -12,14 +12,14 @@ from trierouter.router.bitmask import (
     ids_to_bitmask,
 )
 from trierouter.router.matcher import Matcher
-from trierouter.router.toolcalls import (
+from trierouter.router.tool_call import (
     FunctionCall,
     ParsedOutput,
     ToolCall,
     ToolCallError,
-    ToolCallPlan,
     parse_tool_call,
 )
+from trierouter.router.toolcalls import ToolCallPlan
 
 __all__ = [
     "FunctionCall",

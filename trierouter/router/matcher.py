@@ -18,7 +18,7 @@ __all__ = ["Matcher"]
 class Matcher:
     """Per-request matcher over a compiled set."""
 
-    __slots__ = ("_advance", "_history", "_max_rollback", "choices", "state")
+    __slots__ = ("_advance", "_ended_at", "_history", "_max_rollback", "choices", "state")
 
     def __init__(self, choices: ChoiceSet, *, max_rollback_tokens: int = -1) -> None:
         if not isinstance(choices, ChoiceSet):
@@ -28,12 +28,18 @@ class Matcher:
         self._history: list[int] = []
         self._max_rollback = max_rollback_tokens
         self._advance = choices.advance
+        self._ended_at = -1  # the node an end id was accepted at (value() after termination)
 
     def accept_token(self, token_id: int) -> bool:
-        """Advance by one token; ``False`` (state unchanged) if the token is not allowed."""
+        """Advance by one token; ``False`` (state unchanged) if the token is not allowed, or
+        the matcher is already terminated."""
+        if self.state == self.choices.END:
+            return False
         nxt = self._advance(self.state, token_id)
         if nxt == self.choices.DEAD:
             return False
+        if nxt == self.choices.END:
+            self._ended_at = self.state
         self._history.append(self.state)
         if 0 <= self._max_rollback < len(self._history):
             del self._history[0]
@@ -41,13 +47,16 @@ class Matcher:
         return True
 
     def accept_tokens(self, token_ids: list[int]) -> bool:
-        """Accept tokens one by one; on the first refused token roll back and return ``False``."""
-        done = 0
+        """Accept all of ``token_ids``, or none: ``False`` (state unchanged) if one is refused."""
+        state, end, dead = self.state, self.choices.END, self.choices.DEAD
         for t in token_ids:
-            if not self.accept_token(t):
-                self.rollback(done)
+            if state == end:
                 return False
-            done += 1
+            state = self._advance(state, t)
+            if state == dead:
+                return False
+        for t in token_ids:
+            self.accept_token(t)
         return True
 
     def allowed_token_ids(self) -> npt.NDArray[np.int32]:
@@ -69,7 +78,7 @@ class Matcher:
     def value(self) -> str | None:
         """The chosen value once complete, else ``None``."""
         if self.state == self.choices.END:
-            return self.choices.value_at(self._history[-1]) if self._history else None
+            return self.choices.value_at(self._ended_at)
         return self.choices.value_at(self.state)
 
     def rollback(self, num_tokens: int) -> None:
@@ -86,6 +95,7 @@ class Matcher:
         """Back to the root, history cleared."""
         self.state = self.choices.root
         self._history.clear()
+        self._ended_at = -1
 
     @property
     def num_accepted(self) -> int:

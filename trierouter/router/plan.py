@@ -455,7 +455,7 @@ def compile_plan(
             continue
         given = part.values
         if isinstance(given, ChoiceSet):
-            if given.vocabulary_hash != index.vocabulary.hash:
+            if given.vocabulary_hash != index.vocabulary.content_hash:
                 raise CompileError("Choice: the ChoiceSet was compiled for another vocabulary")
             if given.terminator is not None:
                 raise CompileError("Choice: a ChoiceSet with a terminator cannot be in a plan")

@@ -30,69 +30,27 @@ rest of the delimiter is forced) before all of that.
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from trierouter.errors import TrieRouterError
-from trierouter.registry.call_formats import CALL_HEAD
+from trierouter.errors import ToolChoiceError
 from trierouter.registry.compiler import CompiledTools
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
 from trierouter.router.bitmask import bitmask_to_ids
+from trierouter.router.tool_call import (
+    ParsedOutput,
+    ToolCall,
+    ToolCallError,
+    parse_tool_call,
+    tool_choice_name,
+)
 
-__all__ = [
-    "FunctionCall",
-    "ParsedOutput",
-    "ToolCall",
-    "ToolCallError",
-    "ToolCallPlan",
-    "ToolState",
-    "parse_tool_call",
-]
-
-try:
-    from pydantic import BaseModel, Field
-except ImportError:  # pragma: no cover - pydantic is in the tools extra
-    BaseModel = object  # type: ignore[assignment,misc]
-
-    def Field(*a: Any, **k: Any) -> Any:  # type: ignore[no-redef]
-        return None
-
-
-class ToolCallError(TrieRouterError, ValueError):
-    """An output is not a valid call of a registered tool (names the problem)."""
-
-
-class FunctionCall(BaseModel):
-    """OpenAI's ``function`` part of a tool call: ``arguments`` is a JSON string."""
-
-    name: str
-    arguments: str
-
-
-class ToolCall(BaseModel):
-    """A tool call in OpenAI's format (``message.tool_calls[i]``), with the parsed arguments."""
-
-    id: str = Field(default_factory=lambda: "call_" + secrets.token_hex(12))
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-    @property
-    def name(self) -> str:
-        return str(self.function.name)
-
-    @property
-    def args(self) -> dict[str, Any]:
-        """The arguments, parsed."""
-        out = json.loads(self.function.arguments)
-        assert isinstance(out, dict)
-        return out
+__all__ = ["ToolCallPlan", "ToolState"]
 
 
 class ToolState(NamedTuple):
@@ -130,7 +88,7 @@ class ToolCallPlan:
         self,
         tools: CompiledTools,
         *,
-        tool_choice: str = "required",
+        tool_choice: str | dict[str, Any] = "required",
         allowed: Sequence[str] | None = None,
         think: bool = False,
         think_end: str = "</think>\n",
@@ -146,6 +104,7 @@ class ToolCallPlan:
         self.width = tools.width
         self.end_ids = tools.end_ids
         self.single_choice: ChoiceSet | None = None
+        tool_choice = tool_choice_name(tool_choice)
         self.tool_choice = tool_choice
         self.string_max_tokens = string_max_tokens
         self.slot_max_tokens = slot_max_tokens
@@ -161,10 +120,31 @@ class ToolCallPlan:
         frees: list[_Free] = []
         if think:
             frees.append(_Free(think_end.encode(), False, think_max_tokens))
+        if allowed is not None:
+            if isinstance(allowed, str):
+                raise ToolChoiceError(f"allowed={allowed!r}: give a list of tool names")
+            allowed = list(allowed)
+            if not allowed:
+                raise ToolChoiceError(
+                    "allowed=[]: no tool could be called; pass None to allow every tool, or "
+                    "at least one tool name"
+                )
+            unknown = [n for n in allowed if n not in tools._by_name]
+            if unknown:
+                raise ToolChoiceError(
+                    f"allowed names {len(unknown)} unregistered tool(s): {unknown[:5]}; use "
+                    "names of the compiled registry"
+                )
         if tool_choice in ("required", "auto", "none"):
             subset = allowed
         else:
-            tools.tool_index(tool_choice)
+            if tool_choice not in tools._by_name:
+                raise ToolChoiceError(
+                    f"tool_choice={tool_choice!r} is no registered tool and none of "
+                    '"required", "auto", "none"; give one of those or a tool name'
+                )
+            if allowed is not None and tool_choice not in allowed:
+                raise ToolChoiceError(f"tool_choice={tool_choice!r} is not in allowed")
             subset = [tool_choice]
         if tool_choice == "auto":
             frees.append(_Free(trigger.encode(), True, None))
@@ -573,50 +553,3 @@ class ToolCallPlan:
             raise ToolCallError(f"no {self.format.name} tool call in the output: {text[:80]!r}")
         calls = [parse_tool_call(o, self.tools, validate=validate) for o in objects]
         return ParsedOutput(content, calls, reasoning)
-
-
-class ParsedOutput(NamedTuple):
-    """What a model wrote in one turn: text, tool calls (OpenAI format), thinking."""
-
-    content: str
-    """Text outside the calls (``auto``: before the first call)."""
-    calls: list[ToolCall]
-    """The calls, in order."""
-    reasoning: str = ""
-    """The thinking part (``think=True``), without its delimiter."""
-
-
-def parse_tool_call(text: str, tools: CompiledTools, *, validate: bool = True) -> ToolCall:
-    """``{"name": ..., "arguments": {...}}`` (the format's arguments key) → :class:`ToolCall`,
-    checked with ``jsonschema``."""
-    if not text.startswith(CALL_HEAD[:1]):
-        raise ToolCallError(f"not a tool call: {text[:80]!r}")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ToolCallError(f"tool call is not complete JSON ({exc.msg}): {text[-80:]!r}") from exc
-    key = tools.format.arguments_key
-    if not isinstance(obj, dict) or set(obj) != {"name", key}:
-        raise ToolCallError(f"tool call must have exactly 'name' and {key!r}: {text[:80]!r}")
-    name = obj["name"]
-    try:
-        i = tools.tool_index(name)
-    except KeyError:
-        raise ToolCallError(f"no tool named {name!r} in the registry") from None
-    args = obj[key]
-    if validate:
-        try:
-            import jsonschema
-        except ImportError as exc:  # pragma: no cover
-            from trierouter.errors import missing
-
-            raise missing("jsonschema", "tools") from exc
-        schema = tools.specs[i].parameters or {"type": "object"}
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(args), key=str)
-        if errors:
-            raise ToolCallError(
-                f"arguments of {name!r} do not match its schema: {errors[0].message}"
-            )
-    return ToolCall(
-        function=FunctionCall(name=name, arguments=json.dumps(args, ensure_ascii=False))
-    )

@@ -231,7 +231,8 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
             if scores.shape[-1] < self.rows.width:
                 raise ValueError(
                     f"scores have width {scores.shape[-1]} but the constraints were compiled for "
-                    f"width {self.rows.width}; build the Vocabulary with width=model vocab size"
+                    f"width {self.rows.width}: they hold token ids the model cannot produce; "
+                    "compile them for this model's tokenizer"
                 )
         rows = self.rows
         if input_ids.shape[0] != len(rows.states):
@@ -250,6 +251,8 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
         assert self._bitmask is not None
         rows.fill(self._bitmask)
         apply_token_bitmask_inplace(scores, self._bitmask)
+        if rows.width < scores.shape[-1]:  # the model's padding ids: never allowed
+            scores[:, rows.width :] = -float("inf")
         return scores
 
 
@@ -365,10 +368,11 @@ def generate(
     width = _model_width(model)
     plans = _as_plans(plan_or_plans, len(prompts), tokenizer, width)
     for p in plans:
-        if p.width != width:
+        if p.width > width:
             raise ValueError(
                 f"a plan was compiled for width {p.width} but the model's logits have width "
-                f"{width}; build the Vocabulary with width={width}"
+                f"{width}: it holds token ids the model cannot produce; compile it for this "
+                "model's tokenizer"
             )
     base = secrets.randbits(63) if seed is None else int(seed)
     rngs = [np.random.default_rng([base, i]) for i in range(len(prompts))]
@@ -457,6 +461,8 @@ def _generate_batch(
         logits = out.logits[:, -1, :].float()
         rows.fill(bitmask)
         apply_token_bitmask_inplace(logits, bitmask)
+        if rows.width < logits.shape[-1]:  # the model's padding ids: never allowed
+            logits[:, rows.width :] = -float("inf")
         picked = _pick(logits, do_sample, temperature, rngs)
         live = [i for i in range(n) if active[i]]
         for i in live:

@@ -1,5 +1,9 @@
 """Beyond 50,000 values: shortlists per request, and √K grouping.
 
+- :class:`Shortlist` (``Shortlist.build(values, descriptions=..., synonyms=...)``): the one
+  obvious way: BM25 and the embedding model over descriptions and synonyms, fused with weights
+  chosen by cross-validation on the set's own synonyms; saved and loaded as one folder.
+
 - :class:`EmbeddingIndex` (sentence-transformers + faiss), :class:`BM25Index` (words and
   character n-grams, numpy) and :class:`HybridIndex` (reciprocal-rank fusion) return the top-k
   values for a query; the router compiles a ChoiceSet over exactly those per request.
@@ -13,6 +17,7 @@ only when used (``pip install 'trierouter[shortlist]'``).
 
 from trierouter.shortlist._common import IndexMismatchError, Retriever
 from trierouter.shortlist.bm25 import BM25Index
+from trierouter.shortlist.builder import DEFAULT_FUSION, Fusion, Shortlist
 from trierouter.shortlist.cache import EmbeddingCache
 from trierouter.shortlist.embedder import Embedder
 from trierouter.shortlist.faiss_index import EmbeddingIndex
@@ -29,17 +34,20 @@ from trierouter.shortlist.hybrid import HybridIndex
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, RoutedSet, route_set
 
 __all__ = [
+    "DEFAULT_FUSION",
     "DEFAULT_THRESHOLD",
     "BM25Index",
     "Embedder",
     "EmbeddingCache",
     "EmbeddingIndex",
+    "Fusion",
     "Group",
     "Hierarchy",
     "HybridIndex",
     "IndexMismatchError",
     "Retriever",
     "RoutedSet",
+    "Shortlist",
     "build_hierarchy",
     "fine_tune_embedder",
     "icd10cm_path",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -12,12 +13,17 @@ import numpy.typing as npt
 from trierouter.errors import IndexMismatchError
 
 __all__ = [
+    "THREADS_LOCK",
     "IndexMismatchError",
     "Retriever",
     "ValueRows",
     "best_per_owner",
     "values_hash",
 ]
+
+THREADS_LOCK = threading.RLock()
+"""Held while torch's or faiss's process-wide thread count is changed and restored, so two
+concurrent searches (or a search and a fine-tune) cannot leave it at the other's value."""
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]

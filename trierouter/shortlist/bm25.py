@@ -245,6 +245,19 @@ class BM25Index(ValueRows):
             self._fields[1].score(grams, self.n_rows, out, self.ngram_weight)
         return out
 
+    def field_scores(self, query: str) -> tuple[F64, F64]:
+        """Per row, the word field's and the n-gram field's BM25 scores (unweighted), so a
+        caller can try several ``ngram_weight`` values from one scoring."""
+        for f in self._fields:
+            f.finalize(self.k1, self.b)
+        words, grams = analyze(query, ngram=self.ngram)
+        w = np.zeros(self.n_rows, np.float64)
+        g = np.zeros(self.n_rows, np.float64)
+        self._fields[0].score(words, self.n_rows, w, 1.0)
+        if self.ngram:
+            self._fields[1].score(grams, self.n_rows, g, 1.0)
+        return w, g
+
     def search(self, query: str, k: int = 64) -> list[str]:
         """Up to ``k`` values that share features with ``query``, best first."""
         return [self._values[i] for i in self.search_ids([query], k)[0]]

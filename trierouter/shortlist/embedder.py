@@ -1,4 +1,13 @@
-"""A local sentence-transformers model (default: the shipped all-MiniLM-L6-v2), fingerprinted."""
+"""A local sentence-transformers model (default: the shipped all-MiniLM-L6-v2), fingerprinted.
+
+It runs in torch (``backend="torch"``) or, exported locally from the same weights, in
+onnxruntime (``"onnx"``: the same vectors, cosine 1.0000; ``"onnx-int8"``: int8 weights, about
+5x less CPU per query than torch, cosine ≈ 0.99 to it). ``"auto"`` (the default) is
+``onnx-int8`` when onnxruntime and onnx are installed, else ``torch`` (logged once). Each
+backend has its own fingerprint, so cached vectors and saved indexes never mix backends.
+Embeddings are cached on disk by default under ``<cache>/embeddings`` (``cache_dir=False``:
+no cache).
+"""
 
 from __future__ import annotations
 
@@ -10,17 +19,19 @@ import warnings
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import missing
+from trierouter.registry.index import default_cache_dir
 from trierouter.shortlist.cache import EmbeddingCache
+from trierouter.shortlist.onnx import Backend, OnnxEncoder
 
 F32 = npt.NDArray[np.float32]
 
-__all__ = ["Embedder", "default_model_path"]
+__all__ = ["Embedder", "default_backend", "default_model_path"]
 
 
 logger = logging.getLogger(__name__)
@@ -54,6 +65,11 @@ def _fingerprint(path: str, stamp: tuple[tuple[str, int, int], ...]) -> str:
     return h.hexdigest()
 
 
+def _tagged(fingerprint: str, backend: str) -> str:
+    """A backend's own fingerprint: its vectors differ from torch's, so its cache does too."""
+    return hashlib.sha256(f"{fingerprint}:{backend}".encode()).hexdigest()
+
+
 def model_fingerprint(path: str | os.PathLike[str]) -> str:
     """SHA-256 over a model folder's weight and config files (memoized by size and mtime)."""
     p = Path(path)
@@ -68,21 +84,49 @@ def model_fingerprint(path: str | os.PathLike[str]) -> str:
     return _fingerprint(str(p), tuple(stamp))
 
 
+_AUTO_LOGGED = False
+
+
+def default_backend() -> Backend:
+    """``onnx-int8`` when onnxruntime and onnx can be imported, else ``torch`` (logged once)."""
+    global _AUTO_LOGGED
+    try:
+        importlib.import_module("onnxruntime")
+        importlib.import_module("onnx")
+    except ImportError:
+        if not _AUTO_LOGGED:
+            logger.warning(
+                "onnxruntime/onnx not installed: embeddings run in torch, about 5x slower per "
+                "query (pip install 'trierouter[shortlist]')"
+            )
+            _AUTO_LOGGED = True
+        return "torch"
+    return "onnx-int8"
+
+
 class Embedder:
     """A local sentence-transformers model (default: the shipped all-MiniLM-L6-v2).
 
-    ``name`` and ``fingerprint`` identify it in saved indexes; vectors are L2-normalized, so
-    inner product is cosine similarity. With ``cache_dir``, embeddings are cached on disk.
+    ``name`` and ``fingerprint`` identify it (and its backend) in saved indexes; vectors are
+    L2-normalized, so inner product is cosine similarity. ``backend``: see the module
+    docstring. ``cache_dir``: where embeddings are cached (default ``<cache>/embeddings``;
+    ``False`` for none); ``threads``: onnxruntime threads for batches (default 2).
     """
 
     def __init__(
         self,
         model: str | os.PathLike[str] | None = None,
         *,
+        backend: Backend | Literal["auto"] = "auto",
         device: str = "cpu",
         batch_size: int = 64,
-        cache_dir: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
+        threads: int | None = None,
     ) -> None:
+        if backend not in ("auto", "torch", "onnx", "onnx-int8"):
+            raise ValueError(
+                f"backend={backend!r}; expected 'auto', 'torch', 'onnx' or 'onnx-int8'"
+            )
         self.path = Path(model) if model is not None else default_model_path()
         if not self.path.is_dir():
             raise FileNotFoundError(
@@ -91,15 +135,48 @@ class Embedder:
             )
         # the shipped model lives in a folder called "model": name it after its package
         self.name = self.path.name if self.path.name != "model" else self.path.parent.name
-        self.fingerprint = model_fingerprint(self.path)
+        self.backend: Backend = default_backend() if backend == "auto" else backend
+        if self.backend != "torch" and device != "cpu":
+            raise ValueError(f"backend={self.backend!r} runs on the CPU; device={device!r}")
+        self.weights_fingerprint = model_fingerprint(self.path)
+        self.fingerprint = (
+            self.weights_fingerprint
+            if self.backend == "torch"
+            else _tagged(self.weights_fingerprint, self.backend)
+        )
         self.device = device
         self.batch_size = batch_size
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.threads = threads
+        if cache_dir is False:
+            self.cache_dir: Path | None = None
+        else:
+            self.cache_dir = (
+                Path(cache_dir) if cache_dir is not None else default_cache_dir() / "embeddings"
+            )
         self._model: Any = None
+        self._onnx: OnnxEncoder | None = None
         self._cache: EmbeddingCache | None = None
 
     def __repr__(self) -> str:
-        return f"Embedder({self.name!r}, fingerprint={self.fingerprint[:12]})"
+        return (
+            f"Embedder({self.name!r}, backend={self.backend!r}, "
+            f"fingerprint={self.fingerprint[:12]})"
+        )
+
+    @property
+    def onnx(self) -> OnnxEncoder:
+        """The onnxruntime encoder (exported from the weights on first use, into the cache)."""
+        if self.backend == "torch":
+            raise ValueError("this Embedder runs in torch (backend='torch'): it has no ONNX graph")
+        if self._onnx is None:
+            self._onnx = OnnxEncoder(
+                self.path,
+                self.weights_fingerprint,
+                self.backend,
+                cache_dir=default_cache_dir(),
+                threads=self.threads,
+            )
+        return self._onnx
 
     @property
     def model(self) -> Any:
@@ -117,12 +194,16 @@ class Embedder:
     @property
     def dim(self) -> int:
         """Embedding width."""
+        if self.backend != "torch":
+            return self.onnx.dim
         get = getattr(self.model, "get_embedding_dimension", None)
         if get is None:
             get = self.model.get_sentence_embedding_dimension
         return int(get())
 
     def _encode(self, texts: Sequence[str], progress: bool) -> F32:
+        if self.backend != "torch":
+            return self.onnx.encode(texts, progress=progress)
         out = self.model.encode(
             list(texts),
             batch_size=self.batch_size,

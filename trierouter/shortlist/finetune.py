@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trierouter.shortlist._common import THREADS_LOCK
 from trierouter.shortlist.embedder import Embedder, optional_module
 
 __all__ = ["fine_tune_embedder", "fine_tune_info"]
@@ -92,6 +93,8 @@ def fine_tune_embedder(
     if not n_steps:
         raise ValueError("pairs is empty: nothing to fine-tune on")
 
+    if threads is not None:
+        THREADS_LOCK.acquire()  # the setting is process-wide: held until it is restored
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -146,6 +149,8 @@ def fine_tune_embedder(
         model.save(str(out), create_model_card=False)
     finally:
         torch.set_num_threads(before)
+        if threads is not None:
+            THREADS_LOCK.release()
         # the base's in-memory model was trained in place: drop it, the base reloads its weights
         base._model = None
         base._cache = None
@@ -169,9 +174,11 @@ def fine_tune_embedder(
     (out / _TUNE_META).write_text(json.dumps(meta, indent=2) + "\n")
     tuned = Embedder(
         out,
+        backend=base.backend,
         device=base.device,
         batch_size=base.batch_size,
-        cache_dir=cache_dir if cache_dir is not None else base.cache_dir,
+        cache_dir=cache_dir if cache_dir is not None else (base.cache_dir or False),
+        threads=base.threads,
     )
     tuned._model = model
     return tuned

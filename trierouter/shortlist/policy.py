@@ -70,12 +70,13 @@ class RoutedSet:
         return f"RoutedSet({len(self.values)} values, policy={self.policy!r}, k={self.k})"
 
     def shortlist(self, query: str, k: int | None = None) -> list[str]:
-        """The values a request may choose from (all of them unless the policy is shortlist)."""
+        """The values a request may choose from, best first (all of them, in order, unless the
+        policy is shortlist)."""
         if self.retriever is None:
             return self.values
         ids = self.retriever.search_ids([query], k or self.k)[0]
         vals = self.retriever.values
-        return [vals[i] for i in np.sort(ids)]
+        return [vals[i] for i in ids]
 
     def choices_for(self, query: str | None = None, *, k: int | None = None) -> ChoiceSet:
         """The ChoiceSet to decode this request with (compiled per request for a shortlist)."""
@@ -121,9 +122,14 @@ def route_set(
 ) -> RoutedSet:
     """Prepare ``values`` for decoding under ``policy`` (see the module docstring).
 
-    For ``shortlist`` without a ``retriever``, a :class:`BM25Index` is built over ``texts``
-    (default: the values). For ``hierarchy``, ``path`` gives each value's labels from coarse
-    to fine (see :func:`build_hierarchy`).
+    ``retriever``: any shortlist over exactly these values (a
+    :class:`~trierouter.shortlist.Shortlist` from ``Shortlist.build``, a BM25, embedding or
+    hybrid index, or anything with ``values`` and ``search_ids``); its ranked order is kept by
+    :meth:`RoutedSet.shortlist`. For ``shortlist`` without a ``retriever``, a
+    :class:`BM25Index` is built over ``texts`` (default: the values): fast to build, but
+    ``Shortlist.build`` ranks better where the set has synonyms or examples to tune on. For
+    ``hierarchy``, ``path`` gives each value's labels from coarse to fine (see
+    :func:`build_hierarchy`).
     """
     if policy not in ("auto", "trie", "shortlist", "hierarchy"):
         raise ValueError(f"policy={policy!r}; expected 'auto', 'trie', 'shortlist' or 'hierarchy'")

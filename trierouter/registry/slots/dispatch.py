@@ -20,6 +20,7 @@ properties in schema order, optional ones skippable.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +29,17 @@ import numpy as np
 
 from trierouter.registry.slots.formats import (
     _DUMMY,
+    FORMAT_PATTERNS,
     _counted_string,
     _format_fragment,
     _integer_fragment,
     _length_limited,
     _number_fragment,
+    format_and_pattern,
+    format_and_pattern_fragment,
     format_node,
+    format_pattern,
+    pattern_lengths,
 )
 from trierouter.registry.slots.fragment import (
     MAX_COUNTED,
@@ -44,43 +50,25 @@ from trierouter.registry.slots.fragment import (
     trie_fragment,
 )
 from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
+from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.regex import pattern_node
 
-__all__ = ["Slot", "SlotCompiler", "canonical", "slot_table"]
+__all__ = [
+    "SchemaRefused",
+    "Slot",
+    "SlotCompiler",
+    "canonical",
+    "slot_table",
+    "unserved_problems",
+]
 
 
 MAX_UNROLL = 8
 """Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
 
 
-_ANNOTATIONS = frozenset(
-    ("description", "title", "default", "examples", "example", "deprecated", "readOnly",
-     "writeOnly", "$comment", "$schema", "$id", "externalDocs", "xml", "discriminator")
-)  # fmt: skip
-
 MAX_PROPERTIES = 32
 """Objects with more properties go to XGrammar (a DFA over skippable keys grows as n²)."""
-
-
-def strip_annotations(schema: Any) -> Any:
-    """``schema`` without keywords that do not constrain values (``description``, ``x-*``...)."""
-    if isinstance(schema, dict):
-        out = {}
-        for k, v in schema.items():
-            if k in _ANNOTATIONS or (isinstance(k, str) and k.startswith("x-")):
-                continue
-            if k in ("properties", "$defs", "definitions", "patternProperties") and isinstance(
-                v, dict
-            ):
-                out[k] = {pk: strip_annotations(pv) for pk, pv in v.items()}
-            elif k in ("enum", "const"):
-                out[k] = v
-            else:
-                out[k] = strip_annotations(v)
-        return out
-    if isinstance(schema, list):
-        return [strip_annotations(x) for x in schema]
-    return schema
 
 
 def canonical(schema: Any) -> str:
@@ -95,6 +83,8 @@ class Slot:
     path: str
     engine: str
     detail: str
+    key: str = ""
+    """The XGrammar slot key (``xgrammar`` engine only)."""
 
 
 def slot_table(slots: list[Slot], n_tools: int) -> str:
@@ -109,32 +99,73 @@ def slot_table(slots: list[Slot], n_tools: int) -> str:
 # -- slots -----------------------------------------------------------------------------------
 
 
+class SchemaRefused(ValueError):
+    """A tool's schema holds constructs no engine serves exactly (``problems``)."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = list(problems)
+
+
+def unserved_problems(parameters: dict[str, Any]) -> list[Problem]:
+    """What no engine serves exactly in an argument schema (the same analysis as
+    ``explain()`` and the compiler: normalization, then the engine of every slot)."""
+    return SlotCompiler(dry=True, strict=False).analyze(parameters)[1]
+
+
 class SlotCompiler:
     """Compile sub-schemas to fragments, caching by canonical JSON; collect the XGrammar slots.
 
-    ``xgrammar_slots`` maps a key to the sub-schema (with the root's ``$defs`` attached) that an
-    XGrammar grammar serves.
+    Every schema is normalized first (:func:`~trierouter.tools.normalize.normalize_schema`);
+    the engine of each slot is then decided by one code path, whether automata are built
+    (``dry=False``) or not (``dry=True``, what ``explain()`` and registration use), so the two
+    always agree. ``xgrammar_slots`` maps a key to the sub-schema (with its ``$defs``) that an
+    XGrammar grammar serves. ``strict`` (default): a construct no engine serves exactly raises
+    :class:`SchemaRefused`; ``strict=False`` serves the schema without it and lists it in the
+    result's problems (what was relaxed).
     """
 
-    def __init__(self, *, dry: bool = False) -> None:
+    def __init__(self, *, dry: bool = False, strict: bool = True) -> None:
         self.dry = dry
         """Only decide the engines (``slots``, ``xgrammar_slots``); build no automata."""
+        self.strict = strict
         self._cache: dict[str, tuple[Fragment, str, str]] = {}
         self.xgrammar_slots: dict[str, dict[str, Any]] = {}
-        self._string = string_fragment()
+        self._string = _free_string()
         self._refs: list[str] = []
+        self._problems: list[Problem] = []
+
+    def analyze(self, schema: dict[str, Any]) -> tuple[list[Slot], list[Problem]]:
+        """The slots of a tool's argument schema and the problems relaxed (strict: raises)."""
+        saved, self.dry = self.dry, True
+        try:
+            _, slots, problems = self._tool(schema, b"")
+        finally:
+            self.dry = saved
+        return slots, problems
 
     def tool(
         self, schema: dict[str, Any], tail: bytes, head: bytes = b""
     ) -> tuple[Fragment, list[Slot]]:
         """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots."""
+        frag, slots, _ = self._tool(schema, tail, head)
+        return frag, slots
+
+    def _tool(
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
+    ) -> tuple[Fragment, list[Slot], list[Problem]]:
+        norm = normalize_schema(schema)
+        self._problems = list(norm.problems)
+        root = dict(norm.schema)
+        if norm.defs:
+            root["$defs"] = norm.defs
         slots: list[Slot] = []
-        if not self.dry:
-            schema = strip_annotations(schema)
-        root = schema
-        frag, _, _ = self._piece(schema, root, "", slots, depth=0)
+        frag, _, _ = self._piece(root, root, "", slots, depth=0)
+        problems, self._problems = self._problems, []
+        if problems and self.strict:
+            raise SchemaRefused(problems)
         if self.dry:
-            return frag, slots
+            return frag, slots, problems
         b = Builder()
         if head:
             lead = nfa_fragment(lit(head))
@@ -144,27 +175,23 @@ class SlotCompiler:
             b.link(b.accepting(0, lead), at)
         end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
         b.link(b.accepting(at, frag), end)
-        return b.finish(), slots
+        return b.finish(), slots, problems
 
     # -- dispatch ----------------------------------------------------------------------------
     def _piece(
         self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], depth: int
     ) -> tuple[Fragment, str, str]:
         """(fragment, engine, detail) for ``schema``; leaf slots are appended to ``slots``."""
-        if schema is True or schema == {}:
+        if not isinstance(schema, dict) or not schema or set(schema) == {"$defs"}:
             return self._xgrammar({}, root, path, slots, "any JSON value")
-        if not isinstance(schema, dict):
-            return self._xgrammar({"not": {}} if schema is False else {}, root, path, slots, "?")
-        if "$ref" in schema:
+        if "$ref" in schema:  # normalized: only recursive references are left
             ref = schema["$ref"]
             target = _resolve(ref, root)
             if target is None or ref in self._refs:
-                why = "recursive $ref" if target is not None else "unresolved $ref"
-                return self._xgrammar(schema, root, path, slots, why)
-            merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+                return self._xgrammar(schema, root, path, slots, "recursive $ref")
             self._refs.append(ref)
             try:
-                return self._piece(merged, root, path, slots, depth + 1)
+                return self._piece(target, root, path, slots, depth + 1)
             finally:
                 self._refs.pop()
         is_object = schema.get("type") == "object" or "properties" in schema
@@ -173,35 +200,79 @@ class SlotCompiler:
         if hit is not None and not is_object:
             slots.append(Slot(path or "$", hit[1], hit[2]))
             return hit
+        before = len(slots)
         made = self._make(schema, root, path, slots, depth)
         if made is None:
             return self._xgrammar(schema, root, path, slots, _why(schema))
         frag, engine, detail = made
         if not is_object:
+            # only leaves are cached: a hit must list the same slots as a build
+            leaf = len(slots) == before
             slots.append(Slot(path or "$", engine, detail))
-            if key and frag is not _DUMMY:
+            if key and leaf and frag is not _DUMMY:
                 self._cache[key] = made
         return made
 
     def _xgrammar(
         self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], why: str
     ) -> tuple[Fragment, str, str]:
-        sub = dict(schema) if isinstance(schema, dict) else {}
-        if self.dry:  # the build strips the whole schema first: key what it will key
-            sub = strip_annotations(sub)
-        if "allOf" in sub:  # XGrammar 0.2 ignores an allOf of several parts: give it one
-            merged = _merge_all_of(sub, root)
-            if merged is not None:
-                sub = merged
+        sub = {k: v for k, v in schema.items() if k != "$defs"} if isinstance(schema, dict) else {}
+        sub = self._for_xgrammar(sub, path)
+        if "$defs" in root and '"$ref"' in canonical(sub):  # local references need the defs
+            sub["$defs"] = {
+                k: self._for_xgrammar(v, f"{path}$defs.{k}") for k, v in root["$defs"].items()
+            }
         key = canonical(sub)
-        if '"$ref"' in key:  # local references need the root's definitions
-            for defs in ("$defs", "definitions"):
-                if defs in root and defs not in sub:
-                    sub[defs] = strip_annotations(root[defs]) if self.dry else root[defs]
-            key = canonical(sub)
         self.xgrammar_slots.setdefault(key, sub)
-        slots.append(Slot(path or "$", "xgrammar", why))
+        slots.append(Slot(path or "$", "xgrammar", why, key))
         return (_DUMMY if self.dry else exit_fragment(key)), "xgrammar", why
+
+    def _for_xgrammar(self, schema: Any, path: str) -> Any:
+        """``schema`` as XGrammar 0.2.8 serves it exactly: exact formats become their patterns;
+        what XGrammar would serve loosely is a problem (and, relaxed, removed)."""
+        if isinstance(schema, list):
+            return [self._for_xgrammar(v, path) for v in schema]
+        if not isinstance(schema, dict):
+            return schema
+        out: dict[str, Any] = {}
+        for k, v in schema.items():
+            if k in ("properties", "$defs") and isinstance(v, dict):
+                out[k] = {
+                    n: self._for_xgrammar(s, f"{path}.{n}" if path else n) for n, s in v.items()
+                }
+            elif k in ("items", "additionalProperties", "anyOf"):
+                out[k] = self._for_xgrammar(v, path + ("[]" if k == "items" else ""))
+            else:
+                out[k] = v
+        lengths = "minLength" in out or "maxLength" in out
+        fmt = out.get("format")
+        where = path or "$"
+        exact = None
+        if isinstance(fmt, str) and "pattern" not in out:
+            exact = format_pattern(fmt, out.get("minLength", 0), out.get("maxLength"))
+        elif isinstance(fmt, str) and not lengths:
+            exact = format_and_pattern(fmt, str(out["pattern"]))
+        if exact is not None:  # the format's language, lengths folded in
+            out["pattern"] = "^" + exact + "$"
+            for k in ("format", "minLength", "maxLength"):
+                out.pop(k, None)
+        elif isinstance(fmt, str) and ("pattern" in out or lengths):
+            what = f"format {fmt} beside a pattern or a length bound is not served"
+            self._problems.append(Problem(where, "format", what, "drop the pattern or the bounds"))
+            out.pop("format")
+        elif "pattern" in out:
+            why = regex_problem(str(out["pattern"]))
+            if why is None and lengths and _lengths_hold(out):
+                for k in ("minLength", "maxLength"):  # every full match already fits them
+                    out.pop(k, None)
+                lengths = False
+            if why is None and lengths:
+                why = "XGrammar 0.2.8 ignores minLength / maxLength beside a pattern"
+            if why is not None:
+                fix = "rewrite the pattern in the supported subset, or drop it"
+                self._problems.append(Problem(where, "pattern", why, fix))
+                out.pop("pattern")
+        return out
 
     def _make(
         self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
@@ -213,63 +284,9 @@ class SlotCompiler:
             if not values:
                 return None
             return self._literals(values), "trie", f"enum of {len(values)}"
-        if "allOf" in schema:
-            merged = _merge_all_of(schema, root)
-            if merged is None:
-                return None
-            return self._make(merged, root, path, slots, depth)
-        for k in ("not", "if", "dependentSchemas", "patternProperties"):
-            if k in schema:
-                return None
-        if "anyOf" in schema or "oneOf" in schema:
-            branches = schema.get("anyOf") or schema.get("oneOf")
-            if not isinstance(branches, list) or not branches:
-                return None
-            if self.dry:
-                seen: list[Slot] = []
-                for i, br in enumerate(branches):
-                    _, engine, _ = self._piece(br, root, f"{path}|{i}", seen, depth + 1)
-                    if engine == "xgrammar" or any(s.engine == "xgrammar" for s in seen):
-                        return None
-                if _first_bytes({"anyOf": branches}, root) is None:
-                    return None
-                return _DUMMY, "automaton", f"one of {len(branches)} branches"
-            pieces = []
-            dry, self.dry = self.dry, False  # disjointness needs the automata
-            try:
-                for i, br in enumerate(branches):
-                    sub: list[Slot] = []
-                    frag, engine, _ = self._piece(br, root, f"{path}|{i}", sub, depth + 1)
-                    if engine == "xgrammar" or any(s.engine == "xgrammar" for s in sub):
-                        return None
-                    pieces.append(frag)
-            finally:
-                self.dry = dry
-            u = _union(pieces)
-            return None if u is None else (u, "automaton", f"one of {len(pieces)} branches")
+        if "anyOf" in schema or isinstance(schema.get("type"), list):
+            return self._union_of(schema, root, path, depth)
         t = schema.get("type")
-        if isinstance(t, list):
-            if not t:
-                return None
-            if self.dry:
-                for one in t:
-                    if self._make({**schema, "type": one}, root, path, [], depth) is None:
-                        return None
-                if _first_bytes(schema, root) is None:
-                    return None
-                return _DUMMY, "automaton", "type " + " | ".join(map(str, t))
-            frags = []
-            dry, self.dry = self.dry, False
-            try:
-                for one in t:
-                    made = self._make({**schema, "type": one}, root, path, [], depth)
-                    if made is None:
-                        return None
-                    frags.append(made[0])
-            finally:
-                self.dry = dry
-            u = _union(frags)
-            return None if u is None else (u, "automaton", "type " + " | ".join(map(str, t)))
         if t == "boolean":
             return self._literals([True, False]), "trie", "boolean"
         if t == "null":
@@ -288,6 +305,47 @@ class SlotCompiler:
         if t == "object" or "properties" in schema:
             return self._object(schema, root, path, slots, depth)
         return None
+
+    def _union_of(
+        self, schema: dict[str, Any], root: dict[str, Any], path: str, depth: int
+    ) -> tuple[Fragment, str, str] | None:
+        """``anyOf`` / a list of types: one automaton when every branch is one and their first
+        bytes are disjoint (decided by :func:`_first_bytes`, built or dry alike)."""
+        saved = (dict(self.xgrammar_slots), len(self._problems))
+
+        def undo() -> None:
+            self.xgrammar_slots = saved[0]
+            del self._problems[saved[1] :]
+
+        if "anyOf" in schema:
+            branches = schema["anyOf"]
+            what = f"one of {len(branches)} branches"
+        else:
+            branches = [{**schema, "type": one} for one in schema["type"]]
+            what = "type " + " | ".join(map(str, schema["type"]))
+        if not branches or _first_bytes(schema, root) is None:
+            return None
+        pieces: list[Fragment] = []
+        for i, br in enumerate(branches):
+            sub: list[Slot] = []
+            if "anyOf" in schema:
+                frag, engine, _ = self._piece(br, root, f"{path}|{i}", sub, depth + 1)
+            else:
+                made = self._make(br, root, path, sub, depth)
+                if made is None:
+                    undo()
+                    return None
+                frag, engine, _ = made
+            if engine == "xgrammar" or any(s.engine == "xgrammar" for s in sub):
+                undo()
+                return None
+            pieces.append(frag)
+        if self.dry:
+            return _DUMMY, "automaton", what
+        u = _union(pieces)
+        if u is None:  # pragma: no cover - disjoint first bytes always make a union
+            raise AssertionError(f"{path}: first bytes disjoint, yet no union")
+        return u, "automaton", what
 
     def _literals(self, values: list[Any]) -> Fragment:
         if self.dry:
@@ -325,10 +383,27 @@ class SlotCompiler:
         if max_length is not None:
             if not isinstance(max_length, int) or isinstance(max_length, bool):
                 return None
-            if max_length < min_length:
-                return None
+            if max_length < min_length or max_length > MAX_COUNTED:
+                return None  # XGrammar counts any length exactly
         fmt = schema.get("format")
         pattern = schema.get("pattern")
+        if fmt in FORMAT_PATTERNS and pattern is not None:
+            if min_length > 0 or max_length is not None:
+                return None
+            both = _DUMMY if self.dry else format_and_pattern_fragment(fmt, str(pattern))
+            if both is None or (self.dry and pattern_node(str(pattern)) is None):
+                return None
+            return both, "format", f"format {fmt} and pattern {pattern}"
+        if fmt in FORMAT_PATTERNS:
+            exact = format_pattern(fmt, min_length, max_length)
+            if exact is None:
+                return None
+            what = f"format {fmt}" + (
+                f", {min_length}..{max_length} chars" if min_length or max_length else ""
+            )
+            if self.dry:
+                return _DUMMY, "format", what
+            return _pattern_fragment(exact), "format", what
         if (min_length > 0 or max_length is not None) and fmt is not None:
             return None
         if (min_length > 0 or max_length is not None) and pattern is not None:
@@ -357,11 +432,8 @@ class SlotCompiler:
                 return None
             return fmt_frag, "format", f"format {fmt}"
         if min_length > 0 or max_length is not None:
-            top = None if max_length is None else min(max_length, MAX_COUNTED)
-            frag = _DUMMY if self.dry else _counted_string(min_length, top)
+            frag = _DUMMY if self.dry else _counted_string(min_length, max_length)
             what = f"string of {min_length}..{'' if max_length is None else max_length} chars"
-            if max_length is not None and max_length > MAX_COUNTED:
-                what += f" (served as at most {MAX_COUNTED})"
             return frag, "format", what
         return self._string, "automaton", "string"
 
@@ -376,6 +448,8 @@ class SlotCompiler:
         lo = int(schema.get("minItems", 0))
         hi = schema.get("maxItems")
         if hi is not None and int(hi) > MAX_UNROLL:
+            return None
+        if lo > MAX_UNROLL:  # each required item is a copy of the item automaton
             return None
         if hi is not None and int(hi) < lo:
             return None
@@ -484,6 +558,33 @@ class SlotCompiler:
         return frag, "automaton", f"object of {n} properties"
 
 
+def _lengths_hold(schema: dict[str, Any]) -> bool:
+    """Every full match of the schema's pattern has a length its bounds allow."""
+    span = pattern_lengths(str(schema["pattern"]))
+    if span is None:
+        return False
+    lo, hi = span
+    top = schema.get("maxLength")
+    return bool(
+        schema.get("minLength", 0) <= lo and (top is None or (hi is not None and hi <= top))
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _free_string() -> Fragment:
+    """The free JSON string (shared: fragments are copied when wired, never changed)."""
+    return string_fragment()
+
+
+@functools.lru_cache(maxsize=1024)
+def _pattern_fragment(pattern: str) -> Fragment:
+    """The quoted full matches of ``pattern`` (one in the supported subset)."""
+    node = pattern_node(pattern)
+    if node is None:  # pragma: no cover - the format patterns are in the subset
+        raise AssertionError(f"pattern outside the subset: {pattern}")
+    return nfa_fragment(seq(lit('"'), node, lit('"')))
+
+
 def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] | None:
     """The bytes a value of ``schema`` can start with (None: unknown or anything)."""
     if not isinstance(schema, dict) or depth > 8:
@@ -494,7 +595,7 @@ def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] 
     if "const" in schema or "enum" in schema:
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
         return {json.dumps(v, ensure_ascii=False).encode()[0] for v in values} or None
-    branches = schema.get("anyOf") or schema.get("oneOf")
+    branches = schema.get("anyOf")
     if isinstance(branches, list):
         out: set[int] = set()
         for br in branches:
@@ -504,6 +605,8 @@ def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] 
             out |= fb
         return out
     t = schema.get("type")
+    if t is None and "properties" in schema:
+        t = "object"
     types = t if isinstance(t, list) else [t]
     out = set()
     for one in types:
@@ -547,53 +650,6 @@ def _union(frags: list[Fragment]) -> Fragment | None:
     return b.finish()
 
 
-def _merge_all_of(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any] | None:
-    """``allOf`` of object schemas as one object schema (properties and ``required`` merged);
-    None when the parts are not all plain objects or a property is defined twice."""
-    parts = [strip_annotations({k: v for k, v in schema.items() if k != "allOf"})]
-    for p in schema["allOf"]:
-        p = strip_annotations(p)
-        seen: set[str] = set()
-        while isinstance(p, dict) and "$ref" in p and len(p) == 1:
-            ref = p["$ref"]
-            if ref in seen:
-                return None
-            seen.add(ref)
-            p = _resolve(ref, root)
-        if not isinstance(p, dict):
-            return None
-        if "allOf" in p:
-            p = _merge_all_of(p, root)
-            if p is None:
-                return None
-        parts.append(p)
-    parts = [p for p in parts if p]
-    if not parts:
-        return {}
-    if len(parts) == 1:
-        single: dict[str, Any] = parts[0]
-        return single
-    props: dict[str, Any] = {}
-    required: list[str] = []
-    extra: Any = None
-    for p in parts:
-        if not set(p) <= {"type", "properties", "required", "additionalProperties"}:
-            return None
-        if p.get("type", "object") != "object":
-            return None
-        for k, v in (p.get("properties") or {}).items():
-            if k in props and props[k] != v:
-                return None
-            props[k] = v
-        required += [r for r in p.get("required") or [] if r not in required]
-        if p.get("additionalProperties") is False:
-            extra = False
-    out: dict[str, Any] = {"type": "object", "properties": props, "required": required}
-    if extra is False:
-        out["additionalProperties"] = False
-    return out
-
-
 def _bound(schema: dict[str, Any], inc: str, exc: str, step: int) -> int | bool | None:
     """An inclusive integer bound from ``inc`` / ``exc`` (False when not an integer bound)."""
     out: int | None = None
@@ -627,7 +683,9 @@ def _resolve(ref: Any, root: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _why(schema: dict[str, Any]) -> str:
-    for k in ("allOf", "not", "patternProperties", "minLength", "maxLength", "multipleOf"):
+    if "anyOf" in schema:
+        return "anyOf with branches that share first bytes or need XGrammar"
+    for k in ("minLength", "maxLength", "multipleOf"):
         if k in schema:
             return k
     t = schema.get("type")

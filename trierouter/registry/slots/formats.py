@@ -1,20 +1,31 @@
 """Fixed-format languages for argument slots: dates, times, UUIDs, IPv4, integer ranges, numbers,
-length-bounded strings (the same languages as XGrammar's JSON-schema rules, except that dates and
-times are the ones that exist: no year 0000, no February 30, no leap second, so every value
-passes ``jsonschema``'s format checker; XGrammar's rules accept those).
+length-bounded strings.
+
+The string formats are regular expressions (:data:`FORMAT_PATTERNS`), one definition for both
+engines: the automaton parses them, and an XGrammar slot gets the same pattern in place of its
+``format`` keyword (XGrammar 0.2.8's own ``date``, ``time``, ``date-time`` and ``ipv4`` rules
+accept values the formats' definitions refuse: ``2023-02-31``, ``0000-01-01``, ``23:59:60Z``,
+``01.2.3.4``). Their languages are those of ``jsonschema``'s format checker, the tests' oracle:
+
+- ``date``: RFC 3339 ``full-date`` with the days of each month and leap years, years 0001-9999
+  (``datetime.date.fromisoformat``);
+- ``time``: RFC 3339 ``full-time`` without leap seconds, ``T`` / ``Z`` in either case
+  (``rfc3339-validator``, which ``jsonschema`` uses for ``time`` and ``date-time``);
+- ``date-time``: ``date``, ``T``, ``time``;
+- ``ipv4``: dotted decimal, octets 0-255 without leading zeros (``ipaddress.IPv4Address``);
+- ``uuid``: 8-4-4-4-12 hexadecimal digits (the hyphenated form ``jsonschema`` requires).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from trierouter.registry.slots.fragment import Fragment, string_fragment
 from trierouter.registry.slots.nfa import (
     DIGIT,
-    HEX,
     _Node,
     alt,
     cls,
@@ -26,104 +37,84 @@ from trierouter.registry.slots.nfa import (
 )
 from trierouter.registry.slots.regex import pattern_node
 
-__all__ = ["format_node", "integer_range_node"]
+__all__ = [
+    "FORMAT_PATTERNS",
+    "format_and_pattern",
+    "format_and_pattern_fragment",
+    "format_node",
+    "format_pattern",
+    "integer_range_node",
+    "pattern_lengths",
+]
 
 
-# -- formats (the same languages as XGrammar's JSON-schema rules) ---------------------------
+# -- string formats --------------------------------------------------------------------------
 
 
-def _two(first: str, second: str) -> _Node:
-    return seq(cls(first), cls(second))
+_YEAR = r"(?:[1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])"
+_MOD4 = r"(?:0[48]|[2468][048]|[13579][26])"  # two digits, a non-zero multiple of 4
+_LEAP_YEAR = rf"(?:\d{{2}}{_MOD4}|{_MOD4}00)"
+_MONTH_DAY = (
+    r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)"
+    r"|02-(?:0[1-9]|1\d|2[0-8]))"
+)
+DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+_HOUR = r"(?:[01]\d|2[0-3])"
+_MINUTE = r"[0-5]\d"
+# ``(?:\.\d+|)`` rather than ``(?:\.\d+)?``: XGrammar 0.2.8 reads an optional group that ends
+# in a repetition as if its first part were optional too
+TIME = rf"{_HOUR}:{_MINUTE}:{_MINUTE}(?:\.\d+|)(?:[Zz]|[+-]{_HOUR}:{_MINUTE})"
+DATE_TIME = rf"{DATE}[Tt]{TIME}"
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+IPV4 = rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}"
+_HEX = "[0-9a-fA-F]"
+UUID = rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
 
-
-def _year() -> _Node:
-    """0001-9999 (year 0000 is no date for Python or ``jsonschema``'s format checker)."""
-    nz = cls("123456789")
-    return alt(
-        seq(nz, rep(DIGIT, 3, 3)),
-        seq(lit("0"), nz, rep(DIGIT, 2, 2)),
-        seq(lit("00"), nz, DIGIT),
-        seq(lit("000"), nz),
-    )
-
-
-def _leap_year() -> _Node:
-    """Gregorian leap years 0004-9996: last two digits a nonzero multiple of 4, or a century
-    whose first two digits are a multiple of 4 (0400, 0800, ..., 9600)."""
-    mult4 = [f"{n:02d}" for n in range(0, 100, 4)]
-    last = alt(*(lit(m) for m in mult4[1:]))
-    first = alt(*(lit(m) for m in mult4[1:]))
-    return alt(seq(_two("0123456789", "0123456789"), last), seq(first, lit("00")))
-
-
-def _date() -> _Node:
-    """Calendar dates that exist: 30-day months, February 28 or 29 in leap years."""
-    d_1_9 = seq(lit("0"), cls("123456789"))
-    d_28 = alt(d_1_9, seq(lit("1"), DIGIT), seq(lit("2"), cls("012345678")))
-    d_30 = alt(d_28, lit("29"), lit("30"))
-    d_31 = alt(d_30, lit("31"))
-    m31 = alt(*(lit(m) for m in ("01", "03", "05", "07", "08", "10", "12")))
-    m30 = alt(*(lit(m) for m in ("04", "06", "09", "11")))
-    return alt(
-        seq(_year(), lit("-"), m31, lit("-"), d_31),
-        seq(_year(), lit("-"), m30, lit("-"), d_30),
-        seq(_year(), lit("-02-"), d_28),
-        seq(_leap_year(), lit("-02-29")),
-    )
-
-
-def _time() -> _Node:
-    """RFC 3339 times without the leap second (``:60`` is refused by Python's parsers and
-    ``jsonschema``'s format checker)."""
-    hour = alt(seq(cls("01"), DIGIT), seq(lit("2"), cls("0123")))
-    minute = seq(cls("012345"), DIGIT)
-    second = seq(cls("012345"), DIGIT)
-    frac = opt(seq(lit("."), rep(DIGIT, 1, None)))
-    offset = alt(lit("Z"), seq(cls("+-"), hour, lit(":"), minute))
-    return seq(hour, lit(":"), minute, lit(":"), second, frac, offset)
-
-
-def _uuid() -> _Node:
-    return seq(
-        rep(HEX, 8, 8), lit("-"), rep(HEX, 4, 4), lit("-"), rep(HEX, 4, 4), lit("-"),
-        rep(HEX, 4, 4), lit("-"), rep(HEX, 12, 12),
-    )  # fmt: skip
-
-
-def _ipv4() -> _Node:
-    octet = alt(
-        seq(lit("25"), cls("012345")),
-        seq(lit("2"), cls("01234"), DIGIT),
-        seq(opt(cls("01")), opt(DIGIT), DIGIT),
-    )
-    return seq(rep(seq(octet, lit(".")), 3, 3), octet)
-
-
-def _email() -> _Node:
-    """``local@domain.tld``: a dot-atom-like local part (1-64 characters) and 2-4 domain labels
-    of letters, digits and hyphens (XGrammar's email rule has no length bound, so a sampled
-    address could run on for ever; this one ends within the string budget)."""
-    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    local = rep(cls(alnum + "._%+-"), 1, 64)
-    label = rep(cls(alnum + "-"), 1, 63)
-    return seq(local, lit("@"), label, rep(seq(lit("."), label), 1, 3))
-
-
-FORMATS: dict[str, Callable[[], _Node]] = {
-    "date": _date,
-    "time": _time,
-    "date-time": lambda: seq(_date(), lit("T"), _time()),
-    "uuid": _uuid,
-    "ipv4": _ipv4,
-    "email": _email,
-    "idn-email": _email,
+FORMAT_PATTERNS: dict[str, str] = {
+    "date": DATE,
+    "time": TIME,
+    "date-time": DATE_TIME,
+    "ipv4": IPV4,
+    "uuid": UUID,
 }
+"""Format name → a regular expression (no anchors) whose full matches are its language."""
+
+_LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "ipv4": (7, 15),
+            "uuid": (36, 36)}  # fmt: skip
+"""Shortest and longest value of each format (None: unbounded, a fraction of a second)."""
+
+
+def format_pattern(fmt: str, min_length: int = 0, max_length: int | None = None) -> str | None:
+    """The regular expression of format ``fmt`` whose values also have ``min_length`` to
+    ``max_length`` characters, or None when no such expression is built here (a bound that
+    would cut into a value other than its fraction of a second)."""
+    pattern = FORMAT_PATTERNS.get(fmt)
+    if pattern is None:
+        return None
+    shortest, longest = _LENGTHS[fmt]
+    if min_length > shortest:
+        return None
+    if max_length is None or (longest is not None and max_length >= longest):
+        return pattern
+    if longest is not None or max_length < shortest:
+        return None
+    # time / date-time: bound the digits of the fraction, per kind of offset
+    head = (DATE + "[Tt]" if fmt == "date-time" else "") + f"{_HOUR}:{_MINUTE}:{_MINUTE}"
+    parts = []
+    for offset, size in (("[Zz]", 1), (f"[+-]{_HOUR}:{_MINUTE}", 6)):
+        room = max_length - (shortest - 1) - size  # characters left for "." and digits
+        if room < 0:
+            continue
+        frac = rf"(?:\.\d{{1,{room - 1}}}|)" if room >= 2 else ""
+        parts.append(f"{head}{frac}{offset}")
+    return "(?:" + "|".join(parts) + ")" if parts else None
 
 
 def format_node(fmt: str) -> _Node | None:
-    """The unquoted language of string format ``fmt``, or None if not a fixed format."""
-    make = FORMATS.get(fmt)
-    return None if make is None else make()
+    """The unquoted language of string format ``fmt`` (:data:`FORMAT_PATTERNS`), or None."""
+    pattern = FORMAT_PATTERNS.get(fmt)
+    return None if pattern is None else pattern_node(pattern)
 
 
 def _digits_range(lo: str, hi: str) -> _Node:
@@ -259,3 +250,147 @@ def _integer_fragment(lo: int | None, hi: int | None) -> Fragment | None:
 def _format_fragment(fmt: str) -> Fragment | None:
     node = format_node(fmt)
     return None if node is None else nfa_fragment(seq(lit('"'), node, lit('"')))
+
+
+def _includes(big: Fragment, small: Fragment) -> bool:
+    """Every string ``small`` accepts, ``big`` accepts (a walk over the pairs of states)."""
+    tb, ts = big.table, small.table
+    seen = {(0, 0)}
+    todo = [(0, 0)]
+    while todo:
+        b, s = todo.pop()
+        if small.accept[s] and (b < 0 or not big.accept[b]):
+            return False
+        for byte in np.flatnonzero(ts[s] >= 0).tolist():
+            nb = int(tb[b, byte]) if b >= 0 else -1
+            pair = (nb, int(ts[s, byte]))
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def format_and_pattern(fmt: str, pattern: str) -> str | None:
+    """One regular expression for a string with both ``format`` and ``pattern``: the format's
+    when the pattern allows all of it, the pattern's when the format allows all of it (both
+    full matches; the pattern in the supported subset), else None."""
+    exact = FORMAT_PATTERNS.get(fmt)
+    theirs = pattern_node(pattern)
+    if exact is None or theirs is None:
+        return None
+    ours = pattern_node(exact)
+    assert ours is not None
+    a, b = nfa_fragment(ours), nfa_fragment(theirs)
+    if _includes(b, a):
+        return exact
+    if _includes(a, b):
+        return pattern.removeprefix("^").removesuffix("$")
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def format_and_pattern_fragment(fmt: str, pattern: str) -> Fragment | None:
+    """The quoted strings in format ``fmt`` that fully match ``pattern`` too (the product of
+    the two automata), or None when the pattern is outside the supported subset."""
+    exact = FORMAT_PATTERNS.get(fmt)
+    theirs = pattern_node(pattern)
+    if exact is None or theirs is None:
+        return None
+    ours = pattern_node(exact)
+    assert ours is not None
+    # ``pattern`` is a search: without its anchors any ASCII text may come before or after
+    # (a format's values are ASCII)
+    anything = rep(cls(bytes(range(0x20, 0x7F))), 0, None)
+    if not pattern.startswith("^"):
+        theirs = seq(anything, theirs)
+    if not (pattern.endswith("$") and not pattern.endswith("\\$")):
+        theirs = seq(theirs, anything)
+    a = nfa_fragment(seq(lit('"'), ours, lit('"')))
+    b = nfa_fragment(seq(lit('"'), theirs, lit('"')))
+    ta, tb = a.table, b.table
+    ids = {(0, 0): 0}
+    order = [(0, 0)]
+    rows: list[npt.NDArray[np.int32]] = []
+    i = 0
+    while i < len(order):
+        x, y = order[i]
+        i += 1
+        row = np.full(256, -1, dtype=np.int32)
+        both = np.flatnonzero((ta[x] >= 0) & (tb[y] >= 0)).tolist()
+        for byte in both:
+            pair = (int(ta[x, byte]), int(tb[y, byte]))
+            if pair not in ids:
+                ids[pair] = len(order)
+                order.append(pair)
+            row[byte] = ids[pair]
+        rows.append(row)
+    accept = np.array([bool(a.accept[x] and b.accept[y]) for x, y in order])
+    if not accept.any():
+        return None
+    return Fragment.dense(np.stack(rows), accept)
+
+
+@functools.lru_cache(maxsize=4096)
+def pattern_lengths(pattern: str) -> tuple[int, int | None] | None:
+    """Shortest and longest full match of ``pattern`` in characters (None: unbounded), for a
+    pattern in the supported subset (ASCII: a character is a byte); None outside it."""
+    node = pattern_node(pattern)
+    if node is None:
+        return None
+    frag = nfa_fragment(node)
+    table = frag.table
+    n = frag.n
+    succ = [np.flatnonzero(table[s] >= 0) for s in range(n)]
+    nxt = [sorted({int(table[s, b]) for b in succ[s].tolist()}) for s in range(n)]
+    # states that can still reach an accepting one
+    back: dict[int, list[int]] = {}
+    for s in range(n):
+        for t in nxt[s]:
+            back.setdefault(t, []).append(s)
+    live = {s for s in range(n) if frag.accept[s]}
+    todo = list(live)
+    while todo:
+        for a in back.get(todo.pop(), []):
+            if a not in live:
+                live.add(a)
+                todo.append(a)
+    if 0 not in live:
+        return None
+    # shortest: breadth first; longest: a cycle among live states is unbounded
+    dist = {0: 0}
+    frontier = [0]
+    shortest = 0 if frag.accept[0] else -1
+    while frontier and shortest < 0:
+        new = []
+        for s in frontier:
+            for t in nxt[s]:
+                if t in live and t not in dist:
+                    dist[t] = dist[s] + 1
+                    if frag.accept[t] and shortest < 0:
+                        shortest = dist[t]
+                    new.append(t)
+        frontier = new
+    longest: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def walk(s: int) -> int | None:  # longest remaining length from s (None: unbounded)
+        if s in longest:
+            return longest[s]
+        if s in on_path:
+            return None
+        on_path.add(s)
+        best = 0 if frag.accept[s] else -1
+        for t in nxt[s]:
+            if t not in live:
+                continue
+            r = walk(t)
+            if r is None:
+                return None
+            best = max(best, r + 1)
+        on_path.discard(s)
+        longest[s] = best
+        return best
+
+    top = walk(0)
+    return shortest, top

@@ -156,8 +156,8 @@ def string_class(k: int) -> tuple[int, int]:
     return k % 16, k // 16 - 1
 
 
-S_PLAIN, S_ESC, S_U1, S_U2, S_U3, S_U4, S_C1, S_C2, S_C3, S_E0, S_ED, S_F0, S_F4 = range(13)
-N_STRING_CLASSES = 13
+S_PLAIN, S_ESC, S_U1, S_U2, S_U3, S_U4, S_C1, S_C2, S_C3, S_E0, S_ED, S_F0, S_F4, S_UD = range(14)
+N_STRING_CLASSES = 14
 
 
 def _string_interior() -> I32:
@@ -184,7 +184,12 @@ def _string_interior() -> I32:
     t[S_ESC, list(b'"\\/bfnrt')] = S_PLAIN
     t[S_ESC, ord("u")] = S_U1
     hexd = list(b"0123456789abcdefABCDEF")
-    t[S_U1, hexd] = S_U2
+    # no surrogate escapes (\uD800-\uDFFF): an escape is one character, as JSON Schema counts
+    # (a character outside the BMP is written as its UTF-8 bytes instead), and no lone
+    # surrogate reaches the arguments
+    t[S_U1, [h for h in hexd if h not in b"dD"]] = S_U2
+    t[S_U1, list(b"dD")] = S_UD
+    t[S_UD, list(b"01234567")] = S_U3
     t[S_U2, hexd] = S_U3
     t[S_U3, hexd] = S_U4
     t[S_U4, hexd] = S_PLAIN

@@ -4,7 +4,7 @@ The allowed tokens at a state are the tokens whose bytes all stay inside the aut
 there, so a token may cross from a value into the text after it (``"},`` ...) exactly as an FSM
 over the whole string allows. They are computed on first visit and kept:
 
-- inside a free JSON string (13 interior classes: plain, after ``\\``, inside ``\\uXXXX``, inside a
+- inside a free JSON string (14 interior classes: plain, after ``\\``, inside ``\\uXXXX``, inside a
   multi-byte UTF-8 character) the tokens that stay inside the string depend on the class only;
   they are one shared packed row per class and vocabulary, and only the ~1% of tokens that
   contain a ``"`` are simulated against the state's own continuation;
@@ -15,6 +15,7 @@ over the whole string allows. They are computed on first visit and kept:
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import ClassVar
 
 import numpy as np
@@ -37,8 +38,10 @@ __all__ = ["ToolAutomaton", "VocabTables"]
 class VocabTables:
     """What mask computation needs from a vocabulary, built once per vocabulary and width."""
 
-    _cache: ClassVar[dict[tuple[str, int], VocabTables]] = {}
+    _cache: ClassVar[OrderedDict[tuple[str, int], VocabTables]] = OrderedDict()
     _lock = threading.Lock()
+    cache_size: ClassVar[int] = 4
+    """Vocabularies whose tables are kept, least recently used dropped first."""
 
     def __init__(self, vocab: Vocabulary) -> None:
         self.vocab = vocab
@@ -80,6 +83,10 @@ class VocabTables:
             t = cls._cache.get(key)
             if t is None:
                 t = cls._cache[key] = VocabTables(vocab)
+                while len(cls._cache) > cls.cache_size:
+                    cls._cache.popitem(last=False)
+            else:
+                cls._cache.move_to_end(key)
             return t
 
     def candidates(self, row: I32, byte_class: I32 | None = None) -> I32:

@@ -53,6 +53,16 @@ class _Regex:
         return seq(*items)
 
     def _quant(self, node: _Node) -> _Node:
+        out = self._quant1(node)
+        if out is not node:
+            nxt = self._peek()
+            if nxt == "?":  # lazy: the same language under a full match
+                self.i += 1
+            elif nxt is not None and nxt in "*+{":
+                raise _Unsupported("possessive or stacked quantifier")
+        return out
+
+    def _quant1(self, node: _Node) -> _Node:
         c = self._peek()
         if c == "?":
             self.i += 1
@@ -96,6 +106,8 @@ class _Regex:
             raise _Unsupported("'.' matches non-ASCII")
         if c in "^$":
             raise _Unsupported("inner anchor")
+        if c in "*+?":
+            raise _Unsupported("nothing to repeat")
         return cls(self._safe({ord(c)}))
 
     def _safe(self, chars: set[int]) -> set[int]:

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry.call_formats import CALL_FORMATS
+
 __all__ = [
     "ARG_ALLOWED",
     "ARG_CHOICES",
@@ -51,14 +53,14 @@ ARG_TOOLS_INLINE = "trierouter_tools_inline"
 ARG_TOOL_CHOICE = "trierouter_tool_choice"
 ARG_TOOL_BUDGET = "trierouter_tool_budget"
 ARG_TOOL_FORMAT = "trierouter_tool_format"
-ARG_PARALLEL = "trierouter_parallel"
+ARG_PARALLEL = "trierouter_parallel_tool_calls"
 ARG_ALLOWED = "trierouter_allowed"
 _ARGS = (
     ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX, ARG_TOOLS,
     ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL,
     ARG_ALLOWED,
 )  # fmt: skip
-TOOL_FORMATS = ("json", "hermes", "llama3_json")
+TOOL_FORMATS = tuple(CALL_FORMATS)
 """Native call syntaxes ``trierouter_tool_format`` accepts (:mod:`trierouter.registry.call_formats`;
 ``json``: the bare call object)."""
 ENV_TOOLS = "TRIEROUTER_TOOLS"
@@ -157,8 +159,8 @@ class RequestSpec:
     tool_budget: int | None = None
     tool_format: str = "json"
     """The native call syntax (:data:`TOOL_FORMATS`)."""
-    parallel: bool = False
-    """More than one call may follow the first (``parallel_tool_calls``)."""
+    parallel_tool_calls: bool = False
+    """More than one call may follow the first (the format's separator between them)."""
     allowed: tuple[str, ...] | None = None
     """Calls restricted to these tools of the registry (a shortlist)."""
 
@@ -211,7 +213,7 @@ def parse_request(
     lim = limits if limits is not None else RequestLimits.from_env()
     if tools_name is not None or tools_inline is not None:
         return _parse_tools(mine, tools_name, tools_inline, lim)
-    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET):
+    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL, ARG_ALLOWED):
         if k in mine:
             raise ValueError(f"{k} needs {ARG_TOOLS!r} or {ARG_TOOLS_INLINE!r}")
     parsed: tuple[str, ...] | None = None
@@ -295,9 +297,9 @@ def _parse_tools(
     fmt = mine.get(ARG_TOOL_FORMAT, "json")
     if fmt not in TOOL_FORMATS:
         raise ValueError(f"{ARG_TOOL_FORMAT}={fmt!r:.40}: expected one of {list(TOOL_FORMATS)}")
-    parallel = mine.get(ARG_PARALLEL, 0)
-    if parallel not in (0, 1) or isinstance(parallel, float):
-        raise ValueError(f"{ARG_PARALLEL}={parallel!r:.40}: expected 0 or 1")
+    parallel = mine.get(ARG_PARALLEL, False)
+    if parallel not in (0, 1) or isinstance(parallel, float):  # True / False / 0 / 1
+        raise ValueError(f"{ARG_PARALLEL}={parallel!r:.40}: expected true or false (or 1 / 0)")
     allowed = mine.get(ARG_ALLOWED)
     if allowed is not None:
         if name is None:
@@ -318,7 +320,7 @@ def _parse_tools(
         tool_choice=choice,
         tool_budget=budget,
         tool_format=fmt,
-        parallel=bool(parallel),
+        parallel_tool_calls=bool(parallel),
         allowed=allowed,
     )
 

@@ -101,19 +101,19 @@ def list_named_sets(config: str | None = None) -> frozenset[str]:
     cfg = os.environ.get(ENV_SETS, "") if config is None else config
     if not cfg:
         return frozenset()
-    if cfg not in _names_cache:
-        _names_cache[cfg] = frozenset(_set_sources(cfg))
-    return _names_cache[cfg]
+    names = _names_cache.get(cfg)
+    if names is None:
+        names = frozenset(_set_sources(cfg))
+        if len(_names_cache) >= 64:  # bounded: a server sees few distinct configurations
+            _names_cache.pop(next(iter(_names_cache)))
+        _names_cache[cfg] = names
+    return names
 
 
 def _read_values(path: Path) -> list[str]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        doc = json.loads(text)
-        if not isinstance(doc, list) or not all(isinstance(v, str) for v in doc):
-            raise ValueError(f"{path}: expected a JSON list of strings")
-        return doc
-    return [line for line in text.split("\n") if line]
+    from trierouter.registry.values import read_values
+
+    return read_values(path).values
 
 
 def load_named_sets(config: str, index: TokenIndex) -> dict[str, ChoiceSet]:

@@ -229,7 +229,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         subset = None if allowed is None else hashlib.sha256("\n".join(allowed).encode()).digest()
         key = (
             src, fmt, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
-            spec.parallel, subset,
+            spec.parallel_tool_calls, subset,
         )  # fmt: skip
         plan = self._tool_plans.get(key)
         if plan is None:
@@ -237,7 +237,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 tools,
                 tool_choice=spec.tool_choice,
                 allowed=allowed,
-                parallel=spec.parallel,
+                parallel=spec.parallel_tool_calls,
                 budget=spec.tool_budget,
                 think=spec.think,
                 think_max_tokens=spec.think_max_tokens,

@@ -1,0 +1,558 @@
+"""One call to a tuned shortlist: ``Shortlist.build(values, descriptions=..., synonyms=...)``.
+
+    shortlist = Shortlist.build(codes, descriptions=descs, synonyms=terms_by_code)
+    shortlist.search("heart attack", k=10)          # ranked values
+    shortlist.save("icd.shortlist"); Shortlist.load("icd.shortlist")
+
+Each value is indexed under its description and every synonym or example text (a value scores
+its best text), by BM25 (words and character n-grams) and by the embedding model (default: the
+shipped MiniLM, int8 in onnxruntime). How the two are combined is chosen on the set's own
+synonyms and examples, never on anything else: leave-one-out cross-validation over up to
+``cv_queries`` of them (each is searched with its own rows removed from both indexes) scores
+BM25 alone, the embedding alone, and weighted reciprocal-rank fusions of the two over a grid of
+weights and ``c`` (plus the BM25 n-gram weight), by the mean of R@1, R@10 and R@100; the best
+wins. The single methods are candidates too, so the fused default is never below its better
+member on the held-out synonyms. :attr:`Shortlist.report` keeps every candidate's scores.
+
+Without synonyms or examples there is nothing to validate on: the fusion falls back to
+``DEFAULT_FUSION`` and the report says so. The whole job (embedding, cross-validation,
+indexing) shows one progress bar with its ETA.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import CorruptFileError
+from trierouter.shortlist._common import (
+    IndexMismatchError,
+    best_per_owner,
+    check_k,
+    values_hash,
+)
+from trierouter.shortlist.bm25 import BM25Index
+from trierouter.shortlist.embedder import Embedder, optional_module
+from trierouter.shortlist.faiss_index import EXACT_LIMIT, EmbeddingIndex, IndexKind
+from trierouter.shortlist.hybrid import fuse
+
+__all__ = ["DEFAULT_FUSION", "Fusion", "Shortlist"]
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+logger = logging.getLogger(__name__)
+
+_FORMAT = 1
+_META = "shortlist.json"
+_DEPTH = 200
+_KS = (1, 10, 100)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How BM25 and the embedding rankings are combined (reciprocal-rank fusion).
+
+    ``score(v) = bm25 / (c + rank_bm25(v)) + embedding / (c + rank_embedding(v))``; a zero
+    weight switches that method off (it is then not even run at query time).
+    """
+
+    bm25: float
+    """Weight of the BM25 ranking."""
+    embedding: float
+    """Weight of the embedding ranking."""
+    c: float = 60.0
+    """Rank offset: small values trust each list's top ranks more."""
+    ngram_weight: float = 0.5
+    """Weight of BM25's character n-gram field against its word field."""
+    extra_rows: bool = True
+    """Index synonyms and examples as extra texts of their values (else descriptions only:
+    questions that name several things can mislead more than they help)."""
+
+    @property
+    def name(self) -> str:
+        rows = "" if self.extra_rows else ", descriptions only"
+        if not self.embedding:
+            return f"bm25(ngram={self.ngram_weight:g}{rows})"
+        if not self.bm25:
+            return f"embedding{'(descriptions only)' if rows else ''}"
+        return (
+            f"rrf(bm25={self.bm25:g}, embedding={self.embedding:g}, c={self.c:g}, "
+            f"ngram={self.ngram_weight:g}{rows})"
+        )
+
+
+DEFAULT_FUSION = Fusion(bm25=1.0, embedding=2.0, c=20.0, ngram_weight=0.5)
+"""Used when the set has no synonyms or examples to validate on."""
+
+
+def _grid() -> list[Fusion]:
+    out = []
+    for rows in (True, False):
+        out += [Fusion(1.0, 0.0, ngram_weight=w, extra_rows=rows) for w in (0.25, 0.5, 1.0)]
+        out.append(Fusion(0.0, 1.0, extra_rows=rows))
+        for w in (0.25, 0.5, 1.0):
+            for emb in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0):
+                for c in (5.0, 20.0, 60.0):
+                    out.append(Fusion(1.0, emb, c=c, ngram_weight=w, extra_rows=rows))
+    return out
+
+
+class _Job:
+    """One progress bar over the whole build, in work units (≈ one text embedded)."""
+
+    def __init__(self, total: float, enabled: bool) -> None:
+        self.bar: Any = None
+        if enabled:
+            tqdm = optional_module("tqdm.auto", "tqdm").tqdm
+            self.bar = tqdm(total=round(total), desc="shortlist", unit="u", smoothing=0.05)
+
+    def step(self, units: float, what: str | None = None) -> None:
+        if self.bar is not None:
+            if what:
+                self.bar.set_postfix_str(what, refresh=False)
+            self.bar.update(round(units))
+
+    def note(self, text: str) -> None:
+        logger.info("%s", text)
+        if self.bar is not None:
+            self.bar.write(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.n = self.bar.total
+            self.bar.refresh()
+            self.bar.close()
+
+
+@contextmanager
+def _job(total: float, enabled: bool) -> Iterator[_Job]:
+    job = _Job(total, enabled)
+    try:
+        yield job
+    finally:
+        job.close()
+
+
+def _recall(rankings: Sequence[I64], gold: Sequence[frozenset[int]]) -> dict[str, float]:
+    out = {}
+    for k in _KS:
+        hits = [bool(g.intersection(r[:k].tolist())) for r, g in zip(rankings, gold, strict=True)]
+        out[f"R@{k}"] = round(float(np.mean(hits)) if hits else 0.0, 4)
+    return out
+
+
+def _objective(r: Mapping[str, float]) -> float:
+    return float(np.mean([r[f"R@{k}"] for k in _KS]))
+
+
+def _top_owners(scores: F64 | F32, owner: I64, k: int, exclude: I64) -> I64:
+    """Best-first distinct owners of the best rows, ``exclude`` rows left out; rows scoring
+    ``<= 0`` are dropped for BM25-like scores by the caller (set to -inf)."""
+    s = np.array(scores, np.float64, copy=True)
+    if len(exclude):
+        s[exclude] = -np.inf
+    fetch = min(len(s), 2 * k + 16 + len(exclude))
+    while True:
+        top = np.argpartition(-s, fetch - 1)[:fetch] if fetch < len(s) else np.arange(len(s))
+        top = top[np.isfinite(s[top])]
+        top = top[np.lexsort((top, -s[top]))]
+        ids, _ = best_per_owner(top.astype(np.int64), s[top].astype(np.float32), owner, k)
+        if len(ids) >= k or fetch >= len(s):
+            return ids
+        fetch = min(len(s), fetch * 4)
+
+
+class Shortlist:
+    """A tuned BM25 + embedding shortlist over a fixed set of values (see the module doc).
+
+    Build with :meth:`build`; satisfies the ``Retriever`` protocol (``values``, ``search``,
+    ``search_ids``), so :func:`~trierouter.shortlist.route_set`, the ``Classifier`` and the
+    tool router take it as their retriever.
+    """
+
+    def __init__(
+        self,
+        bm25: BM25Index,
+        embedding: EmbeddingIndex | None,
+        fusion: Fusion,
+        *,
+        report: dict[str, Any] | None = None,
+        depth: int = _DEPTH,
+    ) -> None:
+        if fusion.embedding and embedding is None:
+            raise ValueError(f"fusion {fusion.name} uses the embedding, but no index was given")
+        if embedding is not None and embedding.values != bm25.values:
+            raise ValueError("the BM25 and embedding indexes hold other values")
+        self.bm25 = bm25
+        self.embedding = embedding
+        self.fusion = fusion
+        self.depth = depth
+        self.report: dict[str, Any] = report or {}
+        self.bm25.ngram_weight = fusion.ngram_weight
+
+    def __repr__(self) -> str:
+        kind = self.embedding.index_kind if self.embedding is not None else "none"
+        return f"Shortlist({len(self)} values, {self.fusion.name}, embedding index {kind})"
+
+    @property
+    def values(self) -> list[str]:
+        """The values; a value's id is its position."""
+        return self.bm25.values
+
+    def __len__(self) -> int:
+        return len(self.bm25)
+
+    # -- building ---------------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        values: Sequence[str],
+        *,
+        descriptions: Sequence[str] | Mapping[str, str] | None = None,
+        synonyms: Mapping[str, Sequence[str]] | None = None,
+        examples: Sequence[tuple[str, str | Sequence[str]]] | None = None,
+        embedder: Embedder | None = None,
+        use_embedding: bool = True,
+        cv_queries: int = 2000,
+        rows_per_example: int = 4,
+        kind: IndexKind = "auto",
+        exact_limit: int = EXACT_LIMIT,
+        seed: int = 0,
+        progress: bool = True,
+    ) -> Shortlist:
+        """Index ``values`` and choose the fusion by cross-validation (module docstring).
+
+        ``descriptions``: one text per value (a list in value order or a ``{value: text}``
+        dict; default: the values). ``synonyms``: ``{value: [other phrasings]}``.
+        ``examples``: ``(query, gold value or values)`` pairs, indexed under their first
+        ``rows_per_example`` gold values. Both are indexed and both are what the fusion is
+        validated on (up to ``cv_queries`` of them, leave-one-out). ``use_embedding=False``
+        builds BM25 only (no model). ``kind``/``exact_limit``: the embedding index (exact up
+        to ``exact_limit`` rows, HNSW beyond, logged).
+        """
+        t_start = time.perf_counter()
+        vals, descs = _values_and_descriptions(values, descriptions)
+        ids = {v: i for i, v in enumerate(vals)}
+        row_text: list[str] = list(descs)
+        row_owner: list[int] = list(range(len(vals)))
+        cv_items: dict[str, set[int]] = {}
+        for v, texts in (synonyms or {}).items():
+            if v not in ids:
+                raise ValueError(f"synonyms names {v!r:.80}, which is not one of the values")
+            if isinstance(texts, str):
+                raise TypeError(f"synonyms[{v!r:.40}] must be a list of texts, got a str")
+            for t in texts:
+                row_text.append(str(t))
+                row_owner.append(ids[v])
+                cv_items.setdefault(str(t), set()).add(ids[v])
+        for i, ex in enumerate(examples or []):
+            if not isinstance(ex, tuple | list) or len(ex) != 2:
+                raise TypeError(f"examples[{i}] = {ex!r:.80} is not a (query, gold) pair")
+            text, gold = ex
+            golds = [gold] if isinstance(gold, str) else list(gold)
+            missing_ = [g for g in golds if g not in ids]
+            if missing_ or not golds:
+                raise ValueError(
+                    f"examples[{i}] gold {missing_ or gold!r:.80} is not among the values"
+                )
+            for g in golds[:rows_per_example]:
+                row_text.append(str(text))
+                row_owner.append(ids[g])
+            cv_items.setdefault(str(text), set()).update(ids[g] for g in golds)
+        owner = np.asarray(row_owner, np.int64)
+        uniq = list(dict.fromkeys(row_text))
+        n_cv = min(cv_queries, len(cv_items))
+        emb = None
+        if use_embedding:
+            emb = embedder or Embedder()
+        # work units: one text embedded ≈ 1; a BM25 row ≈ 0.05; a CV query ≈ 1 + 0.4 (BM25)
+        todo_embed = 0
+        if emb is not None:
+            todo_embed = len(uniq)
+            if emb.cache_dir is not None:
+                from trierouter.shortlist.cache import EmbeddingCache
+
+                cache = EmbeddingCache(emb.cache_dir, emb.fingerprint, emb.dim)
+                todo_embed = len(cache.lookup(uniq)[1])
+        total = todo_embed + 0.05 * len(row_text) + 1.5 * n_cv + 0.2 * len(row_text)
+        report: dict[str, Any] = {
+            "values": len(vals),
+            "rows": len(row_text),
+            "synonym_or_example_texts": len(cv_items),
+            "cv_queries": n_cv,
+            "embedder": repr(emb) if emb is not None else None,
+        }
+        with _job(total, progress) as job:
+            # 1. embeddings of every distinct text (cached on disk by the embedder)
+            vectors: F32 | None = None
+            if emb is not None:
+                t0 = time.perf_counter()
+                vecs = np.zeros((len(uniq), emb.dim), np.float32)
+                block = 2048
+                for s in range(0, len(uniq), block):
+                    part = uniq[s : s + block]
+                    vecs[s : s + block] = emb.encode(part)
+                    job.step(todo_embed * len(part) / len(uniq), "embedding")
+                where = {t_: i for i, t_ in enumerate(uniq)}
+                vectors = vecs[[where[t_] for t_ in row_text]]
+                report["embed_seconds"] = round(time.perf_counter() - t0, 2)
+                report["embedded_new_texts"] = todo_embed
+            # 2. BM25 over every row
+            t0 = time.perf_counter()
+            bm25 = BM25Index.build([vals[o] for o in row_owner], row_text)
+            report["bm25_build_seconds"] = round(time.perf_counter() - t0, 2)
+            job.step(0.05 * len(row_text), "bm25")
+            # 3. leave-one-out cross-validation on the synonyms / examples
+            if n_cv:
+                fusion, cv = _cross_validate(
+                    bm25, vectors, owner, row_text, cv_items, n_cv, seed, job.step
+                )
+                report["cv"] = cv
+                report["fusion_source"] = f"cross-validated on {n_cv} synonyms/examples"
+            else:
+                fusion = DEFAULT_FUSION if emb is not None else Fusion(1.0, 0.0)
+                report["fusion_source"] = "default (no synonyms or examples to validate on)"
+                job.note(
+                    "Shortlist.build: no synonyms or examples, so the fusion is not validated: "
+                    f"using the default {fusion.name}"
+                )
+            if emb is None and fusion.embedding:
+                fusion = Fusion(1.0, 0.0, ngram_weight=fusion.ngram_weight)
+            if not fusion.extra_rows and len(row_text) > len(vals):
+                job.note(
+                    "Shortlist.build: cross-validation found the synonym/example rows hurt; "
+                    "indexing the descriptions only"
+                )
+                row_text, row_owner = row_text[: len(vals)], row_owner[: len(vals)]
+                bm25 = BM25Index.build(vals, row_text)
+                if vectors is not None:
+                    vectors = vectors[: len(vals)]
+                report["rows"] = len(row_text)
+            # 4. the embedding index (only when the chosen fusion uses it)
+            index = None
+            if emb is not None and vectors is not None:
+                t0 = time.perf_counter()
+                index = EmbeddingIndex(emb, kind=kind, exact_limit=exact_limit)
+                index.add([vals[o] for o in row_owner], row_text, vectors=vectors)
+                report["embedding_index"] = index.index_kind
+                report["embedding_index_seconds"] = round(time.perf_counter() - t0, 2)
+                if index.index_kind == "hnsw":
+                    job.note(
+                        f"Shortlist.build: {index.n_rows} rows > exact_limit={exact_limit}: "
+                        "the embedding side searches an HNSW graph (approximate); "
+                        "kind='flat' keeps it exact"
+                    )
+            job.step(0.2 * len(row_text), "index")
+        report["fusion"] = asdict(fusion)
+        report["fusion_name"] = fusion.name
+        report["build_seconds"] = round(time.perf_counter() - t_start, 2)
+        return cls(bm25, index, fusion, report=report)
+
+    # -- searching --------------------------------------------------------------------------------
+    def search(self, query: str, k: int = 64) -> list[str]:
+        """The ``k`` best values for ``query``, best first."""
+        vals = self.values
+        return [vals[i] for i in self.search_ids([query], k)[0]]
+
+    def search_ids(self, queries: Sequence[str], k: int = 64) -> list[I64]:
+        """Value ids of the best ``k`` values per query, best first."""
+        check_k(k)
+        if isinstance(queries, str):
+            raise TypeError("queries must be a sequence of str; use search() for one query")
+        if not len(queries):
+            return []
+        f = self.fusion
+        depth = max(k, self.depth)
+        b = self.bm25.search_ids(queries, depth) if f.bm25 else None
+        e = None
+        if f.embedding:
+            assert self.embedding is not None
+            e = self.embedding.search_ids(queries, depth)
+        if b is None:
+            assert e is not None
+            return [r[:k] for r in e]
+        if e is None:
+            return [r[:k] for r in b]
+        return [
+            fuse([bb, ee], k, weights=[f.bm25, f.embedding], c=f.c)
+            for bb, ee in zip(b, e, strict=True)
+        ]
+
+    # -- persistence ------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the shortlist (both indexes, the fusion and the report) to folder ``path``."""
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        self.bm25.save(out / "bm25.trt")
+        if self.embedding is not None:
+            self.embedding.save(out / "embedding.trt")
+        meta = {
+            "format": _FORMAT,
+            "kind": "trierouter.Shortlist",
+            "values_sha256": values_hash(self.values),
+            "fusion": asdict(self.fusion),
+            "depth": self.depth,
+            "embedding": self.embedding is not None,
+            "report": self.report,
+        }
+        tmp = out / f".{_META}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, out / _META)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        embedder: Embedder | None = None,
+        values: Sequence[str] | None = None,
+    ) -> Shortlist:
+        """Read a shortlist written by :meth:`save`; refused (``IndexMismatchError``) with
+        another embedding model or, if ``values`` is given, other values."""
+        folder = Path(path)
+        try:
+            meta = json.loads((folder / _META).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CorruptFileError(f"{folder}: no readable {_META} ({exc})") from exc
+        if not isinstance(meta, dict) or meta.get("kind") != "trierouter.Shortlist":
+            raise CorruptFileError(f"{folder}/{_META}: not a trierouter Shortlist")
+        if meta.get("format") != _FORMAT:
+            raise CorruptFileError(f"{folder}: format {meta.get('format')}, expected {_FORMAT}")
+        if values is not None and values_hash(values) != meta.get("values_sha256"):
+            raise IndexMismatchError(
+                f"{folder}: built over other values than the {len(values)} given; rebuild it"
+            )
+        try:
+            raw = dict(meta["fusion"])
+            fusion = Fusion(
+                bm25=float(raw["bm25"]),
+                embedding=float(raw["embedding"]),
+                c=float(raw["c"]),
+                ngram_weight=float(raw["ngram_weight"]),
+                extra_rows=bool(raw.get("extra_rows", True)),
+            )
+            depth = int(meta["depth"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptFileError(f"{folder}/{_META}: bad fusion or depth ({exc})") from exc
+        bm25 = BM25Index.load(folder / "bm25.trt")
+        emb = None
+        if meta.get("embedding"):
+            emb = EmbeddingIndex.load(folder / "embedding.trt", embedder=embedder)
+        if values_hash(bm25.values) != meta.get("values_sha256"):
+            raise CorruptFileError(f"{folder}: the BM25 index holds other values than recorded")
+        report = meta.get("report") if isinstance(meta.get("report"), dict) else {}
+        return cls(bm25, emb, fusion, report=report, depth=depth)
+
+
+def _values_and_descriptions(
+    values: Sequence[str], descriptions: Sequence[str] | Mapping[str, str] | None
+) -> tuple[list[str], list[str]]:
+    if isinstance(values, str):
+        raise TypeError("values must be a sequence of str, got a single str; wrap it in a list")
+    vals = list(dict.fromkeys(values))
+    for i, v in enumerate(vals):
+        if not isinstance(v, str):
+            raise TypeError(f"values[{i}] = {v!r:.60} is {type(v).__name__}, expected str")
+    if not vals:
+        raise ValueError("values is empty: nothing to shortlist")
+    if descriptions is None:
+        return vals, list(vals)
+    if isinstance(descriptions, Mapping):
+        return vals, [str(descriptions.get(v, v)) for v in vals]
+    if isinstance(descriptions, str) or len(descriptions) != len(values):
+        raise ValueError(
+            f"descriptions must have one text per value ({len(values)} values); "
+            "or pass a {value: description} dict"
+        )
+    first: dict[str, str] = {}
+    for v, d in zip(values, descriptions, strict=True):
+        first.setdefault(v, str(d))
+    return vals, [first[v] for v in vals]
+
+
+def _cross_validate(
+    bm25: BM25Index,
+    vectors: F32 | None,
+    owner: I64,
+    row_text: list[str],
+    items: dict[str, set[int]],
+    n: int,
+    seed: int,
+    step: Callable[[float, str | None], None],
+) -> tuple[Fusion, dict[str, Any]]:
+    """Leave-one-out: each sampled text is searched with its own rows removed."""
+    texts = sorted(items)
+    sample = sorted(random.Random(seed).sample(texts, n))
+    rows_of: dict[str, list[int]] = {}
+    for row, text in enumerate(row_text):
+        rows_of.setdefault(text, []).append(row)
+    gold = [frozenset(items[t]) for t in sample]
+    weights = sorted({f.ngram_weight for f in _grid()})
+    n_values = int(owner.max()) + 1 if len(owner) else 0
+    extra = np.arange(n_values, len(row_text), dtype=np.int64)  # synonym/example rows
+    b_rank: dict[tuple[float, bool], list[I64]] = {
+        (w, r): [] for w in weights for r in (True, False)
+    }
+    e_rank: dict[bool, list[I64]] = {True: [], False: []}
+    where = {t: rows_of[t][0] for t in sample}
+    for i0 in range(0, len(sample), 256):
+        chunk = sample[i0 : i0 + 256]
+        sims = None
+        if vectors is not None:
+            q = vectors[[where[t] for t in chunk]]
+            sims = q @ vectors.T
+        for j, t in enumerate(chunk):
+            excl = np.asarray(rows_of[t], np.int64)
+            sw, sg = bm25.field_scores(t)
+            for w in weights:
+                s = sw + w * sg
+                s[s <= 0] = -np.inf
+                b_rank[w, True].append(_top_owners(s, owner, _DEPTH, excl))
+                b_rank[w, False].append(_top_owners(s, owner, _DEPTH, extra))
+            if sims is not None:
+                e_rank[True].append(_top_owners(sims[j], owner, _DEPTH, excl))
+                e_rank[False].append(_top_owners(sims[j], owner, _DEPTH, extra))
+        step(1.5 * len(chunk), "cross-validation")
+    results: dict[str, dict[str, float]] = {}
+    best: tuple[float, Fusion] | None = None
+    for f in _grid():
+        if f.embedding and vectors is None:
+            continue
+        if not f.embedding:
+            ranks = [r[:100] for r in b_rank[f.ngram_weight, f.extra_rows]]
+        elif not f.bm25:
+            if f.ngram_weight != 0.5:
+                continue
+            ranks = [r[:100] for r in e_rank[f.extra_rows]]
+        else:
+            ranks = [
+                fuse([bb, ee], 100, weights=[f.bm25, f.embedding], c=f.c)
+                for bb, ee in zip(
+                    b_rank[f.ngram_weight, f.extra_rows], e_rank[f.extra_rows], strict=True
+                )
+            ]
+        r = _recall(ranks, gold)
+        results[f.name] = r
+        score = _objective(r)
+        if best is None or score > best[0] + 1e-9:
+            best = (score, f)
+    assert best is not None
+    return best[1], {
+        "method": "leave-one-out over synonyms/examples",
+        "queries": len(sample),
+        "objective": "mean of R@1, R@10, R@100",
+        "candidates": results,
+        "chosen": best[1].name,
+    }
