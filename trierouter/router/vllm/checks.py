@@ -84,21 +84,29 @@ def check_tool_choice(choice: str, names: Sequence[str] | frozenset[str], where:
 
 
 class RegistrySpecs:
-    """A named registry as the API server holds it: the tools (OpenAI form) by name."""
+    """A named registry as the API server holds it: the tools the engine compiles (read as the
+    compiler reads them, so both processes agree on the names), by name."""
 
     def __init__(self, name: str, tools: list[Any]) -> None:
-        registry = ToolRegistry()
-        registry.add(*tools)
         self.name = name
-        self.registry = registry
-        self.names = frozenset(t.name for t in registry)
+        self.specs = check_tools(tools, slots=False)  # the engine runs the slot analysis
+        self.by_name = {s.name: s for s in self.specs}
+        self.names = frozenset(self.by_name)
 
     def __len__(self) -> int:
         return len(self.names)
 
     def openai(self, names: Sequence[str]) -> list[dict[str, Any]]:
         """The OpenAI tool dicts of ``names``, in that order."""
-        return [self.registry[n].to_openai() for n in names]
+        out = []
+        for n in names:
+            s = self.by_name[n]
+            fn: dict[str, Any] = {"name": s.name}
+            if s.description:
+                fn["description"] = s.description
+            fn["parameters"] = s.parameters or {"type": "object", "properties": {}}
+            out.append({"type": "function", "function": fn})
+        return out
 
 
 _registries: dict[tuple[str, str], RegistrySpecs] = {}

@@ -332,7 +332,7 @@ class _RegistrySchemas(Mapping[str, dict[str, Any]]):
     def __getitem__(self, name: str) -> dict[str, Any]:
         if name not in self._specs.names:
             raise KeyError(name)
-        params: dict[str, Any] = self._specs.registry[name].parameters
+        params: dict[str, Any] = self._specs.by_name[name].parameters or {"type": "object"}
         return params
 
     def __iter__(self) -> Any:

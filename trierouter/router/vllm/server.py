@@ -104,7 +104,7 @@ class _Search:
         try:
             from trierouter.shortlist.bm25 import BM25Index
 
-            tools = list(self.specs.registry)
+            tools = self.specs.specs
             names = [t.name for t in tools]
             texts = [f"{t.name} {t.description}" for t in tools]
             index = BM25Index.build(names, texts)
@@ -122,7 +122,7 @@ class _Search:
         found: list[str] = self._index.search(query, k) if query.strip() else []
         if len(found) < k:  # fewer matches than asked: pad with the registry's first tools
             have = set(found)
-            for t in self.specs.registry:
+            for t in self.specs.specs:
                 if len(found) >= k:
                     break
                 if t.name not in have:
