@@ -16,7 +16,9 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     │   └── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
     ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
-    └── MissingDependencyError(ImportError)  an optional dependency is not installed
+    ├── MissingDependencyError(ImportError)  an optional dependency is not installed
+    └── CoreBuildError(ImportError)          the compiled core is not built, or built from
+                                             other sources (the message says how to rebuild)
 
 The hot path (``advance``, ``accept_token``, bitmask fills) never raises for a model's choice:
 an invalid token gives a dead state or ``False``.
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "CompileError",
+    "CoreBuildError",
     "CorruptFileError",
     "DuplicateToolError",
     "EmptySetError",
@@ -114,6 +117,10 @@ class IndexMismatchError(TrieRouterError, ValueError):
 
 class MissingDependencyError(TrieRouterError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
+
+
+class CoreBuildError(TrieRouterError, ImportError):
+    """The compiled core (``trierouter.registry._core``) cannot be imported or is stale."""
 
 
 def missing(package: str, extra: str) -> MissingDependencyError:

@@ -1,0 +1,1576 @@
+// trierouter._core: the compiled core of trierouter (compile, step, masks).
+//
+// One pass from values to the serving layout of a ChoiceSet:
+//   values (str) -> UTF-8 bytes, sorted, deduplicated -> byte trie in preorder
+//   -> for every node n, a walk down the trie in lockstep with a forward trie of the token bytes
+//      (TokenTrie) emits every (n, token, child) with path(n) + bytes(token) == path(child):
+//      the rows come out in node order, so the CSR is written as it is produced, each row sorted
+//      by token id
+//   -> row_ptr, tokens, children (uint16 offsets; 0xFFFF = END, 0xFFFE = far), far_pos,
+//      far_child, ends, value_bytes, value_offsets: the arrays ChoiceSet saves and the numpy
+//      reference builds, bit for bit.
+// Serving (Core, MatcherBase) reads those arrays through the buffer protocol, so a memory-mapped
+// file serves as well as a freshly compiled set. Nothing is built lazily.
+//
+// The C API directly (no binding library): METH_FASTCALL keeps a call near 30 ns.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <algorithm>
+#include <new>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#ifndef TRIEROUTER_SOURCE_HASH
+#define TRIEROUTER_SOURCE_HASH "unknown"
+#endif
+
+namespace {
+
+constexpr uint16_t TO_END = 0xFFFF;
+constexpr uint16_t FAR = 0xFFFE;
+
+// ------------------------------------------------------------------------------------------------
+// Growable malloc'd array whose storage can be handed to numpy (freed by a capsule).
+
+template <class T>
+struct Buf {
+    T* p = nullptr;
+    size_t n = 0, cap = 0;
+    Buf() = default;
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+    ~Buf() { std::free(p); }
+    bool reserve(size_t c) {
+        if (c <= cap) return true;
+        size_t nc = std::max(c, cap * 2 + 16);
+        T* q = static_cast<T*>(std::realloc(p, nc * sizeof(T)));
+        if (!q) return false;
+        p = q;
+        cap = nc;
+        return true;
+    }
+    bool resize(size_t c) {
+        if (!reserve(c)) return false;
+        n = c;
+        return true;
+    }
+    inline bool push(T v) {
+        if (n == cap && !reserve(n + 1)) return false;
+        p[n++] = v;
+        return true;
+    }
+    T& operator[](size_t i) { return p[i]; }
+    const T& operator[](size_t i) const { return p[i]; }
+};
+
+void free_capsule(PyObject* cap) { std::free(PyCapsule_GetPointer(cap, "trierouter.buf")); }
+
+// Hands the storage of ``b`` to a new 1-D numpy array (no copy).
+template <class T>
+PyObject* to_numpy(Buf<T>& b, int typenum) {
+    if (!b.p && !b.reserve(1)) return PyErr_NoMemory();
+    npy_intp dims[1] = {static_cast<npy_intp>(b.n)};
+    PyObject* arr = PyArray_SimpleNewFromData(1, dims, typenum, b.p);
+    if (!arr) return nullptr;
+    PyObject* cap = PyCapsule_New(b.p, "trierouter.buf", free_capsule);
+    if (!cap) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), cap) < 0) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    b.p = nullptr;
+    b.n = b.cap = 0;
+    return arr;
+}
+
+struct Str {
+    const uint8_t* p;
+    int64_t n;
+};
+
+inline bool str_less(const Str& a, const Str& b) {
+    int64_t m = a.n < b.n ? a.n : b.n;
+    int c = m ? std::memcmp(a.p, b.p, static_cast<size_t>(m)) : 0;
+    return c < 0 || (c == 0 && a.n < b.n);
+}
+inline bool str_eq(const Str& a, const Str& b) {
+    return a.n == b.n && (a.n == 0 || std::memcmp(a.p, b.p, static_cast<size_t>(a.n)) == 0);
+}
+
+struct Ent {
+    Str s;
+    int32_t id;
+};
+inline const Str& skey(const Str& x) { return x; }
+inline const Str& skey(const Ent& x) { return x.s; }
+
+// MSD radix sort on the byte at ``depth`` for large groups, std::sort below a cutoff. Equal
+// strings end up adjacent in an unspecified order.
+template <class T>
+void sort_strings(T* a, size_t n, int64_t depth, std::vector<T>& tmp) {
+    while (n > 64) {
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; ++i) {
+            const Str& k = skey(a[i]);
+            count[k.n > depth ? k.p[depth] + 1 : 0]++;
+        }
+        if (count[0] == n) return;  // all strings end here: equal
+        size_t start[257];
+        size_t s = 0;
+        for (int k = 0; k < 257; ++k) {
+            start[k] = s;
+            s += count[k];
+        }
+        if (tmp.size() < n) tmp.resize(n);
+        size_t pos[257];
+        std::memcpy(pos, start, sizeof(pos));
+        for (size_t i = 0; i < n; ++i) {
+            const Str& k = skey(a[i]);
+            tmp[pos[k.n > depth ? k.p[depth] + 1 : 0]++] = a[i];
+        }
+        std::copy(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(n), a);
+        // bucket 0 (strings of length == depth) holds equal strings
+        size_t biggest = 0;
+        int big_k = -1;
+        for (int k = 1; k < 257; ++k) {
+            if (count[k] > biggest) {
+                biggest = count[k];
+                big_k = k;
+            }
+        }
+        for (int k = 1; k < 257; ++k) {
+            if (k != big_k && count[k] > 1) sort_strings(a + start[k], count[k], depth + 1, tmp);
+        }
+        if (big_k < 0 || biggest < 2) return;
+        a += start[big_k];
+        n = biggest;
+        depth += 1;
+    }
+    std::sort(a, a + n, [depth](const T& x0, const T& y0) {
+        const Str& x = skey(x0);
+        const Str& y = skey(y0);
+        Str xs{x.p + std::min(depth, x.n), x.n - std::min(depth, x.n)};
+        Str ys{y.p + std::min(depth, y.n), y.n - std::min(depth, y.n)};
+        return str_less(xs, ys);
+    });
+}
+
+// ------------------------------------------------------------------------------------------------
+// TokenTrie: forward trie of the matchable tokens' bytes (per tokenizer, built once).
+
+struct alignas(32) StateInfo {  // what the hot loops read of one state, in one cache line
+    int32_t clo, chi, fail, d1row;  // children span, failure link, goto1 row (-1: deeper)
+    int32_t olo, ohi;               // span of outputs: every token that is a suffix of the state
+    int32_t dict, pad;
+};
+struct Out {
+    int32_t len, token;
+};
+
+struct TokenTrieObject {
+    PyObject_HEAD
+    int32_t n_nodes;
+    int32_t root_child[256];
+    uint8_t single[256];
+    // forward trie (preorder ids; root 0): children of u are child_node[child_ptr[u]..] with
+    // bytes child_label[...]; tokens ending at u are tok_ids[tok_ptr[u]..tok_ptr[u+1]]
+    std::vector<int32_t>* child_ptr;
+    std::vector<int32_t>* child_node;
+    std::vector<uint8_t>* child_label;
+    std::vector<int32_t>* tok_ptr;
+    std::vector<int32_t>* tok_ids;
+    // Aho-Corasick: failure link, dictionary link (nearest proper suffix state with tokens, -1),
+    // depth (= token length at a token's node), and full transitions for the root and depth-1
+    // states (row d1row[u] of goto1, -1 for deeper states)
+    std::vector<int32_t>* fail;
+    std::vector<int32_t>* dict;
+    std::vector<int32_t>* depth;
+    std::vector<int32_t>* d1row;
+    std::vector<int32_t>* goto1;
+    std::vector<StateInfo>* info;
+    std::vector<Out>* outs;
+    double build_seconds;
+};
+
+struct TT {  // raw pointers for the hot loops
+    const StateInfo* si;
+    const int32_t *cnode, *tids, *goto1, *tptr;
+    const uint8_t* clab;
+    const Out* outs;
+    explicit TT(const TokenTrieObject* t)
+        : si(t->info->data()), cnode(t->child_node->data()), tids(t->tok_ids->data()),
+          goto1(t->goto1->data()), tptr(t->tok_ptr->data()), clab(t->child_label->data()),
+          outs(t->outs ? t->outs->data() : nullptr) {}
+    inline int32_t child(int32_t u, uint8_t b) const {
+        const int32_t lo = si[u].clo, len = si[u].chi - lo;
+        const uint8_t* l = clab + lo;
+        if (len <= 16) {
+            for (int32_t i = 0; i < len; ++i)
+                if (l[i] == b) return cnode[lo + i];
+            return -1;
+        }
+        const void* f = std::memchr(l, b, static_cast<size_t>(len));
+        return f ? cnode[lo + (static_cast<const uint8_t*>(f) - l)] : -1;
+    }
+    // Aho-Corasick transition
+    inline int32_t go(int32_t s, uint8_t b) const {
+        for (;;) {
+            const int32_t r = si[s].d1row;
+            if (r >= 0) return goto1[(static_cast<int64_t>(r) << 8) | b];
+            const int32_t c = child(s, b);
+            if (c >= 0) return c;
+            s = si[s].fail;
+        }
+    }
+    inline bool has_tok(int32_t s) const { return tptr[s + 1] > tptr[s]; }
+};
+
+void TokenTrie_dealloc(TokenTrieObject* self) {
+    delete self->child_ptr;
+    delete self->child_node;
+    delete self->child_label;
+    delete self->tok_ptr;
+    delete self->tok_ids;
+    delete self->fail;
+    delete self->dict;
+    delete self->depth;
+    delete self->d1row;
+    delete self->goto1;
+    delete self->info;
+    delete self->outs;
+    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+double now_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// TokenTrie(tokens: sequence of bytes, matchable: bool buffer of len(tokens))
+int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
+    static const char* kwlist[] = {"tokens", "matchable", nullptr};
+    PyObject* tokens;
+    Py_buffer mview;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oy*", const_cast<char**>(kwlist), &tokens,
+                                     &mview))
+        return -1;
+    double t0 = now_seconds();
+    PyObject* seq = PySequence_Tuple(tokens);
+    if (!seq) {
+        PyBuffer_Release(&mview);
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    if (mview.len != n) {
+        PyErr_Format(PyExc_ValueError, "matchable has %zd entries for %zd tokens", mview.len, n);
+        PyBuffer_Release(&mview);
+        Py_DECREF(seq);
+        return -1;
+    }
+    const uint8_t* match = static_cast<const uint8_t*>(mview.buf);
+    std::vector<Ent> ents;
+    ents.reserve(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!match[i]) continue;
+        PyObject* o = PyTuple_GET_ITEM(seq, i);
+        if (!PyBytes_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
+            PyBuffer_Release(&mview);
+            Py_DECREF(seq);
+            return -1;
+        }
+        Py_ssize_t len = PyBytes_GET_SIZE(o);
+        if (len == 0) continue;
+        ents.push_back(
+            {{reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(o)), len}, static_cast<int32_t>(i)});
+    }
+    PyBuffer_Release(&mview);
+    {
+        std::vector<Ent> tmp;
+        sort_strings(ents.data(), ents.size(), 0, tmp);
+        // equal bytes under several ids: ascending ids
+        for (size_t i = 0; i < ents.size();) {
+            size_t j = i + 1;
+            while (j < ents.size() && str_eq(ents[j].s, ents[i].s)) ++j;
+            if (j - i > 1)
+                std::sort(ents.begin() + static_cast<std::ptrdiff_t>(i),
+                          ents.begin() + static_cast<std::ptrdiff_t>(j),
+                          [](const Ent& x, const Ent& y) { return x.id < y.id; });
+            i = j;
+        }
+    }
+    // preorder trie: path[d] = node at depth d on the previous string's path
+    std::vector<int32_t> parent{-1};
+    std::vector<uint8_t> byte{0};
+    auto* depth = new std::vector<int32_t>{0};
+    std::vector<int32_t> end_node(ents.size());
+    std::vector<int32_t> path{0};
+    Str prev{nullptr, 0};
+    for (size_t i = 0; i < ents.size(); ++i) {
+        const Str& s = ents[i].s;
+        int64_t l = 0;
+        int64_t m = std::min(prev.n, s.n);
+        while (l < m && prev.p[l] == s.p[l]) ++l;
+        path.resize(static_cast<size_t>(l) + 1);
+        for (int64_t d = l; d < s.n; ++d) {
+            int32_t id = static_cast<int32_t>(parent.size());
+            parent.push_back(path[static_cast<size_t>(d)]);
+            byte.push_back(s.p[d]);
+            depth->push_back(static_cast<int32_t>(d + 1));
+            path.push_back(id);
+        }
+        end_node[i] = path[static_cast<size_t>(s.n)];
+        prev = s;
+    }
+    Py_DECREF(seq);  // the token bytes are not used past this point
+    const int32_t nn = static_cast<int32_t>(parent.size());
+    const size_t un = static_cast<size_t>(nn);
+    self->n_nodes = nn;
+    auto* cptr = new std::vector<int32_t>(un + 1, 0);
+    auto* cnode = new std::vector<int32_t>(un - 1);
+    auto* clab = new std::vector<uint8_t>(un - 1);
+    for (size_t v = 1; v < un; ++v) (*cptr)[static_cast<size_t>(parent[v]) + 1]++;
+    for (size_t v = 0; v < un; ++v) (*cptr)[v + 1] += (*cptr)[v];
+    {
+        std::vector<int32_t> fill(cptr->begin(), cptr->end() - 1);
+        for (size_t v = 1; v < un; ++v) {  // preorder: children in byte order
+            int32_t at = fill[static_cast<size_t>(parent[v])]++;
+            (*cnode)[static_cast<size_t>(at)] = static_cast<int32_t>(v);
+            (*clab)[static_cast<size_t>(at)] = byte[v];
+        }
+    }
+    auto* tptr = new std::vector<int32_t>(un + 1, 0);
+    auto* tids = new std::vector<int32_t>(ents.size());
+    for (size_t i = 0; i < ents.size(); ++i) (*tptr)[static_cast<size_t>(end_node[i]) + 1]++;
+    for (size_t v = 0; v < un; ++v) (*tptr)[v + 1] += (*tptr)[v];
+    {
+        std::vector<int32_t> fill(tptr->begin(), tptr->end() - 1);
+        for (size_t i = 0; i < ents.size(); ++i)
+            (*tids)[static_cast<size_t>(fill[static_cast<size_t>(end_node[i])]++)] = ents[i].id;
+    }
+    for (int k = 0; k < 256; ++k) {
+        self->root_child[k] = -1;
+        self->single[k] = 0;
+    }
+    for (int32_t i = (*cptr)[0]; i < (*cptr)[1]; ++i) {
+        int32_t v = (*cnode)[static_cast<size_t>(i)];
+        self->root_child[(*clab)[static_cast<size_t>(i)]] = v;
+        if ((*tptr)[static_cast<size_t>(v) + 1] > (*tptr)[static_cast<size_t>(v)])
+            self->single[(*clab)[static_cast<size_t>(i)]] = 1;
+    }
+    // Aho-Corasick links, states in breadth-first order (counting sort by depth)
+    auto* fail = new std::vector<int32_t>(un, 0);
+    auto* dict = new std::vector<int32_t>(un, -1);
+    auto* d1row = new std::vector<int32_t>(un, -1);
+    int32_t n1 = (*cptr)[1] - (*cptr)[0];
+    auto* goto1 = new std::vector<int32_t>(static_cast<size_t>(n1 + 1) * 256, 0);
+    (*d1row)[0] = 0;
+    for (int k = 0; k < 256; ++k) (*goto1)[static_cast<size_t>(k)] = self->root_child[k] >= 0 ? self->root_child[k] : 0;
+    for (int32_t i = 0; i < n1; ++i) {
+        int32_t v = (*cnode)[static_cast<size_t>((*cptr)[0] + i)];
+        (*d1row)[static_cast<size_t>(v)] = i + 1;
+    }
+    self->child_ptr = cptr;
+    self->child_node = cnode;
+    self->child_label = clab;
+    self->tok_ptr = tptr;
+    self->tok_ids = tids;
+    self->fail = fail;
+    self->dict = dict;
+    self->depth = depth;
+    self->d1row = d1row;
+    self->goto1 = goto1;
+    auto* info = new std::vector<StateInfo>(un);
+    for (size_t v = 0; v < un; ++v)
+        (*info)[v] = {(*cptr)[v], (*cptr)[v + 1], 0, (*d1row)[v], 0, 0, -1, 0};
+    self->info = info;
+    {
+        int32_t maxd = 0;
+        for (size_t v = 0; v < un; ++v) maxd = std::max(maxd, (*depth)[v]);
+        std::vector<int32_t> cnt(static_cast<size_t>(maxd) + 2, 0);
+        for (size_t v = 0; v < un; ++v) cnt[static_cast<size_t>((*depth)[v]) + 1]++;
+        for (size_t d = 0; d + 1 < cnt.size(); ++d) cnt[d + 1] += cnt[d];
+        std::vector<int32_t> order(un);
+        for (size_t v = 0; v < un; ++v) order[static_cast<size_t>(cnt[static_cast<size_t>((*depth)[v])]++)] = static_cast<int32_t>(v);
+        TT tt(self);  // goto1 rows of depth-1 states are filled below, before any deeper use
+        for (size_t i = 1; i < un; ++i) {
+            int32_t v = order[i];
+            int32_t p = parent[static_cast<size_t>(v)];
+            int32_t f = p == 0 ? 0 : tt.go((*fail)[static_cast<size_t>(p)], byte[static_cast<size_t>(v)]);
+            (*fail)[static_cast<size_t>(v)] = f;
+            (*dict)[static_cast<size_t>(v)] = f != 0 && tt.has_tok(f) ? f : (*dict)[static_cast<size_t>(f)];
+            (*info)[static_cast<size_t>(v)].fail = f;
+            (*info)[static_cast<size_t>(v)].dict = (*dict)[static_cast<size_t>(v)];
+            int32_t r = (*d1row)[static_cast<size_t>(v)];
+            if (r > 0) {  // a depth-1 state: its full transition row (its failure is the root)
+                for (int k = 0; k < 256; ++k) {
+                    int32_t c = tt.child(v, static_cast<uint8_t>(k));
+                    (*goto1)[(static_cast<size_t>(r) << 8) | static_cast<size_t>(k)] = c >= 0 ? c : (*goto1)[static_cast<size_t>(k)];
+                }
+            }
+        }
+    }
+    {
+        // flattened outputs per state: the tokens of the state, then of its dictionary chain
+        std::vector<int32_t> olen(un, 0);
+        size_t total = 0;
+        for (size_t v = 0; v < un; ++v) {
+            int32_t c = 0;
+            for (int32_t x = (*tptr)[v + 1] > (*tptr)[v] ? static_cast<int32_t>(v) : (*dict)[v]; x >= 0; x = (*dict)[static_cast<size_t>(x)])
+                c += (*tptr)[static_cast<size_t>(x) + 1] - (*tptr)[static_cast<size_t>(x)];
+            olen[v] = c;
+            total += static_cast<size_t>(c);
+        }
+        auto* outs = new std::vector<Out>(total);
+        size_t at = 0;
+        for (size_t v = 0; v < un; ++v) {
+            (*info)[v].olo = static_cast<int32_t>(at);
+            for (int32_t x = (*tptr)[v + 1] > (*tptr)[v] ? static_cast<int32_t>(v) : (*dict)[v]; x >= 0; x = (*dict)[static_cast<size_t>(x)])
+                for (int32_t j = (*tptr)[static_cast<size_t>(x)]; j < (*tptr)[static_cast<size_t>(x) + 1]; ++j)
+                    (*outs)[at++] = {(*depth)[static_cast<size_t>(x)], (*tids)[static_cast<size_t>(j)]};
+            (*info)[v].ohi = static_cast<int32_t>(at);
+        }
+        self->outs = outs;
+    }
+    self->build_seconds = now_seconds() - t0;
+    return 0;
+}
+
+PyObject* TokenTrie_nbytes(TokenTrieObject* self, void*) {
+    size_t b = 4 * (self->child_ptr->size() + self->child_node->size() + self->tok_ptr->size() +
+                    self->tok_ids->size() + self->fail->size() + self->dict->size() +
+                    self->depth->size() + self->d1row->size() + self->goto1->size()) +
+               sizeof(StateInfo) * self->info->size() + sizeof(Out) * self->outs->size() +
+               self->child_label->size() + sizeof(TokenTrieObject);
+    return PyLong_FromSize_t(b);
+}
+PyObject* TokenTrie_n_nodes(TokenTrieObject* self, void*) { return PyLong_FromLong(self->n_nodes); }
+PyObject* TokenTrie_build_seconds(TokenTrieObject* self, void*) {
+    return PyFloat_FromDouble(self->build_seconds);
+}
+PyObject* TokenTrie_single(TokenTrieObject* self, void*) {
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->single), 256);
+}
+
+PyGetSetDef TokenTrie_getset[] = {
+    {"nbytes", reinterpret_cast<getter>(TokenTrie_nbytes), nullptr, "bytes held", nullptr},
+    {"n_nodes", reinterpret_cast<getter>(TokenTrie_n_nodes), nullptr, "trie nodes", nullptr},
+    {"build_seconds", reinterpret_cast<getter>(TokenTrie_build_seconds), nullptr, "build time",
+     nullptr},
+    {"single_byte", reinterpret_cast<getter>(TokenTrie_single), nullptr,
+     "256 bytes: 1 where a matchable token is exactly that byte", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyTypeObject TokenTrieType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ------------------------------------------------------------------------------------------------
+// compile
+
+struct Pair {
+    int32_t token;
+    int32_t child;
+};
+
+inline void sort_row(Pair* a, size_t n) {
+    if (n < 24) {
+        for (size_t i = 1; i < n; ++i) {
+            Pair x = a[i];
+            size_t j = i;
+            while (j > 0 && a[j - 1].token > x.token) {
+                a[j] = a[j - 1];
+                --j;
+            }
+            a[j] = x;
+        }
+    } else {
+        std::sort(a, a + n, [](const Pair& x, const Pair& y) { return x.token < y.token; });
+    }
+}
+
+inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
+    if (n < 24) {
+        for (size_t i = 1; i < n; ++i) {
+            int32_t t = tk[i];
+            uint16_t c = ch[i];
+            size_t j = i;
+            while (j > 0 && tk[j - 1] > t) {
+                tk[j] = tk[j - 1];
+                ch[j] = ch[j - 1];
+                --j;
+            }
+            tk[j] = t;
+            ch[j] = c;
+        }
+        return;
+    }
+    std::vector<uint64_t> tmp(n);
+    for (size_t i = 0; i < n; ++i)
+        tmp[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
+    std::sort(tmp.begin(), tmp.end());
+    for (size_t i = 0; i < n; ++i) {
+        tk[i] = static_cast<int32_t>(tmp[i] >> 16);
+        ch[i] = static_cast<uint16_t>(tmp[i] & 0xFFFF);
+    }
+}
+
+// compile(values, trie, terminator: bytes, end_ids: tuple[int], allow_end: bool)
+//   -> (arrays: dict[str, ndarray], unreachable: list[int] | None)
+// On a value that is not a str or not encodable, raises TypeError / UnicodeEncodeError (the
+// Python caller turns them into the documented errors).
+PyObject* py_compile(PyObject*, PyObject* args) {
+    PyObject* values;
+    TokenTrieObject* tri;
+    Py_buffer term;
+    PyObject* end_ids;
+    int allow_end;
+    if (!PyArg_ParseTuple(args, "OO!y*Op", &values, &TokenTrieType, &tri, &term, &end_ids,
+                          &allow_end))
+        return nullptr;
+    std::string termb(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
+    PyBuffer_Release(&term);
+    std::vector<int32_t> eos;
+    {
+        PyObject* s = PySequence_Fast(end_ids, "end_ids must be a sequence of ints");
+        if (!s) return nullptr;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(s); ++i) {
+            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(s, i));
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(s);
+                return nullptr;
+            }
+            eos.push_back(static_cast<int32_t>(v));
+        }
+        Py_DECREF(s);
+        std::sort(eos.begin(), eos.end());
+        eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
+    }
+    // a tuple of our own: the str objects stay alive while the GIL is released below
+    PyObject* seq = PySequence_Tuple(values);
+    if (!seq) return nullptr;
+    Py_ssize_t k = PyTuple_GET_SIZE(seq);
+    PyObject** items = &PyTuple_GET_ITEM(seq, 0);
+    std::vector<Str> strs(static_cast<size_t>(k));
+    std::vector<uint8_t> joined;  // values + terminator, when there is one
+    const int64_t tl = static_cast<int64_t>(termb.size());
+    std::vector<int64_t> offs;
+    for (Py_ssize_t i = 0; i < k; ++i) {
+        PyObject* o = items[i];
+        if (!PyUnicode_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "values[%zd] is not a str", i);
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        Py_ssize_t len;
+        const char* p = PyUnicode_AsUTF8AndSize(o, &len);
+        if (!p) {
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        strs[static_cast<size_t>(i)] = {reinterpret_cast<const uint8_t*>(p), len};
+    }
+    {
+        // one contiguous copy (values + terminator) in input order: the sort and the trie then
+        // read one buffer instead of objects spread over the heap
+        size_t total = 0;
+        for (auto& s : strs) total += static_cast<size_t>(s.n + tl);
+        joined.resize(total + 1);
+        size_t at = 0;
+        for (auto& s : strs) {
+            if (s.n) std::memcpy(joined.data() + at, s.p, static_cast<size_t>(s.n));
+            if (tl) std::memcpy(joined.data() + at + s.n, termb.data(), static_cast<size_t>(tl));
+            s = {joined.data() + at, s.n + tl};
+            at += static_cast<size_t>(s.n);
+        }
+    }
+    // values stay alive (seq holds them) until the end of this function
+    PyThreadState* save = PyEval_SaveThread();
+    const bool timing = std::getenv("TRIEROUTER_CORE_TIMING") != nullptr;
+    double tm0 = now_seconds();
+#define LAP(name) if (timing) { struct timespec c_; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c_); double t_ = now_seconds(); std::fprintf(stderr, "cpu %.2f ", (c_.tv_sec + 1e-9 * c_.tv_nsec) * 1e3); std::fprintf(stderr, "%s %.2f ms\n", name, (t_ - tm0) * 1e3); tm0 = t_; }
+    bool sorted = true;
+    for (size_t i = 1; i < strs.size() && sorted; ++i)
+        if (str_less(strs[i], strs[i - 1])) sorted = false;
+    if (!sorted) {
+        std::vector<Str> tmp;
+        sort_strings(strs.data(), strs.size(), 0, tmp);
+    }
+    {
+        size_t w = 0;
+        for (size_t i = 0; i < strs.size(); ++i)
+            if (w == 0 || !str_eq(strs[i], strs[w - 1])) strs[w++] = strs[i];
+        strs.resize(w);
+    }
+    const size_t nv = strs.size();
+    LAP("sort");
+    // Trie in preorder, built string by string (path[d]: node at depth d on the current string),
+    // and at once the Aho-Corasick state of every node (st[d] on the path): the tokens that end
+    // at node m are the outputs of its state, and a token of length L ending at m starts at the
+    // ancestor path[depth(m) - L]. This first pass counts each row's pairs; the second fills them.
+    const TT tt(tri);
+    size_t total_bytes = 0;
+    for (auto& s : strs) total_bytes += static_cast<size_t>(s.n);
+    Buf<int32_t> ends;
+    Buf<uint8_t> vbytes;
+    Buf<int64_t> voff;
+    std::vector<int32_t> depth_of, state_of, count;
+    bool ok = ends.resize(nv) && vbytes.reserve(total_bytes - nv * static_cast<size_t>(tl) + 1) &&
+              voff.resize(nv + 1);
+    try {
+        depth_of.reserve(total_bytes + 1);
+        state_of.reserve(total_bytes + 1);
+        count.reserve(total_bytes + 3);
+    } catch (const std::bad_alloc&) {
+        ok = false;
+    }
+    if (!ok || total_bytes >= (size_t(1) << 31) - 4) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        if (ok) return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: split the set");
+        return PyErr_NoMemory();
+    }
+    std::vector<int32_t> path{0}, st{0};
+    depth_of.push_back(0);
+    state_of.push_back(0);
+    count.push_back(0);
+    uint8_t used[256] = {0};
+    Str prev{nullptr, 0};
+    voff[0] = 0;
+    for (size_t i = 0; i < nv; ++i) {
+        const Str& s = strs[i];
+        int64_t l = 0;
+        int64_t m = std::min(prev.n, s.n);
+        while (l < m && prev.p[l] == s.p[l]) ++l;
+        path.resize(static_cast<size_t>(l) + 1);
+        st.resize(static_cast<size_t>(l) + 1);
+        for (int64_t d = l; d < s.n; ++d) {
+            const int32_t id = static_cast<int32_t>(depth_of.size());
+            const uint8_t b = s.p[d];
+            used[b] = 1;
+            const int32_t q = tt.go(st[static_cast<size_t>(d)], b);
+            depth_of.push_back(static_cast<int32_t>(d + 1));
+            state_of.push_back(q);
+            count.push_back(0);
+            path.push_back(id);
+            st.push_back(q);
+            for (int32_t j = tt.si[q].olo, hi = tt.si[q].ohi; j < hi; ++j)
+                count[static_cast<size_t>(path[static_cast<size_t>(d + 1 - tt.outs[j].len)])]++;
+        }
+        ends[i] = path[static_cast<size_t>(s.n)];
+        int64_t vl = s.n - tl;
+        if (vl) std::memcpy(vbytes.p + vbytes.n, s.p, static_cast<size_t>(vl));
+        vbytes.n += static_cast<size_t>(vl);
+        voff[i + 1] = voff[i] + vl;
+        prev = s;
+    }
+    LAP("trie");
+    const int32_t n = static_cast<int32_t>(depth_of.size());
+    const int32_t end_state = n, dead_state = n + 1;
+    const int32_t n_eos = static_cast<int32_t>(eos.size());
+    std::vector<uint8_t> complete(static_cast<size_t>(n), 0);
+    for (size_t i = 0; i < nv; ++i) complete[static_cast<size_t>(ends[i])] = 1;
+    if (allow_end)
+        for (size_t i = 0; i < nv; ++i) count[static_cast<size_t>(ends[i])] += n_eos;
+    count.push_back(n_eos);  // END
+    count.push_back(n_eos);  // DEAD
+    bool prune = false;
+    for (int b = 0; b < 256; ++b)
+        if (used[b] && !tri->single[b]) prune = true;
+    Buf<int32_t> row_ptr;
+    ok = row_ptr.resize(static_cast<size_t>(n) + 3);
+    int64_t total_pairs = 0;
+    for (int32_t v = 0; v < n + 2 && ok; ++v) {
+        row_ptr[static_cast<size_t>(v)] = static_cast<int32_t>(total_pairs);
+        total_pairs += count[static_cast<size_t>(v)];
+        if (total_pairs >= (int64_t(1) << 31)) {
+            PyEval_RestoreThread(save);
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_OverflowError,
+                                "more than 2**31 (state, token) pairs: split the set");
+        }
+    }
+    // second pass: the same outputs, written into their rows (count becomes the fill cursor).
+    // Usually straight into the serving arrays (token, child code); where some value may not be
+    // spellable, first as (token, child) pairs that are pruned by reachability.
+    Buf<int32_t> tokens;
+    Buf<uint16_t> children;
+    Buf<int32_t> far_pos, far_child;
+    Buf<Pair> pairs;
+    struct Far {
+        int32_t node, token, child;
+    };
+    std::vector<Far> fars;
+    ok = ok && (prune ? pairs.resize(static_cast<size_t>(total_pairs))
+                      : tokens.resize(static_cast<size_t>(total_pairs)) &&
+                            children.resize(static_cast<size_t>(total_pairs)));
+    if (!ok) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    row_ptr[static_cast<size_t>(n) + 2] = static_cast<int32_t>(total_pairs);
+    for (int32_t v = 0; v < n + 2; ++v) count[static_cast<size_t>(v)] = row_ptr[static_cast<size_t>(v)];
+    int32_t* cur = count.data();
+    auto second_pass = [&](auto emit) {
+        path.assign(1, 0);
+        for (int32_t m = 1; m < n; ++m) {
+            const int32_t d = depth_of[static_cast<size_t>(m)];
+            if (static_cast<size_t>(d) >= path.size()) path.resize(static_cast<size_t>(d) + 1);
+            path[static_cast<size_t>(d)] = m;
+            const int32_t q = state_of[static_cast<size_t>(m)];
+            for (int32_t j = tt.si[q].olo, hi = tt.si[q].ohi; j < hi; ++j)
+                emit(path[static_cast<size_t>(d - tt.outs[j].len)], tt.outs[j].token, m);
+        }
+        for (int32_t v = 0; v < n; ++v)
+            if (allow_end && complete[static_cast<size_t>(v)])
+                for (int32_t e : eos) emit(v, e, end_state);
+        for (int32_t e : eos) emit(n, e, end_state);
+        for (int32_t e : eos) emit(n + 1, e, end_state);
+    };
+    if (!prune) {
+        int32_t* tk = tokens.p;
+        uint16_t* ch = children.p;
+        second_pass([&](int32_t nd, int32_t t, int32_t m) {
+            const int32_t at = cur[nd]++;
+            tk[at] = t;
+            if (m == end_state) {
+                ch[at] = TO_END;
+            } else if (m - nd < FAR) {
+                ch[at] = static_cast<uint16_t>(m - nd);
+            } else {
+                ch[at] = FAR;
+                fars.push_back({nd, t, m});
+            }
+        });
+        for (int32_t v = 0; v < n; ++v)
+            sort_row2(tk + row_ptr[static_cast<size_t>(v)], ch + row_ptr[static_cast<size_t>(v)],
+                      static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
+    } else {
+        Pair* out = pairs.p;
+        second_pass([&](int32_t nd, int32_t t, int32_t m) { out[cur[nd]++] = {t, m}; });
+        for (int32_t v = 0; v < n; ++v)
+            sort_row(out + row_ptr[static_cast<size_t>(v)],
+                     static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
+    }
+    std::vector<int32_t>().swap(state_of);
+    std::vector<int32_t>().swap(depth_of);
+    LAP("pairs");
+    // -- values some token sequence cannot spell: prune, report ------------------------------------
+    std::vector<int64_t> bad;
+    if (prune) {
+        std::vector<uint8_t> reach(static_cast<size_t>(n), 0), live(static_cast<size_t>(n), 0);
+        reach[0] = 1;
+        for (int32_t v = 0; v < n; ++v) {
+            if (!reach[static_cast<size_t>(v)]) continue;
+            for (int32_t j = row_ptr[static_cast<size_t>(v)]; j < row_ptr[static_cast<size_t>(v) + 1]; ++j)
+                if (pairs[static_cast<size_t>(j)].child < n) reach[static_cast<size_t>(pairs[static_cast<size_t>(j)].child)] = 1;
+        }
+        for (size_t i = 0; i < nv; ++i) live[static_cast<size_t>(ends[i])] = 1;
+        for (int32_t v = n - 1; v >= 0; --v) {
+            if (live[static_cast<size_t>(v)]) continue;
+            for (int32_t j = row_ptr[static_cast<size_t>(v)]; j < row_ptr[static_cast<size_t>(v) + 1]; ++j) {
+                int32_t c = pairs[static_cast<size_t>(j)].child;
+                if (c < n && live[static_cast<size_t>(c)]) {
+                    live[static_cast<size_t>(v)] = 1;
+                    break;
+                }
+            }
+        }
+        for (size_t i = 0; i < nv; ++i)
+            if (!reach[static_cast<size_t>(ends[i])]) bad.push_back(static_cast<int64_t>(i));
+        if (bad.empty()) {
+            size_t w = 0;
+            for (int32_t v = 0; v < n + 2; ++v) {
+                int32_t lo = row_ptr[static_cast<size_t>(v)], hi = row_ptr[static_cast<size_t>(v) + 1];
+                row_ptr[static_cast<size_t>(v)] = static_cast<int32_t>(w);
+                for (int32_t j = lo; j < hi; ++j) {
+                    Pair q = pairs[static_cast<size_t>(j)];
+                    bool keep = q.child >= n ||
+                                (v < n && reach[static_cast<size_t>(v)] && live[static_cast<size_t>(q.child)]);
+                    if (keep) pairs[w++] = q;
+                }
+            }
+            row_ptr[static_cast<size_t>(n) + 2] = static_cast<int32_t>(w);
+            pairs.n = w;
+            ok = tokens.resize(w) && children.resize(w);
+            for (int32_t v = 0; v < n + 2 && ok; ++v) {
+                for (int32_t j = row_ptr[static_cast<size_t>(v)]; j < row_ptr[static_cast<size_t>(v) + 1]; ++j) {
+                    Pair q = pairs[static_cast<size_t>(j)];
+                    tokens[static_cast<size_t>(j)] = q.token;
+                    if (q.child == end_state) {
+                        children[static_cast<size_t>(j)] = TO_END;
+                    } else if (q.child - v < FAR) {
+                        children[static_cast<size_t>(j)] = static_cast<uint16_t>(q.child - v);
+                    } else {
+                        children[static_cast<size_t>(j)] = FAR;
+                        fars.push_back({v, q.token, q.child});
+                    }
+                }
+            }
+        }
+        Buf<Pair> drop;
+        std::swap(drop.p, pairs.p);
+        pairs.n = pairs.cap = 0;
+    }
+    PyObject* result = nullptr;
+    if (!bad.empty()) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        PyObject* lst = PyList_New(static_cast<Py_ssize_t>(bad.size()));
+        if (!lst) return nullptr;
+        for (size_t i = 0; i < bad.size(); ++i)
+            PyList_SET_ITEM(lst, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(bad[i]));
+        PyObject* arrays = PyDict_New();
+        PyObject* vb = to_numpy(vbytes, NPY_UINT8);
+        PyObject* vo = to_numpy(voff, NPY_INT64);
+        if (!arrays || !vb || !vo) return nullptr;
+        PyDict_SetItemString(arrays, "value_bytes", vb);
+        PyDict_SetItemString(arrays, "value_offsets", vo);
+        Py_DECREF(vb);
+        Py_DECREF(vo);
+        return Py_BuildValue("(NN)", arrays, lst);
+    }
+    // far children, in the order their pairs have in the rows
+    std::sort(fars.begin(), fars.end(), [](const Far& a, const Far& b) {
+        return a.node < b.node || (a.node == b.node && a.token < b.token);
+    });
+    for (const Far& f : fars) {
+        const int32_t* lo = tokens.p + row_ptr[static_cast<size_t>(f.node)];
+        const int32_t* hi = tokens.p + row_ptr[static_cast<size_t>(f.node) + 1];
+        ok = ok && far_pos.push(static_cast<int32_t>(std::lower_bound(lo, hi, f.token) - tokens.p)) &&
+             far_child.push(f.child);
+    }
+    (void)dead_state;
+    LAP("codes");
+
+    {
+        Buf<Pair> drop;
+        std::swap(drop.p, pairs.p);
+        pairs.n = pairs.cap = 0;
+    }
+    PyEval_RestoreThread(save);
+    Py_DECREF(seq);
+    if (!ok) return PyErr_NoMemory();
+    PyObject* arrays = PyDict_New();
+    if (!arrays) return nullptr;
+    struct Item {
+        const char* name;
+        PyObject* arr;
+    } out[] = {
+        {"row_ptr", to_numpy(row_ptr, NPY_INT32)},   {"tokens", to_numpy(tokens, NPY_INT32)},
+        {"children", to_numpy(children, NPY_UINT16)}, {"far_pos", to_numpy(far_pos, NPY_INT32)},
+        {"far_child", to_numpy(far_child, NPY_INT32)}, {"ends", to_numpy(ends, NPY_INT32)},
+        {"value_bytes", to_numpy(vbytes, NPY_UINT8)}, {"value_offsets", to_numpy(voff, NPY_INT64)},
+    };
+    bool fail = false;
+    for (auto& it : out) {
+        if (!it.arr || PyDict_SetItemString(arrays, it.name, it.arr) < 0) fail = true;
+        Py_XDECREF(it.arr);
+    }
+    if (fail) {
+        Py_DECREF(arrays);
+        return nullptr;
+    }
+    result = Py_BuildValue("(NO)", arrays, Py_None);
+    return result;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Core: serving over the arrays of a ChoiceSet.
+
+struct View {
+    Py_buffer b;
+    bool held = false;
+};
+
+struct CoreObject {
+    PyObject_HEAD
+    View v_row_ptr, v_tokens, v_children, v_far_pos, v_far_child, v_ends;
+    PyObject* tokens_obj;  // for mask views
+    const int32_t* row_ptr;
+    const int32_t* tokens;
+    const uint16_t* children;
+    const int32_t* far_pos;
+    const int32_t* far_child;
+    const int32_t* ends;
+    int64_t n_far, n_ends, n_states, n_pairs, end_state, dead_state, width, words;
+};
+
+PyTypeObject CoreType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+bool get_view(PyObject* obj, View& v, char kind, int itemsize, const char* name) {
+    if (PyObject_GetBuffer(obj, &v.b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
+    v.held = true;
+    const char* f = v.b.format ? v.b.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') ++f;
+    bool kind_ok = false;
+    if (kind == 'i') kind_ok = (*f == 'i' || *f == 'l' || *f == 'q' || *f == 'h');
+    if (kind == 'u') kind_ok = (*f == 'H' || *f == 'I' || *f == 'B');
+    if (!kind_ok || v.b.itemsize != itemsize || v.b.ndim > 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D array of %s%d", name,
+                     kind == 'i' ? "int" : "uint", itemsize * 8);
+        return false;
+    }
+    return true;
+}
+
+void Core_dealloc(CoreObject* self) {
+    for (View* v : {&self->v_row_ptr, &self->v_tokens, &self->v_children, &self->v_far_pos,
+                    &self->v_far_child, &self->v_ends})
+        if (v->held) PyBuffer_Release(&v->b);
+    Py_XDECREF(self->tokens_obj);
+    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+// Core(row_ptr, tokens, children, far_pos, far_child, ends, width)
+int Core_init(CoreObject* self, PyObject* args, PyObject*) {
+    PyObject *rp, *tk, *ch, *fp, *fc, *en;
+    long long width;
+    if (!PyArg_ParseTuple(args, "OOOOOOL", &rp, &tk, &ch, &fp, &fc, &en, &width)) return -1;
+    if (!get_view(rp, self->v_row_ptr, 'i', 4, "row_ptr") ||
+        !get_view(tk, self->v_tokens, 'i', 4, "tokens") ||
+        !get_view(ch, self->v_children, 'u', 2, "children") ||
+        !get_view(fp, self->v_far_pos, 'i', 4, "far_pos") ||
+        !get_view(fc, self->v_far_child, 'i', 4, "far_child") ||
+        !get_view(en, self->v_ends, 'i', 4, "ends"))
+        return -1;
+    int64_t nrp = self->v_row_ptr.b.len / 4;
+    if (nrp < 4) {
+        PyErr_SetString(PyExc_ValueError, "row_ptr: fewer than 4 entries");
+        return -1;
+    }
+    Py_INCREF(tk);
+    Py_XSETREF(self->tokens_obj, tk);
+    self->row_ptr = static_cast<const int32_t*>(self->v_row_ptr.b.buf);
+    self->tokens = static_cast<const int32_t*>(self->v_tokens.b.buf);
+    self->children = static_cast<const uint16_t*>(self->v_children.b.buf);
+    self->far_pos = static_cast<const int32_t*>(self->v_far_pos.b.buf);
+    self->far_child = static_cast<const int32_t*>(self->v_far_child.b.buf);
+    self->ends = static_cast<const int32_t*>(self->v_ends.b.buf);
+    self->n_far = self->v_far_pos.b.len / 4;
+    self->n_ends = self->v_ends.b.len / 4;
+    self->n_pairs = self->v_tokens.b.len / 4;
+    self->n_states = nrp - 1;
+    self->end_state = nrp - 3;
+    self->dead_state = nrp - 2;
+    self->width = width;
+    self->words = (width + 31) / 32;
+    return 0;
+}
+
+inline int64_t core_advance(const CoreObject* c, int64_t s, int64_t token) {
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(c->n_states)) return c->dead_state;
+    const int32_t* tk = c->tokens;
+    int64_t lo = c->row_ptr[s], hi = c->row_ptr[s + 1];
+    // lower bound
+    int64_t len = hi - lo;
+    while (len > 0) {
+        int64_t half = len >> 1;
+        if (tk[lo + half] < token) {
+            lo += half + 1;
+            len -= half + 1;
+        } else {
+            len = half;
+        }
+    }
+    if (lo < hi && tk[lo] == token) {
+        uint16_t d = c->children[lo];
+        if (d < FAR) return s + d;
+        if (d == TO_END) return c->end_state;
+        const int32_t* f = std::lower_bound(c->far_pos, c->far_pos + c->n_far, static_cast<int32_t>(lo));
+        return c->far_child[f - c->far_pos];
+    }
+    return c->dead_state;
+}
+
+inline bool as_i64(PyObject* o, int64_t* out) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) return false;
+    *out = overflow ? (overflow > 0 ? INT64_MAX : INT64_MIN) : v;
+    return true;
+}
+
+PyObject* Core_advance(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "advance(state, token)");
+        return nullptr;
+    }
+    int64_t s, t;
+    if (!as_i64(args[0], &s) || !as_i64(args[1], &t)) return nullptr;
+    return PyLong_FromLongLong(core_advance(self, s, t));
+}
+
+inline int64_t valid_state(const CoreObject* c, int64_t s) {
+    return static_cast<uint64_t>(s) < static_cast<uint64_t>(c->n_states) ? s : c->dead_state;
+}
+
+PyObject* make_mask(CoreObject* self, int64_t s) {
+    s = valid_state(self, s);
+    int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+    npy_intp dims[1] = {static_cast<npy_intp>(hi - lo)};
+    PyObject* arr = PyArray_New(&PyArray_Type, 1, dims, NPY_INT32, nullptr,
+                                const_cast<int32_t*>(self->tokens + lo), 0, NPY_ARRAY_CARRAY_RO,
+                                nullptr);
+    if (!arr) return nullptr;
+    Py_INCREF(self->tokens_obj);
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), self->tokens_obj) < 0) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    return arr;
+}
+
+PyObject* Core_mask(CoreObject* self, PyObject* arg) {
+    int64_t s;
+    if (!as_i64(arg, &s)) return nullptr;
+    return make_mask(self, s);
+}
+
+PyObject* Core_is_terminal(CoreObject* self, PyObject* arg) {
+    int64_t s;
+    if (!as_i64(arg, &s)) return nullptr;
+    if (s == self->end_state) Py_RETURN_TRUE;
+    if (s < 0 || s >= self->end_state) Py_RETURN_FALSE;
+    const int32_t* e = self->ends;
+    const int32_t* f = std::lower_bound(e, e + self->n_ends, static_cast<int32_t>(s));
+    if (f != e + self->n_ends && *f == s) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+// A writable int32 2-D (or 1-D) buffer whose rows are contiguous; torch CPU tensors through
+// their zero-copy .numpy() view.
+struct Mask2D {
+    Py_buffer b;
+    bool held = false;
+    PyObject* tmp = nullptr;
+    char* base = nullptr;
+    int64_t rows = 0, words = 0, row_stride = 0;
+    ~Mask2D() {
+        if (held) PyBuffer_Release(&b);
+        Py_XDECREF(tmp);
+    }
+    bool open(PyObject* obj, int itemsize, const char* what) {
+        if (PyObject_GetBuffer(obj, &b, PyBUF_RECORDS) < 0) {
+            if (!PyObject_HasAttrString(obj, "numpy")) return false;
+            PyErr_Clear();
+            tmp = PyObject_CallMethod(obj, "numpy", nullptr);
+            if (!tmp) return false;
+            if (PyObject_GetBuffer(tmp, &b, PyBUF_RECORDS) < 0) return false;
+        }
+        held = true;
+        if (b.itemsize != itemsize || (b.ndim != 1 && b.ndim != 2)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a 1-D or 2-D array of %d-byte items", what,
+                         itemsize);
+            return false;
+        }
+        int64_t inner = b.ndim == 2 ? b.strides[1] : b.strides[0];
+        if (inner != itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: rows must be contiguous", what);
+            return false;
+        }
+        base = static_cast<char*>(b.buf);
+        rows = b.ndim == 2 ? b.shape[0] : 1;
+        words = b.ndim == 2 ? b.shape[1] : b.shape[0];
+        row_stride = b.ndim == 2 ? b.strides[0] : 0;
+        return true;
+    }
+    inline int32_t* row32(int64_t r) const { return reinterpret_cast<int32_t*>(base + r * row_stride); }
+};
+
+inline void fill_row(const CoreObject* c, int64_t s, int32_t* row, int64_t words) {
+    std::memset(row, 0, static_cast<size_t>(words) * 4);
+    s = valid_state(c, s);
+    const int32_t* tk = c->tokens;
+    uint32_t* w = reinterpret_cast<uint32_t*>(row);
+    for (int64_t j = c->row_ptr[s], hi = c->row_ptr[s + 1]; j < hi; ++j) {
+        uint32_t t = static_cast<uint32_t>(tk[j]);
+        w[t >> 5] |= 1u << (t & 31);
+    }
+}
+
+bool check_words(const CoreObject* c, const Mask2D& m) {
+    if (m.words < c->words) {
+        PyErr_Format(PyExc_ValueError,
+                     "bitmask rows have %lld int32 words; this set needs %lld (ceil(width / 32))",
+                     static_cast<long long>(m.words), static_cast<long long>(c->words));
+        return false;
+    }
+    return true;
+}
+
+// fill(state, bitmask, index=0)
+PyObject* Core_fill(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "fill(state, bitmask, index=0)");
+        return nullptr;
+    }
+    int64_t s, idx = 0;
+    if (!as_i64(args[0], &s) || (nargs == 3 && !as_i64(args[2], &idx))) return nullptr;
+    Mask2D m;
+    if (!m.open(args[1], 4, "bitmask") || !check_words(self, m)) return nullptr;
+    if (idx < 0) idx += m.rows;
+    if (idx < 0 || idx >= m.rows) {
+        PyErr_Format(PyExc_IndexError, "index %lld out of range for %lld bitmask rows",
+                     static_cast<long long>(idx), static_cast<long long>(m.rows));
+        return nullptr;
+    }
+    fill_row(self, s, m.row32(idx), m.words);
+    Py_RETURN_NONE;
+}
+
+struct I64View {
+    Py_buffer b;
+    bool held = false;
+    const int64_t* p = nullptr;
+    int64_t n = 0;
+    ~I64View() {
+        if (held) PyBuffer_Release(&b);
+    }
+    bool open(PyObject* o, const char* what, bool writable = false) {
+        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+            return false;
+        held = true;
+        const char* f = b.format ? b.format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') ++f;
+        if (b.itemsize != 8 || !(*f == 'q' || *f == 'l') || b.ndim != 1) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D int64 array", what);
+            return false;
+        }
+        p = static_cast<const int64_t*>(b.buf);
+        n = b.len / 8;
+        return true;
+    }
+};
+
+// advance_batch(states, tokens, out) -> None; all int64 1-D of one length (out may be states)
+PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "advance_batch(states, tokens, out)");
+        return nullptr;
+    }
+    I64View st, tk, out;
+    if (!st.open(args[0], "states") || !tk.open(args[1], "tokens") || !out.open(args[2], "out", true))
+        return nullptr;
+    if (st.n != tk.n || out.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "states, tokens and out differ in length");
+        return nullptr;
+    }
+    int64_t* o = const_cast<int64_t*>(out.p);
+    for (int64_t i = 0; i < st.n; ++i) o[i] = core_advance(self, st.p[i], tk.p[i]);
+    Py_RETURN_NONE;
+}
+
+// fill_batch(states, bitmask, rows_or_None)
+PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "fill_batch(states, bitmask, rows)");
+        return nullptr;
+    }
+    I64View st, rw;
+    Mask2D m;
+    if (!st.open(args[0], "states") || !m.open(args[1], 4, "bitmask") || !check_words(self, m))
+        return nullptr;
+    bool has_rows = args[2] != Py_None;
+    if (has_rows && !rw.open(args[2], "rows")) return nullptr;
+    if (has_rows && rw.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
+        return nullptr;
+    }
+    for (int64_t i = 0; i < st.n; ++i) {
+        int64_t r = has_rows ? rw.p[i] : i;
+        if (r < 0) r += m.rows;
+        if (r < 0 || r >= m.rows) {
+            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld bitmask rows",
+                         static_cast<long long>(r), static_cast<long long>(m.rows));
+            return nullptr;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t i = 0; i < st.n; ++i) {
+        int64_t r = has_rows ? rw.p[i] : i;
+        if (r < 0) r += m.rows;
+        fill_row(self, st.p[i], m.row32(r), m.words);
+    }
+    Py_END_ALLOW_THREADS;
+    Py_RETURN_NONE;
+}
+
+// apply_sparse(states, logits, rows_or_None, neg_inf_bits: int, itemsize: int)
+// Row rows[i] of logits keeps the values of the tokens allowed at states[i]; every other entry
+// becomes -inf (given as the bit pattern of the logits' dtype). Touches each row once.
+PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "apply_sparse(states, logits, rows, neg_inf_bits, itemsize)");
+        return nullptr;
+    }
+    I64View st, rw;
+    long long bits, isz;
+    if (!st.open(args[0], "states")) return nullptr;
+    bits = PyLong_AsLongLong(args[3]);
+    isz = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return nullptr;
+    if (isz != 2 && isz != 4) {
+        PyErr_SetString(PyExc_ValueError, "itemsize must be 2 or 4");
+        return nullptr;
+    }
+    Mask2D m;
+    if (!m.open(args[1], static_cast<int>(isz), "logits")) return nullptr;
+    bool has_rows = args[2] != Py_None;
+    if (has_rows && !rw.open(args[2], "rows")) return nullptr;
+    if (has_rows && rw.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
+        return nullptr;
+    }
+    for (int64_t i = 0; i < st.n; ++i) {
+        int64_t r = has_rows ? rw.p[i] : i;
+        if (r < 0 || r >= m.rows) {
+            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld logits rows",
+                         static_cast<long long>(r), static_cast<long long>(m.rows));
+            return nullptr;
+        }
+    }
+    const int64_t V = m.words;
+    std::vector<uint32_t> keep;
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t i = 0; i < st.n; ++i) {
+        int64_t r = has_rows ? rw.p[i] : i;
+        int64_t s = valid_state(self, st.p[i]);
+        int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+        char* row = m.base + r * m.row_stride;
+        keep.resize(static_cast<size_t>(hi - lo));
+        if (isz == 4) {
+            uint32_t* x = reinterpret_cast<uint32_t*>(row);
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                keep[static_cast<size_t>(j - lo)] = t < V ? x[t] : 0;
+            }
+            std::fill(x, x + V, static_cast<uint32_t>(bits));
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                if (t < V) x[t] = keep[static_cast<size_t>(j - lo)];
+            }
+        } else {
+            uint16_t* x = reinterpret_cast<uint16_t*>(row);
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                keep[static_cast<size_t>(j - lo)] = t < V ? x[t] : 0;
+            }
+            std::fill(x, x + V, static_cast<uint16_t>(bits));
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                if (t < V) x[t] = static_cast<uint16_t>(keep[static_cast<size_t>(j - lo)]);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    Py_RETURN_NONE;
+}
+
+PyObject* Core_get_end(CoreObject* self, void*) { return PyLong_FromLongLong(self->end_state); }
+PyObject* Core_get_dead(CoreObject* self, void*) { return PyLong_FromLongLong(self->dead_state); }
+
+PyMethodDef Core_methods[] = {
+    {"advance", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_advance)),
+     METH_FASTCALL, "advance(state, token) -> next state (DEAD if refused)"},
+    {"mask", reinterpret_cast<PyCFunction>(Core_mask), METH_O,
+     "mask(state) -> allowed ids (read-only int32 view)"},
+    {"is_terminal", reinterpret_cast<PyCFunction>(Core_is_terminal), METH_O, "is_terminal(state)"},
+    {"fill", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_fill)), METH_FASTCALL,
+     "fill(state, bitmask, index=0)"},
+    {"advance_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_advance_batch)),
+     METH_FASTCALL, "advance_batch(states, tokens, out)"},
+    {"fill_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_fill_batch)),
+     METH_FASTCALL, "fill_batch(states, bitmask, rows)"},
+    {"apply_sparse", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_apply_sparse)),
+     METH_FASTCALL, "apply_sparse(states, logits, rows, neg_inf_bits, itemsize)"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef Core_getset[] = {
+    {"END", reinterpret_cast<getter>(Core_get_end), nullptr, "end state", nullptr},
+    {"DEAD", reinterpret_cast<getter>(Core_get_dead), nullptr, "dead state", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// ------------------------------------------------------------------------------------------------
+// MatcherBase: one request's state and history; native steps when given a Core, else it calls
+// the Python ``advance`` it was given (the numpy reference path).
+
+struct MatcherObject {
+    PyObject_HEAD
+    CoreObject* core;     // may be null
+    PyObject* advance;    // Python callable (used when core is null)
+    PyObject* mask_fn;    // Python callable (used when core is null)
+    int64_t state, root, end_state, dead_state, max_rollback;
+    std::vector<int64_t>* history;
+};
+
+PyTypeObject MatcherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+void Matcher_dealloc(MatcherObject* self) {
+    Py_XDECREF(self->core);
+    Py_XDECREF(self->advance);
+    Py_XDECREF(self->mask_fn);
+    delete self->history;
+    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+PyObject* Matcher_new(PyTypeObject* type, PyObject*, PyObject*) {
+    auto* self = reinterpret_cast<MatcherObject*>(type->tp_alloc(type, 0));
+    if (!self) return nullptr;
+    self->history = new std::vector<int64_t>();
+    self->max_rollback = -1;
+    return reinterpret_cast<PyObject*>(self);
+}
+
+// _init_core(core_or_None, advance, mask, root, end, dead, max_rollback)
+PyObject* Matcher_init_core(MatcherObject* self, PyObject* args) {
+    PyObject *core, *adv, *mask;
+    long long root, end, dead, maxr;
+    if (!PyArg_ParseTuple(args, "OOOLLLL", &core, &adv, &mask, &root, &end, &dead, &maxr))
+        return nullptr;
+    if (core != Py_None && !PyObject_TypeCheck(core, &CoreType)) {
+        PyErr_SetString(PyExc_TypeError, "core must be a Core or None");
+        return nullptr;
+    }
+    Py_XSETREF(self->core, core == Py_None ? nullptr : reinterpret_cast<CoreObject*>(Py_NewRef(core)));
+    Py_XSETREF(self->advance, Py_NewRef(adv));
+    Py_XSETREF(self->mask_fn, Py_NewRef(mask));
+    self->root = root;
+    self->state = root;
+    self->end_state = end;
+    self->dead_state = dead;
+    self->max_rollback = maxr;
+    self->history->clear();
+    Py_RETURN_NONE;
+}
+
+inline bool matcher_step(MatcherObject* self, int64_t token, bool* accepted) {
+    int64_t nxt;
+    if (self->core) {
+        nxt = core_advance(self->core, self->state, token);
+    } else {
+        if (!self->advance) {
+            PyErr_SetString(PyExc_RuntimeError, "matcher not initialised");
+            return false;
+        }
+        PyObject* r = PyObject_CallFunction(self->advance, "LL", static_cast<long long>(self->state),
+                                            static_cast<long long>(token));
+        if (!r) return false;
+        bool okv = as_i64(r, &nxt);
+        Py_DECREF(r);
+        if (!okv) return false;
+    }
+    if (nxt == self->dead_state) {
+        *accepted = false;
+        return true;
+    }
+    auto& h = *self->history;
+    h.push_back(self->state);
+    if (self->max_rollback >= 0 && static_cast<int64_t>(h.size()) > self->max_rollback)
+        h.erase(h.begin());
+    self->state = nxt;
+    *accepted = true;
+    return true;
+}
+
+PyObject* Matcher_accept_token(MatcherObject* self, PyObject* arg) {
+    int64_t t;
+    if (!as_i64(arg, &t)) return nullptr;
+    bool acc;
+    if (!matcher_step(self, t, &acc)) return nullptr;
+    if (acc) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+PyObject* Matcher_rollback(MatcherObject* self, PyObject* arg) {
+    int64_t k;
+    if (!as_i64(arg, &k)) return nullptr;
+    auto& h = *self->history;
+    if (k < 0 || k > static_cast<int64_t>(h.size())) {
+        PyErr_Format(PyExc_ValueError, "num_tokens=%lld: can roll back 0..%zd tokens",
+                     static_cast<long long>(k), h.size());
+        return nullptr;
+    }
+    if (k) {
+        self->state = h[h.size() - static_cast<size_t>(k)];
+        h.resize(h.size() - static_cast<size_t>(k));
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject* Matcher_accept_tokens(MatcherObject* self, PyObject* arg) {
+    PyObject* seq = PySequence_Fast(arg, "token_ids must be a sequence of ints");
+    if (!seq) return nullptr;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t done = 0;
+    for (; done < n; ++done) {
+        int64_t t;
+        bool acc;
+        if (!as_i64(PySequence_Fast_GET_ITEM(seq, done), &t) || !matcher_step(self, t, &acc)) {
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        if (!acc) break;
+    }
+    Py_DECREF(seq);
+    if (done < n) {
+        auto& h = *self->history;
+        size_t k = std::min(static_cast<size_t>(done), h.size());
+        if (k) {
+            self->state = h[h.size() - k];
+            h.resize(h.size() - k);
+        }
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+PyObject* Matcher_reset(MatcherObject* self, PyObject*) {
+    self->state = self->root;
+    self->history->clear();
+    Py_RETURN_NONE;
+}
+
+PyObject* Matcher_is_terminated(MatcherObject* self, PyObject*) {
+    if (self->state == self->end_state) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+PyObject* Matcher_allowed_token_ids(MatcherObject* self, PyObject*) {
+    if (self->core) return make_mask(self->core, self->state);
+    if (!self->mask_fn) {
+        PyErr_SetString(PyExc_RuntimeError, "matcher not initialised");
+        return nullptr;
+    }
+    return PyObject_CallFunction(self->mask_fn, "L", static_cast<long long>(self->state));
+}
+
+PyObject* Matcher_get_state(MatcherObject* self, void*) { return PyLong_FromLongLong(self->state); }
+int Matcher_set_state(MatcherObject* self, PyObject* v, void*) {
+    if (!v) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete state");
+        return -1;
+    }
+    int64_t s;
+    if (!as_i64(v, &s)) return -1;
+    self->state = s;
+    return 0;
+}
+PyObject* Matcher_get_num(MatcherObject* self, void*) {
+    return PyLong_FromSize_t(self->history->size());
+}
+PyObject* Matcher_get_last(MatcherObject* self, void*) {
+    if (self->history->empty()) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->history->back());
+}
+
+PyMethodDef Matcher_methods[] = {
+    {"_init_core", reinterpret_cast<PyCFunction>(Matcher_init_core), METH_VARARGS, nullptr},
+    {"accept_token", reinterpret_cast<PyCFunction>(Matcher_accept_token), METH_O,
+     "Advance by one token; False (state unchanged) if the token is not allowed."},
+    {"accept_tokens", reinterpret_cast<PyCFunction>(Matcher_accept_tokens), METH_O,
+     "Accept tokens one by one; on the first refused token roll back and return False."},
+    {"rollback", reinterpret_cast<PyCFunction>(Matcher_rollback), METH_O,
+     "Undo the last num_tokens accepted tokens."},
+    {"reset", reinterpret_cast<PyCFunction>(Matcher_reset), METH_NOARGS,
+     "Back to the root, history cleared."},
+    {"is_terminated", reinterpret_cast<PyCFunction>(Matcher_is_terminated), METH_NOARGS,
+     "An end id has been accepted."},
+    {"allowed_token_ids", reinterpret_cast<PyCFunction>(Matcher_allowed_token_ids), METH_NOARGS,
+     "Sorted ids allowed next (end ids included where a value is complete)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef Matcher_getset[] = {
+    {"state", reinterpret_cast<getter>(Matcher_get_state), reinterpret_cast<setter>(Matcher_set_state),
+     "The current state (a node id of the set).", nullptr},
+    {"num_accepted", reinterpret_cast<getter>(Matcher_get_num), nullptr,
+     "Tokens accepted and not rolled back (bounded by max_rollback_tokens).", nullptr},
+    {"_last_state", reinterpret_cast<getter>(Matcher_get_last), nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// ------------------------------------------------------------------------------------------------
+
+PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
+    // memset_bandwidth(buffer, repeats) -> seconds for ``repeats`` memsets of the whole buffer
+    Py_buffer b;
+    long long reps;
+    if (!PyArg_ParseTuple(args, "w*L", &b, &reps)) return nullptr;
+    double t0 = now_seconds();
+    for (long long i = 0; i < reps; ++i) {
+        std::memset(b.buf, static_cast<int>(i & 1), static_cast<size_t>(b.len));
+        asm volatile("" ::: "memory");
+    }
+    double dt = now_seconds() - t0;
+    PyBuffer_Release(&b);
+    return PyFloat_FromDouble(dt);
+}
+
+PyMethodDef module_methods[] = {
+    {"compile", py_compile, METH_VARARGS,
+     "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
+    {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,
+     "memset_bandwidth(buffer, repeats) -> seconds"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_core",
+                          "trierouter's compiled core (see trierouter.registry.core).", -1,
+                          module_methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__core(void) {
+    import_array();
+    TokenTrieType.tp_name = "trierouter.registry._core.TokenTrie";
+    TokenTrieType.tp_basicsize = sizeof(TokenTrieObject);
+    TokenTrieType.tp_flags = Py_TPFLAGS_DEFAULT;
+    TokenTrieType.tp_new = PyType_GenericNew;
+    TokenTrieType.tp_init = reinterpret_cast<initproc>(TokenTrie_init);
+    TokenTrieType.tp_dealloc = reinterpret_cast<destructor>(TokenTrie_dealloc);
+    TokenTrieType.tp_getset = TokenTrie_getset;
+    TokenTrieType.tp_doc = "Forward trie of a vocabulary's matchable token bytes.";
+    CoreType.tp_name = "trierouter.registry._core.Core";
+    CoreType.tp_basicsize = sizeof(CoreObject);
+    CoreType.tp_flags = Py_TPFLAGS_DEFAULT;
+    CoreType.tp_new = PyType_GenericNew;
+    CoreType.tp_init = reinterpret_cast<initproc>(Core_init);
+    CoreType.tp_dealloc = reinterpret_cast<destructor>(Core_dealloc);
+    CoreType.tp_methods = Core_methods;
+    CoreType.tp_getset = Core_getset;
+    CoreType.tp_doc = "Serving over a ChoiceSet's arrays.";
+    MatcherType.tp_name = "trierouter.registry._core.MatcherBase";
+    MatcherType.tp_basicsize = sizeof(MatcherObject);
+    MatcherType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
+    MatcherType.tp_new = Matcher_new;
+    MatcherType.tp_dealloc = reinterpret_cast<destructor>(Matcher_dealloc);
+    MatcherType.tp_methods = Matcher_methods;
+    MatcherType.tp_getset = Matcher_getset;
+    MatcherType.tp_doc = "Per-request state and history over a set (native or Python steps).";
+    if (PyType_Ready(&TokenTrieType) < 0 || PyType_Ready(&CoreType) < 0 ||
+        PyType_Ready(&MatcherType) < 0)
+        return nullptr;
+    PyObject* m = PyModule_Create(&module_def);
+    if (!m) return nullptr;
+    Py_INCREF(&TokenTrieType);
+    Py_INCREF(&CoreType);
+    Py_INCREF(&MatcherType);
+    if (PyModule_AddObject(m, "TokenTrie", reinterpret_cast<PyObject*>(&TokenTrieType)) < 0 ||
+        PyModule_AddObject(m, "Core", reinterpret_cast<PyObject*>(&CoreType)) < 0 ||
+        PyModule_AddObject(m, "MatcherBase", reinterpret_cast<PyObject*>(&MatcherType)) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_HASH", TRIEROUTER_SOURCE_HASH) < 0) {
+        Py_DECREF(m);
+        return nullptr;
+    }
+    return m;
+}
