@@ -1064,8 +1064,14 @@ struct Mask2D {
     }
     bool open(PyObject* obj, int itemsize, const char* what) {
         if (PyObject_GetBuffer(obj, &b, PyBUF_RECORDS) < 0) {
-            if (!PyObject_HasAttrString(obj, "numpy")) return false;
+            // torch CPU tensors: their .numpy() view shares the memory (no copy)
             PyErr_Clear();
+            if (!PyObject_HasAttrString(obj, "numpy")) {
+                PyErr_Format(PyExc_TypeError,
+                             "%s: expected a writable array (numpy, or a torch CPU tensor), got %s",
+                             what, Py_TYPE(obj)->tp_name);
+                return false;
+            }
             tmp = PyObject_CallMethod(obj, "numpy", nullptr);
             if (!tmp) return false;
             if (PyObject_GetBuffer(tmp, &b, PyBUF_RECORDS) < 0) return false;
