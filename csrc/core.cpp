@@ -19,6 +19,8 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <new>
 #include <cstdint>
@@ -41,26 +43,62 @@ constexpr uint16_t FAR = 0xFFFE;
 // ------------------------------------------------------------------------------------------------
 // Growable malloc'd array whose storage can be handed to numpy (freed by a capsule).
 
+// Large blocks are mapped directly and marked for transparent huge pages: a compile writes tens
+// of MB into fresh memory, and with 4 KB pages the page faults cost more than the work
+// (measured: 87 ms against 105 ms of CPU at K = 100,000). TRIEROUTER_NO_HUGEPAGES=1 turns it off.
+constexpr size_t HUGE_PAGE = size_t(2) << 20;
+
+void* big_alloc(size_t bytes, size_t* mapped) {
+    if (bytes >= 2 * HUGE_PAGE) {
+        size_t size = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+        static const bool huge = std::getenv("TRIEROUTER_NO_HUGEPAGES") == nullptr;
+        if (huge) madvise(p, size, MADV_HUGEPAGE);
+#endif
+        *mapped = size;
+        return p;
+    }
+    *mapped = 0;
+    return std::malloc(bytes ? bytes : 1);
+}
+
+void big_free(void* p, size_t mapped) {
+    if (!p) return;
+    if (mapped) munmap(p, mapped);
+    else std::free(p);
+}
+
 template <class T>
 struct Buf {
     T* p = nullptr;
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, mapped = 0;
     Buf() = default;
     Buf(const Buf&) = delete;
     Buf& operator=(const Buf&) = delete;
-    ~Buf() { std::free(p); }
+    ~Buf() { big_free(p, mapped); }
     bool reserve(size_t c) {
         if (c <= cap) return true;
         size_t nc = std::max(c, cap * 2 + 16);
-        T* q = static_cast<T*>(std::realloc(p, nc * sizeof(T)));
+        size_t m;
+        T* q = static_cast<T*>(big_alloc(nc * sizeof(T), &m));
         if (!q) return false;
+        if (n) std::memcpy(static_cast<void*>(q), p, n * sizeof(T));
+        big_free(p, mapped);
         p = q;
         cap = nc;
+        mapped = m;
         return true;
     }
     bool resize(size_t c) {
         if (!reserve(c)) return false;
         n = c;
+        return true;
+    }
+    bool assign(size_t c, T v) {
+        if (!resize(c)) return false;
+        std::fill(p, p + c, v);
         return true;
     }
     inline bool push(T v) {
@@ -70,9 +108,14 @@ struct Buf {
     }
     T& operator[](size_t i) { return p[i]; }
     const T& operator[](size_t i) const { return p[i]; }
+    T* data() { return p; }
+    size_t size() const { return n; }
 };
 
-void free_capsule(PyObject* cap) { std::free(PyCapsule_GetPointer(cap, "trierouter.buf")); }
+void free_capsule(PyObject* cap) {
+    big_free(PyCapsule_GetPointer(cap, "trierouter.buf"),
+             reinterpret_cast<size_t>(PyCapsule_GetContext(cap)));
+}
 
 // Hands the storage of ``b`` to a new 1-D numpy array (no copy).
 template <class T>
@@ -82,7 +125,8 @@ PyObject* to_numpy(Buf<T>& b, int typenum) {
     PyObject* arr = PyArray_SimpleNewFromData(1, dims, typenum, b.p);
     if (!arr) return nullptr;
     PyObject* cap = PyCapsule_New(b.p, "trierouter.buf", free_capsule);
-    if (!cap) {
+    if (!cap || PyCapsule_SetContext(cap, reinterpret_cast<void*>(b.mapped)) < 0) {
+        Py_XDECREF(cap);
         Py_DECREF(arr);
         return nullptr;
     }
@@ -91,7 +135,7 @@ PyObject* to_numpy(Buf<T>& b, int typenum) {
         return nullptr;
     }
     b.p = nullptr;
-    b.n = b.cap = 0;
+    b.n = b.cap = b.mapped = 0;
     return arr;
 }
 
@@ -259,6 +303,23 @@ double now_seconds() {
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// TRIEROUTER_CORE_TIMING=1: thread CPU time per phase on stderr (profiling aid)
+struct Lap {
+    bool on = std::getenv("TRIEROUTER_CORE_TIMING") != nullptr;
+    double last = cpu();
+    static double cpu() {
+        struct timespec c;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+        return 1e3 * static_cast<double>(c.tv_sec) + 1e-6 * static_cast<double>(c.tv_nsec);
+    }
+    void mark(const char* name) {
+        if (!on) return;
+        double t = cpu();
+        std::fprintf(stderr, "core: %-10s %8.2f ms cpu\n", name, t - last);
+        last = t;
+    }
+};
+
 // TokenTrie(tokens: sequence of bytes, matchable: bool buffer of len(tokens))
 int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     static const char* kwlist[] = {"tokens", "matchable", nullptr};
@@ -268,6 +329,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
                                      &mview))
         return -1;
     double t0 = now_seconds();
+    Lap lap;
     PyObject* seq = PySequence_Tuple(tokens);
     if (!seq) {
         PyBuffer_Release(&mview);
@@ -298,6 +360,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
             {{reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(o)), len}, static_cast<int32_t>(i)});
     }
     PyBuffer_Release(&mview);
+    lap.mark("collect");
     {
         std::vector<Ent> tmp;
         sort_strings(ents.data(), ents.size(), 0, tmp);
@@ -312,6 +375,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
             i = j;
         }
     }
+    lap.mark("sort");
     // preorder trie: path[d] = node at depth d on the previous string's path
     std::vector<int32_t> parent{-1};
     std::vector<uint8_t> byte{0};
@@ -371,6 +435,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         if ((*tptr)[static_cast<size_t>(v) + 1] > (*tptr)[static_cast<size_t>(v)])
             self->single[(*clab)[static_cast<size_t>(i)]] = 1;
     }
+    lap.mark("trie");
     // Aho-Corasick links, states in breadth-first order (counting sort by depth)
     auto* fail = new std::vector<int32_t>(un, 0);
     auto* dict = new std::vector<int32_t>(un, -1);
@@ -423,6 +488,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
             }
         }
     }
+    lap.mark("links");
     {
         // flattened outputs per state: the tokens of the state, then of its dictionary chain
         std::vector<int32_t> olen(un, 0);
@@ -445,6 +511,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         }
         self->outs = outs;
     }
+    lap.mark("outputs");
     self->build_seconds = now_seconds() - t0;
     return 0;
 }
@@ -597,9 +664,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     }
     // values stay alive (seq holds them) until the end of this function
     PyThreadState* save = PyEval_SaveThread();
-    const bool timing = std::getenv("TRIEROUTER_CORE_TIMING") != nullptr;
-    double tm0 = now_seconds();
-#define LAP(name) if (timing) { struct timespec c_; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c_); double t_ = now_seconds(); std::fprintf(stderr, "cpu %.2f ", (c_.tv_sec + 1e-9 * c_.tv_nsec) * 1e3); std::fprintf(stderr, "%s %.2f ms\n", name, (t_ - tm0) * 1e3); tm0 = t_; }
+    Lap lap;
+#define LAP(name) lap.mark(name)
     bool sorted = true;
     for (size_t i = 1; i < strs.size() && sorted; ++i)
         if (str_less(strs[i], strs[i - 1])) sorted = false;
@@ -621,52 +687,51 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     // ancestor path[depth(m) - L]. This first pass counts each row's pairs; the second fills them.
     const TT tt(tri);
     size_t total_bytes = 0;
-    for (auto& s : strs) total_bytes += static_cast<size_t>(s.n);
-    Buf<int32_t> ends;
-    Buf<uint8_t> vbytes;
-    Buf<int64_t> voff;
-    std::vector<int32_t> depth_of, state_of, count;
-    bool ok = ends.resize(nv) && vbytes.reserve(total_bytes - nv * static_cast<size_t>(tl) + 1) &&
-              voff.resize(nv + 1);
-    try {
-        depth_of.reserve(total_bytes + 1);
-        state_of.reserve(total_bytes + 1);
-        count.reserve(total_bytes + 3);
-    } catch (const std::bad_alloc&) {
-        ok = false;
+    int64_t max_len = 0;
+    for (auto& s : strs) {
+        total_bytes += static_cast<size_t>(s.n);
+        max_len = std::max(max_len, s.n);
     }
-    if (!ok || total_bytes >= (size_t(1) << 31) - 4) {
+    if (total_bytes >= (size_t(1) << 31) - 4) {
         PyEval_RestoreThread(save);
         Py_DECREF(seq);
-        if (ok) return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: split the set");
+        return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: split the set");
+    }
+    Buf<int32_t> ends, state_of, lcps, row_ptr;
+    Buf<uint8_t> vbytes;
+    Buf<int64_t> voff;
+    // row_ptr first counts the pairs of row v in row_ptr[v + 1]
+    bool ok = ends.resize(nv) && vbytes.reserve(total_bytes - nv * static_cast<size_t>(tl) + 1) &&
+              voff.resize(nv + 1) && state_of.resize(total_bytes + 1) && lcps.resize(nv) &&
+              row_ptr.assign(total_bytes + 4, 0);
+    std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), st(static_cast<size_t>(max_len) + 2, 0);
+    if (!ok) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
         return PyErr_NoMemory();
     }
-    std::vector<int32_t> path{0}, st{0};
-    depth_of.push_back(0);
-    state_of.push_back(0);
-    count.push_back(0);
+    int32_t* cnt = row_ptr.p + 1;
+    int32_t next = 1;
+    state_of[0] = 0;
     uint8_t used[256] = {0};
     Str prev{nullptr, 0};
     voff[0] = 0;
     for (size_t i = 0; i < nv; ++i) {
         const Str& s = strs[i];
         int64_t l = 0;
-        int64_t m = std::min(prev.n, s.n);
+        const int64_t m = std::min(prev.n, s.n);
         while (l < m && prev.p[l] == s.p[l]) ++l;
-        path.resize(static_cast<size_t>(l) + 1);
-        st.resize(static_cast<size_t>(l) + 1);
+        lcps[i] = static_cast<int32_t>(l);
         for (int64_t d = l; d < s.n; ++d) {
-            const int32_t id = static_cast<int32_t>(depth_of.size());
+            const int32_t id = next++;
             const uint8_t b = s.p[d];
             used[b] = 1;
             const int32_t q = tt.go(st[static_cast<size_t>(d)], b);
-            depth_of.push_back(static_cast<int32_t>(d + 1));
-            state_of.push_back(q);
-            count.push_back(0);
-            path.push_back(id);
-            st.push_back(q);
+            state_of[static_cast<size_t>(id)] = q;
+            path[static_cast<size_t>(d + 1)] = id;
+            st[static_cast<size_t>(d + 1)] = q;
             for (int32_t j = tt.si[q].olo, hi = tt.si[q].ohi; j < hi; ++j)
-                count[static_cast<size_t>(path[static_cast<size_t>(d + 1 - tt.outs[j].len)])]++;
+                cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
         }
         ends[i] = path[static_cast<size_t>(s.n)];
         int64_t vl = s.n - tl;
@@ -676,24 +741,22 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         prev = s;
     }
     LAP("trie");
-    const int32_t n = static_cast<int32_t>(depth_of.size());
+    const int32_t n = next;
     const int32_t end_state = n, dead_state = n + 1;
     const int32_t n_eos = static_cast<int32_t>(eos.size());
-    std::vector<uint8_t> complete(static_cast<size_t>(n), 0);
-    for (size_t i = 0; i < nv; ++i) complete[static_cast<size_t>(ends[i])] = 1;
     if (allow_end)
-        for (size_t i = 0; i < nv; ++i) count[static_cast<size_t>(ends[i])] += n_eos;
-    count.push_back(n_eos);  // END
-    count.push_back(n_eos);  // DEAD
+        for (size_t i = 0; i < nv; ++i) cnt[ends[i]] += n_eos;
+    cnt[n] = n_eos;      // END
+    cnt[n + 1] = n_eos;  // DEAD
     bool prune = false;
     for (int b = 0; b < 256; ++b)
         if (used[b] && !tri->single[b]) prune = true;
-    Buf<int32_t> row_ptr;
-    ok = row_ptr.resize(static_cast<size_t>(n) + 3);
+    row_ptr.n = static_cast<size_t>(n) + 3;
     int64_t total_pairs = 0;
-    for (int32_t v = 0; v < n + 2 && ok; ++v) {
+    for (int32_t v = 0; v < n + 2; ++v) {  // exclusive scan: row_ptr[v] = start of row v
+        const int32_t c = row_ptr[static_cast<size_t>(v) + 1];
         row_ptr[static_cast<size_t>(v)] = static_cast<int32_t>(total_pairs);
-        total_pairs += count[static_cast<size_t>(v)];
+        total_pairs += c;
         if (total_pairs >= (int64_t(1) << 31)) {
             PyEval_RestoreThread(save);
             Py_DECREF(seq);
@@ -701,9 +764,10 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                                 "more than 2**31 (state, token) pairs: split the set");
         }
     }
-    // second pass: the same outputs, written into their rows (count becomes the fill cursor).
-    // Usually straight into the serving arrays (token, child code); where some value may not be
-    // spellable, first as (token, child) pairs that are pruned by reachability.
+    // second pass: the same outputs, written into their rows (row_ptr[v] is row v's cursor,
+    // and ends as the start of row v + 1: shifted back afterwards). Usually straight into the
+    // serving arrays (token, child code); where some value may not be spellable, first as
+    // (token, child) pairs that are pruned by reachability.
     Buf<int32_t> tokens;
     Buf<uint16_t> children;
     Buf<int32_t> far_pos, far_child;
@@ -712,32 +776,34 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         int32_t node, token, child;
     };
     std::vector<Far> fars;
-    ok = ok && (prune ? pairs.resize(static_cast<size_t>(total_pairs))
-                      : tokens.resize(static_cast<size_t>(total_pairs)) &&
-                            children.resize(static_cast<size_t>(total_pairs)));
+    ok = prune ? pairs.resize(static_cast<size_t>(total_pairs))
+               : tokens.resize(static_cast<size_t>(total_pairs)) &&
+                     children.resize(static_cast<size_t>(total_pairs));
     if (!ok) {
         PyEval_RestoreThread(save);
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
-    row_ptr[static_cast<size_t>(n) + 2] = static_cast<int32_t>(total_pairs);
-    for (int32_t v = 0; v < n + 2; ++v) count[static_cast<size_t>(v)] = row_ptr[static_cast<size_t>(v)];
-    int32_t* cur = count.data();
+    int32_t* cur = row_ptr.p;
     auto second_pass = [&](auto emit) {
-        path.assign(1, 0);
-        for (int32_t m = 1; m < n; ++m) {
-            const int32_t d = depth_of[static_cast<size_t>(m)];
-            if (static_cast<size_t>(d) >= path.size()) path.resize(static_cast<size_t>(d) + 1);
-            path[static_cast<size_t>(d)] = m;
-            const int32_t q = state_of[static_cast<size_t>(m)];
-            for (int32_t j = tt.si[q].olo, hi = tt.si[q].ohi; j < hi; ++j)
-                emit(path[static_cast<size_t>(d - tt.outs[j].len)], tt.outs[j].token, m);
+        int32_t id = 1;
+        for (size_t i = 0; i < nv; ++i) {
+            const int64_t len = strs[i].n;
+            for (int64_t d = lcps[i]; d < len; ++d) {
+                const int32_t m = id++;
+                path[static_cast<size_t>(d + 1)] = m;
+                const int32_t q = state_of[static_cast<size_t>(m)];
+                for (int32_t j = tt.si[q].olo, hi = tt.si[q].ohi; j < hi; ++j)
+                    emit(path[static_cast<size_t>(d + 1 - tt.outs[j].len)], tt.outs[j].token, m);
+            }
         }
-        for (int32_t v = 0; v < n; ++v)
-            if (allow_end && complete[static_cast<size_t>(v)])
-                for (int32_t e : eos) emit(v, e, end_state);
+        if (allow_end)
+            for (size_t i = 0; i < nv; ++i)
+                for (int32_t e : eos) emit(ends[i], e, end_state);
         for (int32_t e : eos) emit(n, e, end_state);
         for (int32_t e : eos) emit(n + 1, e, end_state);
+        std::memmove(row_ptr.p + 1, row_ptr.p, (static_cast<size_t>(n) + 2) * sizeof(int32_t));
+        row_ptr[0] = 0;
     };
     if (!prune) {
         int32_t* tk = tokens.p;
@@ -764,8 +830,12 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             sort_row(out + row_ptr[static_cast<size_t>(v)],
                      static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
     }
-    std::vector<int32_t>().swap(state_of);
-    std::vector<int32_t>().swap(depth_of);
+    {
+        Buf<int32_t> drop;
+        std::swap(drop.p, state_of.p);
+        std::swap(drop.mapped, state_of.mapped);
+        state_of.n = state_of.cap = 0;
+    }
     LAP("pairs");
     // -- values some token sequence cannot spell: prune, report ------------------------------------
     std::vector<int64_t> bad;
@@ -1118,13 +1188,24 @@ bool check_words(const CoreObject* c, const Mask2D& m) {
 }
 
 // fill(state, bitmask, index=0)
-PyObject* Core_fill(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* Core_fill(CoreObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* idx_obj = nargs == 3 ? args[2] : nullptr;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; ++k) {
+        PyObject* name = PyTuple_GET_ITEM(kwnames, k);
+        if (PyUnicode_CompareWithASCIIString(name, "index") == 0 && !idx_obj) {
+            idx_obj = args[nargs + k];
+        } else {
+            PyErr_Format(PyExc_TypeError, "fill_next_token_bitmask() got an unexpected keyword %R", name);
+            return nullptr;
+        }
+    }
     if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "fill(state, bitmask, index=0)");
+        PyErr_SetString(PyExc_TypeError, "fill_next_token_bitmask(state, bitmask, index=0)");
         return nullptr;
     }
     int64_t s, idx = 0;
-    if (!as_i64(args[0], &s) || (nargs == 3 && !as_i64(args[2], &idx))) return nullptr;
+    if (!as_i64(args[0], &s) || (idx_obj && !as_i64(idx_obj, &idx))) return nullptr;
     Mask2D m;
     if (!m.open(args[1], 4, "bitmask") || !check_words(self, m)) return nullptr;
     if (idx < 0) idx += m.rows;
@@ -1161,7 +1242,9 @@ struct I64View {
     }
 };
 
-// advance_batch(states, tokens, out) -> None; all int64 1-D of one length (out may be states)
+// advance_batch(states, tokens, out) -> None; all int64 1-D of one length (out may be states).
+// Rows of a batch sit anywhere in the set's arrays: each step's loads are issued ahead
+// (prefetch) so that the cache misses of different rows overlap.
 PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "advance_batch(states, tokens, out)");
@@ -1175,7 +1258,21 @@ PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t
         return nullptr;
     }
     int64_t* o = const_cast<int64_t*>(out.p);
-    for (int64_t i = 0; i < st.n; ++i) o[i] = core_advance(self, st.p[i], tk.p[i]);
+    const int64_t n = st.n;
+    const CoreObject* c = self;
+    constexpr int64_t AHEAD = 8;
+    auto valid = [c](int64_t s) { return static_cast<uint64_t>(s) < static_cast<uint64_t>(c->n_states); };
+    for (int64_t i = 0; i < std::min(n, AHEAD); ++i)
+        if (valid(st.p[i])) __builtin_prefetch(c->row_ptr + st.p[i]);
+    for (int64_t i = 0; i < n; ++i) {
+        if (i + AHEAD < n && valid(st.p[i + AHEAD])) __builtin_prefetch(c->row_ptr + st.p[i + AHEAD]);
+        if (i + AHEAD / 2 < n && valid(st.p[i + AHEAD / 2])) {
+            const int32_t lo = c->row_ptr[st.p[i + AHEAD / 2]];
+            __builtin_prefetch(c->tokens + lo);
+            __builtin_prefetch(c->children + lo);
+        }
+        o[i] = core_advance(c, st.p[i], tk.p[i]);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1206,6 +1303,11 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
     }
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < st.n; ++i) {
+        if (i + 1 < st.n) {  // the next row's ids load while this row is written
+            const int64_t s2 = valid_state(self, st.p[i + 1]);
+            __builtin_prefetch(self->tokens + self->row_ptr[s2]);
+        }
+        if (i + 2 < st.n) __builtin_prefetch(self->row_ptr + valid_state(self, st.p[i + 2]));
         int64_t r = has_rows ? rw.p[i] : i;
         if (r < 0) r += m.rows;
         fill_row(self, st.p[i], m.row32(r), m.words);
@@ -1294,8 +1396,8 @@ PyMethodDef Core_methods[] = {
     {"mask", reinterpret_cast<PyCFunction>(Core_mask), METH_O,
      "mask(state) -> allowed ids (read-only int32 view)"},
     {"is_terminal", reinterpret_cast<PyCFunction>(Core_is_terminal), METH_O, "is_terminal(state)"},
-    {"fill", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_fill)), METH_FASTCALL,
-     "fill(state, bitmask, index=0)"},
+    {"fill", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_fill)),
+     METH_FASTCALL | METH_KEYWORDS, "fill(state, bitmask, index=0)"},
     {"advance_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_advance_batch)),
      METH_FASTCALL, "advance_batch(states, tokens, out)"},
     {"fill_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_fill_batch)),
@@ -1508,6 +1610,174 @@ PyGetSetDef Matcher_getset[] = {
 
 // ------------------------------------------------------------------------------------------------
 
+// -- tool-argument automata: per-state token masks of a byte DFA -----------------------------------
+
+struct I32View {
+    Py_buffer b;
+    bool held = false;
+    const int32_t* p = nullptr;
+    int64_t n = 0;
+    ~I32View() {
+        if (held) PyBuffer_Release(&b);
+    }
+    bool open(PyObject* o, const char* what) {
+        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
+        held = true;
+        const char* f = b.format ? b.format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') ++f;
+        if (b.itemsize != 4 || !(*f == 'i' || *f == 'l')) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a contiguous int32 array", what);
+            return false;
+        }
+        p = static_cast<const int32_t*>(b.buf);
+        n = b.len / 4;
+        return true;
+    }
+};
+
+PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
+    PyObject* a = to_numpy(ptr, NPY_INT64);
+    PyObject* b = to_numpy(ids, NPY_INT32);
+    if (!a || !b) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return nullptr;
+    }
+    return Py_BuildValue("(NN)", a, b);
+}
+
+// dfa_masks(table: int32 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
+//   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
+//   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
+//   tokens sharing a prefix share its steps).
+PyObject* py_dfa_masks(PyObject*, PyObject* args) {
+    PyObject *tab_o, *cls_o, *st_o;
+    TokenTrieObject* tri;
+    if (!PyArg_ParseTuple(args, "OOOO!", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri)) return nullptr;
+    I32View tab, cls;
+    I64View st;
+    if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
+        return nullptr;
+    if (cls.n != 256 || tab.b.ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
+        return nullptr;
+    }
+    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+    for (int64_t i = 0; i < 256; ++i)
+        if (cls.p[i] < 0 || cls.p[i] >= nc) {
+            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < st.n; ++i)
+        if (st.p[i] < 0 || st.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "states: out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < ns * nc; ++i)
+        if (tab.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
+            return nullptr;
+        }
+    Buf<int64_t> ptr;
+    Buf<int32_t> ids;
+    bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
+    if (!ok) return PyErr_NoMemory();
+    const TT tt(tri);
+    Py_BEGIN_ALLOW_THREADS;
+    std::vector<std::pair<int32_t, int32_t>> stack;
+    ptr[0] = 0;
+    for (int64_t i = 0; i < st.n && ok; ++i) {
+        const size_t row0 = ids.n;
+        stack.clear();
+        stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
+        while (!stack.empty() && ok) {
+            auto [u, q] = stack.back();
+            stack.pop_back();
+            const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
+            for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j) {
+                const int32_t q2 = qrow[cls.p[tt.clab[j]]];
+                if (q2 < 0) continue;
+                const int32_t c = tt.cnode[j];
+                for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
+                if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, q2);
+            }
+        }
+        std::sort(ids.p + row0, ids.p + ids.n);
+        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+    }
+    Py_END_ALLOW_THREADS;
+    if (!ok) return PyErr_NoMemory();
+    return csr_result(ptr, ids);
+}
+
+// dfa_list_masks(table, byte_class, states, cand: int32[], buffer: uint8[], offsets: int64[])
+//   -> (ptr, ids): per state, the tokens of ``cand`` (ids into offsets) whose bytes
+//   buffer[offsets[t]:offsets[t + 1]] all have edges from it; sorted.
+PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
+    PyObject *tab_o, *cls_o, *st_o, *cand_o, *buf_o, *off_o;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &tab_o, &cls_o, &st_o, &cand_o, &buf_o, &off_o)) return nullptr;
+    I32View tab, cls, cand;
+    I64View st, off;
+    Py_buffer buf;
+    if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states") ||
+        !cand.open(cand_o, "cand") || !off.open(off_o, "offsets"))
+        return nullptr;
+    if (PyObject_GetBuffer(buf_o, &buf, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+    struct Rel {
+        Py_buffer* b;
+        ~Rel() { PyBuffer_Release(b); }
+    } rel{&buf};
+    if (cls.n != 256 || tab.b.ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
+        return nullptr;
+    }
+    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+    const uint8_t* bytes = static_cast<const uint8_t*>(buf.buf);
+    for (int64_t i = 0; i < 256; ++i)
+        if (cls.p[i] < 0 || cls.p[i] >= nc) {
+            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < st.n; ++i)
+        if (st.p[i] < 0 || st.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "states: out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < cand.n; ++i) {
+        const int32_t t = cand.p[i];
+        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.len) {
+            PyErr_SetString(PyExc_ValueError, "cand / offsets: out of range");
+            return nullptr;
+        }
+    }
+    for (int64_t i = 0; i < ns * nc; ++i)
+        if (tab.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
+            return nullptr;
+        }
+    Buf<int64_t> ptr;
+    Buf<int32_t> ids;
+    bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
+    if (!ok) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS;
+    ptr[0] = 0;
+    for (int64_t i = 0; i < st.n && ok; ++i) {
+        const size_t row0 = ids.n;
+        for (int64_t k = 0; k < cand.n; ++k) {
+            const int32_t t = cand.p[k];
+            int32_t q = static_cast<int32_t>(st.p[i]);
+            for (int64_t j = off.p[t]; j < off.p[t + 1] && q >= 0; ++j)
+                q = tab.p[static_cast<int64_t>(q) * nc + cls.p[bytes[j]]];
+            if (q >= 0) ok = ok && ids.push(t);
+        }
+        std::sort(ids.p + row0, ids.p + ids.n);
+        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+    }
+    Py_END_ALLOW_THREADS;
+    if (!ok) return PyErr_NoMemory();
+    return csr_result(ptr, ids);
+}
+
 PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
     // memset_bandwidth(buffer, repeats) -> seconds for ``repeats`` memsets of the whole buffer
     Py_buffer b;
@@ -1526,6 +1796,10 @@ PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
 PyMethodDef module_methods[] = {
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
+    {"dfa_masks", py_dfa_masks, METH_VARARGS,
+     "dfa_masks(table, byte_class, states, trie) -> (ptr, ids)"},
+    {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
+     "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
     {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,
      "memset_bandwidth(buffer, repeats) -> seconds"},
     {nullptr, nullptr, 0, nullptr}};

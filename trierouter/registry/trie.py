@@ -127,6 +127,7 @@ class ChoiceSet:
             # the hot calls go straight to C++ (no Python frame in between)
             self.advance = core.advance  # type: ignore[method-assign]
             self.mask = core.mask  # type: ignore[method-assign]
+            self.fill_next_token_bitmask = core.fill  # type: ignore[method-assign]
         else:
             self._advance, self._mask = _serving_functions(self)
 
@@ -275,8 +276,11 @@ class ChoiceSet:
         st = np.asarray(states, dtype=np.int64)
         tk = np.asarray(tokens, dtype=np.int64)
         if self._core is not None:
-            if st.shape != tk.shape or st.ndim != 1:
-                st, tk = np.broadcast_arrays(st, tk)
+            if st.ndim == 1 and st.shape == tk.shape and st.flags.c_contiguous:
+                out = np.empty(len(st), dtype=np.int64)
+                self._core.advance_batch(st, np.ascontiguousarray(tk), out)
+                return out
+            st, tk = np.broadcast_arrays(st, tk)
             shape = st.shape
             st1 = np.ascontiguousarray(st).reshape(-1)
             tk1 = np.ascontiguousarray(tk).reshape(-1)

@@ -18,6 +18,11 @@ FSM over the whole string allows. They are computed on first visit and kept:
 - elsewhere only the tokens whose first byte has an edge are simulated, all at once with numpy,
   sorted by length so each byte column touches only the tokens still long enough.
 
+With the native backend (:mod:`trierouter.registry.core`) every state's mask is computed when the
+automaton is built, in two calls into the C++ core: a walk of the token trie in lockstep with the
+automaton for states outside strings (tokens sharing a prefix share its steps), the ``"`` tokens
+against each string state; the per-class string rows come from the same walk.
+
 Exit states (``exits``) hand over to another engine (an XGrammar matcher for a slot that is not
 regular); tokens never cross an exit.
 """
@@ -32,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry import core as _backend
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = [
@@ -505,6 +511,18 @@ class VocabTables:
         self._counts: tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]] | None = None
         self._counted: dict[tuple[int, int], npt.NDArray[np.int32]] = {}
         self.words = (self.width + 31) // 32
+        self.offsets = np.ascontiguousarray(off, dtype=np.int64)
+        self.native = _backend.default_backend() == "native"
+        self._trie: Any = None
+
+    @property
+    def trie(self) -> Any:
+        """The native backend's token trie of this vocabulary (shared with its TokenIndex)."""
+        if self._trie is None:
+            from trierouter.registry.index import TokenIndex
+
+            self._trie = TokenIndex.get(self.vocab).native_trie
+        return self._trie
 
     @classmethod
     def get(cls, vocab: Vocabulary) -> VocabTables:
@@ -597,9 +615,15 @@ class VocabTables:
         if self._string_rows is None:
             rows = np.zeros((N_STRING_CLASSES, self.words), dtype=np.int32)
             inner = _INTERIOR  # ``"`` from PLAIN has no edge here: closing is not staying inside
-            for k in range(N_STRING_CLASSES):
-                ids = self.simulate(inner, k, self.all_ids)
-                rows[k] = pack_ids(ids, self.width)
+            if self.native:
+                ptr, ids = _backend.native_core().dfa_masks(
+                    inner, np.arange(256, dtype=np.int32), np.arange(N_STRING_CLASSES), self.trie
+                )
+                for k in range(N_STRING_CLASSES):
+                    rows[k] = pack_ids(ids[ptr[k] : ptr[k + 1]], self.width)
+            else:
+                for k in range(N_STRING_CLASSES):
+                    rows[k] = pack_ids(self.simulate(inner, k, self.all_ids), self.width)
             self._string_rows = rows
         return self._string_rows
 
@@ -646,6 +670,8 @@ class ToolAutomaton:
         self._toward: dict[int, I32] = {}
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
+        if tables.native:
+            self.materialize()  # eager: every state's mask in two calls into the core
 
     @property
     def n_states(self) -> int:
@@ -684,6 +710,12 @@ class ToolAutomaton:
             ids = t.simulate(tab, state, t.quote_ids, bc)
         else:
             ids = t.simulate(tab, state, t.candidates(tab[state], bc), bc)
+        return self._store(state, k, ids)
+
+    def _store(
+        self, state: int, k: int, ids: I32
+    ) -> tuple[int, I32 | None, npt.NDArray[np.int32] | None]:
+        t = self.t
         packed = None
         if len(ids) > _BIG:
             packed = pack_ids(ids, t.width)
@@ -768,7 +800,27 @@ class ToolAutomaton:
             )
 
     def materialize(self) -> None:
-        """Compute every state's mask now (instead of on first visit)."""
-        for s in range(self.n_states):
-            if s not in self.exits:
+        """Compute every state's mask now (instead of on first visit); the native backend does
+        this when the automaton is built."""
+        todo = np.asarray(
+            [s for s in range(self.n_states) if s not in self.exits and s not in self._masks],
+            dtype=np.int64,
+        )
+        if not self.t.native:
+            for s in todo.tolist():
                 self._mask(s)
+            return
+        core = _backend.native_core()
+        t = self.t
+        k = self.klass[todo] if len(todo) else np.zeros(0, dtype=np.int16)
+        plain, strings = todo[k < 0], todo[k >= 0]
+        if len(plain):
+            ptr, ids = core.dfa_masks(self.table, self.byte_class, plain, t.trie)
+            for i, s in enumerate(plain.tolist()):
+                self._store(s, -1, ids[ptr[i] : ptr[i + 1]])
+        if len(strings):
+            ptr, ids = core.dfa_list_masks(
+                self.table, self.byte_class, strings, t.quote_ids, t.buffer, t.offsets
+            )
+            for i, s in enumerate(strings.tolist()):
+                self._store(s, int(self.klass[s]), ids[ptr[i] : ptr[i + 1]])
