@@ -568,28 +568,44 @@ inline void sort_row(Pair* a, size_t n) {
 }
 
 inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
-    if (n < 24) {
-        for (size_t i = 1; i < n; ++i) {
-            int32_t t = tk[i];
-            uint16_t c = ch[i];
-            size_t j = i;
-            while (j > 0 && tk[j - 1] > t) {
-                tk[j] = tk[j - 1];
-                ch[j] = ch[j - 1];
-                --j;
-            }
-            tk[j] = t;
-            ch[j] = c;
+    if (n < 2) return;
+    if (n == 2) {
+        if (tk[0] > tk[1]) {
+            std::swap(tk[0], tk[1]);
+            std::swap(ch[0], ch[1]);
         }
         return;
     }
-    std::vector<uint64_t> tmp(n);
-    for (size_t i = 0; i < n; ++i)
-        tmp[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
-    std::sort(tmp.begin(), tmp.end());
+    // (token, code) packed in one word: one comparison and one move per step
+    uint64_t local[256];
+    std::vector<uint64_t> heap;
+    uint64_t* w = local;
+    if (n > 256) {
+        heap.resize(n);
+        w = heap.data();
+    }
+    bool sorted = true;
     for (size_t i = 0; i < n; ++i) {
-        tk[i] = static_cast<int32_t>(tmp[i] >> 16);
-        ch[i] = static_cast<uint16_t>(tmp[i] & 0xFFFF);
+        w[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
+        if (i && tk[i] < tk[i - 1]) sorted = false;
+    }
+    if (sorted) return;
+    if (n <= 16) {
+        for (size_t i = 1; i < n; ++i) {
+            const uint64_t x = w[i];
+            size_t j = i;
+            while (j > 0 && w[j - 1] > x) {
+                w[j] = w[j - 1];
+                --j;
+            }
+            w[j] = x;
+        }
+    } else {
+        std::sort(w, w + n);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        tk[i] = static_cast<int32_t>(w[i] >> 16);
+        ch[i] = static_cast<uint16_t>(w[i] & 0xFFFF);
     }
 }
 
@@ -697,7 +713,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         Py_DECREF(seq);
         return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: split the set");
     }
-    Buf<int32_t> ends, state_of, lcps, row_ptr;
+    Buf<int32_t> ends, lcps, row_ptr;
+    Buf<uint64_t> state_of;  // per node, its outputs span (olo << 32 | ohi): pass 2 reads no state
     Buf<uint8_t> vbytes;
     Buf<int64_t> voff;
     // row_ptr first counts the pairs of row v in row_ptr[v + 1]
@@ -718,6 +735,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     voff[0] = 0;
     for (size_t i = 0; i < nv; ++i) {
         const Str& s = strs[i];
+        if (i + 8 < nv) __builtin_prefetch(strs[i + 8].p);  // sorted order is not memory order
         int64_t l = 0;
         const int64_t m = std::min(prev.n, s.n);
         while (l < m && prev.p[l] == s.p[l]) ++l;
@@ -727,10 +745,12 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             const uint8_t b = s.p[d];
             used[b] = 1;
             const int32_t q = tt.go(st[static_cast<size_t>(d)], b);
-            state_of[static_cast<size_t>(id)] = q;
+            const int32_t olo = tt.si[q].olo, ohi = tt.si[q].ohi;
+            state_of[static_cast<size_t>(id)] =
+                (static_cast<uint64_t>(static_cast<uint32_t>(olo)) << 32) | static_cast<uint32_t>(ohi);
             path[static_cast<size_t>(d + 1)] = id;
             st[static_cast<size_t>(d + 1)] = q;
-            for (int32_t j = tt.si[q].olo, hi = tt.si[q].ohi; j < hi; ++j)
+            for (int32_t j = olo; j < ohi; ++j)
                 cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
         }
         ends[i] = path[static_cast<size_t>(s.n)];
@@ -792,8 +812,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             for (int64_t d = lcps[i]; d < len; ++d) {
                 const int32_t m = id++;
                 path[static_cast<size_t>(d + 1)] = m;
-                const int32_t q = state_of[static_cast<size_t>(m)];
-                for (int32_t j = tt.si[q].olo, hi = tt.si[q].ohi; j < hi; ++j)
+                const uint64_t span = state_of[static_cast<size_t>(m)];
+                for (int32_t j = static_cast<int32_t>(span >> 32), hi = static_cast<int32_t>(span & 0xFFFFFFFFu); j < hi; ++j)
                     emit(path[static_cast<size_t>(d + 1 - tt.outs[j].len)], tt.outs[j].token, m);
             }
         }
@@ -820,6 +840,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                 fars.push_back({nd, t, m});
             }
         });
+        LAP("emit");
         for (int32_t v = 0; v < n; ++v)
             sort_row2(tk + row_ptr[static_cast<size_t>(v)], ch + row_ptr[static_cast<size_t>(v)],
                       static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
@@ -831,7 +852,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                      static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
     }
     {
-        Buf<int32_t> drop;
+        Buf<uint64_t> drop;
         std::swap(drop.p, state_of.p);
         std::swap(drop.mapped, state_of.mapped);
         state_of.n = state_of.cap = 0;
