@@ -23,7 +23,7 @@ if debug:
     flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
     link = ["-fsanitize=address,undefined"]
 else:
-    flags = ["-O3", "-DNDEBUG", "-g"]
+    flags = ["-O3", "-DNDEBUG"]
     link = []
 
 setup(

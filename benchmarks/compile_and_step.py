@@ -444,6 +444,11 @@ def measure_batches(
             if out["fill_gbps"]:
                 out["fill_fraction_of_memset"] = out["fill_gbps"] / out["memset_gbps"]
             bm.fill(0)
+            big = np.ones(32 << 20, dtype=np.int32)  # 128 MB: past every cache, DRAM bandwidth
+            out["dram_memset_gbps"] = big.nbytes / min(
+                native_core().memset_bandwidth(big, 1) for _ in range(3)
+            ) / 1e9
+            del big
     native = eng.has_native_batch and not isinstance(eng, TrieRouter)
     kinds = ["loop", "native"] if native else ["loop"]
     for kind in kinds:
@@ -800,7 +805,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": "compile_cpu_ms / compile_warm_cpu_ms / tokenizer_prep_cpu_s: process CPU "
             "time of the same work (the 2-core machine is shared; wall time includes waiting)",
             "bandwidth": "batch.memset_gbps: memset of the same 256-row bitmask buffer (best "
-            "of 5x20); batch.fill_fraction_of_memset: fill_bitmask_batch's rate over it",
+            "of 5x20; it stays in cache); batch.fill_fraction_of_memset: fill_bitmask_batch's "
+            "rate over it; batch.dram_memset_gbps: memset of 128 MB (main memory)",
         },
         "results": [],
     }

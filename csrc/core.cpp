@@ -50,7 +50,9 @@ constexpr size_t HUGE_PAGE = size_t(2) << 20;
 
 void* big_alloc(size_t bytes, size_t* mapped) {
     if (bytes >= 2 * HUGE_PAGE) {
-        size_t size = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        // whole 2 MB blocks of the mapping get huge pages; the size is only rounded to 4 KB
+        // (smaller blocks stay with malloc, which reuses freed memory without new faults)
+        size_t size = (bytes + 4095) & ~size_t(4095);
         void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) return nullptr;
 #ifdef MADV_HUGEPAGE
@@ -110,6 +112,8 @@ struct Buf {
     const T& operator[](size_t i) const { return p[i]; }
     T* data() { return p; }
     size_t size() const { return n; }
+    T* begin() { return p; }
+    T* end() { return p + n; }
 };
 
 void free_capsule(PyObject* cap) {
@@ -209,6 +213,94 @@ void sort_strings(T* a, size_t n, int64_t depth, std::vector<T>& tmp) {
         Str ys{y.p + std::min(depth, y.n), y.n - std::min(depth, y.n)};
         return str_less(xs, ys);
     });
+}
+
+// Sorting values: 8 bytes at a time. Each string's next 8 bytes (big endian, zero padded) and
+// how many bytes remain (capped at 9: "more than 8") form a key; an LSD radix sort orders the
+// keys, and each group whose keys are equal and continue goes on with the next 8 bytes. The
+// first level reads the strings in memory order, and the keys fit a cache line per 4 strings.
+struct KeyStr {
+    uint64_t key;
+    uint32_t rem;
+    uint32_t idx;
+};
+
+inline uint64_t key_at(const Str& s, int64_t depth, uint32_t* rem) {
+    const int64_t left = s.n - depth;
+    uint64_t k = 0;
+    if (left >= 8) {
+        std::memcpy(&k, s.p + depth, 8);
+        k = __builtin_bswap64(k);
+        *rem = left > 8 ? 9u : 8u;
+    } else {
+        for (int64_t j = 0; j < left; ++j) k |= static_cast<uint64_t>(s.p[depth + j]) << (56 - 8 * j);
+        *rem = static_cast<uint32_t>(left);
+    }
+    return k;
+}
+
+// ``relocate``: after ordering the first 8 bytes, copy the strings into it in that order, so that
+// the deeper levels (and everything after the sort) read memory in order.
+void sort_values(Str* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr) {
+    if (n < 2) return;
+    if (n <= 48 && !relocate) {
+        std::sort(a, a + n, [depth](const Str& x, const Str& y) {
+            const int64_t dx = std::min(depth, x.n), dy = std::min(depth, y.n);
+            return str_less(Str{x.p + dx, x.n - dx}, Str{y.p + dy, y.n - dy});
+        });
+        return;
+    }
+    Buf<KeyStr> ks, tmp;
+    if (!ks.resize(n) || !tmp.resize(n)) throw std::bad_alloc();
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t rem;
+        ks[i].key = key_at(a[i], depth, &rem);
+        ks[i].rem = rem;
+        ks[i].idx = static_cast<uint32_t>(i);
+    }
+    // LSD radix: the remainder (least significant), then the key 11 bits at a time
+    auto pass = [&](auto digit, int buckets) {
+        std::vector<size_t> cnt(static_cast<size_t>(buckets) + 1, 0);
+        for (size_t i = 0; i < n; ++i) cnt[digit(ks[i]) + 1]++;
+        for (int b = 0; b < buckets; ++b) cnt[static_cast<size_t>(b) + 1] += cnt[static_cast<size_t>(b)];
+        for (size_t i = 0; i < n; ++i) tmp[cnt[digit(ks[i])]++] = ks[i];
+        std::swap(ks.p, tmp.p);
+        std::swap(ks.mapped, tmp.mapped);
+        std::swap(ks.cap, tmp.cap);
+    };
+    pass([](const KeyStr& k) { return static_cast<size_t>(k.rem); }, 10);
+    uint64_t all_or = 0, all_and = ~uint64_t(0);
+    for (const KeyStr& k : ks) {
+        all_or |= k.key;
+        all_and &= k.key;
+    }
+    const uint64_t varying = all_or ^ all_and;  // digits where every key agrees are skipped
+    for (int shift = 0; shift < 64; shift += 11) {
+        if (((varying >> shift) & 0x7FF) == 0) continue;
+        pass([shift](const KeyStr& k) { return static_cast<size_t>((k.key >> shift) & 0x7FF); }, 2048);
+    }
+    Buf<Str> sorted;
+    if (!sorted.resize(n)) throw std::bad_alloc();
+    for (size_t i = 0; i < n; ++i) sorted[i] = a[ks[i].idx];
+    if (relocate) {
+        size_t total = 0;
+        for (size_t i = 0; i < n; ++i) total += static_cast<size_t>(sorted[i].n);
+        if (!relocate->resize(total + 1)) throw std::bad_alloc();
+        uint8_t* out = relocate->data();
+        for (size_t i = 0; i < n; ++i) {
+            if (i + 8 < n) __builtin_prefetch(sorted[i + 8].p);
+            if (sorted[i].n) std::memcpy(out, sorted[i].p, static_cast<size_t>(sorted[i].n));
+            sorted[i].p = out;
+            out += sorted[i].n;
+        }
+    }
+    std::copy(sorted.p, sorted.p + n, a);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && ks[j].key == ks[i].key && ks[j].rem == ks[i].rem) ++j;
+        if (j - i > 1 && ks[i].rem == 9) sort_values(a + i, j - i, depth + 8);
+        i = j;
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -645,8 +737,12 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     if (!seq) return nullptr;
     Py_ssize_t k = PyTuple_GET_SIZE(seq);
     PyObject** items = &PyTuple_GET_ITEM(seq, 0);
-    std::vector<Str> strs(static_cast<size_t>(k));
-    std::vector<uint8_t> joined;  // values + terminator, when there is one
+    Buf<Str> strs;
+    Buf<uint8_t> joined;  // the values (+ terminator) in one buffer
+    if (!strs.resize(static_cast<size_t>(k))) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
     const int64_t tl = static_cast<int64_t>(termb.size());
     std::vector<int64_t> offs;
     for (Py_ssize_t i = 0; i < k; ++i) {
@@ -669,7 +765,10 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         // read one buffer instead of objects spread over the heap
         size_t total = 0;
         for (auto& s : strs) total += static_cast<size_t>(s.n + tl);
-        joined.resize(total + 1);
+        if (!joined.resize(total + 1)) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
         size_t at = 0;
         for (auto& s : strs) {
             if (s.n) std::memcpy(joined.data() + at, s.p, static_cast<size_t>(s.n));
@@ -682,18 +781,25 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     PyThreadState* save = PyEval_SaveThread();
     Lap lap;
 #define LAP(name) lap.mark(name)
+    Buf<uint8_t> relocated;  // the strings in sorted order (when they were not)
     bool sorted = true;
     for (size_t i = 1; i < strs.size() && sorted; ++i)
         if (str_less(strs[i], strs[i - 1])) sorted = false;
     if (!sorted) {
         std::vector<Str> tmp;
-        sort_strings(strs.data(), strs.size(), 0, tmp);
+        try {
+            sort_values(strs.data(), strs.size(), 0, &relocated);
+        } catch (const std::bad_alloc&) {
+            PyEval_RestoreThread(save);
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
     }
     {
         size_t w = 0;
         for (size_t i = 0; i < strs.size(); ++i)
             if (w == 0 || !str_eq(strs[i], strs[w - 1])) strs[w++] = strs[i];
-        strs.resize(w);
+        strs.n = w;
     }
     const size_t nv = strs.size();
     LAP("sort");
