@@ -527,7 +527,6 @@ class GenreTrie(Engine):
 
 
 ENGINES: dict[str, type[Engine]] = {
-    e.name: e
-    for e in (TrieRouter, TrieRouterNumpy, XGrammar, LLGuidance, OutlinesCore, GenreTrie)
+    e.name: e for e in (TrieRouter, TrieRouterNumpy, XGrammar, LLGuidance, OutlinesCore, GenreTrie)
 }
 """The adapters by engine name, trierouter first."""

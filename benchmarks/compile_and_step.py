@@ -445,9 +445,9 @@ def measure_batches(
                 out["fill_fraction_of_memset"] = out["fill_gbps"] / out["memset_gbps"]
             bm.fill(0)
             big = np.ones(32 << 20, dtype=np.int32)  # 128 MB: past every cache, DRAM bandwidth
-            out["dram_memset_gbps"] = big.nbytes / min(
-                native_core().memset_bandwidth(big, 1) for _ in range(3)
-            ) / 1e9
+            out["dram_memset_gbps"] = (
+                big.nbytes / min(native_core().memset_bandwidth(big, 1) for _ in range(3)) / 1e9
+            )
             del big
     native = eng.has_native_batch and not isinstance(eng, TrieRouter)
     kinds = ["loop", "native"] if native else ["loop"]

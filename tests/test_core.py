@@ -181,7 +181,7 @@ def test_torch_buffers_are_filled_in_place(qwen2_index: TokenIndex) -> None:
 def test_saved_set_serves_natively(qwen2_index: TokenIndex, tmp_path: object) -> None:
     from pathlib import Path
 
-    a, b = both(tool_names(500, seed=4), qwen2_index)
+    a, _ = both(tool_names(500, seed=4), qwen2_index)
     path = Path(str(tmp_path)) / "set.trs"
     a.save(path)
     loaded = ChoiceSet.load(path, qwen2_index, backend="native")
@@ -277,7 +277,7 @@ def test_stale_or_missing_core_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
     backend_mod.native_core.cache_clear()
     monkeypatch.setattr(core, "SOURCE_HASH", "0" * 64)
     try:
-        with pytest.raises(CoreBuildError, match="stale build.*pip install -e"):
+        with pytest.raises(CoreBuildError, match=r"stale build.*pip install -e"):
             backend_mod.native_core()
     finally:
         monkeypatch.undo()
@@ -290,7 +290,7 @@ def test_stale_or_missing_core_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "trierouter.registry._core", None)
     monkeypatch.delattr(trierouter.registry, "_core")
     try:
-        with pytest.raises(CoreBuildError, match="cannot be imported.*TRIEROUTER_BACKEND=numpy"):
+        with pytest.raises(CoreBuildError, match=r"cannot be imported.*TRIEROUTER_BACKEND=numpy"):
             backend_mod.native_core()
     finally:
         monkeypatch.undo()

@@ -44,7 +44,11 @@ class Core:
     def is_terminal(self, state: int, /) -> bool: ...
     def fill(self, state: int, bitmask: Any, index: int = 0, /) -> None: ...
     def advance_batch(
-        self, states: npt.NDArray[np.int64], tokens: npt.NDArray[np.int64], out: npt.NDArray[np.int64], /
+        self,
+        states: npt.NDArray[np.int64],
+        tokens: npt.NDArray[np.int64],
+        out: npt.NDArray[np.int64],
+        /,
     ) -> None: ...
     def fill_batch(
         self, states: npt.NDArray[np.int64], bitmask: Any, rows: npt.NDArray[np.int64] | None, /

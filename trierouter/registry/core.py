@@ -43,7 +43,7 @@ def default_backend() -> Backend:
     value = os.environ.get(ENV, "").strip().lower() or "native"
     if value not in BACKENDS:
         raise ValueError(f"{ENV}={value!r}: expected one of {', '.join(BACKENDS)}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def resolve_backend(backend: str | None) -> Backend:
@@ -52,7 +52,7 @@ def resolve_backend(backend: str | None) -> Backend:
         return default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)} or None")
-    return backend  # type: ignore[return-value]
+    return backend
 
 
 @cache

@@ -112,6 +112,8 @@ class ChoiceSet:
         self.DEAD = self.n_nodes + 1
         self.compile_seconds = 0.0
         self._core: Any = None
+        self._advance: Callable[[int, int], int]
+        self._mask: Callable[[int], I32]
         if self.backend == "native":
             core = _backend.native_core().Core(
                 self.row_ptr,

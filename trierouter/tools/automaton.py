@@ -717,6 +717,7 @@ class ToolAutomaton:
     ) -> tuple[int, I32 | None, npt.NDArray[np.int32] | None]:
         t = self.t
         packed = None
+        m: tuple[int, I32 | None, npt.NDArray[np.int32] | None]
         if len(ids) > _BIG:
             packed = pack_ids(ids, t.width)
             if k >= 0:
