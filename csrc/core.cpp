@@ -1905,6 +1905,81 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     return csr_result(ptr, ids);
 }
 
+// walk_counts(table: int32 (n_states, 256), starts: int64[], count_state: int, ids: int32[],
+//             buffer: uint8[], offsets: int64[]) -> (final int32[len(starts) * len(ids)],
+//             counts int16[...]): for every start state and token, the state after the token's
+//   bytes (-1 once an edge is missing) and how many steps landed on count_state (for JSON
+//   strings: characters completed).
+PyObject* py_walk_counts(PyObject*, PyObject* args) {
+    PyObject *tab_o, *st_o, *ids_o, *buf_o, *off_o;
+    long long count_state;
+    if (!PyArg_ParseTuple(args, "OOLOOO", &tab_o, &st_o, &count_state, &ids_o, &buf_o, &off_o))
+        return nullptr;
+    I32View tab, ids;
+    I64View st, off;
+    Py_buffer buf;
+    if (!tab.open(tab_o, "table") || !st.open(st_o, "starts") || !ids.open(ids_o, "ids") ||
+        !off.open(off_o, "offsets"))
+        return nullptr;
+    if (PyObject_GetBuffer(buf_o, &buf, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+    struct Rel {
+        Py_buffer* b;
+        ~Rel() { PyBuffer_Release(b); }
+    } rel{&buf};
+    if (tab.b.ndim != 2 || tab.b.shape[1] != 256) {
+        PyErr_SetString(PyExc_ValueError, "table must be (n_states, 256)");
+        return nullptr;
+    }
+    const int64_t ns = tab.b.shape[0];
+    const uint8_t* bytes = static_cast<const uint8_t*>(buf.buf);
+    for (int64_t i = 0; i < st.n; ++i)
+        if (st.p[i] < 0 || st.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "starts: out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < ns * 256; ++i)
+        if (tab.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < ids.n; ++i) {
+        const int32_t t = ids.p[i];
+        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.len) {
+            PyErr_SetString(PyExc_ValueError, "ids / offsets: out of range");
+            return nullptr;
+        }
+    }
+    Buf<int32_t> fin;
+    Buf<int16_t> cnt;
+    const size_t total = static_cast<size_t>(st.n) * static_cast<size_t>(ids.n);
+    if (!fin.resize(total) || !cnt.resize(total)) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t k = 0; k < st.n; ++k) {
+        for (int64_t i = 0; i < ids.n; ++i) {
+            const int32_t t = ids.p[i];
+            int32_t q = static_cast<int32_t>(st.p[k]);
+            int32_t c = 0;
+            for (int64_t j = off.p[t]; j < off.p[t + 1]; ++j) {
+                q = tab.p[static_cast<int64_t>(q) * 256 + bytes[j]];
+                if (q < 0) break;
+                c += q == count_state;
+            }
+            const size_t at = static_cast<size_t>(k) * static_cast<size_t>(ids.n) + static_cast<size_t>(i);
+            fin[at] = q;
+            cnt[at] = static_cast<int16_t>(std::min(c, 32767));
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    PyObject* a = to_numpy(fin, NPY_INT32);
+    PyObject* b = to_numpy(cnt, NPY_INT16);
+    if (!a || !b) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return nullptr;
+    }
+    return Py_BuildValue("(NN)", a, b);
+}
+
 PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
     // memset_bandwidth(buffer, repeats) -> seconds for ``repeats`` memsets of the whole buffer
     Py_buffer b;
@@ -1927,6 +2002,8 @@ PyMethodDef module_methods[] = {
      "dfa_masks(table, byte_class, states, trie) -> (ptr, ids)"},
     {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
+    {"walk_counts", py_walk_counts, METH_VARARGS,
+     "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
     {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,
      "memset_bandwidth(buffer, repeats) -> seconds"},
     {nullptr, nullptr, 0, nullptr}};

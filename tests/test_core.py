@@ -347,3 +347,28 @@ def test_automaton_masks_native_equal_numpy(qwen2: Vocabulary, schema: dict[str,
         native.fill(s, a)
         ref.fill(s, b)
         assert np.array_equal(a, b), (schema, s)
+
+
+def test_string_counts_native_equal_numpy(qwen2: Vocabulary) -> None:
+    from trierouter.tools.automaton import VocabTables
+
+    native = VocabTables(qwen2)
+    assert native.native
+    ref = VocabTables(qwen2)
+    ref.native = False
+    a, b = native._string_counts(), ref._string_counts()
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert np.array_equal(native.string_rows(), ref.string_rows())
+
+
+def test_counted_rows_built_incrementally_are_exact(qwen2: Vocabulary) -> None:
+    from trierouter.tools.automaton import N_STRING_CLASSES, VocabTables, pack_ids
+
+    t = VocabTables(qwen2)
+    counts, mid = t._string_counts()
+    rng = np.random.default_rng(0)
+    for k, left in [
+        (int(rng.integers(N_STRING_CLASSES)), int(rng.integers(0, 70))) for _ in range(40)
+    ]:
+        ok = (counts[k] >= 0) & (counts[k] + mid[k] <= left)
+        assert np.array_equal(t.counted_row(k, left), pack_ids(t.all_ids[ok], t.width)), (k, left)

@@ -510,6 +510,7 @@ class VocabTables:
         self._string_rows: npt.NDArray[np.int32] | None = None
         self._counts: tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]] | None = None
         self._counted: dict[tuple[int, int], npt.NDArray[np.int32]] = {}
+        self._count_order: dict[int, tuple[npt.NDArray[np.int64], I32]] = {}
         self.words = (self.width + 31) // 32
         self.offsets = np.ascontiguousarray(off, dtype=np.int64)
         self.native = _backend.default_backend() == "native"
@@ -531,6 +532,9 @@ class VocabTables:
             t = cls._cache.get(key)
             if t is None:
                 t = cls._cache[key] = VocabTables(vocab)
+                if t.native:  # eager: the per-class string rows and counts, in C++
+                    t.string_rows()
+                    t._string_counts()
             return t
 
     def candidates(self, row: I32, byte_class: I32 | None = None) -> I32:
@@ -577,6 +581,15 @@ class VocabTables:
     def _string_counts(self) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]]:
         """Per class: characters each token completes while staying inside a string (``-1``
         if it does not stay inside), and whether it ends inside a character."""
+        if self._counts is None and self.native:
+            ids = self.all_ids
+            fin, n = _backend.native_core().walk_counts(
+                _INTERIOR, np.arange(N_STRING_CLASSES), S_PLAIN, ids, self.buffer, self.offsets
+            )
+            fin = fin.reshape(N_STRING_CLASSES, len(ids))
+            n = n.reshape(N_STRING_CLASSES, len(ids))
+            ok = fin >= 0
+            self._counts = (np.where(ok, n, np.int16(-1)).astype(np.int16), ok & (fin != S_PLAIN))
         if self._counts is None:
             ids = self.all_ids
             counts = np.full((N_STRING_CLASSES, len(ids)), -1, dtype=np.int16)
@@ -604,11 +617,36 @@ class VocabTables:
         key = (k, left)
         row = self._counted.get(key)
         if row is None:
-            counts, mid = self._string_counts()
-            ok = (counts[k] >= 0) & (counts[k] + mid[k] <= left)
-            row = pack_ids(self.all_ids[ok], self.width)
+            # from the nearest row already built for a smaller bound: add the tokens whose
+            # count lies in between (rows for every bound of a maxLength string cost little)
+            need = self._by_count(k)
+            below = [b for kk, b in self._counted if kk == k and b < left]
+            if below:
+                lo = max(below)
+                row = self._counted[(k, lo)].copy()
+                a, b = np.searchsorted(need[0], [lo, left], side="right")
+                ids = need[1][a:b]
+                np.bitwise_or.at(
+                    row.view(np.uint32),
+                    ids >> 5,
+                    np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)),
+                )
+            else:
+                row = pack_ids(need[1][: np.searchsorted(need[0], left, side="right")], self.width)
             self._counted[key] = row
         return row
+
+    def _by_count(self, k: int) -> tuple[npt.NDArray[np.int64], I32]:
+        """Class ``k``'s tokens that stay inside a string, by characters used (sorted)."""
+        hit = self._count_order.get(k)
+        if hit is None:
+            counts, mid = self._string_counts()
+            ok = counts[k] >= 0
+            need = counts[k][ok].astype(np.int64) + mid[k][ok]
+            order = np.argsort(need, kind="stable")
+            hit = (need[order], self.all_ids[ok][order].astype(np.int32))
+            self._count_order[k] = hit
+        return hit
 
     def string_rows(self) -> npt.NDArray[np.int32]:
         """Packed rows: per interior class, the tokens that stay inside a free string."""
@@ -825,3 +863,5 @@ class ToolAutomaton:
             )
             for i, s in enumerate(strings.tolist()):
                 self._store(s, int(self.klass[s]), ids[ptr[i] : ptr[i + 1]])
+            for k in sorted({int(x) for x in self.klass[strings]}):
+                self._base_row(k)  # the per-class rows these states OR in, built now
