@@ -863,5 +863,5 @@ class ToolAutomaton:
             )
             for i, s in enumerate(strings.tolist()):
                 self._store(s, int(self.klass[s]), ids[ptr[i] : ptr[i + 1]])
-            for k in sorted({int(x) for x in self.klass[strings]}):
-                self._base_row(k)  # the per-class rows these states OR in, built now
+            for kl in sorted({int(x) for x in self.klass[strings]}):
+                self._base_row(kl)  # the per-class rows these states OR in, built now
