@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _peers import ENGINES, Engine, TrieRouter, canonical_encoder, peer_versions
 
-from trierouter.datasets import tool_names
+from trierouter.data.synthetic import tool_names
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
@@ -793,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch_rows": BATCH,
             "batch_steps": args.batch_steps,
             "seed": SEED,
-            "values": "trierouter.datasets.tool_names(K, seed=0)",
+            "values": "trierouter.data.tool_names(K, seed=0)",
             "step": "accept/advance + fill the next packed bitmask row; median over steps",
             "ids_step": "advance + allowed ids without packing (trierouter mask view, GENRE keys)",
             "matcher_step": "trierouter step_matcher: Matcher.accept_token + allowed_token_ids, "

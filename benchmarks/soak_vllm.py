@@ -52,8 +52,8 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(__file__).resolve().parent.parent / ".cache"
 
-from trierouter.datasets import tool_names  # noqa: E402
-from trierouter.testing.tiny_model import VLLM_CPU_ENV  # noqa: E402
+from trierouter.data.synthetic import tool_names
+from trierouter.testing.tiny_model import VLLM_CPU_ENV
 
 TOOLS_1K = tool_names(1000)
 TOOLS_10K = tool_names(10_000, seed=1)
@@ -124,7 +124,7 @@ def start_server(
         "--max-model-len", "512",
         "--max-num-seqs", str(max_num_seqs),
         "--served-model-name", "tiny",
-        "--logits-processors", "trierouter.router.vllm:TrieRouterLogitsProcessor",
+        "--logits-processors", "trierouter.router.vllm.processor:TrieRouterLogitsProcessor",
     ]  # fmt: skip
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)

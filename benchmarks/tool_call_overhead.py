@@ -24,14 +24,14 @@ def main() -> None:
     import torch
     import transformers
 
+    from trierouter.registry.compiler import compile_tools
     from trierouter.registry.index import TokenIndex
     from trierouter.registry.vocabulary import Vocabulary
     from trierouter.router.plan import FreeText, compile_plan
+    from trierouter.router.toolcalls import ToolCallPlan
     from trierouter.router.transformers import generate
     from trierouter.testing.tiny_model import build_tiny_model
     from trierouter.testing.tool_calls import diverse_openapi_tools
-    from trierouter.tools.compiler import compile_tools
-    from trierouter.tools.decode import ToolCallPlan
 
     torch.set_num_threads(1)
     path = str(build_tiny_model(ROOT / ".cache" / "tiny-qwen2"))

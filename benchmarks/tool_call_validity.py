@@ -34,12 +34,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/tool_call_validity.json"))
     args = ap.parse_args()
 
+    from trierouter.registry.compiler import compile_tools
     from trierouter.registry.index import TokenIndex
     from trierouter.registry.vocabulary import Vocabulary
+    from trierouter.router.toolcalls import ToolCallPlan
     from trierouter.testing.tiny_model import VLLM_CPU_ENV, build_tiny_model
     from trierouter.testing.tool_calls import check_calls, diverse_openapi_tools
-    from trierouter.tools.compiler import compile_tools
-    from trierouter.tools.decode import ToolCallPlan
 
     tools = diverse_openapi_tools(args.tools)
     tmp = Path(tempfile.mkdtemp(prefix="tcv-"))
@@ -67,7 +67,7 @@ def main() -> None:
         os.environ["TRIEROUTER_TOOLS"] = str(tmp / "tools.json")
         from vllm import LLM, SamplingParams
 
-        from trierouter.router.vllm import TrieRouterLogitsProcessor
+        from trierouter.router.vllm.processor import TrieRouterLogitsProcessor
 
         llm = LLM(
             str(model_dir),

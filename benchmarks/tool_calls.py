@@ -98,7 +98,7 @@ def _vocab() -> Any:
 
 
 def _tools(k: int) -> list[dict[str, Any]]:
-    from trierouter.datasets_openapi import openapi_tools
+    from trierouter.data.openapi_directory import openapi_tools
 
     return random.Random(SEED).sample(openapi_tools(), k)
 
@@ -158,9 +158,9 @@ def _on_alarm(signum: int, frame: Any) -> None:
 
 
 def work_trierouter(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> None:
+    from trierouter.registry.compiler import compile_tools
     from trierouter.registry.index import TokenIndex
-    from trierouter.tools.compiler import compile_tools
-    from trierouter.tools.decode import ToolCallPlan
+    from trierouter.router.toolcalls import ToolCallPlan
 
     vocab = _vocab()
     t = time.perf_counter()
@@ -310,7 +310,7 @@ def _xgr_safe(schema: Any, verdict: dict[str, bool], dropped: list[str]) -> Any:
 def work_xgrammar(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> None:
     import xgrammar as xgr
 
-    from trierouter.tools.compiler import xgrammar_tokenizer_info
+    from trierouter.registry.compiler import xgrammar_tokenizer_info
 
     vocab = _vocab()
     t = time.perf_counter()
@@ -374,10 +374,10 @@ def work_xgrammar(args: argparse.Namespace, res: dict[str, Any], part: Partial) 
 def work_fixed(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> None:
     import xgrammar as xgr
 
-    from trierouter.tools import schema as S
-    from trierouter.tools.automaton import ToolAutomaton, VocabTables
-    from trierouter.tools.compiler import xgrammar_tokenizer_info
-    from trierouter.tools.schema import SlotCompiler
+    from trierouter.registry.compiler import xgrammar_tokenizer_info
+    from trierouter.registry.slots import dispatch as S
+    from trierouter.registry.slots.dispatch import SlotCompiler
+    from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 
     vocab = _vocab()
     t = time.perf_counter()
@@ -781,7 +781,8 @@ def main(argv: list[str] | None = None) -> int:
             "ks": ks,
             "timeout_s": args.timeout,
             "vocab": "qwen2 (shipped_vocabulary('qwen2'))",
-            "tools": "random.Random(0).sample(trierouter.datasets_openapi.openapi_tools(), K)",
+            "tools": "random.Random(0).sample(openapi_tools(), K)"
+            " (trierouter.data.openapi_directory)",
             "eager_max_k": EAGER_MAX_K,
             "first_use_tools": FIRST_USE_TOOLS,
             "walk": f"ToolCallPlan(tool_choice=name, string_max_tokens=8, slot_max_tokens=16, "

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trierouter.registry.schema_check import _checked, clear_caches
+from trierouter.registry.tools import ToolRegistry
 from trierouter.testing.mcp_server import server_tools
-from trierouter.tools import ToolRegistry
-from trierouter.tools._schema import _checked, clear_caches
 
 OUT = Path(__file__).resolve().parent / "results" / "tool_registry_load.json"
 

@@ -26,13 +26,13 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results" / "vllm_large_set.json"
 CACHE = Path(__file__).resolve().parent.parent / ".cache"
 
-from trierouter.testing.tiny_model import VLLM_CPU_ENV  # noqa: E402
+from trierouter.testing.tiny_model import VLLM_CPU_ENV
 
 ENV = {**VLLM_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
 def registry(n: int = 100_000) -> tuple[list[str], list[str], list[tuple[str, ...]]]:
-    from trierouter.datasets_openapi import openapi_operations
+    from trierouter.data.openapi_directory import openapi_operations
 
     ops = openapi_operations(require_summary=True)
     ops = random.Random(0).sample(ops, min(n, len(ops)))
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vllm import LLM, SamplingParams
 
-    from trierouter.router.vllm import TrieRouterLogitsProcessor
+    from trierouter.router.vllm.processor import TrieRouterLogitsProcessor
 
     t = time.perf_counter()
     llm = LLM(

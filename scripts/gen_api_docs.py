@@ -14,9 +14,11 @@ MODULES = [
     "trierouter.classify",
     "trierouter.router.plan",
     "trierouter.router.transformers",
+    "trierouter.registry",
+    "trierouter.router",
+    "trierouter.router.vllm",
     "trierouter.shortlist",
-    "trierouter.tools",
-    "trierouter.datasets",
+    "trierouter.data",
     "trierouter.errors",
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trierouter.registry._arrays import build_trie, common_prefix_lengths, pack_strings
+from trierouter.registry.arrays import build_trie, common_prefix_lengths, pack_strings
 
 strings_st = st.lists(
     st.lists(st.sampled_from(b"ab\x00\xff"), max_size=40).map(bytes), min_size=1, max_size=40

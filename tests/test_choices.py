@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trierouter.datasets import tool_names
+from trierouter.data.synthetic import tool_names
 from trierouter.errors import (
     EmptySetError,
     InvalidValueError,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trierouter.datasets import write_icd10cm_eval_set
+from trierouter.data.icd10cm import write_icd10cm_eval_set
 
 ROOT = Path(__file__).resolve().parent.parent
 

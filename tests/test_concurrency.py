@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trierouter.datasets import tool_names
+from trierouter.data.synthetic import tool_names
 from trierouter.errors import CorruptFileError
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices

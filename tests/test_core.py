@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import toy_vocabulary
-from trierouter.datasets import mixed_values, non_ascii_labels, tool_names
+from trierouter.data.synthetic import mixed_values, non_ascii_labels, tool_names
 from trierouter.errors import CoreBuildError, InvalidValueError, UnreachableValueError
 from trierouter.registry import core as backend_mod
 from trierouter.registry.index import TokenIndex
@@ -329,8 +329,8 @@ SLOT_SCHEMAS = [
 
 @pytest.mark.parametrize("schema", SLOT_SCHEMAS, ids=lambda s: str(s)[:40])
 def test_automaton_masks_native_equal_numpy(qwen2: Vocabulary, schema: dict[str, object]) -> None:
-    from trierouter.tools.automaton import ToolAutomaton, VocabTables
-    from trierouter.tools.schema import SlotCompiler
+    from trierouter.registry.slots.dispatch import SlotCompiler
+    from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 
     frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
     native = ToolAutomaton(frag, VocabTables.get(qwen2))
@@ -350,7 +350,7 @@ def test_automaton_masks_native_equal_numpy(qwen2: Vocabulary, schema: dict[str,
 
 
 def test_string_counts_native_equal_numpy(qwen2: Vocabulary) -> None:
-    from trierouter.tools.automaton import VocabTables
+    from trierouter.registry.slots.masks import VocabTables
 
     native = VocabTables(qwen2)
     assert native.native
@@ -362,7 +362,8 @@ def test_string_counts_native_equal_numpy(qwen2: Vocabulary) -> None:
 
 
 def test_counted_rows_built_incrementally_are_exact(qwen2: Vocabulary) -> None:
-    from trierouter.tools.automaton import N_STRING_CLASSES, VocabTables, pack_ids
+    from trierouter.registry.slots.fragment import N_STRING_CLASSES
+    from trierouter.registry.slots.masks import VocabTables, pack_ids
 
     t = VocabTables(qwen2)
     counts, mid = t._string_counts()

@@ -9,13 +9,8 @@ import numpy as np
 import pytest
 
 from trierouter import Matcher, TokenIndex
-from trierouter.datasets import tool_names
-from trierouter.shortlist import (
-    Hierarchy,
-    build_hierarchy,
-    kmeans_paths,
-    namespace_path,
-)
+from trierouter.data.synthetic import tool_names
+from trierouter.shortlist import Hierarchy, build_hierarchy, kmeans_paths, namespace_path
 from trierouter.shortlist.hierarchy import Group
 
 
@@ -47,7 +42,7 @@ def assert_round_trip(h: Hierarchy, values: list[str]) -> None:
 @pytest.fixture(scope="session")
 def icd_hierarchy() -> tuple[Hierarchy, list[str]]:
     pytest.importorskip("simple_icd_10_cm")
-    from trierouter.datasets import icd10cm_codes
+    from trierouter.data.icd10cm import icd10cm_codes
     from trierouter.shortlist import icd10cm_path
 
     codes = icd10cm_codes()

@@ -25,8 +25,8 @@ from trierouter.errors import (
     UnreachableValueError,
     VocabularyMismatchError,
 )
-from trierouter.registry._store import MAGIC, load_arrays, save_arrays
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.store import MAGIC, load_arrays, save_arrays
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -395,7 +395,7 @@ def test_token_index_cache_rebuilds(
 
 def test_embedding_cache_ignores_damaged_shards(tmp_path: Path) -> None:
     pytest.importorskip("faiss", reason="faiss-cpu is not installed (trierouter[shortlist])")
-    from trierouter.shortlist.embedding import EmbeddingCache
+    from trierouter.shortlist.cache import EmbeddingCache
 
     cache = EmbeddingCache(tmp_path, "f" * 64, 4)
     cache.directory.mkdir(parents=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trierouter.datasets import mixed_values
+from trierouter.data.synthetic import mixed_values
 from trierouter.errors import CorruptFileError, VocabularyMismatchError
-from trierouter.registry._arrays import build_trie, pack_strings
+from trierouter.registry.arrays import build_trie, pack_strings
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.testing.oracle import ahocorasick_pairs

@@ -19,7 +19,7 @@ import pytest
 
 jsonschema = pytest.importorskip("jsonschema")
 
-from trierouter.datasets_openapi import (  # noqa: E402
+from trierouter.data.openapi_directory import (
     openapi_directory,
     openapi_operations,
     openapi_tools,

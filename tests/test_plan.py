@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from trierouter.datasets import tool_names
+from trierouter.data.synthetic import tool_names
 from trierouter.errors import CompileError
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import compile_choices

@@ -22,7 +22,8 @@ pytest.importorskip("sentence_transformers")
 pytest.importorskip("simple_icd_10_cm")
 
 from trierouter import Matcher, MissingDependencyError, TokenIndex
-from trierouter.datasets import icd10cm_codes, icd10cm_description, tool_names
+from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description
+from trierouter.data.synthetic import tool_names
 from trierouter.shortlist import (
     BM25Index,
     Embedder,
@@ -32,8 +33,10 @@ from trierouter.shortlist import (
     fine_tune_embedder,
     route_set,
 )
-from trierouter.shortlist.embedding import default_model_path, fine_tune_info
-from trierouter.shortlist.lexical import analyze, fuse
+from trierouter.shortlist.bm25 import analyze
+from trierouter.shortlist.embedder import default_model_path
+from trierouter.shortlist.finetune import fine_tune_info
+from trierouter.shortlist.hybrid import fuse
 
 N_CODES = 300
 
@@ -276,8 +279,8 @@ def test_fine_tune_improves_recall_and_reloads(tmp_path: Path, embedder: Embedde
 
     base = Embedder()
     out = tmp_path / "tuned"
-    tuned = base.fine_tune(
-        pairs, output_dir=out, epochs=1, batch_size=32, lr=1e-4, threads=2, progress=False
+    tuned = fine_tune_embedder(
+        pairs, out, base=base, epochs=1, batch_size=32, lr=1e-4, threads=2, progress=False
     )
     after = _mrr(tuned.encode(terms), tuned.encode(descs), gold)
     assert after > before + 0.05, (before, after)
@@ -450,14 +453,14 @@ def test_shortlist_policy_on_100k_values_compiles_per_request(qwen2_index: Token
 
 # -- the openapi-directory registry ---------------------------------------------------------------
 def test_openapi_directory_missing_names_the_fetch_script(tmp_path: Path) -> None:
-    from trierouter.datasets_openapi import openapi_operations
+    from trierouter.data.openapi_directory import openapi_operations
 
     with pytest.raises(FileNotFoundError, match=r"fetch_openapi_directory\.sh"):
         openapi_operations(tmp_path)
 
 
 def test_openapi_directory_registry(qwen2_index: TokenIndex) -> None:
-    from trierouter.datasets_openapi import openapi_directory, openapi_operations
+    from trierouter.data.openapi_directory import openapi_directory, openapi_operations
     from trierouter.shortlist import build_hierarchy
 
     try:

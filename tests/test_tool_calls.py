@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.tools.compiler import CompiledTools, compile_tools
-from trierouter.tools.decode import ToolCallError, ToolCallPlan
+from trierouter.router.toolcalls import ToolCallError, ToolCallPlan
 
 SMALL = [
     {"type": "function", "function": {"name": "github.create_issue", "description": "Open an issue",

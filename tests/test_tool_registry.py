@@ -19,10 +19,10 @@ import pytest
 jsonschema = pytest.importorskip("jsonschema")
 pydantic = pytest.importorskip("pydantic")
 
-from jsonschema import Draft202012Validator  # noqa: E402
-from pydantic import BaseModel, Field  # noqa: E402
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, Field
 
-from trierouter.errors import (  # noqa: E402
+from trierouter.errors import (
     CorruptFileError,
     DuplicateToolError,
     InvalidToolError,
@@ -31,10 +31,11 @@ from trierouter.errors import (  # noqa: E402
     ToolError,
     TrieRouterError,
 )
-from trierouter.testing.mcp_server import server_tools  # noqa: E402
-from trierouter.tools import Tool, ToolRegistry  # noqa: E402
-from trierouter.tools._convert import parse_docstring  # noqa: E402
-from trierouter.tools._schema import clear_caches, schema_problem  # noqa: E402
+from trierouter.registry.docstrings import parse_docstring
+from trierouter.registry.schema_check import clear_caches, schema_problem
+from trierouter.registry.tool import Tool
+from trierouter.registry.tools import ToolRegistry
+from trierouter.testing.mcp_server import server_tools
 
 try:  # resolved from this module's globals by the string annotations of the LangChain test
     from langchain_core.tools import InjectedToolArg
@@ -54,27 +55,41 @@ def _snapshot(reg: ToolRegistry) -> list[Tool]:
 
 
 def test_public_surface_is_pinned() -> None:
-    import trierouter.tools
+    import trierouter.registry
+    import trierouter.router
 
-    assert trierouter.tools.__all__ == [
+    assert trierouter.registry.__all__ == [
         "MAX_NAME_LENGTH",
         "NAMESPACE_SEPARATOR",
+        "CALL_FORMATS",
+        "SHIPPED",
+        "CallFormat",
+        "ChoiceSet",
         "CompiledTools",
-        "DuplicateToolError",
-        "FunctionCall",
-        "InvalidToolError",
-        "McpServerError",
+        "TokenIndex",
         "Tool",
+        "ToolRegistry",
+        "Vocabulary",
+        "compile_choices",
+        "compile_tools",
+        "default_cache_dir",
+        "shipped_vocabulary",
+    ]
+    assert trierouter.router.__all__ == [
+        "FunctionCall",
+        "Matcher",
+        "ParsedOutput",
         "ToolCall",
         "ToolCallError",
         "ToolCallPlan",
-        "ToolError",
-        "ToolRegistry",
-        "compile_tools",
+        "allocate_token_bitmask",
+        "apply_token_bitmask_inplace",
+        "bitmask_to_ids",
+        "ids_to_bitmask",
         "parse_tool_call",
     ]
-    for name in trierouter.tools.__all__:
-        obj = getattr(trierouter.tools, name)
+    for name in trierouter.router.__all__:
+        obj = getattr(trierouter.router, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, TrieRouterError)
     assert issubclass(DuplicateToolError, ToolError) and issubclass(InvalidToolError, ValueError)
@@ -338,7 +353,7 @@ def test_package_imports_without_mcp_or_langchain() -> None:
         "import sys\n"
         "sys.modules['mcp'] = None\n"
         "sys.modules['langchain_core'] = None\n"
-        "from trierouter.tools import ToolRegistry\n"
+        "from trierouter.registry import ToolRegistry\n"
         "def f(x: int) -> int:\n"
         "    '''Double x.'''\n"
         "    return 2 * x\n"

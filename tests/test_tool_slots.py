@@ -14,9 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from trierouter.registry.slots.dispatch import SlotCompiler
+from trierouter.registry.slots.formats import integer_range_node
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables, pack_ids
+from trierouter.registry.slots.nfa import nfa_fragment
+from trierouter.registry.slots.regex import pattern_node
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.tools.automaton import ToolAutomaton, VocabTables, nfa_fragment, pack_ids
-from trierouter.tools.schema import SlotCompiler, integer_range_node, pattern_node
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -122,7 +125,7 @@ def test_integer_ranges_brute_force() -> None:
 
 
 def test_formats_agree_with_python_parsers() -> None:
-    from trierouter.tools.schema import format_node
+    from trierouter.registry.slots.formats import format_node
 
     uuid_node = format_node("uuid")
     ipv4 = format_node("ipv4")

@@ -20,14 +20,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 xgr = pytest.importorskip("xgrammar")
 
-from xgrammar.contrib.hf import LogitsProcessor as XgrLogitsProcessor  # noqa: E402
+from xgrammar.contrib.hf import LogitsProcessor as XgrLogitsProcessor
 
-from trierouter import TokenIndex, Vocabulary, compile_choices, shipped_vocabulary  # noqa: E402
-from trierouter.datasets import non_ascii_labels, tool_names  # noqa: E402
-from trierouter.router.plan import Choice, FreeText, Plan, Text, compile_plan  # noqa: E402
-from trierouter.router.transformers import TrieLogitsProcessor, generate  # noqa: E402
-from trierouter.testing.oracle import ebnf_alternation, xgrammar_tokenizer_info  # noqa: E402
-from trierouter.testing.tiny_model import build_tiny_model  # noqa: E402
+from trierouter import TokenIndex, Vocabulary, compile_choices, shipped_vocabulary
+from trierouter.data.synthetic import non_ascii_labels, tool_names
+from trierouter.router.plan import Choice, FreeText, Plan, Text, compile_plan
+from trierouter.router.transformers import TrieLogitsProcessor, generate
+from trierouter.testing.oracle import ebnf_alternation, xgrammar_tokenizer_info
+from trierouter.testing.tiny_model import build_tiny_model
 
 HfTokens = tuple[dict[bytes, list[int]], list[int], dict[int, bytes]]
 WORDS = "route the request to a tool that can handle billing shipment user repo icd code".split()

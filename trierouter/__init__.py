@@ -9,26 +9,51 @@ to an FSM engine's (XGrammar's) for the same set.
     choices = compile_choices(values, index)          # once per set
     matcher = Matcher(choices)                        # per request
     Classifier(labels, model="path/to/model").classify(texts)   # labels with exact scores
+
+    tools = ToolRegistry(openai_tools).compile(index) # tool name + every argument slot
+    plan = ToolCallPlan(tools, tool_choice="required")# decode with transformers or vLLM
+
+Three packages, one direction of the data flow each: :mod:`trierouter.registry` compiles,
+:mod:`trierouter.router` decodes, :mod:`trierouter.shortlist` retrieves.
 """
 
 from trierouter.classify import Classifier
 from trierouter.errors import (
     CompileError,
     CorruptFileError,
+    DuplicateToolError,
     EmptySetError,
+    InvalidToolError,
     InvalidValueError,
+    McpServerError,
     MissingDependencyError,
+    ToolError,
     TrieRouterError,
     UnreachableValueError,
     VocabularyError,
     VocabularyMismatchError,
 )
-from trierouter.registry.index import TokenIndex
-from trierouter.registry.shipped import SHIPPED, shipped_vocabulary
-from trierouter.registry.trie import ChoiceSet, compile_choices
-from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace
-from trierouter.router.matcher import Matcher
+from trierouter.registry import (
+    SHIPPED,
+    ChoiceSet,
+    CompiledTools,
+    TokenIndex,
+    Tool,
+    ToolRegistry,
+    Vocabulary,
+    compile_choices,
+    compile_tools,
+    shipped_vocabulary,
+)
+from trierouter.router import (
+    Matcher,
+    ToolCall,
+    ToolCallError,
+    ToolCallPlan,
+    allocate_token_bitmask,
+    apply_token_bitmask_inplace,
+    parse_tool_call,
+)
 
 __version__ = "0.1.0"
 
@@ -37,12 +62,22 @@ __all__ = [
     "ChoiceSet",
     "Classifier",
     "CompileError",
+    "CompiledTools",
     "CorruptFileError",
+    "DuplicateToolError",
     "EmptySetError",
+    "InvalidToolError",
     "InvalidValueError",
     "Matcher",
+    "McpServerError",
     "MissingDependencyError",
     "TokenIndex",
+    "Tool",
+    "ToolCall",
+    "ToolCallError",
+    "ToolCallPlan",
+    "ToolError",
+    "ToolRegistry",
     "TrieRouterError",
     "UnreachableValueError",
     "Vocabulary",
@@ -52,5 +87,7 @@ __all__ = [
     "allocate_token_bitmask",
     "apply_token_bitmask_inplace",
     "compile_choices",
+    "compile_tools",
+    "parse_tool_call",
     "shipped_vocabulary",
 ]

@@ -35,7 +35,8 @@ from trierouter import (
     compile_choices,
     shipped_vocabulary,
 )
-from trierouter.datasets import icd10cm_codes, icd10cm_description, tool_names
+from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description
+from trierouter.data.synthetic import tool_names
 
 
 def _ms(seconds: float) -> str:
@@ -298,16 +299,18 @@ def _tool_demo(*, quick: bool, model: Path | None) -> None:
         import transformers
 
         from trierouter.registry.index import default_cache_dir
+        from trierouter.registry.tool import MAX_NAME_LENGTH
+        from trierouter.registry.tools import ToolRegistry
+        from trierouter.router.toolcalls import ToolCallPlan
         from trierouter.router.transformers import generate
-        from trierouter.shortlist.lexical import BM25Index
+        from trierouter.shortlist.bm25 import BM25Index
         from trierouter.testing.tiny_model import build_tiny_model
-        from trierouter.tools import MAX_NAME_LENGTH, ToolCallPlan, ToolRegistry
     except ImportError:
         print("\n(tool-call demo skipped: pip install 'trierouter[tools,transformers]')")
         return
     n = 500 if quick else 5000
     try:
-        from trierouter.datasets_openapi import openapi_tools
+        from trierouter.data.openapi_directory import openapi_tools
 
         t = time.perf_counter()
         raw = [x for x in openapi_tools(limit=n) if len(x["function"]["name"]) <= MAX_NAME_LENGTH]

@@ -535,7 +535,7 @@ class _Vllm:
             from vllm import LLM
         except ImportError as exc:
             raise missing("vllm", "vllm") from exc
-        from trierouter.router.vllm import TrieRouterLogitsProcessor
+        from trierouter.router.vllm.processor import TrieRouterLogitsProcessor
 
         args: dict[str, Any] = {
             "dtype": "float32",

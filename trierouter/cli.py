@@ -362,7 +362,7 @@ def _route_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_registry(path: Path) -> Any:
-    from trierouter.tools import ToolRegistry
+    from trierouter.registry.tools import ToolRegistry
 
     text = path.read_text(encoding="utf-8")
     try:
@@ -379,8 +379,8 @@ def _load_registry(path: Path) -> Any:
 
 
 def _route(args: argparse.Namespace) -> int:
-    from trierouter.shortlist.lexical import BM25Index
-    from trierouter.tools import ToolCallPlan
+    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.shortlist.bm25 import BM25Index
 
     registry = _load_registry(args.registry)
     names = registry.names()

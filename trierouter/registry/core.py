@@ -22,9 +22,12 @@ import os
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from trierouter.errors import CoreBuildError
+
+if TYPE_CHECKING:  # the compiled matcher base, for type checkers (router/matcher.py)
+    from trierouter.registry._core import MatcherBase as MatcherBase
 
 __all__ = ["BACKENDS", "Backend", "default_backend", "native_core", "resolve_backend"]
 

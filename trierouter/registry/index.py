@@ -30,10 +30,10 @@ import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError, VocabularyMismatchError
 from trierouter.registry import core as _backend
-from trierouter.registry._arrays import Trie, build_trie, pack_strings, ranges
 from trierouter.registry._hashmap import HashMap
-from trierouter.registry._store import load_arrays, save_arrays
-from trierouter.registry._validate import Checker
+from trierouter.registry.arrays import Trie, build_trie, pack_strings, ranges
+from trierouter.registry.store import load_arrays, save_arrays
+from trierouter.registry.validate import Checker
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["TokenIndex", "default_cache_dir"]

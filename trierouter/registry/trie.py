@@ -35,10 +35,10 @@ from trierouter.errors import (
     VocabularyMismatchError,
 )
 from trierouter.registry import core as _backend
-from trierouter.registry._arrays import build_trie, pack_strings, ranges
-from trierouter.registry._store import load_arrays, save_arrays
-from trierouter.registry._validate import Checker
+from trierouter.registry.arrays import build_trie, pack_strings, ranges
 from trierouter.registry.index import TokenIndex, TriePairs
+from trierouter.registry.store import load_arrays, save_arrays
+from trierouter.registry.validate import Checker
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["ChoiceSet", "compile_choices"]

@@ -9,13 +9,15 @@ tokenizer (Qwen2 pads 151,643 to 151,936): ``width`` covers it and padding ids a
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import VocabularyError
+from trierouter.registry import loaders
 
 __all__ = ["Vocabulary"]
 
@@ -168,55 +170,105 @@ class Vocabulary:
             name=self._name,
         )
 
-    # -- constructors (implemented in trierouter.registry._loaders) ----------------------------
+    # -- constructors (the readers are in trierouter.registry.loaders) --------------------------
+    @classmethod
+    def from_parts(cls, parts: loaders.VocabularyParts) -> Vocabulary:
+        """From what a reader of :mod:`trierouter.registry.loaders` found (errors name it)."""
+        try:
+            return cls(
+                parts.tokens,
+                end_ids=parts.end_ids,
+                special_ids=parts.special_ids,
+                width=parts.width,
+                name=parts.name,
+            )
+        except VocabularyError as exc:
+            raise VocabularyError(f"{parts.source}: {exc}") from exc
+
     @classmethod
     def from_tokenizer(
-        cls, tokenizer: object, *, width: int | None = None, end_ids: Iterable[int] | None = None
+        cls,
+        tokenizer: object,
+        *,
+        width: int | None = None,
+        end_ids: Iterable[int] | None = None,
+        name: str = "",
     ) -> Vocabulary:
-        """From a ``transformers`` tokenizer object (fast or slow)."""
-        from trierouter.registry import _loaders
-
-        return _loaders.from_transformers(tokenizer, width=width, end_ids=end_ids)
+        """From a ``transformers`` tokenizer object (fast or slow), or a mistral-common one."""
+        return cls.from_parts(
+            loaders.from_transformers(tokenizer, width=width, end_ids=end_ids, name=name)
+        )
 
     @classmethod
     def from_tokenizer_json(
-        cls, path: str, *, width: int | None = None, end_ids: Iterable[int] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        width: int | None = None,
+        end_ids: Iterable[int] | None = None,
+        name: str = "",
     ) -> Vocabulary:
         """From a Hugging Face ``tokenizer.json`` file (byte-level BPE or SentencePiece-style)."""
-        from trierouter.registry import _loaders
+        return cls.from_parts(
+            loaders.from_tokenizer_json(path, width=width, end_ids=end_ids, name=name)
+        )
 
-        return _loaders.from_tokenizer_json(path, width=width, end_ids=end_ids)
+    @classmethod
+    def from_vocab_json(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        special_tokens: Iterable[str] | None = None,
+        width: int | None = None,
+        end_ids: Iterable[int] | None = None,
+        name: str = "",
+    ) -> Vocabulary:
+        """From a byte-level ``vocab.json`` / GPT-2 ``encoder.json`` (token string -> id)."""
+        return cls.from_parts(
+            loaders.from_vocab_json(
+                path, special_tokens=special_tokens, width=width, end_ids=end_ids, name=name
+            )
+        )
 
     @classmethod
     def from_tiktoken(
         cls,
-        path: str,
+        path: str | os.PathLike[str],
         *,
-        special_tokens: dict[str, int] | None = None,
+        special_tokens: Mapping[str, int] | None = None,
         end_ids: Iterable[int] | None = None,
         width: int | None = None,
+        name: str = "",
     ) -> Vocabulary:
         """From a tiktoken-format file (``base64-bytes rank`` per line, optionally gzipped)."""
-        from trierouter.registry import _loaders
-
-        return _loaders.from_tiktoken(
-            path, special_tokens=special_tokens, end_ids=end_ids, width=width
+        return cls.from_parts(
+            loaders.from_tiktoken(
+                path, special_tokens=special_tokens, end_ids=end_ids, width=width, name=name
+            )
         )
 
     @classmethod
     def from_sentencepiece(
-        cls, path: str, *, width: int | None = None, end_ids: Iterable[int] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        width: int | None = None,
+        end_ids: Iterable[int] | None = None,
+        name: str = "",
     ) -> Vocabulary:
         """From a SentencePiece ``.model`` file (``▁`` is a space, ``<0xNN>`` one byte)."""
-        from trierouter.registry import _loaders
-
-        return _loaders.from_sentencepiece(path, width=width, end_ids=end_ids)
+        return cls.from_parts(
+            loaders.from_sentencepiece(path, width=width, end_ids=end_ids, name=name)
+        )
 
     @classmethod
     def from_tekken(
-        cls, path: str, *, width: int | None = None, end_ids: Iterable[int] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        width: int | None = None,
+        end_ids: Iterable[int] | None = None,
+        name: str = "",
     ) -> Vocabulary:
         """From a Mistral Tekken ``tekken*.json`` file (special tokens first)."""
-        from trierouter.registry import _loaders
-
-        return _loaders.from_tekken(path, width=width, end_ids=end_ids)
+        return cls.from_parts(loaders.from_tekken(path, width=width, end_ids=end_ids, name=name))

@@ -86,7 +86,7 @@ class _PyMatcherBase:
 
 
 if TYPE_CHECKING:
-    from trierouter.registry._core import MatcherBase as _Base
+    from trierouter.registry.core import MatcherBase as _Base
 else:
     try:
         _Base = native_core().MatcherBase

@@ -34,7 +34,7 @@ from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace
 from trierouter.router.plan import Plan, PlanState, compile_plan
-from trierouter.tools.decode import ToolCallPlan
+from trierouter.router.toolcalls import ToolCallPlan
 
 try:
     import torch

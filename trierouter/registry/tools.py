@@ -21,10 +21,8 @@ import gc
 import inspect
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,84 +35,15 @@ from trierouter.errors import (
     TrieRouterError,
     missing,
 )
-from trierouter.tools import _convert as convert
-from trierouter.tools._convert import ConversionError
-from trierouter.tools._schema import schema_problem
-
-__all__ = ["MAX_NAME_LENGTH", "NAMESPACE_SEPARATOR", "Tool", "ToolRegistry"]
-
-MAX_NAME_LENGTH = 256
-"""Longest tool name, in characters (OpenAI allows 64, MCP recommends 128)."""
-NAMESPACE_SEPARATOR = "."
-"""``github.create_issue`` is tool ``create_issue`` in namespace ``github``."""
+from trierouter.registry import forms as convert
+from trierouter.registry.forms import ConversionError
+from trierouter.registry.schema_check import schema_problem
+from trierouter.registry.tool import NAMESPACE_SEPARATOR, Tool, empty_object, name_problem
 
 _FORMAT = "trierouter.tools"
 _VERSION = 1
-_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
-
-def _empty_object() -> dict[str, Any]:
-    return {"type": "object", "properties": {}}
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """One tool: what a model sees and fills. The registry hands these out normalized."""
-
-    name: str
-    """Unique name, namespaces included (``github.create_issue``)."""
-    description: str = ""
-    """What the tool does (may be empty)."""
-    parameters: dict[str, Any] = field(default_factory=_empty_object)
-    """JSON Schema of the arguments object; always ``"type": "object"`` with ``properties`` once
-    registered (``$defs`` and local ``$ref`` kept). Shared, not copied: do not mutate."""
-    title: str | None = None
-    """Human-readable display name (MCP's ``title``), if any."""
-    source: str = "dict"
-    """The form it came from: openai, anthropic, mcp, pydantic, callable, langchain or dict."""
-
-    def to_openai(self) -> dict[str, Any]:
-        """OpenAI Chat Completions form: ``{"type": "function", "function": {...}}``."""
-        fn: dict[str, Any] = {"name": self.name}
-        if self.description:
-            fn["description"] = self.description
-        fn["parameters"] = self.parameters
-        return {"type": "function", "function": fn}
-
-    def to_anthropic(self) -> dict[str, Any]:
-        """Anthropic Messages form: ``{"name", "description", "input_schema"}``."""
-        out: dict[str, Any] = {"name": self.name}
-        if self.description:
-            out["description"] = self.description
-        out["input_schema"] = self.parameters
-        return out
-
-    def to_mcp(self) -> dict[str, Any]:
-        """MCP ``Tool`` form, as in a ``tools/list`` result: ``name``, ``title``,
-        ``description``, ``inputSchema``."""
-        out: dict[str, Any] = {"name": self.name}
-        if self.title is not None:
-            out["title"] = self.title
-        if self.description:
-            out["description"] = self.description
-        out["inputSchema"] = self.parameters
-        return out
-
-
-def _name_problem(name: str) -> str | None:
-    if not name:
-        return "the name is empty: give every tool a non-empty name"
-    if name != name.strip():
-        return "the name has leading or trailing whitespace: strip it"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"the name has {len(name)} characters, more than {MAX_NAME_LENGTH}: shorten it"
-    bad = _BAD_CHARS.search(name)
-    if bad:
-        return (
-            f"the name holds the control character or lone surrogate {bad.group()!r} at "
-            f"{bad.start()}: remove it"
-        )
-    return None
+__all__ = ["ToolRegistry"]
 
 
 def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
@@ -122,7 +51,7 @@ def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
     from a file, referenced by nothing else), made an object schema."""
     if not isinstance(tool.name, str):
         raise ConversionError(f"its name must be a string, got {type(tool.name).__name__}")
-    problem = _name_problem(tool.name)
+    problem = name_problem(tool.name)
     if problem:
         raise ConversionError(problem, name=tool.name)
     if not isinstance(tool.description, str):
@@ -131,7 +60,7 @@ def _normalize(tool: Tool, *, owned: bool = False) -> Tool:
         raise ConversionError("its title must be a string or None", name=tool.name)
     params: Any = tool.parameters
     if params is None:
-        params = _empty_object()
+        params = empty_object()
     if not isinstance(params, Mapping):
         raise ConversionError(
             f"its parameters must be a JSON Schema object (a dict), got {type(params).__name__}",
@@ -516,15 +445,15 @@ class ToolRegistry:
     # -- files -----------------------------------------------------------------------------------
     def compile(self, index: Any, **kwargs: Any) -> Any:
         """Compile for decoding against a tokenizer index (or Vocabulary): the names trie and
-        every argument slot's engine (:func:`trierouter.tools.compiler.compile_tools`)."""
-        from trierouter.tools.compiler import compile_tools
+        every argument slot's engine (:func:`trierouter.registry.compiler.compile_tools`)."""
+        from trierouter.registry.compiler import compile_tools
 
         return compile_tools(list(self), index, **kwargs)
 
     def explain(self, name: str) -> str:
         """Which engine serves each slot of tool ``name`` (no tokenizer needed)."""
-        from trierouter.tools.compiler import _normalized
-        from trierouter.tools.schema import SlotCompiler, slot_table
+        from trierouter.registry.compiler import _normalized
+        from trierouter.registry.slots.dispatch import SlotCompiler, slot_table
 
         _, slots = SlotCompiler(dry=True).tool(_normalized(self[name].parameters), b"")
         return slot_table(slots, len(self))

@@ -1,4 +1,5 @@
-"""Tool-call decoding: ``{"name": <trie over tool names>, "arguments": <that tool's constraint>}``.
+"""Tool-call decoding in the model's own syntax: ``<wrapper>{"name": <trie over tool names>,
+"arguments": <that tool's constraint>}<wrapper>``, one call or several (parallel calls).
 
     tools = compile_tools(registry, index)
     plan = ToolCallPlan(tools, tool_choice="required")          # or "auto", "none", a tool name
@@ -14,9 +15,14 @@ matcher of a slot being generated, so a state must not be advanced twice.
 
 - ``"required"``: the output is one tool call;
 - a tool name: the call to that tool (its arguments constrained);
-- ``"auto"``: free text, ending with an end id, or :attr:`call_prefix` (default
-  ``"<tool_call>"``) followed by one constrained call and :attr:`call_suffix`;
-- ``"none"``: free text in which :attr:`call_prefix` never appears.
+- ``"auto"``: free text, ending with an end id, or the format's trigger (``<tool_call>``)
+  followed by a constrained call;
+- ``"none"``: free text in which the format's trigger never appears.
+
+The syntax is the compiled tools' :class:`~trierouter.registry.call_formats.CallFormat`
+(``compile_tools(..., format="hermes")``): Qwen / Hermes ``<tool_call>`` tags, Llama 3.x JSON,
+or a bare object. ``parallel_tool_calls=True`` lets a call be followed by the format's separator
+and another call (up to ``max_calls``) instead of the end.
 
 ``think=True`` puts free text up to ``think_end`` (at most ``think_max_tokens`` tokens, then the
 rest of the delimiter is forced) before all of that.
@@ -34,13 +40,15 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import TrieRouterError
+from trierouter.registry.call_formats import CALL_HEAD
+from trierouter.registry.compiler import CompiledTools
+from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
 from trierouter.router.bitmask import bitmask_to_ids
-from trierouter.tools.automaton import ToolAutomaton, pack_ids
-from trierouter.tools.compiler import CALL_HEAD, CompiledTools
 
 __all__ = [
     "FunctionCall",
+    "ParsedOutput",
     "ToolCall",
     "ToolCallError",
     "ToolCallPlan",
@@ -98,6 +106,8 @@ class ToolState(NamedTuple):
     steps: int = 0
     tool: int = -1
     aux: Any = None
+    calls: int = 0
+    """Calls completed before this one (parallel calls)."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +135,8 @@ class ToolCallPlan:
         think: bool = False,
         think_end: str = "</think>\n",
         think_max_tokens: int = 256,
-        call_prefix: str = "<tool_call>",
-        call_suffix: str = "",
+        parallel_tool_calls: bool = False,
+        max_calls: int = 8,
         string_max_tokens: int | None = None,
         slot_max_tokens: int | None = None,
         max_tokens: int | None = None,
@@ -140,12 +150,14 @@ class ToolCallPlan:
         self.string_max_tokens = string_max_tokens
         self.slot_max_tokens = slot_max_tokens
         self.max_tokens = max_tokens
-        self.call_prefix = call_prefix
-        self.call_suffix = call_suffix
-        if tools.tail != "}" + call_suffix:
-            raise ValueError(
-                f"call_suffix={call_suffix!r} needs tools compiled with tail={'}' + call_suffix!r}"
-            )
+        self.format = tools.format
+        self._tokens = self.vocabulary.tokens
+        self._singles: dict[int, int] | None = None
+        self.parallel_tool_calls = bool(parallel_tool_calls)
+        if max_calls < 1:
+            raise ValueError(f"max_calls={max_calls}: at least 1 call")
+        self.max_calls = max_calls if self.parallel_tool_calls else 1
+        trigger = self.format.trigger
         frees: list[_Free] = []
         if think:
             frees.append(_Free(think_end.encode(), False, think_max_tokens))
@@ -155,24 +167,48 @@ class ToolCallPlan:
             tools.tool_index(tool_choice)
             subset = [tool_choice]
         if tool_choice == "auto":
-            if not call_prefix:
-                raise ValueError('tool_choice="auto" needs a call_prefix that starts a call')
-            frees.append(_Free(call_prefix.encode(), True, None))
+            frees.append(_Free(trigger.encode(), True, None))
         elif tool_choice == "none":
-            frees.append(_Free(call_prefix.encode(), True, None, forbid=True))
+            frees.append(_Free(trigger.encode(), True, None, forbid=True))
         self._frees = frees
         self.NAME = len(frees)
         self.ARGS = self.NAME + 1
         self.XG = self.NAME + 2
+        self.NEXT = self.NAME + 3
         self._text_only = tool_choice == "none"
-        self.names: ChoiceSet = tools.names if subset is None else tools.names_for(subset)
+        lead = self.format.lead(after_trigger=tool_choice == "auto")
+        self.names: ChoiceSet = tools.names_for(None if subset is None else list(subset), lead=lead)
+        self.next_names: ChoiceSet | None = None
+        self._hold = self.max_calls > 1
+        held = self.format.held(hold=self._hold)
+        self._next_end = -1
+        self._finish: ChoiceSet | None = None
+        self.FINISH = self.NAME + 4
+        if self.max_calls > 1:
+            following = self.format.lead(following=True, held=held)
+            self.next_names = tools.names_for(
+                None if subset is None else list(subset), lead=following
+            )
+            self._next_end = self._walk_bytes(self.next_names, held.encode())
+            if held:  # after the last call allowed: the held character, then the end
+                from trierouter.registry.trie import compile_choices
+
+                self._finish = compile_choices([held], tools.index)
         words = (self.width + 31) // 32
         self._end_row = pack_ids(list(self.end_ids), self.width)
         self._words = words
         self._free_rows: dict[tuple[int, int, bool], npt.NDArray[np.int32]] = {}
         self._tier_rows: list[npt.NDArray[np.int32]] | None = None
         self._safe_row: npt.NDArray[np.int32] | None = None
-        self._tokens = self.vocabulary.tokens
+
+    def _walk_bytes(self, names: ChoiceSet, data: bytes) -> int:
+        """The node of ``names`` after ``data`` written one single-byte token at a time."""
+        node = names.root
+        if not data:
+            return node
+        for b in data:
+            node = names.advance(node, self._single_bytes()[b])
+        return node
 
     def __repr__(self) -> str:
         return (
@@ -204,16 +240,29 @@ class ToolCallPlan:
         steps = int(state[2]) if len(state) > 2 else 0
         if stage < self.NAME:
             return self._advance_free(stage, node, steps, token)
-        if stage == self.NAME:
-            nxt = self.names.advance(node, token)
-            if nxt in (self.names.DEAD, self.names.END):
+        calls = int(state[5]) if len(state) > 5 else 0
+        if stage == self.FINISH:
+            assert self._finish is not None
+            nxt = self._finish.advance(node, token)
+            if nxt == self._finish.END:
+                return ToolState(self.TERMINATED, 0)
+            if nxt == self._finish.DEAD:
                 return ToolState(self.DEAD, 0)
-            if self.names.is_terminal(nxt):
-                tool = self._tool_of(nxt)
-                return self._enter_args(tool, 0)
-            return ToolState(stage, nxt, steps + 1)
+            return ToolState(self.FINISH, nxt)
+        if stage in (self.NAME, self.NEXT):
+            names = self.names if stage == self.NAME else self.next_names
+            assert names is not None
+            if stage == self.NEXT and node == self._next_end and token in self.end_ids:
+                return ToolState(self.TERMINATED, 0)
+            nxt = names.advance(node, token)
+            if nxt in (names.DEAD, names.END):
+                return ToolState(self.DEAD, 0)
+            if names.is_terminal(nxt):
+                tool = self.tools.tool_of_node(names, nxt)
+                return self._enter_args(tool, 0, calls=calls)
+            return ToolState(stage, nxt, steps + 1, -1, None, calls)
         tool = int(state[3])
-        a = self.tools.automaton(tool)
+        a = self.tools.automaton(tool, hold=self._hold)
         if stage == self.ARGS:
             nxt = a.advance(node, token)
             if nxt < 0:
@@ -222,7 +271,7 @@ class ToolCallPlan:
             # in the arguments so far
             inside = a.klass[nxt] >= 0
             strs = (steps + 1 if a.klass[node] >= 0 else 1) if inside else 0
-            return self._enter_args(tool, nxt, strs, int(state[4] or 0) + 1)
+            return self._enter_args(tool, nxt, strs, int(state[4] or 0) + 1, calls)
         # XGrammar slot
         box = state[4]
         matcher = box[0]
@@ -230,27 +279,31 @@ class ToolCallPlan:
         if token not in self.end_ids and (int(row[token >> 5]) >> (token & 31)) & 1:
             if not matcher.accept_token(token):  # pragma: no cover - the mask allowed it
                 return ToolState(self.DEAD, 0)
-            return ToolState(self.XG, node, steps + 1, tool, [matcher, None, box[2] + 1])
+            return ToolState(self.XG, node, steps + 1, tool, [matcher, None, box[2] + 1], calls)
         if matcher.is_completed():
             nxt = a.advance(node, token)
             if nxt >= 0:
-                return self._enter_args(tool, nxt, 1 if a.klass[nxt] >= 0 else 0, box[2] + 1)
+                strs = 1 if a.klass[nxt] >= 0 else 0
+                return self._enter_args(tool, nxt, strs, box[2] + 1, calls)
         return ToolState(self.DEAD, 0)
 
-    def _tool_of(self, node: int) -> int:
-        return self.tools.tool_of_node(self.names, node)
-
-    def _enter_args(self, tool: int, state: int, steps: int = 0, total: int = 0) -> ToolState:
-        a = self.tools.automaton(tool)
+    def _enter_args(
+        self, tool: int, state: int, steps: int = 0, total: int = 0, calls: int = 0
+    ) -> ToolState:
+        a = self.tools.automaton(tool, hold=self._hold)
         ex = a.exits.get(state)
         if ex is not None:
             import xgrammar as xgr
 
             matcher = xgr.GrammarMatcher(self.tools.grammar(ex.key))
-            return ToolState(self.XG, ex.reentry, 0, tool, [matcher, None, total])
+            return ToolState(self.XG, ex.reentry, 0, tool, [matcher, None, total], calls)
         if a.accept[state]:
+            if self.next_names is not None and calls + 1 < self.max_calls:
+                return ToolState(self.NEXT, self.next_names.root, 0, -1, None, calls + 1)
+            if self._finish is not None:
+                return ToolState(self.FINISH, self._finish.root)
             return ToolState(self.DONE, 0)
-        return ToolState(self.ARGS, state, steps, tool, total)
+        return ToolState(self.ARGS, state, steps, tool, total, calls)
 
     def _xg_row(self, state: Any) -> npt.NDArray[np.int32]:
         box = state[4]
@@ -288,8 +341,33 @@ class ToolCallPlan:
         if done >= 0:
             if stage + 1 < self.NAME:
                 return ToolState(stage + 1, 0)
-            return ToolState(self.NAME, self.names.root)
+            node = self._walk_rest(data[done:])
+            if node < 0:
+                return ToolState(self.DEAD, 0)
+            return ToolState(self.NAME, node, len(data) - done)
         return ToolState(stage, k2, steps + 1)
+
+    def _walk_rest(self, rest: bytes) -> int:
+        """The names-trie node after ``rest``, the part of a token past the ``auto`` trigger
+        (``>\n`` crosses from ``<tool_call>`` into the call), or -1 if it leaves the trie."""
+        node = self.names.root
+        for b in rest:
+            tok = self._single_bytes().get(b)
+            if tok is None:
+                return -1
+            node = self.names.advance(node, tok)
+            if node in (self.names.DEAD, self.names.END) or self.names.is_terminal(node):
+                return -1
+        return node
+
+    def _single_bytes(self) -> dict[int, int]:
+        if self._singles is None:
+            self._singles = {
+                t[0]: i
+                for i, t in enumerate(self._tokens)
+                if len(t) == 1 and self.vocabulary.matchable[i]
+            }
+        return self._singles
 
     def _free_allows(self, stage: int, k: int, steps: int, token: int) -> bool:
         row = self._free_row(stage, k, self._forcing(stage, steps))
@@ -326,8 +404,12 @@ class ToolCallPlan:
                 pos = text.find(trig)
                 if pos < 0:
                     continue
-                if fr.forbid or pos + len(trig) != len(text):
+                if fr.forbid:
                     bad.append(i)
+                elif pos + len(trig) != len(text):
+                    crosses = fr.allow_end and stage + 1 == self.NAME  # the auto trigger
+                    if not crosses or self._walk_rest(text[pos + len(trig) :]) < 0:
+                        bad.append(i)
             allowed = np.flatnonzero(matchable)
             row = pack_ids(allowed, self.width)
             if bad:
@@ -354,7 +436,17 @@ class ToolCallPlan:
         if stage == self.NAME:
             self.names.fill_next_token_bitmask(node, bitmask, index)
             return
-        a: ToolAutomaton = self.tools.automaton(int(state[3]))
+        if stage == self.NEXT:
+            assert self.next_names is not None
+            self.next_names.fill_next_token_bitmask(node, bitmask, index)
+            if node == self._next_end:  # another call, or the end of the turn
+                row |= self._end_row
+            return
+        if stage == self.FINISH:
+            assert self._finish is not None
+            self._finish.fill_next_token_bitmask(node, bitmask, index)
+            return
+        a: ToolAutomaton = self.tools.automaton(int(state[3]), hold=self._hold)
         steps = int(state[2])
         if stage == self.ARGS:
             over = self.string_max_tokens is not None and steps >= self.string_max_tokens
@@ -440,6 +532,7 @@ class ToolCallPlan:
             state = self.advance(state, int(t))
             if state[0] in (self.ARGS, self.XG):
                 tool = int(state[3])
+                break
             elif state[0] == self.DEAD:
                 break
             elif state[0] == self.DONE and tool < 0:  # arguments ended within the name's token
@@ -458,45 +551,59 @@ class ToolCallPlan:
 
     # -- results ---------------------------------------------------------------------------------
     def parse(self, text: str, *, validate: bool = True) -> ToolCall | None:
-        """The tool call in ``text`` (an output of this plan), validated against the tool's schema.
+        """The (first) tool call in ``text`` (an output of this plan), validated against the
+        tool's schema; ``None`` when the output is text without a call (``"auto"`` / ``"none"``).
+        Raises :class:`ToolCallError` naming the problem when a call is not valid."""
+        calls = self.parse_calls(text, validate=validate).calls
+        return calls[0] if calls else None
 
-        ``None`` when the output is text without a call (``"auto"`` / ``"none"``); raises
-        :class:`ToolCallError` naming the problem when the call is not valid.
-        """
+    def parse_calls(self, text: str, *, validate: bool = True) -> ParsedOutput:
+        """Every call in ``text`` and the text around them (:class:`ParsedOutput`)."""
+        reasoning = ""
         if self._frees and self._frees[0].max_tokens is not None:  # think
             end = self._frees[0].trigger.decode()
             cut = text.find(end)
             if cut < 0:
                 raise ToolCallError(f"no {end!r} closes the thinking part: {text[-80:]!r}")
-            text = text[cut + len(end) :]
+            reasoning, text = text[:cut], text[cut + len(end) :]
         if self.tool_choice == "none":
-            return None
-        if self.tool_choice == "auto":
-            cut = text.find(self.call_prefix)
-            if cut < 0:
-                return None
-            text = text[cut + len(self.call_prefix) :]
-        if self.call_suffix and text.endswith(self.call_suffix):
-            text = text[: -len(self.call_suffix)]
-        return parse_tool_call(text, self.tools, validate=validate)
+            return ParsedOutput(text, [], reasoning)
+        content, objects = self.format.split(text, auto=self.tool_choice == "auto")
+        if not objects and self.tool_choice != "auto":
+            raise ToolCallError(f"no {self.format.name} tool call in the output: {text[:80]!r}")
+        calls = [parse_tool_call(o, self.tools, validate=validate) for o in objects]
+        return ParsedOutput(content, calls, reasoning)
+
+
+class ParsedOutput(NamedTuple):
+    """What a model wrote in one turn: text, tool calls (OpenAI format), thinking."""
+
+    content: str
+    """Text outside the calls (``auto``: before the first call)."""
+    calls: list[ToolCall]
+    """The calls, in order."""
+    reasoning: str = ""
+    """The thinking part (``think=True``), without its delimiter."""
 
 
 def parse_tool_call(text: str, tools: CompiledTools, *, validate: bool = True) -> ToolCall:
-    """``{"name": ..., "arguments": {...}}`` → :class:`ToolCall`, checked with ``jsonschema``."""
+    """``{"name": ..., "arguments": {...}}`` (the format's arguments key) → :class:`ToolCall`,
+    checked with ``jsonschema``."""
     if not text.startswith(CALL_HEAD[:1]):
         raise ToolCallError(f"not a tool call: {text[:80]!r}")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ToolCallError(f"tool call is not complete JSON ({exc.msg}): {text[-80:]!r}") from exc
-    if not isinstance(obj, dict) or set(obj) != {"name", "arguments"}:
-        raise ToolCallError(f"tool call must have exactly 'name' and 'arguments': {text[:80]!r}")
+    key = tools.format.arguments_key
+    if not isinstance(obj, dict) or set(obj) != {"name", key}:
+        raise ToolCallError(f"tool call must have exactly 'name' and {key!r}: {text[:80]!r}")
     name = obj["name"]
     try:
         i = tools.tool_index(name)
     except KeyError:
         raise ToolCallError(f"no tool named {name!r} in the registry") from None
-    args = obj["arguments"]
+    args = obj[key]
     if validate:
         try:
             import jsonschema

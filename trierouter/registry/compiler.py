@@ -4,14 +4,13 @@
     tools.explain("github.create_issue")            # which engine serves each slot
     tools.automaton(i)                              # tool i's byte automaton (built on first use)
 
-What is compiled up front: the trie over ``{"name": "<name>", "arguments": `` for every tool and
-the engine of every slot of every schema (see :mod:`trierouter.tools.schema`). The XGrammar
+What is compiled up front: the trie over ``{"name": "<name>", "arguments": `` for every tool and the
+engine of every slot of every schema (see :mod:`trierouter.registry.slots.dispatch`). The XGrammar
 grammar of a slot that needs one is compiled the first time a call reaches it and kept, one per
-distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: about a second each).
-Each tool's automaton is wired from the shared slot automata the first time the tool is chosen
-(about a millisecond), and its token masks are filled in per state on first visit; both are kept
-(``materialize()`` builds all of them up front).
-"""
+distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: about a second each). Each
+tool's automaton is wired from the shared slot automata the first time the tool is chosen (about a
+millisecond), and its token masks are filled in per state on first visit; both are kept
+(``materialize()`` builds all of them up front)."""
 
 from __future__ import annotations
 
@@ -23,17 +22,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trierouter.errors import CompileError, missing
+from trierouter.errors import CompileError, TrieRouterError, missing
+from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.tools.automaton import ToolAutomaton, VocabTables
-from trierouter.tools.schema import Slot, SlotCompiler, slot_table
 
 __all__ = ["CALL_HEAD", "CompiledTools", "ToolSpec", "compile_tools", "xgrammar_tokenizer_info"]
-
-CALL_HEAD = '{"name": "'
-NAME_TAIL = '", "arguments": '
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +102,18 @@ class CompiledTools:
         tools: Iterable[Any],
         index: TokenIndex,
         *,
-        tail: str = "}",
+        format: str | CallFormat = "json",
         eager_xgrammar: bool = False,
         cache_size: int = 4096,
     ) -> None:
         self.index = index
         self.vocabulary = index.vocabulary
-        self.tail = tail
+        try:
+            self.format = call_format(format)
+        except TrieRouterError as exc:
+            raise CompileError(str(exc)) from None
+        """The model-native call syntax the names trie and the automata are built for."""
+        self.tail = self.format.tail()
         self.specs: list[ToolSpec] = [_as_spec(t) for t in tools]
         if not self.specs:
             raise CompileError("tools: the registry is empty; register at least one tool")
@@ -122,10 +124,14 @@ class CompiledTools:
             dup = next(s.name for s in self.specs if s.name in seen or seen.add(s.name))  # type: ignore[func-returns-value]
             raise CompileError(f"tool {dup!r} is registered twice; tool names must be unique")
         t0 = time.perf_counter()
-        self._names_by_text = {self.name_text(s.name): i for i, s in enumerate(self.specs)}
-        self.names = compile_choices(
-            list(self._names_by_text), index, terminator=NAME_TAIL, allow_end=False
-        )
+        self._by_escaped = {_escaped(s.name): i for i, s in enumerate(self.specs)}
+        fmt = self.format
+        leads = {fmt.lead(), fmt.lead(after_trigger=True), fmt.lead(following=True)}
+        leads.add(fmt.lead(following=True, held=fmt.held(hold=True)))
+        self._leads = sorted(leads, key=len, reverse=True)
+        self._tries: dict[str, ChoiceSet] = {}
+        self.names = self.names_for(None)
+        """The names trie of a whole call head (``tool_choice="required"``)."""
         t1 = time.perf_counter()
         dry = SlotCompiler(dry=True)
         self.slots: list[list[Slot]] = []
@@ -142,7 +148,7 @@ class CompiledTools:
         self.stats.analysis_ms = (t2 - t1) * 1e3
         self._builder = SlotCompiler()
         self._tables = VocabTables.get(self.vocabulary)
-        self._automata: OrderedDict[int, ToolAutomaton] = OrderedDict()
+        self._automata: OrderedDict[tuple[int, bool], ToolAutomaton] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.RLock()
         self._xgr_compiler: Any = None
@@ -157,10 +163,10 @@ class CompiledTools:
         self.stats.xgrammar_grammars = len(self._grammars)
 
     # -- lookup --------------------------------------------------------------------------------
-    @staticmethod
-    def name_text(name: str) -> str:
-        """What the trie holds for ``name``: the call's head and the JSON-escaped name."""
-        return CALL_HEAD + json.dumps(name, ensure_ascii=False)[1:-1]
+    def name_text(self, name: str, lead: str | None = None) -> str:
+        """What a names trie holds for ``name``: ``lead`` (default: the format's whole call head)
+        and the JSON-escaped name."""
+        return (self.format.lead() if lead is None else lead) + _escaped(name)
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -184,28 +190,51 @@ class CompiledTools:
         text = names.value_at(node)
         if text is None:
             raise KeyError(f"node {node}: no tool name ends here")
-        return self._names_by_text[text]
+        for lead in self._leads:
+            if text.startswith(lead):
+                i = self._by_escaped.get(text[len(lead) :])
+                if i is not None:
+                    return i
+        raise KeyError(f"node {node}: {text!r} is not a tool name of this registry")
 
-    def names_for(self, subset: Sequence[str]) -> ChoiceSet:
-        """A names trie over ``subset`` only (a shortlist, or one forced tool)."""
+    def names_for(self, subset: Sequence[str] | None, *, lead: str | None = None) -> ChoiceSet:
+        """A names trie over ``subset`` (a shortlist, or one forced tool; ``None``: every tool,
+        compiled once per ``lead`` and kept), each name after ``lead`` (default: the format's
+        whole call head) and before the format's ``", "arguments": ``."""
+        lead = self.format.lead() if lead is None else lead
+        if subset is None:
+            trie = self._tries.get(lead)
+            if trie is None:
+                texts = [lead + e for e in self._by_escaped]
+                trie = compile_choices(
+                    texts, self.index, terminator=self.format.name_tail, allow_end=False
+                )
+                self._tries[lead] = trie
+            return trie
         texts = []
         for n in subset:
             self.tool_index(n)
-            texts.append(self.name_text(n))
-        return compile_choices(texts, self.index, terminator=NAME_TAIL, allow_end=False)
+            texts.append(self.name_text(n, lead))
+        return compile_choices(texts, self.index, terminator=self.format.name_tail, allow_end=False)
 
     # -- engines -------------------------------------------------------------------------------
-    def automaton(self, i: int) -> ToolAutomaton:
-        """Tool ``i``'s argument automaton (``{...}`` then :attr:`tail`), built on first use."""
+    def automaton(self, i: int, *, hold: bool = False) -> ToolAutomaton:
+        """Tool ``i``'s argument automaton (a space, ``{...}``, then :attr:`tail`; ``hold``:
+        without the suffix's last character, see :meth:`CallFormat.tail`), built on first use."""
+        key = (i, hold)
         with self._lock:
-            a = self._automata.get(i)
+            a = self._automata.get(key)
             if a is not None:
-                self._automata.move_to_end(i)
+                self._automata.move_to_end(key)
                 return a
             spec = self.specs[i]
-            frag, _ = self._builder.tool(_normalized(spec.parameters), self.tail.encode())
+            frag, _ = self._builder.tool(
+                _normalized(spec.parameters),
+                self.format.tail(hold=hold).encode(),
+                self.format.ARGS_HEAD.encode(),
+            )
             a = ToolAutomaton(frag, self._tables)
-            self._automata[i] = a
+            self._automata[key] = a
             while len(self._automata) > self._cache_size:
                 self._automata.popitem(last=False)
             return a
@@ -245,6 +274,10 @@ class CompiledTools:
     def explain(self, name: str) -> str:
         """A table of the slots of tool ``name`` and the engine serving each."""
         return slot_table(self.slots[self.tool_index(name)], len(self.specs))
+
+
+def _escaped(name: str) -> str:
+    return json.dumps(name, ensure_ascii=False)[1:-1]
 
 
 def _without(schema: Any, keyword: str) -> Any:

@@ -1,4 +1,7 @@
-"""Readers that turn tokenizer objects and files into :class:`Vocabulary` (exact bytes).
+"""Readers that turn tokenizer objects and files into the parts of a vocabulary (exact bytes).
+
+:class:`~trierouter.registry.vocabulary.Vocabulary`'s ``from_*`` constructors call them and
+build the vocabulary from :class:`VocabularyParts`; this module does not import it.
 
 Three ways a tokenizer spells bytes, detected from the tokenizer's own description:
 
@@ -17,17 +20,18 @@ from __future__ import annotations
 import binascii
 import gzip
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from trierouter.errors import VocabularyError, missing
-from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = [
     "END_TOKEN_NAMES",
+    "VocabularyParts",
     "from_sentencepiece",
     "from_tekken",
     "from_tiktoken",
@@ -35,6 +39,24 @@ __all__ = [
     "from_transformers",
     "from_vocab_json",
 ]
+
+
+class VocabularyParts(NamedTuple):
+    """What a reader found: the arguments of ``Vocabulary(...)`` and where they came from."""
+
+    tokens: list[bytes]
+    """The exact bytes of each token id."""
+    special_ids: tuple[int, ...]
+    """Control, added and special tokens: never part of a value."""
+    end_ids: tuple[int, ...]
+    """End-of-sequence / end-of-turn ids."""
+    width: int
+    """The model's logits width (at least ``len(tokens)``)."""
+    name: str
+    """A label for messages."""
+    source: str
+    """The file or object read, for error messages."""
+
 
 Scheme = Literal["byte_level", "sentencepiece", "plain"]
 
@@ -178,20 +200,18 @@ def _build(
     width: int | None,
     source: str,
     name: str = "",
-) -> Vocabulary:
-    try:
-        return Vocabulary(
-            tokens,
-            end_ids=end_ids,
-            special_ids=special,
-            width=len(tokens) if width is None else int(width),
-            name=name,
-        )
-    except VocabularyError as exc:
-        raise VocabularyError(f"{source}: {exc}") from exc
+) -> VocabularyParts:
+    return VocabularyParts(
+        tokens,
+        tuple(int(i) for i in special),
+        tuple(int(i) for i in end_ids),
+        len(tokens) if width is None else int(width),
+        name,
+        source,
+    )
 
 
-def _path(path: str | Path, what: str) -> Path:
+def _path(path: str | os.PathLike[str], what: str) -> Path:
     p = Path(path)
     if not p.is_file():
         raise VocabularyError(f"{p}: no such file; expected {what}")
@@ -250,7 +270,7 @@ def _from_tokenizer_data(
     extra_special: Mapping[int, str] | None = None,
     extra_end_ids: Sequence[int] = (),
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     """The shared core of :func:`from_tokenizer_json` and :func:`from_transformers`."""
     what = "a Hugging Face tokenizer.json (with a 'model' holding a 'vocab')"
     if not isinstance(data, Mapping) or not isinstance(data.get("model"), Mapping):
@@ -354,12 +374,12 @@ def _generation_end_ids(directory: Path) -> list[int]:
 
 
 def from_tokenizer_json(
-    path: str | Path,
+    path: str | os.PathLike[str],
     *,
     width: int | None = None,
     end_ids: Iterable[int] | None = None,
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     """Read a Hugging Face ``tokenizer.json`` with the ``json`` module (no ``tokenizers`` needed).
 
     End ids, unless given: the ``eos_token`` of a ``tokenizer_config.json`` and the
@@ -382,13 +402,13 @@ def from_tokenizer_json(
 
 
 def from_vocab_json(
-    path: str | Path,
+    path: str | os.PathLike[str],
     *,
     special_tokens: Iterable[str] | None = None,
     width: int | None = None,
     end_ids: Iterable[int] | None = None,
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     """Read a byte-level ``vocab.json`` / GPT-2 ``encoder.json`` (token string -> id).
 
     ``special_tokens`` names the entries that are special; by default those named like
@@ -459,7 +479,7 @@ def from_transformers(
     width: int | None = None,
     end_ids: Iterable[int] | None = None,
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     """Read a ``transformers`` tokenizer object (fast, SentencePiece or other slow tokenizer).
 
     Fast tokenizers are read from their backend's JSON (as :func:`from_tokenizer_json`);
@@ -525,13 +545,8 @@ def from_transformers(
             f"{source}: expected a transformers tokenizer (with backend_tokenizer, sp_model or "
             "get_vocab())"
         )
-    w = max(n_tok, len(vocab)) if width is None else int(width)
-    if w == vocab.width:
-        return vocab
-    try:
-        return vocab.with_width(w)
-    except VocabularyError as exc:
-        raise VocabularyError(f"{source}: {exc}") from exc
+    w = max(n_tok, len(vocab.tokens)) if width is None else int(width)
+    return vocab._replace(width=w, source=source)
 
 
 # -- tiktoken ------------------------------------------------------------------------------------
@@ -555,13 +570,13 @@ def _read_tiktoken(path: Path) -> tuple[list[bytes], list[int]]:
 
 
 def from_tiktoken(
-    path: str | Path,
+    path: str | os.PathLike[str],
     *,
     special_tokens: Mapping[str, int] | None = None,
     end_ids: Iterable[int] | None = None,
     width: int | None = None,
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     """Read a tiktoken file (``base64-bytes rank`` per line; ``.gz`` read transparently).
 
     The rank is the token id; ids not covered by a rank or a special token are empty specials.
@@ -608,7 +623,7 @@ def _from_sp_processor(
     end_ids: Iterable[int] | None,
     extra_special: Mapping[int, str] | None = None,
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     n = int(sp.get_piece_size())
     if n <= 0:
         raise VocabularyError(f"{source}: the SentencePiece model has no pieces")
@@ -647,12 +662,12 @@ def _from_sp_processor(
 
 
 def from_sentencepiece(
-    path: str | Path,
+    path: str | os.PathLike[str],
     *,
     width: int | None = None,
     end_ids: Iterable[int] | None = None,
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     """Read a SentencePiece ``.model`` with the ``sentencepiece`` package.
 
     ``▁`` is a space, ``<0xNN>`` byte pieces are one byte, control / unknown / unused pieces are
@@ -675,12 +690,12 @@ def from_sentencepiece(
 
 # -- Mistral Tekken ------------------------------------------------------------------------------
 def from_tekken(
-    path: str | Path,
+    path: str | os.PathLike[str],
     *,
     width: int | None = None,
     end_ids: Iterable[int] | None = None,
     name: str = "",
-) -> Vocabulary:
+) -> VocabularyParts:
     """Read a Mistral Tekken ``tekken*.json`` with the ``json`` module.
 
     Ids ``0..num_special-1`` are special tokens (named ones spell their name, the rest nothing);

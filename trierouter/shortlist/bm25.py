@@ -1,15 +1,4 @@
-"""Lexical shortlist: BM25 over words (lightly stemmed) and character n-grams, numpy only.
-
-Two fields per text, scored separately and summed (``ngram_weight`` on the second): the words
-(split on punctuation and camelCase, lower-cased, plural/-ing/-ed stripped, a few stop words
-dropped) and the character n-grams of each word (``#word#``), which match eponyms, abbreviations
-and spelling variants that whole words miss. A value may be indexed under several texts and
-scores the best of them. Postings are kept as raw term frequencies, so :meth:`BM25Index.add`
-appends without re-analysing what is indexed; weights are recomputed from the counts (IDF and
-average length change with every addition) on the next search.
-
-:class:`HybridIndex` fuses several retrievers over the same values by weighted reciprocal rank.
-"""
+"""BM25 over words and character n-grams (numpy), saved and loaded as checked arrays."""
 
 from __future__ import annotations
 
@@ -23,11 +12,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError
-from trierouter.registry._store import load_arrays, save_arrays
-from trierouter.registry._validate import Checker, meta_float, meta_int
+from trierouter.registry.store import load_arrays, save_arrays
+from trierouter.registry.validate import Checker, meta_float, meta_int
 from trierouter.shortlist._common import (
     IndexMismatchError,
-    Retriever,
     ValueRows,
     as_texts,
     best_per_owner,
@@ -35,7 +23,8 @@ from trierouter.shortlist._common import (
     values_hash,
 )
 
-__all__ = ["BM25Index", "HybridIndex", "analyze"]
+__all__ = ["BM25Index", "analyze"]
+
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -371,69 +360,3 @@ def _unpack(arrays: dict[str, npt.NDArray[Any]], name: str) -> list[str]:
     data = arrays[f"{name}_bytes"].tobytes()
     off = arrays[f"{name}_offsets"].tolist()
     return [data[off[i] : off[i + 1]].decode("utf-8", "surrogatepass") for i in range(len(off) - 1)]
-
-
-class HybridIndex:
-    """Weighted reciprocal-rank fusion of retrievers over the same values.
-
-    ``score(v) = sum_i weights[i] / (c + rank_i(v))`` over the top ``depth`` of each retriever
-    (rank from 1); values missing from a list contribute nothing for it.
-    """
-
-    def __init__(
-        self,
-        retrievers: Sequence[Retriever],
-        *,
-        weights: Sequence[float] | None = None,
-        c: float = 60.0,
-        depth: int = 200,
-    ) -> None:
-        if not retrievers:
-            raise ValueError("retrievers must name at least one retriever")
-        first = retrievers[0].values
-        for i, r in enumerate(retrievers[1:], 1):
-            if r.values != first:
-                raise ValueError(f"retrievers[{i}] indexes other values than retrievers[0]")
-        self.retrievers = list(retrievers)
-        self.weights = list(weights) if weights is not None else [1.0] * len(retrievers)
-        if len(self.weights) != len(self.retrievers):
-            raise ValueError(f"weights has {len(self.weights)} entries for {len(retrievers)}")
-        self.c = c
-        self.depth = depth
-
-    @property
-    def values(self) -> list[str]:
-        """The shared values."""
-        return self.retrievers[0].values
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def search(self, query: str, k: int = 64) -> list[str]:
-        """The ``k`` best values by fused rank."""
-        vals = self.values
-        return [vals[i] for i in self.search_ids([query], k)[0]]
-
-    def search_ids(self, queries: Sequence[str], k: int = 64) -> list[I64]:
-        """Value ids of the best ``k`` values per query by fused rank."""
-        check_k(k)
-        lists = [r.search_ids(queries, max(k, self.depth)) for r in self.retrievers]
-        return [
-            fuse([lst[q] for lst in lists], k, weights=self.weights, c=self.c)
-            for q in range(len(queries))
-        ]
-
-
-def fuse(rankings: Sequence[I64], k: int, *, weights: Sequence[float], c: float) -> I64:
-    """Weighted reciprocal-rank fusion of ranked id lists; ties broken by smaller id."""
-    ids = np.concatenate([np.asarray(r, np.int64) for r in rankings])
-    if not len(ids):
-        return ids
-    sc = np.concatenate(
-        [w / (c + np.arange(1, len(r) + 1)) for r, w in zip(rankings, weights, strict=True)]
-    )
-    uniq, inv = np.unique(ids, return_inverse=True)
-    total = np.bincount(inv, weights=sc)
-    order = np.lexsort((uniq, -total))[:k]
-    out: I64 = uniq[order]
-    return out

@@ -6,13 +6,13 @@ for it:
 - ``trie``: ``enum``, ``const``, booleans, ``null`` — a trie over the JSON text of each value;
 - ``format``: fixed formats — ``date``, ``time``, ``date-time``, ``uuid``, ``ipv4``, integers with
   bounds, strings whose ``pattern`` is a plain regular expression — a position automaton with the
-  same language as XGrammar's rule for it;
+  same language as XGrammar's rule for it (:mod:`~trierouter.registry.slots.formats`,
+  :mod:`~trierouter.registry.slots.regex`);
 - ``automaton``: free strings, integers, numbers, and objects / arrays / unions built from the
   above — deterministic automata wired together;
-- ``xgrammar``: everything else (free-form objects, ``allOf``, recursive ``$ref``, strings with
-  length bounds, number ranges, patterns outside the supported regex subset, ``email`` / ``uri``
-  / ``ipv6``...) — an XGrammar grammar for that slot's sub-schema, compiled once per distinct
-  sub-schema.
+- ``xgrammar``: everything else (free-form objects, recursive ``$ref``, number ranges, patterns
+  outside the supported regex subset, ``email`` / ``uri`` / ``ipv6``...) — an XGrammar grammar
+  for that slot's sub-schema, compiled once per distinct sub-schema.
 
 The text layout is XGrammar's with ``any_whitespace=False``: ``{"a": 1, "b": [true, null]}``,
 properties in schema order, optional ones skippable.
@@ -20,35 +20,34 @@ properties in schema order, optional ones skippable.
 
 from __future__ import annotations
 
-import functools
 import json
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trierouter.tools.automaton import (
-    DIGIT,
-    HEX,
+from trierouter.registry.slots.formats import (
+    _DUMMY,
+    _counted_string,
+    _format_fragment,
+    _integer_fragment,
+    _length_limited,
+    _number_fragment,
+    format_node,
+)
+from trierouter.registry.slots.fragment import (
     MAX_COUNTED,
     Builder,
     Fragment,
-    _Node,
-    alt,
-    cls,
     exit_fragment,
-    lit,
-    nfa_fragment,
-    opt,
-    rep,
-    seq,
     string_fragment,
     trie_fragment,
 )
+from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
+from trierouter.registry.slots.regex import pattern_node
 
-__all__ = ["Slot", "SlotCompiler", "canonical", "format_node", "integer_range_node", "slot_table"]
+__all__ = ["Slot", "SlotCompiler", "canonical", "slot_table"]
+
 
 MAX_UNROLL = 8
 """Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
@@ -107,279 +106,6 @@ def slot_table(slots: list[Slot], n_tools: int) -> str:
     return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
 
 
-# -- formats (the same languages as XGrammar's JSON-schema rules) ---------------------------
-
-
-def _two(first: str, second: str) -> _Node:
-    return seq(cls(first), cls(second))
-
-
-def _date() -> _Node:
-    month = alt(seq(lit("0"), cls("123456789")), seq(lit("1"), cls("012")))
-    day = alt(seq(lit("0"), cls("123456789")), seq(cls("12"), DIGIT), seq(lit("3"), cls("01")))
-    return seq(rep(DIGIT, 4, 4), lit("-"), month, lit("-"), day)
-
-
-def _time() -> _Node:
-    hour = alt(seq(cls("01"), DIGIT), seq(lit("2"), cls("0123")))
-    minute = seq(cls("012345"), DIGIT)
-    second = alt(seq(cls("012345"), DIGIT), lit("60"))
-    frac = opt(seq(lit("."), rep(DIGIT, 1, None)))
-    offset = alt(lit("Z"), seq(cls("+-"), hour, lit(":"), minute))
-    return seq(hour, lit(":"), minute, lit(":"), second, frac, offset)
-
-
-def _uuid() -> _Node:
-    return seq(
-        rep(HEX, 8, 8), lit("-"), rep(HEX, 4, 4), lit("-"), rep(HEX, 4, 4), lit("-"),
-        rep(HEX, 4, 4), lit("-"), rep(HEX, 12, 12),
-    )  # fmt: skip
-
-
-def _ipv4() -> _Node:
-    octet = alt(
-        seq(lit("25"), cls("012345")),
-        seq(lit("2"), cls("01234"), DIGIT),
-        seq(opt(cls("01")), opt(DIGIT), DIGIT),
-    )
-    return seq(rep(seq(octet, lit(".")), 3, 3), octet)
-
-
-FORMATS: dict[str, Callable[[], _Node]] = {
-    "date": _date,
-    "time": _time,
-    "date-time": lambda: seq(_date(), lit("T"), _time()),
-    "uuid": _uuid,
-    "ipv4": _ipv4,
-}
-
-
-def format_node(fmt: str) -> _Node | None:
-    """The unquoted language of string format ``fmt``, or None if not a fixed format."""
-    make = FORMATS.get(fmt)
-    return None if make is None else make()
-
-
-def _digits_range(lo: str, hi: str) -> _Node:
-    """Digit strings of equal length between ``lo`` and ``hi`` (inclusive)."""
-    if not lo:
-        return seq()
-    if set(lo) == {"0"} and set(hi) == {"9"}:
-        return rep(DIGIT, len(lo), len(lo))
-    if lo[0] == hi[0]:
-        return seq(lit(lo[0]), _digits_range(lo[1:], hi[1:]))
-    rest = len(lo) - 1
-    parts = [seq(lit(lo[0]), _digits_range(lo[1:], "9" * rest))]
-    mid = "".join(chr(c) for c in range(ord(lo[0]) + 1, ord(hi[0])))
-    if mid:
-        parts.append(seq(cls(mid), rep(DIGIT, rest, rest)))
-    parts.append(seq(lit(hi[0]), _digits_range("0" * rest, hi[1:])))
-    return alt(*parts)
-
-
-def _nonneg_range(lo: int, hi: int | None) -> _Node | None:
-    """Canonical decimals of ``lo..hi`` (``hi=None``: unbounded), ``0 <= lo``."""
-    if hi is not None and hi < lo:
-        return None
-    parts: list[_Node] = []
-    if lo == 0:
-        parts.append(lit("0"))
-        lo = 1
-        if hi == 0:
-            return parts[0]
-    n_lo = len(str(lo))
-    n_hi = len(str(hi)) if hi is not None else n_lo
-    for n in range(n_lo, n_hi + 1):
-        a = max(lo, 10 ** (n - 1))
-        b = 10**n - 1 if hi is None else min(hi, 10**n - 1)
-        if a <= b:
-            parts.append(_digits_range(str(a), str(b)))
-    if hi is None:
-        parts.append(seq(cls("123456789"), rep(DIGIT, n_lo, None)))
-    return alt(*parts) if parts else None
-
-
-def integer_range_node(lo: int | None, hi: int | None) -> _Node | None:
-    """Canonical decimal integers in ``[lo, hi]`` (either bound may be None); None if empty."""
-    parts: list[_Node] = []
-    if hi is None or hi >= 0:
-        pos = _nonneg_range(max(lo, 0) if lo is not None else 0, hi)
-        if pos is not None:
-            parts.append(pos)
-    if lo is None or lo < 0:
-        # negatives: "-" then 1..(-lo), never "-0"
-        top = None if lo is None else -lo
-        bottom = 1 if hi is None or hi >= 0 else -hi
-        neg = _nonneg_range(bottom, top)
-        if neg is not None:
-            parts.append(seq(lit("-"), neg))
-    return alt(*parts) if parts else None
-
-
-def _number_node() -> _Node:
-    whole = alt(lit("0"), seq(cls("123456789"), rep(DIGIT, 0, None)))
-    frac = opt(seq(lit("."), rep(DIGIT, 1, None)))
-    exp = opt(seq(cls("eE"), opt(cls("+-")), rep(DIGIT, 1, None)))
-    return seq(opt(lit("-")), whole, frac, exp)
-
-
-# -- a regular-expression subset for ``pattern`` ---------------------------------------------
-
-_SAFE = frozenset(range(0x20, 0x7F)) - {0x22, 0x5C}
-"""Characters that appear as themselves inside a JSON string."""
-
-
-class _Unsupported(Exception):
-    pass
-
-
-class _Regex:
-    """``pattern`` → node, for ASCII patterns whose every match needs no JSON escaping."""
-
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.i = 0
-
-    def parse(self) -> _Node:
-        s = self.s
-        if s.startswith("^"):
-            self.i = 1
-        end = len(s) - 1 if s.endswith("$") and not s.endswith("\\$") else len(s)
-        self.end = end
-        node = self._alt()
-        if self.i != end:
-            raise _Unsupported(f"unexpected {s[self.i]!r}")
-        return node
-
-    def _peek(self) -> str | None:
-        return self.s[self.i] if self.i < self.end else None
-
-    def _alt(self) -> _Node:
-        parts = [self._seq()]
-        while self._peek() == "|":
-            self.i += 1
-            parts.append(self._seq())
-        return parts[0] if len(parts) == 1 else alt(*parts)
-
-    def _seq(self) -> _Node:
-        items: list[_Node] = []
-        while (c := self._peek()) is not None and c not in "|)":
-            items.append(self._quant(self._atom()))
-        return seq(*items)
-
-    def _quant(self, node: _Node) -> _Node:
-        c = self._peek()
-        if c == "?":
-            self.i += 1
-            return opt(node)
-        if c == "*":
-            self.i += 1
-            return rep(node, 0, None)
-        if c == "+":
-            self.i += 1
-            return rep(node, 1, None)
-        if c == "{":
-            m = re.match(r"\{(\d+)(,(\d*))?\}", self.s[self.i : self.end])
-            if not m:
-                raise _Unsupported("bad quantifier")
-            self.i += m.end()
-            lo = int(m.group(1))
-            hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
-            if lo > 64 or (hi is not None and hi > 64):
-                raise _Unsupported("large repeat")
-            return rep(node, lo, hi)
-        return node
-
-    def _atom(self) -> _Node:
-        c = self.s[self.i]
-        self.i += 1
-        if c == "(":
-            if self.s.startswith("?:", self.i):
-                self.i += 2
-            elif self.s.startswith("?", self.i):
-                raise _Unsupported("group flags")
-            node = self._alt()
-            if self._peek() != ")":
-                raise _Unsupported("unclosed group")
-            self.i += 1
-            return node
-        if c == "[":
-            return cls(self._class())
-        if c == "\\":
-            return cls(self._escape(in_class=False))
-        if c == ".":
-            raise _Unsupported("'.' matches non-ASCII")
-        if c in "^$":
-            raise _Unsupported("inner anchor")
-        return cls(self._safe({ord(c)}))
-
-    def _safe(self, chars: set[int]) -> set[int]:
-        if not chars or not chars <= _SAFE:
-            raise _Unsupported("characters that need JSON escaping or are not ASCII")
-        return chars
-
-    def _escape(self, *, in_class: bool) -> set[int]:
-        c = self.s[self.i]
-        self.i += 1
-        table = {
-            "d": set(range(0x30, 0x3A)),
-            "w": set(range(0x30, 0x3A)) | set(range(0x41, 0x5B)) | set(range(0x61, 0x7B)) | {0x5F},
-        }
-        if c in table:
-            return table[c]
-        if c.isalnum():
-            raise _Unsupported(f"escape \\{c}")
-        return self._safe({ord(c)})
-
-    def _class(self) -> set[int]:
-        negate = self._peek() == "^"
-        if negate:
-            self.i += 1
-        chars: set[int] = set()
-        first = True
-        while True:
-            if self.i >= self.end:
-                raise _Unsupported("unclosed class")
-            c = self.s[self.i]
-            if c == "]" and not first:
-                self.i += 1
-                break
-            first = False
-            self.i += 1
-            lo_set = self._escape(in_class=True) if c == "\\" else {ord(c)}
-            if (
-                len(lo_set) == 1
-                and self._peek() == "-"
-                and self.i + 1 < self.end
-                and self.s[self.i + 1] != "]"
-            ):
-                self.i += 1
-                hi_c = self.s[self.i]
-                self.i += 1
-                if hi_c == "\\":
-                    hi_set = self._escape(in_class=True)
-                    if len(hi_set) != 1:
-                        raise _Unsupported("bad range")
-                    hi = hi_set.pop()
-                else:
-                    hi = ord(hi_c)
-                lo = lo_set.pop()
-                chars |= set(range(lo, hi + 1))
-            else:
-                chars |= lo_set
-        if negate:
-            chars = set(_SAFE) - chars  # ASCII only: other characters are not generated
-        return self._safe(chars)
-
-
-def pattern_node(pattern: str) -> _Node | None:
-    """The node for a ``pattern`` in the supported subset (full match), or None."""
-    try:
-        return _Regex(pattern).parse()
-    except (_Unsupported, IndexError):
-        return None
-
-
 # -- slots -----------------------------------------------------------------------------------
 
 
@@ -398,8 +124,10 @@ class SlotCompiler:
         self._string = string_fragment()
         self._refs: list[str] = []
 
-    def tool(self, schema: dict[str, Any], tail: bytes) -> tuple[Fragment, list[Slot]]:
-        """The automaton for a tool's arguments object followed by ``tail``; its slots."""
+    def tool(
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
+    ) -> tuple[Fragment, list[Slot]]:
+        """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots."""
         slots: list[Slot] = []
         if not self.dry:
             schema = strip_annotations(schema)
@@ -408,9 +136,14 @@ class SlotCompiler:
         if self.dry:
             return frag, slots
         b = Builder()
-        b.add(frag)
+        if head:
+            lead = nfa_fragment(lit(head))
+            b.add(lead)
+        at = b.add(frag)
+        if head:
+            b.link(b.accepting(0, lead), at)
         end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
-        b.link(b.accepting(0, frag), end)
+        b.link(b.accepting(at, frag), end)
         return b.finish(), slots
 
     # -- dispatch ----------------------------------------------------------------------------
@@ -749,78 +482,6 @@ class SlotCompiler:
                 b.link([s], close)
         frag = b.finish()
         return frag, "automaton", f"object of {n} properties"
-
-
-_DUMMY = Fragment.empty([True])
-"""What a dry run returns instead of an automaton."""
-
-
-@functools.lru_cache(maxsize=1024)
-def _length_limited(pattern: str, lo: int, hi: int | None) -> Fragment:
-    """The quoted ``pattern`` (ASCII: one byte per character) with ``lo..hi`` characters."""
-    node = pattern_node(pattern)
-    assert node is not None
-    base = nfa_fragment(seq(lit('"'), node, lit('"')))
-    table = base.table
-    cap = (hi if hi is not None else lo) + 2
-    ids = {(0, 0): 0}
-    todo = [(0, 0)]
-    edges: list[tuple[int, int, int]] = []
-    accept: list[bool] = []
-    while todo:
-        s, c = todo.pop()
-        me = ids[(s, c)]
-        while len(accept) <= me:
-            accept.append(False)
-        inner = c - 2  # bytes so far minus the two quotes
-        accept[me] = bool(base.accept[s]) and inner >= lo and (hi is None or inner <= hi)
-        for b in np.flatnonzero(table[s] >= 0).tolist():
-            c2 = c + 1 if hi is not None else min(c + 1, cap)
-            if hi is not None and c2 > cap:
-                continue
-            key = (int(table[s, b]), c2)
-            if key not in ids:
-                ids[key] = len(ids)
-                todo.append(key)
-            edges.append((me, b, ids[key]))
-    n = len(ids)
-    accept += [False] * (n - len(accept))
-    # keep only edges into states from which a string can still end (the counter can run out)
-    back: dict[int, list[int]] = {}
-    for a, _, b in edges:
-        back.setdefault(b, []).append(a)
-    live = {i for i in range(n) if accept[i]}
-    todo2 = list(live)
-    while todo2:
-        for a in back.get(todo2.pop(), []):
-            if a not in live:
-                live.add(a)
-                todo2.append(a)
-    edges = [e for e in edges if e[2] in live]
-    arr = np.asarray(edges, dtype=np.int32).reshape(-1, 3)
-    return Fragment(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), n, np.asarray(accept))
-
-
-@functools.lru_cache(maxsize=256)
-def _counted_string(min_length: int, max_length: int | None) -> Fragment:
-    return string_fragment(min_length, max_length)
-
-
-@functools.lru_cache(maxsize=1)
-def _number_fragment() -> Fragment:
-    return nfa_fragment(_number_node())
-
-
-@functools.lru_cache(maxsize=4096)
-def _integer_fragment(lo: int | None, hi: int | None) -> Fragment | None:
-    node = integer_range_node(lo, hi)
-    return None if node is None else nfa_fragment(node)
-
-
-@functools.lru_cache(maxsize=4096)
-def _format_fragment(fmt: str) -> Fragment | None:
-    node = format_node(fmt)
-    return None if node is None else nfa_fragment(seq(lit('"'), node, lit('"')))
 
 
 def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] | None:

