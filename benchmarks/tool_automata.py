@@ -156,7 +156,7 @@ def main() -> None:
     res["formats_ratio_median"] = statistics.median(r["ratio"] for r in rows)
     res["machine"] = {
         "python": platform.python_version(),
-        "xgrammar": xgr.__version__,
+        "xgrammar": __import__("importlib.metadata").metadata.version("xgrammar"),
         "date": time.strftime("%Y-%m-%d"),
         "loadavg": list(__import__("os").getloadavg()),
     }
