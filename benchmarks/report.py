@@ -263,6 +263,29 @@ def vllm_large(d: dict[str, Any]) -> list[str]:
     ]
 
 
+def tool_automata(d: dict[str, Any]) -> list[str]:
+    r = d["registry"]
+    f = r["first_call_ms"]
+    out = [
+        f"{r['tools']:,} {r['source']} tools (`benchmarks/tool_automata.py`, Qwen2, load average "
+        f"{d['machine']['loadavg'][0]:.0f} on 2 cores): registry compile {r['compile_s']:.2f} s "
+        f"({r['compile_cpu_s']:.2f} s CPU); every tool's automaton with every state's mask "
+        f"(eager, {r['states']:,} states) {r['automata_s']:.0f} s ({r['automata_cpu_s']:.1f} s "
+        f"CPU); a tool's first call (its automaton built) median {f['median']:.1f} ms, p99 "
+        f"{f['p99']:,.0f} ms (regex slots such as `^[a-z0-9-]{{1,64}}$` unroll into states that "
+        "allow tens of thousands of tokens each).",
+        "",
+        "| fixed format (all masks) | trierouter (ms) | xgrammar (ms) | xgrammar / trierouter |",
+        "|---|---|---|---|",
+    ]
+    for row in d["formats"]:
+        out.append(
+            f"| `{json.dumps(row['schema'])}` | {row['trierouter_ms']:.2f} | "
+            f"{row['xgrammar_ms']:.2f} | {row['ratio']:.1f}× |"
+        )
+    return out
+
+
 def render() -> str:
     parts: list[str] = []
     if (d := _load("compile_and_step.json")) is not None:
@@ -280,6 +303,8 @@ def render() -> str:
         parts += ["![shortlist](benchmarks/results/shortlist.png)", ""]
     if (d := _load("fast_forward.json")) is not None:
         parts += ["### Fast-forward (transformers, tiny random model)", "", *fast_forward(d), ""]
+    if (d := _load("tool_automata.json")) is not None:
+        parts += ["### Tool-argument automata (compiled core)", "", *tool_automata(d), ""]
     return "\n".join(parts).rstrip() + "\n"
 
 
