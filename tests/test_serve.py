@@ -140,6 +140,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with serve(model, log=root / "server.log", env=env, args=args) as url:
         yield url
     log = (root / "server.log").read_text(errors="replace")
+    log = log.split("[shutdown]")[0]  # vLLM's own stop (abort mode) may log a traceback
     assert "EngineDeadError" not in log and "Traceback" not in log, log[-3000:]
 
 
@@ -278,8 +279,10 @@ def test_named_registry_with_tool_search(client: Any) -> None:
         client, tools=None, tool_choice="required", temperature=1.0,
         extra_body={"vllm_xargs": {"trierouter_tools": "api", "trierouter_tool_search": 8}},
     )  # fmt: skip
-    (call,) = r.choices[0].message.tool_calls
-    assert _problem(call.function.name, call.function.arguments, REGISTRY_SCHEMAS) is None
+    calls = r.choices[0].message.tool_calls
+    assert calls
+    for call in calls:
+        assert _problem(call.function.name, call.function.arguments, REGISTRY_SCHEMAS) is None
     forced = {"type": "function", "function": {"name": "send_email"}}
     r = _create(
         client, tools=None, tool_choice=forced, temperature=1.0, max_tokens=256,
@@ -391,7 +394,7 @@ def test_bad_request_wave(server: str) -> None:
             if status != 200:
                 wrong.append((kind, status, body))
                 continue
-            calls = body["choices"][0]["message"]["tool_calls"] or []
+            calls = body["choices"][0]["message"].get("tool_calls") or []
             ps = [_problem(c["function"]["name"], c["function"]["arguments"], SCHEMAS)
                   for c in calls] or ["no call"]  # fmt: skip
             if any(ps):

@@ -13,7 +13,9 @@ accept values the formats' definitions refuse: ``2023-02-31``, ``0000-01-01``, `
   (``rfc3339-validator``, which ``jsonschema`` uses for ``time`` and ``date-time``);
 - ``date-time``: ``date``, ``T``, ``time``;
 - ``ipv4``: dotted decimal, octets 0-255 without leading zeros (``ipaddress.IPv4Address``);
-- ``uuid``: 8-4-4-4-12 hexadecimal digits (the hyphenated form ``jsonschema`` requires).
+- ``uuid``: 8-4-4-4-12 hexadecimal digits (the hyphenated form ``jsonschema`` requires);
+- ``email``, ``idn-email``: ``local@label.tld`` with bounded parts (the checker asks for an ``@``;
+  the bounds keep a sampled address finite).
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 IPV4 = rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}"
 _HEX = "[0-9a-fA-F]"
 UUID = rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
+# ``local@label.tld``, every part bounded: jsonschema's checker only asks for an ``@``, and
+# XGrammar's own email rule has no length bound (a sampled address ran past max_tokens)
+_LABEL = r"[A-Za-z0-9-]{1,63}"
+EMAIL = rf"[A-Za-z0-9._%+-]{{1,64}}@{_LABEL}(?:\.{_LABEL}){{1,3}}"
 
 FORMAT_PATTERNS: dict[str, str] = {
     "date": DATE,
@@ -77,11 +83,13 @@ FORMAT_PATTERNS: dict[str, str] = {
     "date-time": DATE_TIME,
     "ipv4": IPV4,
     "uuid": UUID,
+    "email": EMAIL,
+    "idn-email": EMAIL,
 }
 """Format name → a regular expression (no anchors) whose full matches are its language."""
 
 _LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "ipv4": (7, 15),
-            "uuid": (36, 36)}  # fmt: skip
+            "uuid": (36, 36), "email": (5, 320), "idn-email": (5, 320)}  # fmt: skip
 """Shortest and longest value of each format (None: unbounded, a fraction of a second)."""
 
 
