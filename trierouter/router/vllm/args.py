@@ -270,7 +270,7 @@ def _parse_tools(
     if inline is not None:
         if not (isinstance(inline, list) and inline and all(isinstance(t, dict) for t in inline)):
             raise ValueError(f"{ARG_TOOLS_INLINE}: expected a non-empty list of tool objects")
-        text = json.dumps(inline, sort_keys=True, ensure_ascii=False)
+        text = json.dumps(inline, ensure_ascii=False)  # property order is what the model saw
         if len(text) > lim.max_total_bytes:
             raise ValueError(
                 f"{ARG_TOOLS_INLINE}: {len(text)} bytes of tools, more than "
