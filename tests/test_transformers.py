@@ -378,9 +378,10 @@ def test_fast_forward_outputs_members_with_fewer_forward_passes(
 
 
 def test_misuse_raises(model: Any, tokenizer: Any, index: TokenIndex) -> None:
+    # a plan compiled at the tokenizer's width serves a wider model (issue 15: the width is an
+    # apply-time fact, padding ids never allowed); its output is still one of the values
     narrow = compile_plan(["a", "b"], TokenIndex.get(index.vocabulary.with_width(151_851)))
-    with pytest.raises(ValueError, match="width"):
-        generate(model, tokenizer, ["x"], narrow)
+    assert generate(model, tokenizer, ["x"], narrow)[0].text in ("a", "b")
     with pytest.raises(TypeError):
         generate(model, tokenizer, "x", ["a", "b"])
     with pytest.raises(ValueError, match="2 entries for 3 prompts"):
