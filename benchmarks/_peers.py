@@ -192,6 +192,7 @@ class TrieRouter(Engine):
     grammar_form = "ChoiceSet (byte trie + per-node CSR masks)"
     has_native_batch = True
     has_ids_view = True
+    backend = "native"
 
     def __init__(self) -> None:
         super().__init__()
@@ -200,11 +201,11 @@ class TrieRouter(Engine):
 
     def prepare(self, vocab: Vocabulary) -> None:
         super().prepare(vocab)
-        self.index = TokenIndex.build(vocab)
+        self.index = TokenIndex.build(vocab, backend=self.backend)
 
     def compile(self, values: Sequence[str]) -> None:
         assert self.index is not None
-        self.cs = compile_choices(list(values), self.index)
+        self.cs = compile_choices(list(values), self.index, backend=self.backend)
 
     def reported_bytes(self) -> int | None:
         assert self.cs is not None
@@ -260,6 +261,14 @@ class TrieRouter(Engine):
         nxt[resets] = 0
         self.cs.fill_bitmask_batch(nxt, bitmask)
         return nxt
+
+
+class TrieRouterNumpy(TrieRouter):
+    """trierouter's numpy reference backend (``backend="numpy"``), beside the compiled core."""
+
+    name = "trierouter-numpy"
+    grammar_form = "ChoiceSet, numpy reference backend"
+    backend = "numpy"
 
 
 class XGrammar(Engine):
@@ -518,6 +527,6 @@ class GenreTrie(Engine):
 
 
 ENGINES: dict[str, type[Engine]] = {
-    e.name: e for e in (TrieRouter, XGrammar, LLGuidance, OutlinesCore, GenreTrie)
+    e.name: e for e in (TrieRouter, TrieRouterNumpy, XGrammar, LLGuidance, OutlinesCore, GenreTrie)
 }
 """The adapters by engine name, trierouter first."""

@@ -288,6 +288,36 @@ def time_ids(
     return stats_us(steps)
 
 
+def time_matcher(eng: TrieRouter, paths: list[list[int]], budget_s: float) -> dict[str, Any]:
+    """The public per-request API, as a server calls it: ``Matcher.accept_token`` then
+    ``allowed_token_ids()`` (the next mask, a view of the sorted ids). Per path, the time of the
+    whole walk divided by its tokens (no timer call inside the loop); median over paths."""
+    from trierouter.router.matcher import Matcher
+
+    assert eng.cs is not None
+    m = Matcher(eng.cs)
+    per_step: list[int] = []
+    t_end = time.perf_counter() + budget_s
+    gc.disable()
+    try:
+        for rep in range(50):
+            for p in paths:
+                m.reset()
+                accept, ids = m.accept_token, m.allowed_token_ids
+                a = time.perf_counter_ns()
+                for tok in p:
+                    accept(tok)
+                    ids()
+                b = time.perf_counter_ns()
+                if rep:
+                    per_step.append((b - a) // max(len(p), 1))
+            if rep and time.perf_counter() > t_end:
+                break
+    finally:
+        gc.enable()
+    return stats_us(per_step)
+
+
 def accepted_values(
     eng: Engine, vocab: Vocabulary, values: Sequence[str], n: int, seed: int
 ) -> tuple[list[str], int]:
@@ -401,6 +431,20 @@ def measure_batches(
         fill_s = out["vectorized_fill"]["median_us"] / 1e6
         out["fill_gbps"] = nbytes / fill_s / 1e9 if fill_s > 0 else None
         out["best"] = "vectorized"
+        if cs.backend == "native":  # this machine's bandwidth for the same write: memset of bm
+            from trierouter.registry.core import native_core
+
+            reps = 20
+            best = min(native_core().memset_bandwidth(bm, reps) for _ in range(5)) / reps
+            out["memset_gbps"] = nbytes / best / 1e9
+            if out["fill_gbps"]:
+                out["fill_fraction_of_memset"] = out["fill_gbps"] / out["memset_gbps"]
+            bm.fill(0)
+            big = np.ones(32 << 20, dtype=np.int32)  # 128 MB: past every cache, DRAM bandwidth
+            out["dram_memset_gbps"] = (
+                big.nbytes / min(native_core().memset_bandwidth(big, 1) for _ in range(3)) / 1e9
+            )
+            del big
     native = eng.has_native_batch and not isinstance(eng, TrieRouter)
     kinds = ["loop", "native"] if native else ["loop"]
     for kind in kinds:
@@ -435,26 +479,33 @@ def worker(args: argparse.Namespace) -> int:
         res["grammar_form"] = eng.grammar_form
         gc.collect()
         r0 = rss_bytes()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         eng.prepare(vocab)
         res["tokenizer_prep_s"] = time.perf_counter() - t
+        res["tokenizer_prep_cpu_s"] = time.process_time() - c
         gc.collect()
         r1 = rss_bytes()
         res["tokenizer_prep_rss_mb"] = (r1 - r0) / 1e6
 
         part.phase("compile")
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         eng.compile(values)
         res["compile_ms"] = (time.perf_counter() - t) * 1e3
+        res["compile_cpu_ms"] = (time.process_time() - c) * 1e3
         gc.collect()
         r2 = rss_bytes()
         res["rss_compile_mb"] = (r2 - r1) / 1e6
         rep = eng.reported_bytes()
         res["reported_mb"] = rep / 1e6 if rep is not None else None
-        if res["compile_ms"] < 2_000:  # again, warm: what every later set pays
-            t = time.perf_counter()
-            eng.compile(values)
-            res["compile_warm_ms"] = (time.perf_counter() - t) * 1e3
+        if res["compile_ms"] < 2_000:  # again, warm: what every later set pays (best of 3)
+            warm, warm_cpu = [], []
+            for _ in range(3):
+                t, c = time.perf_counter(), time.process_time()
+                eng.compile(values)
+                warm.append((time.perf_counter() - t) * 1e3)
+                warm_cpu.append((time.process_time() - c) * 1e3)
+            res["compile_warm_ms"] = min(warm)
+            res["compile_warm_cpu_ms"] = min(warm_cpu)
         if isinstance(eng, TrieRouter) and eng.cs is not None:
             res["n_nodes"] = eng.cs.n_nodes
             res["n_pairs"] = eng.cs.n_pairs
@@ -494,6 +545,7 @@ def worker(args: argparse.Namespace) -> int:
             res["refused_examples"] = single["refused_examples"]
         if isinstance(eng, TrieRouter):
             res["step_ids"] = time_ids(step_ids, eng.start, paths, args.budget)
+            res["step_matcher"] = time_matcher(eng, paths, args.budget)
         elif eng.has_ids_view:
             res["step_ids"] = time_ids(eng.step_ids, eng.start, paths, args.budget)
         part.write()
@@ -632,6 +684,7 @@ def ratios(results: list[dict[str, Any]]) -> dict[str, Any]:
         peer_mem = r.get("reported_mb")
         out.setdefault(r["vocab"], {}).setdefault(str(r["k"]), {})[r["engine"]] = {
             "compile": q(r.get("compile_ms"), base.get("compile_ms")),
+            "compile_cpu": q(r.get("compile_cpu_ms"), base.get("compile_cpu_ms")),
             "compile_plus_first_mask": q(
                 r.get("compile_plus_first_mask_ms"), base.get("compile_plus_first_mask_ms")
             ),
@@ -743,10 +796,17 @@ def main(argv: list[str] | None = None) -> int:
             "values": "trierouter.data.tool_names(K, seed=0)",
             "step": "accept/advance + fill the next packed bitmask row; median over steps",
             "ids_step": "advance + allowed ids without packing (trierouter mask view, GENRE keys)",
+            "matcher_step": "trierouter step_matcher: Matcher.accept_token + allowed_token_ids, "
+            "per path walk time / tokens, median over paths (no timer inside the loop)",
             "batch": "256 rows; trierouter advance_batch + fill_bitmask_batch; peers: loop over "
             "matchers and, where they have one, their batch API (native)",
             "memory": "reported_mb: ChoiceSet.nbytes / CompiledGrammar.memory_size_bytes; "
             "rss_compile_mb: RSS growth across compile in a fresh subprocess",
+            "cpu": "compile_cpu_ms / compile_warm_cpu_ms / tokenizer_prep_cpu_s: process CPU "
+            "time of the same work (the 2-core machine is shared; wall time includes waiting)",
+            "bandwidth": "batch.memset_gbps: memset of the same 256-row bitmask buffer (best "
+            "of 5x20; it stays in cache); batch.fill_fraction_of_memset: fill_bitmask_batch's "
+            "rate over it; batch.dram_memset_gbps: memset of 128 MB (main memory)",
         },
         "results": [],
     }

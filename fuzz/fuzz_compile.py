@@ -11,6 +11,15 @@ is a finding (libFuzzer stops and writes the crashing input).
     python fuzz/fuzz_compile.py -max_total_time=600 -stats=... corpus_dir
     python -m coverage run --source=trierouter fuzz/fuzz_compile.py --replay corpus_dir
 
+The cases run through the compiled core (the default backend), and each compiled set is compared
+with the numpy reference bit for bit. For memory errors inside the core, build it with the
+sanitizers first and preload the ASan runtime::
+
+    make ext-debug        # TRIEROUTER_DEBUG_BUILD=1: -fsanitize=address,undefined
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+        python fuzz/fuzz_compile.py -runs=20000
+    make ext              # back to the release build
+
 ``-stats=PATH`` (ours, not libFuzzer's) writes the executions and outcome counts as JSON every
 100 executions; ``--replay DIR`` runs every input in ``DIR`` once without atheris' engine (for
 line coverage with coverage.py). Bounded by libFuzzer's ``-runs`` / ``-max_total_time`` and by

@@ -384,12 +384,12 @@ def test_token_index_cache_rebuilds(
         TokenIndex.build(toy_vocabulary([b"another"])).save(path)
     TokenIndex._memory.pop(vocab.hash, None)
     with caplog.at_level(logging.WARNING, logger="trierouter.registry.index"):
-        index = TokenIndex.get(vocab, cache_dir=tmp_path)
+        index = TokenIndex.get(vocab, cache_dir=tmp_path, backend="numpy")
     assert "rebuilding token index" in caplog.text
     assert index.source == "built"
     assert compile_choices(VALUES, index).n_pairs == compile_choices(VALUES, good).n_pairs
     TokenIndex._memory.pop(vocab.hash, None)
-    again = TokenIndex.get(vocab, cache_dir=tmp_path)  # the rewritten file is good
+    again = TokenIndex.get(vocab, cache_dir=tmp_path, backend="numpy")  # the rewritten file is good
     assert again.source == str(path)
 
 

@@ -61,11 +61,11 @@ def test_memory_cache_returns_same_object(qwen2: Vocabulary) -> None:
 
 def test_disk_cache_roundtrip_and_rebuild_on_corruption(tmp_path: Path) -> None:
     vocab = toy_vocabulary([b"xyz"])
-    built = TokenIndex.get(vocab, cache_dir=tmp_path)
+    built = TokenIndex.get(vocab, cache_dir=tmp_path, backend="numpy")
     files = list(tmp_path.glob("token-index-*.trt"))
     assert len(files) == 1
     TokenIndex._memory.clear()
-    loaded = TokenIndex.get(vocab, cache_dir=tmp_path)
+    loaded = TokenIndex.get(vocab, cache_dir=tmp_path, backend="numpy")
     assert loaded is not built and loaded.source == str(files[0])
     strings = [b"xyz_get", b"get_user"]
     assert _walk_pairs(loaded, strings) == _walk_pairs(built, strings)
@@ -76,9 +76,9 @@ def test_disk_cache_roundtrip_and_rebuild_on_corruption(tmp_path: Path) -> None:
     with pytest.raises(CorruptFileError, match="checksum"):
         TokenIndex.load(files[0], vocab)
     TokenIndex._memory.clear()
-    rebuilt = TokenIndex.get(vocab, cache_dir=tmp_path)
+    rebuilt = TokenIndex.get(vocab, cache_dir=tmp_path, backend="numpy")
     assert rebuilt.source == "built"
-    assert TokenIndex.load(files[0], vocab).nbytes == rebuilt.nbytes
+    assert TokenIndex.load(files[0], vocab, backend="numpy").nbytes == rebuilt.nbytes
     # truncated and foreign files
     files[0].write_bytes(bytes(data[:100]))
     with pytest.raises(CorruptFileError):
@@ -87,7 +87,15 @@ def test_disk_cache_roundtrip_and_rebuild_on_corruption(tmp_path: Path) -> None:
     with pytest.raises(CorruptFileError, match="magic"):
         TokenIndex.load(files[0], vocab)
     TokenIndex._memory.clear()
-    assert TokenIndex.get(vocab, cache_dir=tmp_path).source == "built"
+    assert TokenIndex.get(vocab, cache_dir=tmp_path, backend="numpy").source == "built"
+
+
+def test_native_index_uses_no_disk_cache(tmp_path: Path) -> None:
+    vocab = toy_vocabulary([b"native"])
+    TokenIndex._memory.pop(vocab.hash, None)
+    index = TokenIndex.get(vocab, cache_dir=tmp_path, backend="native")
+    assert index.source == "built" and index.native_trie.n_nodes > 1
+    assert not list(tmp_path.iterdir())
 
 
 def test_cache_of_another_vocabulary_is_refused(tmp_path: Path) -> None:
@@ -106,7 +114,7 @@ def test_unwritable_cache_still_builds(tmp_path: Path) -> None:
     os.chmod(ro, 0o500)
     try:
         TokenIndex._memory.pop(vocab.hash, None)
-        index = TokenIndex.get(vocab, cache_dir=ro)
+        index = TokenIndex.get(vocab, cache_dir=ro, backend="numpy")
         assert index.source == "built"
     finally:
         os.chmod(ro, 0o700)

@@ -22,7 +22,9 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     ├── InputFileError(ValueError)           a values / labels file cannot be read (names fix)
     ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
-    └── MissingDependencyError(ImportError)  an optional dependency is not installed
+    ├── MissingDependencyError(ImportError)  an optional dependency is not installed
+    └── CoreBuildError(ImportError)          the compiled core is not built, or built from
+                                             other sources (the message says how to rebuild)
 
 The hot path (``advance``, ``accept_token``, bitmask fills) never raises for a model's choice:
 an invalid token gives a dead state or ``False``.
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "CompileError",
+    "CoreBuildError",
     "CorruptFileError",
     "DownloadError",
     "DuplicateToolError",
@@ -165,6 +168,10 @@ class IndexMismatchError(TrieRouterError, ValueError):
 
 class MissingDependencyError(TrieRouterError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
+
+
+class CoreBuildError(TrieRouterError, ImportError):
+    """The compiled core (``trierouter.registry._core``) cannot be imported or is stale."""
 
 
 def missing(package: str, extra: str) -> MissingDependencyError:

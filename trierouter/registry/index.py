@@ -1,5 +1,10 @@
 """TokenIndex: the per-tokenizer structure that finds every token occurring in a trie.
 
+Two forms, one per backend (:mod:`trierouter.registry.core`): the native backend holds a forward
+trie of the token bytes with Aho-Corasick links, built in C++ (``native_trie``); the numpy
+reference holds the reversed-token tables described below (cached on disk). The form of the
+default backend is built when the index is; the other one on first use.
+
 For a trie node ``m``, the tokens ``t`` whose bytes are a suffix of ``path(m)`` are exactly the
 pairs ``(n, t)`` with ``path(n) + bytes(t) == path(m)``: ``t`` is allowed at the ancestor ``n`` and
 leads to ``m``. Walking backwards from every node at once, level by level, through a trie of the
@@ -25,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError, VocabularyMismatchError
+from trierouter.registry import core as _backend
 from trierouter.registry._hashmap import HashMap
 from trierouter.registry.arrays import Trie, build_trie, pack_strings, ranges
 from trierouter.registry.store import load_arrays, save_arrays
@@ -87,15 +93,36 @@ class TokenIndex:
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _building: ClassVar[dict[str, threading.Lock]] = {}
 
-    def __init__(self, vocabulary: Vocabulary, arrays: dict[str, npt.NDArray[Any]]) -> None:
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        arrays: dict[str, npt.NDArray[Any]] | None = None,
+        *,
+        backend: str | None = None,
+    ) -> None:
+        t0 = time.perf_counter()
         self.vocabulary = vocabulary
+        self.backend = _backend.resolve_backend(backend)
+        self._form_lock = threading.Lock()
+        self._arrays: dict[str, npt.NDArray[Any]] | None = None
+        self._native: Any = None
+        if arrays is not None:
+            self._set_reverse(arrays)
+        if self.backend == "native":
+            _ = self.native_trie
+        elif arrays is None:
+            self._set_reverse(self._build_reverse(vocabulary))
+        _ = vocabulary.hash  # computed once here, not on the first compile
+        self.build_seconds = time.perf_counter() - t0
+        self.source = "built"
+
+    def _set_reverse(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
         self._level1: I32 = arrays["level1"]
         self._level2: I32 = arrays["level2"]
         self._deep = HashMap(arrays["deep_keys"], arrays["deep_values"])
         self._tok_ptr: I64 = arrays["tok_ptr"]
         self._tok_ids: I32 = arrays["tok_ids"]
         self._single: npt.NDArray[np.bool_] = arrays["single_byte"]
-        self._arrays = arrays
         counts = np.diff(self._tok_ptr)
         token_at = np.full(len(counts), -1, dtype=np.int64)
         one = counts == 1
@@ -103,15 +130,38 @@ class TokenIndex:
         token_at[counts > 1] = -2
         # per reversed-trie node: its token id if exactly one, -1 if none, -2 if several
         self._token_at = token_at
-        _ = vocabulary.hash  # computed once here, not on the first compile
-        self.build_seconds = 0.0
-        self.source = "built"
+        self._arrays = arrays
+
+    def _reverse(self) -> dict[str, npt.NDArray[Any]]:
+        """The numpy reference's reversed-token tables (built here on first use)."""
+        if self._arrays is None:
+            with self._form_lock:
+                if self._arrays is None:
+                    self._set_reverse(self._build_reverse(self.vocabulary))
+        assert self._arrays is not None
+        return self._arrays
+
+    @property
+    def native_trie(self) -> Any:
+        """The native backend's forward token trie (``_core.TokenTrie``; built on first use
+        when the index was built for the numpy backend)."""
+        if self._native is None:
+            core = _backend.native_core()
+            with self._form_lock:
+                if self._native is None:
+                    matchable = np.ascontiguousarray(self.vocabulary.matchable, dtype=np.uint8)
+                    self._native = core.TokenTrie(self.vocabulary.tokens, matchable)
+        return self._native
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
-    def build(cls, vocabulary: Vocabulary) -> TokenIndex:
-        """Build the index from scratch (no cache)."""
-        t0 = time.perf_counter()
+    def build(cls, vocabulary: Vocabulary, *, backend: str | None = None) -> TokenIndex:
+        """Build the index from scratch (no cache), in the form ``backend`` uses (default:
+        :func:`~trierouter.registry.core.default_backend`)."""
+        return cls(vocabulary, backend=backend)
+
+    @classmethod
+    def _build_reverse(cls, vocabulary: Vocabulary) -> dict[str, npt.NDArray[Any]]:
         ids = np.flatnonzero(vocabulary.matchable)
         toks = vocabulary.tokens
         rev = [toks[i][::-1] for i in ids.tolist()]
@@ -139,9 +189,7 @@ class TokenIndex:
         single_nodes = np.flatnonzero((trie.depth == 1) & (counts > 0))
         single[trie.byte[single_nodes]] = True
         arrays.update(tok_ptr=tok_ptr, tok_ids=tok_ids, single_byte=single)
-        index = cls(vocabulary, arrays)
-        index.build_seconds = time.perf_counter() - t0
-        return index
+        return arrays
 
     @staticmethod
     def _lookup_tables(trie: Trie) -> dict[str, npt.NDArray[Any]]:
@@ -168,11 +216,16 @@ class TokenIndex:
         *,
         cache_dir: str | os.PathLike[str] | None = None,
         disk_cache: bool = True,
+        backend: str | None = None,
     ) -> TokenIndex:
         """The index of ``vocabulary``: from memory, else the disk cache, else built and cached.
 
         A cache file that is corrupt, foreign or for another vocabulary is rebuilt, never trusted.
+        The disk cache holds the numpy backend's tables; the native backend's trie is built in
+        C++ instead (faster than reading and verifying a cache file), so with
+        ``backend="native"`` (the default) nothing is read from or written to disk.
         """
+        which = _backend.resolve_backend(backend)
         key = vocabulary.hash
         with cls._lock:
             hit = cls._memory.get(key)
@@ -186,7 +239,10 @@ class TokenIndex:
                 hit = cls._memory.get(key)
             if hit is not None:
                 return hit
-            index = cls._from_disk_or_build(vocabulary, cache_dir, disk_cache)
+            if which == "native":
+                index = cls.build(vocabulary, backend="native")
+            else:
+                index = cls._from_disk_or_build(vocabulary, cache_dir, disk_cache)
             with cls._lock:
                 index = cls._memory.setdefault(key, index)
                 cls._building.pop(key, None)
@@ -204,7 +260,7 @@ class TokenIndex:
         path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         path = path / f"token-index-{vocabulary.hash[:32]}.trt"
         if not disk_cache:
-            return cls.build(vocabulary)
+            return cls.build(vocabulary, backend="numpy")
         index = cls._try_load(path, vocabulary)
         if index is not None:
             return index
@@ -214,7 +270,7 @@ class TokenIndex:
             index = cls._try_load(path, vocabulary)
             if index is not None:
                 return index
-            index = cls.build(vocabulary)
+            index = cls.build(vocabulary, backend="numpy")
             try:
                 index.save(path)
             except OSError as exc:  # a read-only cache must not break compiling
@@ -226,7 +282,7 @@ class TokenIndex:
         if not path.exists():
             return None
         try:
-            return cls.load(path, vocabulary)
+            return cls.load(path, vocabulary, backend="numpy")
         except (CorruptFileError, VocabularyMismatchError) as exc:
             _log.warning("rebuilding token index: %s", exc)
             return None
@@ -234,10 +290,12 @@ class TokenIndex:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index to ``path`` (atomically)."""
         meta = {"format": _FORMAT, "vocabulary": self.vocabulary.hash}
-        save_arrays(path, _KIND, self._arrays, meta)
+        save_arrays(path, _KIND, self._reverse(), meta)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], vocabulary: Vocabulary) -> TokenIndex:
+    def load(
+        cls, path: str | os.PathLike[str], vocabulary: Vocabulary, *, backend: str | None = None
+    ) -> TokenIndex:
         """Read an index written by :meth:`save`; it must belong to ``vocabulary``."""
         t0 = time.perf_counter()
         arrays, meta = load_arrays(path, _KIND, mmap=False)
@@ -249,18 +307,21 @@ class TokenIndex:
                 f"not {vocabulary.hash[:12]}"
             )
         _check_arrays(Checker(path, arrays), vocabulary)
-        index = cls(vocabulary, arrays)
+        index = cls(vocabulary, arrays, backend=backend)
         index.build_seconds = time.perf_counter() - t0
         index.source = str(path)
         return index
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the index arrays."""
-        return int(sum(a.nbytes for a in self._arrays.values()))
+        """Bytes held by the index (the forms built so far)."""
+        held = sum(a.nbytes for a in self._arrays.values()) if self._arrays is not None else 0
+        return int(held + (self._native.nbytes if self._native is not None else 0))
 
     def can_spell_bytes(self) -> npt.NDArray[np.bool_]:
         """``out[b]``: some non-special token is exactly the single byte ``b``."""
+        if self._arrays is None:
+            return np.frombuffer(self.native_trie.single_byte, dtype=np.uint8).astype(bool)
         return self._single
 
     # -- the backward walk -----------------------------------------------------------------------
@@ -269,6 +330,7 @@ class TokenIndex:
 
         ``extra`` pairs are appended to the result (saves a copy of the large arrays).
         """
+        self._reverse()
         parent = trie.parent.copy()
         parent[0] = 0
         byte = trie.byte.astype(np.int32)

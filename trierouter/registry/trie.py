@@ -9,6 +9,10 @@ Node ids: ``0 .. n_nodes-1`` are trie nodes in preorder (0 is the root), ``END =
 the state after an end id, ``DEAD = n_nodes + 1`` the state after a token the set does not allow
 (both allow only the end ids, so a stray request is steered to stop rather than left with an
 all-masked row).
+
+Two backends (:mod:`trierouter.registry.core`) compile and serve with identical results: the C++
+core (default) and the numpy reference (``backend="numpy"`` or ``TRIEROUTER_BACKEND=numpy``).
+Both build the same arrays, bit for bit, so a saved set serves under either.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from trierouter.errors import (
     UnreachableValueError,
     VocabularyMismatchError,
 )
+from trierouter.registry import core as _backend
 from trierouter.registry.arrays import build_trie, pack_strings, ranges
 from trierouter.registry.index import TokenIndex, TriePairs
 from trierouter.registry.store import load_arrays, save_arrays
@@ -88,7 +93,9 @@ class ChoiceSet:
         end_ids: tuple[int, ...],
         terminator: str | None,
         arrays: dict[str, npt.NDArray[Any]],
+        backend: str | None = None,
     ) -> None:
+        self.backend = _backend.resolve_backend(backend)
         self.vocabulary_hash = vocabulary_hash
         """:attr:`Vocabulary.content_hash` of the tokenizer the set was compiled for."""
         self.vocabulary_name = ""
@@ -106,7 +113,27 @@ class ChoiceSet:
         self.END = self.n_nodes
         self.DEAD = self.n_nodes + 1
         self.compile_seconds = 0.0
-        self._advance, self._mask = _serving_functions(self)
+        self._core: Any = None
+        self._advance: Callable[[int, int], int]
+        self._mask: Callable[[int], I32]
+        if self.backend == "native":
+            core = _backend.native_core().Core(
+                self.row_ptr,
+                self.tokens,
+                self.children,
+                self._far_pos,
+                self._far_child,
+                self.ends,
+                self.width,
+            )
+            self._core = core
+            self._advance, self._mask = core.advance, core.mask
+            # the hot calls go straight to C++ (no Python frame in between)
+            self.advance = core.advance  # type: ignore[method-assign]
+            self.mask = core.mask  # type: ignore[method-assign]
+            self.fill_next_token_bitmask = core.fill  # type: ignore[method-assign]
+        else:
+            self._advance, self._mask = _serving_functions(self)
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
@@ -117,9 +144,12 @@ class ChoiceSet:
         *,
         terminator: str | None = None,
         allow_end: bool = True,
+        backend: str | None = None,
     ) -> ChoiceSet:
         """Same as :func:`compile_choices`."""
-        return compile_choices(values, index, terminator=terminator, allow_end=allow_end)
+        return compile_choices(
+            values, index, terminator=terminator, allow_end=allow_end, backend=backend
+        )
 
     # -- serving -----------------------------------------------------------------------------------
     @property
@@ -137,6 +167,8 @@ class ChoiceSet:
 
     def is_terminal(self, state: int) -> bool:
         """A value is complete at ``state`` (end ids allowed) or the state is ``END``."""
+        if self._core is not None:
+            return bool(self._core.is_terminal(state))
         if state == self.END:
             return True
         if not 0 <= state < self.n_nodes:
@@ -207,9 +239,11 @@ class ChoiceSet:
         return wptr.astype(np.int32), word[heads].astype(np.intp), wbits.view(np.int32)
 
     def prepare(self) -> ChoiceSet:
-        """Build the serving tables now (packed-mask words, batch lookup keys) instead of on the
-        first bitmask fill or batch step; engines call this when they load a set."""
-        _ = self._words, self.batch_keys
+        """Build the serving tables now instead of on the first bitmask fill or batch step
+        (numpy backend: packed-mask words, batch lookup keys; the native backend has none to
+        build); engines call this when they load a set."""
+        if self._core is None:
+            _ = self._words, self.batch_keys
         return self
 
     @property
@@ -220,7 +254,14 @@ class ChoiceSet:
     def fill_next_token_bitmask(
         self, state: int, bitmask: npt.NDArray[np.int32], index: int = 0
     ) -> None:
-        """Write the packed mask of ``state`` into ``bitmask[index]`` (XGrammar layout)."""
+        """Write the packed mask of ``state`` into ``bitmask[index]`` (XGrammar layout).
+
+        ``bitmask``: int32 rows of at least :attr:`bitmask_words` words (numpy, or a torch CPU
+        tensor on the native backend), written in place; states out of range get ``DEAD``'s row.
+        """
+        if self._core is not None:
+            self._core.fill(state, bitmask, index)
+            return
         _, widx, wbits = self._words
         ptr = self._wptr_view
         if not 0 <= state < len(ptr) - 1:
@@ -238,6 +279,18 @@ class ChoiceSet:
         """Vectorized :meth:`advance`: next state for every (state, token); ``DEAD`` if refused."""
         st = np.asarray(states, dtype=np.int64)
         tk = np.asarray(tokens, dtype=np.int64)
+        if self._core is not None:
+            if st.ndim == 1 and st.shape == tk.shape and st.flags.c_contiguous:
+                out = np.empty(len(st), dtype=np.int64)
+                self._core.advance_batch(st, np.ascontiguousarray(tk), out)
+                return out
+            st, tk = np.broadcast_arrays(st, tk)
+            shape = st.shape
+            st1 = np.ascontiguousarray(st).reshape(-1)
+            tk1 = np.ascontiguousarray(tk).reshape(-1)
+            out = np.empty(len(st1), dtype=np.int64)
+            self._core.advance_batch(st1, tk1, out)
+            return out.reshape(shape)
         keys = self.batch_keys
         if not len(keys):  # no pairs at all (a vocabulary without end ids, the empty value)
             return np.full(np.broadcast(st, tk).shape, self.DEAD, dtype=np.int64)
@@ -264,8 +317,16 @@ class ChoiceSet:
         bitmask: npt.NDArray[np.int32],
         rows: npt.ArrayLike | None = None,
     ) -> None:
-        """Fill ``bitmask[rows[i]]`` (default: row ``i``) with the packed mask of ``states[i]``."""
+        """Fill ``bitmask[rows[i]]`` (default: row ``i``) with the packed mask of ``states[i]``.
+
+        One call for the batch on the native backend, written straight into ``bitmask`` (numpy,
+        or a torch CPU tensor); only the rows named are touched.
+        """
         st = np.asarray(states, dtype=np.int64)
+        if self._core is not None:
+            rw = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+            self._core.fill_batch(np.ascontiguousarray(st).reshape(-1), bitmask, rw)
+            return
         rw = np.arange(len(st), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
         wptr, widx, wbits = self._words
         lo = wptr[st].astype(np.int64)
@@ -278,6 +339,31 @@ class ChoiceSet:
             bitmask[rw] = 0
         flat = bitmask.reshape(-1)
         flat[rw[grp] * nwords + widx[pos]] = wbits[pos]
+
+    def apply_mask_inplace(
+        self, states: npt.ArrayLike, logits: Any, rows: npt.ArrayLike | None = None
+    ) -> None:
+        """Mask ``logits[rows[i]]`` (default: row ``i``) to the tokens allowed at ``states[i]``.
+
+        The sparse path: each row keeps the values of its allowed ids and every other entry
+        becomes ``-inf``; no bitmask is built or read, so a row costs one fill plus its few
+        allowed ids. ``logits``: a 2-D float32/float16/bfloat16 CPU array (numpy or torch),
+        changed in place; columns past the row's width are masked too.
+        """
+        st = np.ascontiguousarray(states, dtype=np.int64).reshape(-1)
+        rw = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+        view, bits, size = _raw_logits(logits)
+        if self._core is not None:
+            self._core.apply_sparse(st, view, rw, bits, size)
+            return
+        targets = np.arange(len(st)) if rw is None else rw
+        for s, r in zip(st.tolist(), targets.tolist(), strict=True):
+            ok = s if 0 <= s < len(self.row_ptr) - 1 else self.DEAD
+            ids = self.tokens[self.row_ptr[ok] : self.row_ptr[ok + 1]]
+            ids = ids[ids < view.shape[1]]
+            kept = view[r, ids].copy()
+            view[r] = bits
+            view[r, ids] = kept
 
     def __repr__(self) -> str:
         term = f", terminator={self.terminator!r}" if self.terminator is not None else ""
@@ -307,6 +393,7 @@ class ChoiceSet:
         *,
         mmap: bool = True,
         verify: bool = True,
+        backend: str | None = None,
     ) -> ChoiceSet:
         """Read a set written by :meth:`save`; refused unless it was compiled for the tokens of
         ``vocabulary`` (its width may differ: a model's logits may be wider than the tokenizer,
@@ -352,6 +439,7 @@ class ChoiceSet:
             end_ids=tuple(int(e) for e in end_ids),
             terminator=term,
             arrays=arrays,
+            backend=backend,
         )
         name = meta.get("tokenizer")
         cs.vocabulary_name = name if isinstance(name, str) else ""
@@ -363,6 +451,29 @@ class ChoiceSet:
         _, meta = load_arrays(path, _KIND, mmap=True, verify=False)
         name = meta.get("tokenizer")
         return name if isinstance(name, str) else ""
+
+
+def _raw_logits(logits: Any) -> tuple[npt.NDArray[Any], int, int]:
+    """A writable 2-D numpy view of ``logits`` as raw words, with the bits of ``-inf``."""
+    arr = logits
+    if not isinstance(arr, np.ndarray):
+        import torch
+
+        if not isinstance(arr, torch.Tensor) or arr.device.type != "cpu":
+            raise TypeError(
+                f"logits must be a numpy array or a torch CPU tensor, got {type(logits).__name__}"
+            )
+        if arr.dtype in (torch.float16, torch.bfloat16):
+            bits = 0xFC00 if arr.dtype == torch.float16 else 0xFF80
+            return arr.view(torch.int16).numpy().view(np.uint16), bits, 2
+        arr = arr.numpy()
+    if arr.ndim != 2:
+        raise ValueError(f"logits must be 2-D (rows, vocabulary), got shape {arr.shape}")
+    if arr.dtype == np.float32:
+        return arr.view(np.uint32), 0xFF800000, 4
+    if arr.dtype == np.float16:
+        return arr.view(np.uint16), 0xFC00, 2
+    raise TypeError(f"logits dtype {arr.dtype}: expected float32, float16 or bfloat16")
 
 
 def _check_arrays(c: Checker, width: int) -> None:
@@ -514,6 +625,7 @@ def compile_choices(
     *,
     terminator: str | None = None,
     allow_end: bool = True,
+    backend: str | None = None,
 ) -> ChoiceSet:
     """Compile ``values`` against a tokenizer index into a :class:`ChoiceSet`.
 
@@ -523,19 +635,104 @@ def compile_choices(
     ``allow_end=False`` leaves the end ids out where a value is complete (the set is followed by
     more output, as inside a decoding plan); ``END`` and ``DEAD`` still allow only them.
     Duplicates collapse; a value may be a prefix of another; the empty string is a value.
+    ``backend``: ``"native"`` (the C++ core) or ``"numpy"`` (the reference); default
+    ``$TRIEROUTER_BACKEND``, else native (see :mod:`trierouter.registry.core`).
     Raises :class:`EmptySetError`, :class:`InvalidValueError` or :class:`UnreachableValueError`.
     """
     t0 = time.perf_counter()
+    which = _backend.resolve_backend(backend)
     if isinstance(index, Vocabulary):
-        index = TokenIndex.get(index)
-    vocab = index.vocabulary
-    encoded = _encode_values(values)
-    if not encoded:
-        raise EmptySetError("values: the set is empty; a choice needs at least one value")
+        index = TokenIndex.get(index, backend=which)
+    if which == "native":
+        cs = _compile_native(values, index, terminator, allow_end)
+    else:
+        cs = _compile_numpy(values, index, terminator, allow_end)
+    cs.vocabulary_name = index.vocabulary.name
+    cs.compile_seconds = time.perf_counter() - t0
+    return cs
+
+
+def _check_terminator(terminator: object) -> None:
     if terminator is not None and not isinstance(terminator, str):
         raise InvalidValueError(
             f"terminator={terminator!r} must be a str (e.g. '\"') or None for the end ids"
         )
+
+
+def _unreachable(
+    uniq: list[bytes], term: bytes, bad: list[int], index: TokenIndex, vocab: Vocabulary
+) -> UnreachableValueError:
+    """The error for values no sequence of non-special tokens spells (``bad``: their indices
+    in ``uniq``, the distinct values in the order of ``value + term``)."""
+    used = np.zeros(256, dtype=bool)
+    for i in bad:
+        used[np.frombuffer(uniq[i] + term, dtype=np.uint8)] = True
+    missing = np.flatnonzero(used & ~index.can_spell_bytes())
+    shown = [uniq[i].decode("utf-8", "replace") for i in bad[:20]]
+    reasons = [
+        "no sequence of non-special tokens spells "
+        + repr(uniq[i] + term)
+        + "; bytes with no single-byte token: "
+        + ", ".join(f"0x{b:02x}" for b in missing if b in uniq[i] + term)
+        for i in bad
+    ]
+    return UnreachableValueError(
+        f"{len(bad)} of {len(uniq)} values cannot be produced by "
+        f"{vocab.name or 'this vocabulary'}"
+        f" (first: {shown}); {reasons[0]}",
+        values=[uniq[i].decode("utf-8", "replace") for i in bad],
+        reasons=reasons,
+    )
+
+
+def _compile_native(
+    values: Iterable[str], index: TokenIndex, terminator: str | None, allow_end: bool
+) -> ChoiceSet:
+    """The C++ core: values to serving arrays in one call (csrc/core.cpp)."""
+    core = _backend.native_core()
+    vocab = index.vocabulary
+    if isinstance(values, (str, bytes)):
+        _encode_values(values)  # raises the documented error
+    items = values if isinstance(values, (list, tuple)) else list(values)
+    if not items:
+        raise EmptySetError("values: the set is empty; a choice needs at least one value")
+    _check_terminator(terminator)
+    try:
+        arrays, bad = core.compile(
+            items,
+            index.native_trie,
+            terminator.encode("utf-8") if isinstance(terminator, str) else b"",
+            vocab.end_ids,
+            allow_end,
+        )
+    except (TypeError, UnicodeEncodeError):
+        _encode_values(items)  # raises InvalidValueError naming the value
+        raise
+    if bad is not None:
+        buf = arrays["value_bytes"].tobytes()
+        off = arrays["value_offsets"].tolist()
+        uniq = [buf[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+        term = terminator.encode("utf-8") if terminator else b""
+        raise _unreachable(uniq, term, bad, index, vocab)
+    return ChoiceSet(
+        vocabulary_hash=vocab.content_hash,
+        width=vocab.width,
+        end_ids=vocab.end_ids,
+        terminator=terminator,
+        arrays=arrays,
+        backend="native",
+    )
+
+
+def _compile_numpy(
+    values: Iterable[str], index: TokenIndex, terminator: str | None, allow_end: bool
+) -> ChoiceSet:
+    """The numpy reference: whole-array operations over the reversed-token index."""
+    vocab = index.vocabulary
+    encoded = _encode_values(values)
+    if not encoded:
+        raise EmptySetError("values: the set is empty; a choice needs at least one value")
+    _check_terminator(terminator)
     term = terminator.encode("utf-8") if terminator else b""
     uniq = sorted(set(encoded))
     strings = [u + term for u in uniq] if term else uniq
@@ -566,22 +763,7 @@ def compile_choices(
         reach, live = _spellable(pairs, n, ends)
         bad = np.flatnonzero(~reach[ends])
         if len(bad):
-            missing = np.flatnonzero(used & ~index.can_spell_bytes())
-            shown = [uniq[i].decode("utf-8", "replace") for i in bad[:20].tolist()]
-            reasons = [
-                "no sequence of non-special tokens spells "
-                + repr(strings[i])
-                + "; bytes with no single-byte token: "
-                + ", ".join(f"0x{b:02x}" for b in missing if b in strings[i])
-                for i in bad.tolist()
-            ]
-            raise UnreachableValueError(
-                f"{len(bad)} of {len(uniq)} values cannot be produced by "
-                f"{vocab.name or 'this vocabulary'}"
-                f" (first: {shown}); {reasons[0]}",
-                values=[uniq[i].decode("utf-8", "replace") for i in bad.tolist()],
-                reasons=reasons,
-            )
+            raise _unreachable(uniq, term, bad.tolist(), index, vocab)
         keep = live[pairs.child] & reach[pairs.node]
         pairs = TriePairs(
             np.concatenate([pairs.node[keep], eos_pairs.node]),
@@ -606,7 +788,6 @@ def compile_choices(
             "value_bytes": vbuf.copy(),
             "value_offsets": voff,
         },
+        backend="numpy",
     )
-    cs.vocabulary_name = vocab.name
-    cs.compile_seconds = time.perf_counter() - t0
     return cs

@@ -7,6 +7,8 @@ prefixes of each other, lone surrogates, control characters, very long), a termi
 sequences to decode. :func:`check_case` either confirms the result against an exact reference
 computed by dynamic programming over bytes, or confirms that the documented error was raised for
 the documented reason; anything else (another exception, a wrong mask) fails an assertion.
+Where the set compiled with the native core, the numpy reference must give the same arrays bit
+for bit (and the same error where it refuses).
 """
 
 from __future__ import annotations
@@ -131,8 +133,35 @@ def check_case(case: Case, *, index: TokenIndex | None = None) -> Outcome:
             encodable.append(None)
     term = case.terminator.encode("utf-8") if case.terminator else b""
     strings = {e + term for e in encodable if e is not None}
+    cs: ChoiceSet | None
     try:
         cs = compile_choices(list(case.values), index, terminator=case.terminator)
+    except Exception as exc:
+        if index.backend == "native":  # the reference refuses the same way
+            try:
+                compile_choices(
+                    list(case.values), index, terminator=case.terminator, backend="numpy"
+                )
+            except Exception as ref_exc:
+                assert type(ref_exc) is type(exc), (exc, ref_exc)
+                assert getattr(ref_exc, "values", None) == getattr(exc, "values", None)
+            else:
+                raise AssertionError(f"native refused ({exc!r}), numpy compiled") from exc
+        cs = None
+        err: Exception | None = exc
+    else:
+        err = None
+        if cs.backend == "native":
+            ref_cs = compile_choices(
+                list(case.values), index, terminator=case.terminator, backend="numpy"
+            )
+            for name, arr in ref_cs._arrays.items():
+                assert np.array_equal(cs._arrays[name], arr), f"native {name} differs from numpy"
+                assert cs._arrays[name].dtype == arr.dtype, name
+    try:
+        if err is not None:
+            raise err
+        assert cs is not None
     except EmptySetError:
         assert not case.values, "EmptySetError for a non-empty set"
         return Outcome("EmptySetError")
@@ -147,6 +176,7 @@ def check_case(case: Case, *, index: TokenIndex | None = None) -> Outcome:
         assert all(not ref.spellable(s) for s in reported), "a spellable value was reported"
         assert any(not ref.spellable(s) for s in strings)
         return Outcome("UnreachableValueError")
+    assert cs is not None
     assert case.values and None not in encodable, "compiled a set that should be refused"
     ref = _Reference(vocab, strings)
     assert all(ref.spellable(s) for s in strings), "compiled though a value is unspellable"

@@ -10,17 +10,24 @@ over the whole string allows. They are computed on first visit and kept:
   contain a ``"`` are simulated against the state's own continuation;
 - elsewhere only the tokens whose first byte has an edge are simulated, all at once with numpy,
   sorted by length so each byte column touches only the tokens still long enough.
+
+With the native backend (:mod:`trierouter.registry.core`) every state's mask is computed when the
+automaton is built, in two calls into the C++ core: a walk of the token trie in lockstep with the
+automaton for states outside strings (tokens sharing a prefix share its steps), the ``"`` tokens
+against each string state; the per-class string rows and counts come from the core as well,
+once per vocabulary.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import (
     _INTERIOR,
     I32,
@@ -74,7 +81,20 @@ class VocabTables:
         self._string_rows: npt.NDArray[np.int32] | None = None
         self._counts: tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]] | None = None
         self._counted: dict[tuple[int, int], npt.NDArray[np.int32]] = {}
+        self._count_order: dict[int, tuple[npt.NDArray[np.int64], I32]] = {}
         self.words = (self.width + 31) // 32
+        self.offsets = np.ascontiguousarray(off, dtype=np.int64)
+        self.native = _backend.default_backend() == "native"
+        self._trie: Any = None
+
+    @property
+    def trie(self) -> Any:
+        """The native backend's token trie of this vocabulary (shared with its TokenIndex)."""
+        if self._trie is None:
+            from trierouter.registry.index import TokenIndex
+
+            self._trie = TokenIndex.get(self.vocab).native_trie
+        return self._trie
 
     @classmethod
     def get(cls, vocab: Vocabulary) -> VocabTables:
@@ -83,6 +103,9 @@ class VocabTables:
             t = cls._cache.get(key)
             if t is None:
                 t = cls._cache[key] = VocabTables(vocab)
+                if t.native:  # eager: the per-class string rows and counts, in C++
+                    t.string_rows()
+                    t._string_counts()
                 while len(cls._cache) > cls.cache_size:
                     cls._cache.popitem(last=False)
             else:
@@ -133,6 +156,15 @@ class VocabTables:
     def _string_counts(self) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]]:
         """Per class: characters each token completes while staying inside a string (``-1``
         if it does not stay inside), and whether it ends inside a character."""
+        if self._counts is None and self.native:
+            ids = self.all_ids
+            fin, n = _backend.native_core().walk_counts(
+                _INTERIOR, np.arange(N_STRING_CLASSES), S_PLAIN, ids, self.buffer, self.offsets
+            )
+            fin = fin.reshape(N_STRING_CLASSES, len(ids))
+            n = n.reshape(N_STRING_CLASSES, len(ids))
+            ok = fin >= 0
+            self._counts = (np.where(ok, n, np.int16(-1)).astype(np.int16), ok & (fin != S_PLAIN))
         if self._counts is None:
             ids = self.all_ids
             counts = np.full((N_STRING_CLASSES, len(ids)), -1, dtype=np.int16)
@@ -160,20 +192,51 @@ class VocabTables:
         key = (k, left)
         row = self._counted.get(key)
         if row is None:
-            counts, mid = self._string_counts()
-            ok = (counts[k] >= 0) & (counts[k] + mid[k] <= left)
-            row = pack_ids(self.all_ids[ok], self.width)
+            # from the nearest row already built for a smaller bound: add the tokens whose
+            # count lies in between (rows for every bound of a maxLength string cost little)
+            need = self._by_count(k)
+            below = [b for kk, b in self._counted if kk == k and b < left]
+            if below:
+                lo = max(below)
+                row = self._counted[(k, lo)].copy()
+                a, b = np.searchsorted(need[0], [lo, left], side="right")
+                ids = need[1][a:b]
+                np.bitwise_or.at(
+                    row.view(np.uint32),
+                    ids >> 5,
+                    np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)),
+                )
+            else:
+                row = pack_ids(need[1][: np.searchsorted(need[0], left, side="right")], self.width)
             self._counted[key] = row
         return row
+
+    def _by_count(self, k: int) -> tuple[npt.NDArray[np.int64], I32]:
+        """Class ``k``'s tokens that stay inside a string, by characters used (sorted)."""
+        hit = self._count_order.get(k)
+        if hit is None:
+            counts, mid = self._string_counts()
+            ok = counts[k] >= 0
+            need = counts[k][ok].astype(np.int64) + mid[k][ok]
+            order = np.argsort(need, kind="stable")
+            hit = (need[order], self.all_ids[ok][order].astype(np.int32))
+            self._count_order[k] = hit
+        return hit
 
     def string_rows(self) -> npt.NDArray[np.int32]:
         """Packed rows: per interior class, the tokens that stay inside a free string."""
         if self._string_rows is None:
             rows = np.zeros((N_STRING_CLASSES, self.words), dtype=np.int32)
             inner = _INTERIOR  # ``"`` from PLAIN has no edge here: closing is not staying inside
-            for k in range(N_STRING_CLASSES):
-                ids = self.simulate(inner, k, self.all_ids)
-                rows[k] = pack_ids(ids, self.width)
+            if self.native:
+                ptr, ids = _backend.native_core().dfa_masks(
+                    inner, np.arange(256, dtype=np.int32), np.arange(N_STRING_CLASSES), self.trie
+                )
+                for k in range(N_STRING_CLASSES):
+                    rows[k] = pack_ids(ids[ptr[k] : ptr[k + 1]], self.width)
+            else:
+                for k in range(N_STRING_CLASSES):
+                    rows[k] = pack_ids(self.simulate(inner, k, self.all_ids), self.width)
             self._string_rows = rows
         return self._string_rows
 
@@ -220,6 +283,8 @@ class ToolAutomaton:
         self._toward: dict[int, I32] = {}
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
+        if tables.native:
+            self.materialize()  # eager: every state's mask in two calls into the core
 
     @property
     def n_states(self) -> int:
@@ -258,7 +323,14 @@ class ToolAutomaton:
             ids = t.simulate(tab, state, t.quote_ids, bc)
         else:
             ids = t.simulate(tab, state, t.candidates(tab[state], bc), bc)
+        return self._store(state, k, ids)
+
+    def _store(
+        self, state: int, k: int, ids: I32
+    ) -> tuple[int, I32 | None, npt.NDArray[np.int32] | None]:
+        t = self.t
         packed = None
+        m: tuple[int, I32 | None, npt.NDArray[np.int32] | None]
         if len(ids) > _BIG:
             packed = pack_ids(ids, t.width)
             if k >= 0:
@@ -342,7 +414,29 @@ class ToolAutomaton:
             )
 
     def materialize(self) -> None:
-        """Compute every state's mask now (instead of on first visit)."""
-        for s in range(self.n_states):
-            if s not in self.exits:
+        """Compute every state's mask now (instead of on first visit); the native backend does
+        this when the automaton is built."""
+        todo = np.asarray(
+            [s for s in range(self.n_states) if s not in self.exits and s not in self._masks],
+            dtype=np.int64,
+        )
+        if not self.t.native:
+            for s in todo.tolist():
                 self._mask(s)
+            return
+        core = _backend.native_core()
+        t = self.t
+        k = self.klass[todo] if len(todo) else np.zeros(0, dtype=np.int16)
+        plain, strings = todo[k < 0], todo[k >= 0]
+        if len(plain):
+            ptr, ids = core.dfa_masks(self.table, self.byte_class, plain, t.trie)
+            for i, s in enumerate(plain.tolist()):
+                self._store(s, -1, ids[ptr[i] : ptr[i + 1]])
+        if len(strings):
+            ptr, ids = core.dfa_list_masks(
+                self.table, self.byte_class, strings, t.quote_ids, t.buffer, t.offsets
+            )
+            for i, s in enumerate(strings.tolist()):
+                self._store(s, int(self.klass[s]), ids[ptr[i] : ptr[i + 1]])
+            for kl in sorted({int(x) for x in self.klass[strings]}):
+                self._base_row(kl)  # the per-class rows these states OR in, built now

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.errors import missing
+from trierouter.errors import TrieRouterError, missing
 from trierouter.registry.arrays import ranges
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
@@ -344,8 +344,6 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._regroup()
         bitmask = self._bitmask
         sparse = bool(logits.device.type == "cpu")
-        keep_rows: list[I64] = []
-        keep_tokens: list[I64] = []
         for cs, reqs, rows in self._groups:
             states = np.empty(len(reqs), dtype=np.int64)
             tokens = np.empty(len(reqs), dtype=np.int64)
@@ -367,11 +365,11 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 states[stepping] = cs.advance_batch(states[stepping], tokens[stepping])
             for req, s in zip(reqs, states.tolist(), strict=True):
                 req.node = s
-            if sparse:  # the allowed ids straight from the CSR rows: no dense mask pass
-                lo = cs.row_ptr[states].astype(np.int64)
-                grp, pos = ranges(lo, cs.row_ptr[states + 1].astype(np.int64) - lo)
-                keep_rows.append(rows[grp])
-                keep_tokens.append(cs.tokens[pos].astype(np.int64))
+            if sparse:
+                # CPU: xgrammar's kernel walks every (row, token) bit; a trie row allows few
+                # tokens, so each row is filled with -inf and its allowed logits kept, in one
+                # call into the core per set (about 20x faster than the dense kernel)
+                cs.apply_mask_inplace(states, logits, rows)
             else:
                 cs.fill_bitmask_batch(states, bitmask, rows)
         for row, req in self._plan_rows:
@@ -401,18 +399,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         if len(self._failed_rows) and self._end_row is not None:
             bitmask[self._failed_rows] = self._end_row
         n_rows = int(logits.shape[0])
-        if sparse and keep_rows:
-            # CPU: xgrammar's kernel walks every (row, token) bit; a trie row allows few tokens,
-            # so save them, fill the rows with -inf and put them back (about 20x faster)
-            row_t = torch.from_numpy(np.concatenate(keep_rows))
-            tok_t = torch.from_numpy(np.concatenate(keep_tokens))
-            kept = logits[row_t, tok_t]
-            group_rows = np.concatenate([rows for _, _, rows in self._groups])
-            if len(group_rows) == n_rows:
-                logits.fill_(float("-inf"))
-            else:
-                logits.index_fill_(0, torch.from_numpy(group_rows), float("-inf"))
-            logits[row_t, tok_t] = kept
+        if sparse:  # the set rows are done; plan and failed rows still take the bitmask
             rows = np.concatenate([[row for row, _ in self._plan_rows], self._failed_rows])
             rows = rows.astype(np.int64)
         else:

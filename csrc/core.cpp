@@ -1,0 +1,2081 @@
+// trierouter._core: the compiled core of trierouter (compile, step, masks).
+//
+// One pass from values to the serving layout of a ChoiceSet:
+//   values (str) -> UTF-8 bytes, sorted, deduplicated -> byte trie in preorder
+//   -> for every node n, a walk down the trie in lockstep with a forward trie of the token bytes
+//      (TokenTrie) emits every (n, token, child) with path(n) + bytes(token) == path(child):
+//      the rows come out in node order, so the CSR is written as it is produced, each row sorted
+//      by token id
+//   -> row_ptr, tokens, children (uint16 offsets; 0xFFFF = END, 0xFFFE = far), far_pos,
+//      far_child, ends, value_bytes, value_offsets: the arrays ChoiceSet saves and the numpy
+//      reference builds, bit for bit.
+// Serving (Core, MatcherBase) reads those arrays through the buffer protocol, so a memory-mapped
+// file serves as well as a freshly compiled set. Nothing is built lazily.
+//
+// The C API directly (no binding library): METH_FASTCALL keeps a call near 30 ns.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <new>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#ifndef TRIEROUTER_SOURCE_HASH
+#define TRIEROUTER_SOURCE_HASH "unknown"
+#endif
+
+namespace {
+
+constexpr uint16_t TO_END = 0xFFFF;
+constexpr uint16_t FAR = 0xFFFE;
+
+// ------------------------------------------------------------------------------------------------
+// Growable malloc'd array whose storage can be handed to numpy (freed by a capsule).
+
+// Large blocks are mapped directly and marked for transparent huge pages: a compile writes tens
+// of MB into fresh memory, and with 4 KB pages the page faults cost more than the work
+// (measured: 87 ms against 105 ms of CPU at K = 100,000). TRIEROUTER_NO_HUGEPAGES=1 turns it off.
+constexpr size_t HUGE_PAGE = size_t(2) << 20;
+
+void* big_alloc(size_t bytes, size_t* mapped) {
+    if (bytes >= 2 * HUGE_PAGE) {
+        // whole 2 MB blocks of the mapping get huge pages; the size is only rounded to 4 KB
+        // (smaller blocks stay with malloc, which reuses freed memory without new faults)
+        size_t size = (bytes + 4095) & ~size_t(4095);
+        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+        static const bool huge = std::getenv("TRIEROUTER_NO_HUGEPAGES") == nullptr;
+        if (huge) madvise(p, size, MADV_HUGEPAGE);
+#endif
+        *mapped = size;
+        return p;
+    }
+    *mapped = 0;
+    return std::malloc(bytes ? bytes : 1);
+}
+
+void big_free(void* p, size_t mapped) {
+    if (!p) return;
+    if (mapped) munmap(p, mapped);
+    else std::free(p);
+}
+
+template <class T>
+struct Buf {
+    T* p = nullptr;
+    size_t n = 0, cap = 0, mapped = 0;
+    Buf() = default;
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+    ~Buf() { big_free(p, mapped); }
+    bool reserve(size_t c) {
+        if (c <= cap) return true;
+        size_t nc = std::max(c, cap * 2 + 16);
+        size_t m;
+        T* q = static_cast<T*>(big_alloc(nc * sizeof(T), &m));
+        if (!q) return false;
+        if (n) std::memcpy(static_cast<void*>(q), p, n * sizeof(T));
+        big_free(p, mapped);
+        p = q;
+        cap = nc;
+        mapped = m;
+        return true;
+    }
+    bool resize(size_t c) {
+        if (!reserve(c)) return false;
+        n = c;
+        return true;
+    }
+    bool assign(size_t c, T v) {
+        if (!resize(c)) return false;
+        std::fill(p, p + c, v);
+        return true;
+    }
+    inline bool push(T v) {
+        if (n == cap && !reserve(n + 1)) return false;
+        p[n++] = v;
+        return true;
+    }
+    T& operator[](size_t i) { return p[i]; }
+    const T& operator[](size_t i) const { return p[i]; }
+    T* data() { return p; }
+    size_t size() const { return n; }
+    T* begin() { return p; }
+    T* end() { return p + n; }
+};
+
+void free_capsule(PyObject* cap) {
+    big_free(PyCapsule_GetPointer(cap, "trierouter.buf"),
+             reinterpret_cast<size_t>(PyCapsule_GetContext(cap)));
+}
+
+// Hands the storage of ``b`` to a new 1-D numpy array (no copy).
+template <class T>
+PyObject* to_numpy(Buf<T>& b, int typenum) {
+    if (!b.p && !b.reserve(1)) return PyErr_NoMemory();
+    npy_intp dims[1] = {static_cast<npy_intp>(b.n)};
+    PyObject* arr = PyArray_SimpleNewFromData(1, dims, typenum, b.p);
+    if (!arr) return nullptr;
+    PyObject* cap = PyCapsule_New(b.p, "trierouter.buf", free_capsule);
+    if (!cap || PyCapsule_SetContext(cap, reinterpret_cast<void*>(b.mapped)) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), cap) < 0) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    b.p = nullptr;
+    b.n = b.cap = b.mapped = 0;
+    return arr;
+}
+
+struct Str {
+    const uint8_t* p;
+    int64_t n;
+};
+
+inline bool str_less(const Str& a, const Str& b) {
+    int64_t m = a.n < b.n ? a.n : b.n;
+    int c = m ? std::memcmp(a.p, b.p, static_cast<size_t>(m)) : 0;
+    return c < 0 || (c == 0 && a.n < b.n);
+}
+inline bool str_eq(const Str& a, const Str& b) {
+    return a.n == b.n && (a.n == 0 || std::memcmp(a.p, b.p, static_cast<size_t>(a.n)) == 0);
+}
+
+struct Ent {
+    Str s;
+    int32_t id;
+};
+inline const Str& skey(const Str& x) { return x; }
+inline const Str& skey(const Ent& x) { return x.s; }
+
+// MSD radix sort on the byte at ``depth`` for large groups, std::sort below a cutoff. Equal
+// strings end up adjacent in an unspecified order.
+template <class T>
+void sort_strings(T* a, size_t n, int64_t depth, std::vector<T>& tmp) {
+    while (n > 64) {
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; ++i) {
+            const Str& k = skey(a[i]);
+            count[k.n > depth ? k.p[depth] + 1 : 0]++;
+        }
+        if (count[0] == n) return;  // all strings end here: equal
+        size_t start[257];
+        size_t s = 0;
+        for (int k = 0; k < 257; ++k) {
+            start[k] = s;
+            s += count[k];
+        }
+        if (tmp.size() < n) tmp.resize(n);
+        size_t pos[257];
+        std::memcpy(pos, start, sizeof(pos));
+        for (size_t i = 0; i < n; ++i) {
+            const Str& k = skey(a[i]);
+            tmp[pos[k.n > depth ? k.p[depth] + 1 : 0]++] = a[i];
+        }
+        std::copy(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(n), a);
+        // bucket 0 (strings of length == depth) holds equal strings
+        size_t biggest = 0;
+        int big_k = -1;
+        for (int k = 1; k < 257; ++k) {
+            if (count[k] > biggest) {
+                biggest = count[k];
+                big_k = k;
+            }
+        }
+        for (int k = 1; k < 257; ++k) {
+            if (k != big_k && count[k] > 1) sort_strings(a + start[k], count[k], depth + 1, tmp);
+        }
+        if (big_k < 0 || biggest < 2) return;
+        a += start[big_k];
+        n = biggest;
+        depth += 1;
+    }
+    std::sort(a, a + n, [depth](const T& x0, const T& y0) {
+        const Str& x = skey(x0);
+        const Str& y = skey(y0);
+        Str xs{x.p + std::min(depth, x.n), x.n - std::min(depth, x.n)};
+        Str ys{y.p + std::min(depth, y.n), y.n - std::min(depth, y.n)};
+        return str_less(xs, ys);
+    });
+}
+
+// Sorting values: 8 bytes at a time. Each string's next 8 bytes (big endian, zero padded) and
+// how many bytes remain (capped at 9: "more than 8") form a key; an LSD radix sort orders the
+// keys, and each group whose keys are equal and continue goes on with the next 8 bytes. The
+// first level reads the strings in memory order, and the keys fit a cache line per 4 strings.
+struct KeyStr {
+    uint64_t key;
+    uint32_t rem;
+    uint32_t idx;
+};
+
+inline uint64_t key_at(const Str& s, int64_t depth, uint32_t* rem) {
+    const int64_t left = s.n - depth;
+    uint64_t k = 0;
+    if (left >= 8) {
+        std::memcpy(&k, s.p + depth, 8);
+        k = __builtin_bswap64(k);
+        *rem = left > 8 ? 9u : 8u;
+    } else {
+        for (int64_t j = 0; j < left; ++j) k |= static_cast<uint64_t>(s.p[depth + j]) << (56 - 8 * j);
+        *rem = static_cast<uint32_t>(left);
+    }
+    return k;
+}
+
+// ``relocate``: after ordering the first 8 bytes, copy the strings into it in that order, so that
+// the deeper levels (and everything after the sort) read memory in order.
+void sort_values(Str* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr) {
+    if (n < 2) return;
+    if (n <= 48 && !relocate) {
+        std::sort(a, a + n, [depth](const Str& x, const Str& y) {
+            const int64_t dx = std::min(depth, x.n), dy = std::min(depth, y.n);
+            return str_less(Str{x.p + dx, x.n - dx}, Str{y.p + dy, y.n - dy});
+        });
+        return;
+    }
+    Buf<KeyStr> ks, tmp;
+    if (!ks.resize(n) || !tmp.resize(n)) throw std::bad_alloc();
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t rem;
+        ks[i].key = key_at(a[i], depth, &rem);
+        ks[i].rem = rem;
+        ks[i].idx = static_cast<uint32_t>(i);
+    }
+    // LSD radix: the remainder (least significant), then the key 11 bits at a time
+    auto pass = [&](auto digit, int buckets) {
+        std::vector<size_t> cnt(static_cast<size_t>(buckets) + 1, 0);
+        for (size_t i = 0; i < n; ++i) cnt[digit(ks[i]) + 1]++;
+        for (int b = 0; b < buckets; ++b) cnt[static_cast<size_t>(b) + 1] += cnt[static_cast<size_t>(b)];
+        for (size_t i = 0; i < n; ++i) tmp[cnt[digit(ks[i])]++] = ks[i];
+        std::swap(ks.p, tmp.p);
+        std::swap(ks.mapped, tmp.mapped);
+        std::swap(ks.cap, tmp.cap);
+    };
+    pass([](const KeyStr& k) { return static_cast<size_t>(k.rem); }, 10);
+    uint64_t all_or = 0, all_and = ~uint64_t(0);
+    for (const KeyStr& k : ks) {
+        all_or |= k.key;
+        all_and &= k.key;
+    }
+    const uint64_t varying = all_or ^ all_and;  // digits where every key agrees are skipped
+    for (int shift = 0; shift < 64; shift += 11) {
+        if (((varying >> shift) & 0x7FF) == 0) continue;
+        pass([shift](const KeyStr& k) { return static_cast<size_t>((k.key >> shift) & 0x7FF); }, 2048);
+    }
+    Buf<Str> sorted;
+    if (!sorted.resize(n)) throw std::bad_alloc();
+    for (size_t i = 0; i < n; ++i) sorted[i] = a[ks[i].idx];
+    if (relocate) {
+        size_t total = 0;
+        for (size_t i = 0; i < n; ++i) total += static_cast<size_t>(sorted[i].n);
+        if (!relocate->resize(total + 1)) throw std::bad_alloc();
+        uint8_t* out = relocate->data();
+        for (size_t i = 0; i < n; ++i) {
+            if (i + 8 < n) __builtin_prefetch(sorted[i + 8].p);
+            if (sorted[i].n) std::memcpy(out, sorted[i].p, static_cast<size_t>(sorted[i].n));
+            sorted[i].p = out;
+            out += sorted[i].n;
+        }
+    }
+    std::copy(sorted.p, sorted.p + n, a);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && ks[j].key == ks[i].key && ks[j].rem == ks[i].rem) ++j;
+        if (j - i > 1 && ks[i].rem == 9) sort_values(a + i, j - i, depth + 8);
+        i = j;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// TokenTrie: forward trie of the matchable tokens' bytes (per tokenizer, built once).
+
+struct alignas(32) StateInfo {  // what the hot loops read of one state, in one cache line
+    int32_t clo, chi, fail, d1row;  // children span, failure link, goto1 row (-1: deeper)
+    int32_t olo, ohi;               // span of outputs: every token that is a suffix of the state
+    int32_t dict, pad;
+};
+struct Out {
+    int32_t len, token;
+};
+
+struct TokenTrieObject {
+    PyObject_HEAD
+    int32_t n_nodes;
+    int32_t root_child[256];
+    uint8_t single[256];
+    // forward trie (preorder ids; root 0): children of u are child_node[child_ptr[u]..] with
+    // bytes child_label[...]; tokens ending at u are tok_ids[tok_ptr[u]..tok_ptr[u+1]]
+    std::vector<int32_t>* child_ptr;
+    std::vector<int32_t>* child_node;
+    std::vector<uint8_t>* child_label;
+    std::vector<int32_t>* tok_ptr;
+    std::vector<int32_t>* tok_ids;
+    // Aho-Corasick: failure link, dictionary link (nearest proper suffix state with tokens, -1),
+    // depth (= token length at a token's node), and full transitions for the root and depth-1
+    // states (row d1row[u] of goto1, -1 for deeper states)
+    std::vector<int32_t>* fail;
+    std::vector<int32_t>* dict;
+    std::vector<int32_t>* depth;
+    std::vector<int32_t>* d1row;
+    std::vector<int32_t>* goto1;
+    std::vector<StateInfo>* info;
+    std::vector<Out>* outs;
+    double build_seconds;
+};
+
+struct TT {  // raw pointers for the hot loops
+    const StateInfo* si;
+    const int32_t *cnode, *tids, *goto1, *tptr;
+    const uint8_t* clab;
+    const Out* outs;
+    explicit TT(const TokenTrieObject* t)
+        : si(t->info->data()), cnode(t->child_node->data()), tids(t->tok_ids->data()),
+          goto1(t->goto1->data()), tptr(t->tok_ptr->data()), clab(t->child_label->data()),
+          outs(t->outs ? t->outs->data() : nullptr) {}
+    inline int32_t child(int32_t u, uint8_t b) const {
+        const int32_t lo = si[u].clo, len = si[u].chi - lo;
+        const uint8_t* l = clab + lo;
+        if (len <= 16) {
+            for (int32_t i = 0; i < len; ++i)
+                if (l[i] == b) return cnode[lo + i];
+            return -1;
+        }
+        const void* f = std::memchr(l, b, static_cast<size_t>(len));
+        return f ? cnode[lo + (static_cast<const uint8_t*>(f) - l)] : -1;
+    }
+    // Aho-Corasick transition
+    inline int32_t go(int32_t s, uint8_t b) const {
+        for (;;) {
+            const int32_t r = si[s].d1row;
+            if (r >= 0) return goto1[(static_cast<int64_t>(r) << 8) | b];
+            const int32_t c = child(s, b);
+            if (c >= 0) return c;
+            s = si[s].fail;
+        }
+    }
+    inline bool has_tok(int32_t s) const { return tptr[s + 1] > tptr[s]; }
+};
+
+void TokenTrie_dealloc(TokenTrieObject* self) {
+    delete self->child_ptr;
+    delete self->child_node;
+    delete self->child_label;
+    delete self->tok_ptr;
+    delete self->tok_ids;
+    delete self->fail;
+    delete self->dict;
+    delete self->depth;
+    delete self->d1row;
+    delete self->goto1;
+    delete self->info;
+    delete self->outs;
+    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+double now_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// TRIEROUTER_CORE_TIMING=1: thread CPU time per phase on stderr (profiling aid)
+struct Lap {
+    bool on = std::getenv("TRIEROUTER_CORE_TIMING") != nullptr;
+    double last = cpu();
+    static double cpu() {
+        struct timespec c;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+        return 1e3 * static_cast<double>(c.tv_sec) + 1e-6 * static_cast<double>(c.tv_nsec);
+    }
+    void mark(const char* name) {
+        if (!on) return;
+        double t = cpu();
+        std::fprintf(stderr, "core: %-10s %8.2f ms cpu\n", name, t - last);
+        last = t;
+    }
+};
+
+// TokenTrie(tokens: sequence of bytes, matchable: bool buffer of len(tokens))
+int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
+    static const char* kwlist[] = {"tokens", "matchable", nullptr};
+    PyObject* tokens;
+    Py_buffer mview;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oy*", const_cast<char**>(kwlist), &tokens,
+                                     &mview))
+        return -1;
+    double t0 = now_seconds();
+    Lap lap;
+    PyObject* seq = PySequence_Tuple(tokens);
+    if (!seq) {
+        PyBuffer_Release(&mview);
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    if (mview.len != n) {
+        PyErr_Format(PyExc_ValueError, "matchable has %zd entries for %zd tokens", mview.len, n);
+        PyBuffer_Release(&mview);
+        Py_DECREF(seq);
+        return -1;
+    }
+    const uint8_t* match = static_cast<const uint8_t*>(mview.buf);
+    std::vector<Ent> ents;
+    ents.reserve(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!match[i]) continue;
+        PyObject* o = PyTuple_GET_ITEM(seq, i);
+        if (!PyBytes_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
+            PyBuffer_Release(&mview);
+            Py_DECREF(seq);
+            return -1;
+        }
+        Py_ssize_t len = PyBytes_GET_SIZE(o);
+        if (len == 0) continue;
+        ents.push_back(
+            {{reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(o)), len}, static_cast<int32_t>(i)});
+    }
+    PyBuffer_Release(&mview);
+    lap.mark("collect");
+    {
+        std::vector<Ent> tmp;
+        sort_strings(ents.data(), ents.size(), 0, tmp);
+        // equal bytes under several ids: ascending ids
+        for (size_t i = 0; i < ents.size();) {
+            size_t j = i + 1;
+            while (j < ents.size() && str_eq(ents[j].s, ents[i].s)) ++j;
+            if (j - i > 1)
+                std::sort(ents.begin() + static_cast<std::ptrdiff_t>(i),
+                          ents.begin() + static_cast<std::ptrdiff_t>(j),
+                          [](const Ent& x, const Ent& y) { return x.id < y.id; });
+            i = j;
+        }
+    }
+    lap.mark("sort");
+    // preorder trie: path[d] = node at depth d on the previous string's path
+    std::vector<int32_t> parent{-1};
+    std::vector<uint8_t> byte{0};
+    auto* depth = new std::vector<int32_t>{0};
+    std::vector<int32_t> end_node(ents.size());
+    std::vector<int32_t> path{0};
+    Str prev{nullptr, 0};
+    for (size_t i = 0; i < ents.size(); ++i) {
+        const Str& s = ents[i].s;
+        int64_t l = 0;
+        int64_t m = std::min(prev.n, s.n);
+        while (l < m && prev.p[l] == s.p[l]) ++l;
+        path.resize(static_cast<size_t>(l) + 1);
+        for (int64_t d = l; d < s.n; ++d) {
+            int32_t id = static_cast<int32_t>(parent.size());
+            parent.push_back(path[static_cast<size_t>(d)]);
+            byte.push_back(s.p[d]);
+            depth->push_back(static_cast<int32_t>(d + 1));
+            path.push_back(id);
+        }
+        end_node[i] = path[static_cast<size_t>(s.n)];
+        prev = s;
+    }
+    Py_DECREF(seq);  // the token bytes are not used past this point
+    const int32_t nn = static_cast<int32_t>(parent.size());
+    const size_t un = static_cast<size_t>(nn);
+    self->n_nodes = nn;
+    auto* cptr = new std::vector<int32_t>(un + 1, 0);
+    auto* cnode = new std::vector<int32_t>(un - 1);
+    auto* clab = new std::vector<uint8_t>(un - 1);
+    for (size_t v = 1; v < un; ++v) (*cptr)[static_cast<size_t>(parent[v]) + 1]++;
+    for (size_t v = 0; v < un; ++v) (*cptr)[v + 1] += (*cptr)[v];
+    {
+        std::vector<int32_t> fill(cptr->begin(), cptr->end() - 1);
+        for (size_t v = 1; v < un; ++v) {  // preorder: children in byte order
+            int32_t at = fill[static_cast<size_t>(parent[v])]++;
+            (*cnode)[static_cast<size_t>(at)] = static_cast<int32_t>(v);
+            (*clab)[static_cast<size_t>(at)] = byte[v];
+        }
+    }
+    auto* tptr = new std::vector<int32_t>(un + 1, 0);
+    auto* tids = new std::vector<int32_t>(ents.size());
+    for (size_t i = 0; i < ents.size(); ++i) (*tptr)[static_cast<size_t>(end_node[i]) + 1]++;
+    for (size_t v = 0; v < un; ++v) (*tptr)[v + 1] += (*tptr)[v];
+    {
+        std::vector<int32_t> fill(tptr->begin(), tptr->end() - 1);
+        for (size_t i = 0; i < ents.size(); ++i)
+            (*tids)[static_cast<size_t>(fill[static_cast<size_t>(end_node[i])]++)] = ents[i].id;
+    }
+    for (int k = 0; k < 256; ++k) {
+        self->root_child[k] = -1;
+        self->single[k] = 0;
+    }
+    for (int32_t i = (*cptr)[0]; i < (*cptr)[1]; ++i) {
+        int32_t v = (*cnode)[static_cast<size_t>(i)];
+        self->root_child[(*clab)[static_cast<size_t>(i)]] = v;
+        if ((*tptr)[static_cast<size_t>(v) + 1] > (*tptr)[static_cast<size_t>(v)])
+            self->single[(*clab)[static_cast<size_t>(i)]] = 1;
+    }
+    lap.mark("trie");
+    // Aho-Corasick links, states in breadth-first order (counting sort by depth)
+    auto* fail = new std::vector<int32_t>(un, 0);
+    auto* dict = new std::vector<int32_t>(un, -1);
+    auto* d1row = new std::vector<int32_t>(un, -1);
+    int32_t n1 = (*cptr)[1] - (*cptr)[0];
+    auto* goto1 = new std::vector<int32_t>(static_cast<size_t>(n1 + 1) * 256, 0);
+    (*d1row)[0] = 0;
+    for (int k = 0; k < 256; ++k) (*goto1)[static_cast<size_t>(k)] = self->root_child[k] >= 0 ? self->root_child[k] : 0;
+    for (int32_t i = 0; i < n1; ++i) {
+        int32_t v = (*cnode)[static_cast<size_t>((*cptr)[0] + i)];
+        (*d1row)[static_cast<size_t>(v)] = i + 1;
+    }
+    self->child_ptr = cptr;
+    self->child_node = cnode;
+    self->child_label = clab;
+    self->tok_ptr = tptr;
+    self->tok_ids = tids;
+    self->fail = fail;
+    self->dict = dict;
+    self->depth = depth;
+    self->d1row = d1row;
+    self->goto1 = goto1;
+    auto* info = new std::vector<StateInfo>(un);
+    for (size_t v = 0; v < un; ++v)
+        (*info)[v] = {(*cptr)[v], (*cptr)[v + 1], 0, (*d1row)[v], 0, 0, -1, 0};
+    self->info = info;
+    {
+        int32_t maxd = 0;
+        for (size_t v = 0; v < un; ++v) maxd = std::max(maxd, (*depth)[v]);
+        std::vector<int32_t> cnt(static_cast<size_t>(maxd) + 2, 0);
+        for (size_t v = 0; v < un; ++v) cnt[static_cast<size_t>((*depth)[v]) + 1]++;
+        for (size_t d = 0; d + 1 < cnt.size(); ++d) cnt[d + 1] += cnt[d];
+        std::vector<int32_t> order(un);
+        for (size_t v = 0; v < un; ++v) order[static_cast<size_t>(cnt[static_cast<size_t>((*depth)[v])]++)] = static_cast<int32_t>(v);
+        TT tt(self);  // goto1 rows of depth-1 states are filled below, before any deeper use
+        for (size_t i = 1; i < un; ++i) {
+            int32_t v = order[i];
+            int32_t p = parent[static_cast<size_t>(v)];
+            int32_t f = p == 0 ? 0 : tt.go((*fail)[static_cast<size_t>(p)], byte[static_cast<size_t>(v)]);
+            (*fail)[static_cast<size_t>(v)] = f;
+            (*dict)[static_cast<size_t>(v)] = f != 0 && tt.has_tok(f) ? f : (*dict)[static_cast<size_t>(f)];
+            (*info)[static_cast<size_t>(v)].fail = f;
+            (*info)[static_cast<size_t>(v)].dict = (*dict)[static_cast<size_t>(v)];
+            int32_t r = (*d1row)[static_cast<size_t>(v)];
+            if (r > 0) {  // a depth-1 state: its full transition row (its failure is the root)
+                for (int k = 0; k < 256; ++k) {
+                    int32_t c = tt.child(v, static_cast<uint8_t>(k));
+                    (*goto1)[(static_cast<size_t>(r) << 8) | static_cast<size_t>(k)] = c >= 0 ? c : (*goto1)[static_cast<size_t>(k)];
+                }
+            }
+        }
+    }
+    lap.mark("links");
+    {
+        // flattened outputs per state: the tokens of the state, then of its dictionary chain
+        std::vector<int32_t> olen(un, 0);
+        size_t total = 0;
+        for (size_t v = 0; v < un; ++v) {
+            int32_t c = 0;
+            for (int32_t x = (*tptr)[v + 1] > (*tptr)[v] ? static_cast<int32_t>(v) : (*dict)[v]; x >= 0; x = (*dict)[static_cast<size_t>(x)])
+                c += (*tptr)[static_cast<size_t>(x) + 1] - (*tptr)[static_cast<size_t>(x)];
+            olen[v] = c;
+            total += static_cast<size_t>(c);
+        }
+        auto* outs = new std::vector<Out>(total);
+        size_t at = 0;
+        for (size_t v = 0; v < un; ++v) {
+            (*info)[v].olo = static_cast<int32_t>(at);
+            for (int32_t x = (*tptr)[v + 1] > (*tptr)[v] ? static_cast<int32_t>(v) : (*dict)[v]; x >= 0; x = (*dict)[static_cast<size_t>(x)])
+                for (int32_t j = (*tptr)[static_cast<size_t>(x)]; j < (*tptr)[static_cast<size_t>(x) + 1]; ++j)
+                    (*outs)[at++] = {(*depth)[static_cast<size_t>(x)], (*tids)[static_cast<size_t>(j)]};
+            (*info)[v].ohi = static_cast<int32_t>(at);
+        }
+        self->outs = outs;
+    }
+    lap.mark("outputs");
+    self->build_seconds = now_seconds() - t0;
+    return 0;
+}
+
+PyObject* TokenTrie_nbytes(TokenTrieObject* self, void*) {
+    size_t b = 4 * (self->child_ptr->size() + self->child_node->size() + self->tok_ptr->size() +
+                    self->tok_ids->size() + self->fail->size() + self->dict->size() +
+                    self->depth->size() + self->d1row->size() + self->goto1->size()) +
+               sizeof(StateInfo) * self->info->size() + sizeof(Out) * self->outs->size() +
+               self->child_label->size() + sizeof(TokenTrieObject);
+    return PyLong_FromSize_t(b);
+}
+PyObject* TokenTrie_n_nodes(TokenTrieObject* self, void*) { return PyLong_FromLong(self->n_nodes); }
+PyObject* TokenTrie_build_seconds(TokenTrieObject* self, void*) {
+    return PyFloat_FromDouble(self->build_seconds);
+}
+PyObject* TokenTrie_single(TokenTrieObject* self, void*) {
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->single), 256);
+}
+
+PyGetSetDef TokenTrie_getset[] = {
+    {"nbytes", reinterpret_cast<getter>(TokenTrie_nbytes), nullptr, "bytes held", nullptr},
+    {"n_nodes", reinterpret_cast<getter>(TokenTrie_n_nodes), nullptr, "trie nodes", nullptr},
+    {"build_seconds", reinterpret_cast<getter>(TokenTrie_build_seconds), nullptr, "build time",
+     nullptr},
+    {"single_byte", reinterpret_cast<getter>(TokenTrie_single), nullptr,
+     "256 bytes: 1 where a matchable token is exactly that byte", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyTypeObject TokenTrieType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ------------------------------------------------------------------------------------------------
+// compile
+
+struct Pair {
+    int32_t token;
+    int32_t child;
+};
+
+inline void sort_row(Pair* a, size_t n) {
+    if (n < 24) {
+        for (size_t i = 1; i < n; ++i) {
+            Pair x = a[i];
+            size_t j = i;
+            while (j > 0 && a[j - 1].token > x.token) {
+                a[j] = a[j - 1];
+                --j;
+            }
+            a[j] = x;
+        }
+    } else {
+        std::sort(a, a + n, [](const Pair& x, const Pair& y) { return x.token < y.token; });
+    }
+}
+
+inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
+    if (n < 2) return;
+    if (n == 2) {
+        if (tk[0] > tk[1]) {
+            std::swap(tk[0], tk[1]);
+            std::swap(ch[0], ch[1]);
+        }
+        return;
+    }
+    // (token, code) packed in one word: one comparison and one move per step
+    uint64_t local[256];
+    std::vector<uint64_t> heap;
+    uint64_t* w = local;
+    if (n > 256) {
+        heap.resize(n);
+        w = heap.data();
+    }
+    bool sorted = true;
+    for (size_t i = 0; i < n; ++i) {
+        w[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
+        if (i && tk[i] < tk[i - 1]) sorted = false;
+    }
+    if (sorted) return;
+    if (n <= 16) {
+        for (size_t i = 1; i < n; ++i) {
+            const uint64_t x = w[i];
+            size_t j = i;
+            while (j > 0 && w[j - 1] > x) {
+                w[j] = w[j - 1];
+                --j;
+            }
+            w[j] = x;
+        }
+    } else {
+        std::sort(w, w + n);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        tk[i] = static_cast<int32_t>(w[i] >> 16);
+        ch[i] = static_cast<uint16_t>(w[i] & 0xFFFF);
+    }
+}
+
+// compile(values, trie, terminator: bytes, end_ids: tuple[int], allow_end: bool)
+//   -> (arrays: dict[str, ndarray], unreachable: list[int] | None)
+// On a value that is not a str or not encodable, raises TypeError / UnicodeEncodeError (the
+// Python caller turns them into the documented errors).
+PyObject* py_compile(PyObject*, PyObject* args) {
+    PyObject* values;
+    TokenTrieObject* tri;
+    Py_buffer term;
+    PyObject* end_ids;
+    int allow_end;
+    if (!PyArg_ParseTuple(args, "OO!y*Op", &values, &TokenTrieType, &tri, &term, &end_ids,
+                          &allow_end))
+        return nullptr;
+    std::string termb(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
+    PyBuffer_Release(&term);
+    std::vector<int32_t> eos;
+    {
+        PyObject* s = PySequence_Fast(end_ids, "end_ids must be a sequence of ints");
+        if (!s) return nullptr;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(s); ++i) {
+            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(s, i));
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(s);
+                return nullptr;
+            }
+            eos.push_back(static_cast<int32_t>(v));
+        }
+        Py_DECREF(s);
+        std::sort(eos.begin(), eos.end());
+        eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
+    }
+    // a tuple of our own: the str objects stay alive while the GIL is released below
+    PyObject* seq = PySequence_Tuple(values);
+    if (!seq) return nullptr;
+    Py_ssize_t k = PyTuple_GET_SIZE(seq);
+    PyObject** items = &PyTuple_GET_ITEM(seq, 0);
+    Buf<Str> strs;
+    Buf<uint8_t> joined;  // the values (+ terminator) in one buffer
+    if (!strs.resize(static_cast<size_t>(k))) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    const int64_t tl = static_cast<int64_t>(termb.size());
+    std::vector<int64_t> offs;
+    for (Py_ssize_t i = 0; i < k; ++i) {
+        PyObject* o = items[i];
+        if (!PyUnicode_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "values[%zd] is not a str", i);
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        Py_ssize_t len;
+        const char* p = PyUnicode_AsUTF8AndSize(o, &len);
+        if (!p) {
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        strs[static_cast<size_t>(i)] = {reinterpret_cast<const uint8_t*>(p), len};
+    }
+    {
+        // one contiguous copy (values + terminator) in input order: the sort and the trie then
+        // read one buffer instead of objects spread over the heap
+        size_t total = 0;
+        for (auto& s : strs) total += static_cast<size_t>(s.n + tl);
+        if (!joined.resize(total + 1)) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        size_t at = 0;
+        for (auto& s : strs) {
+            if (s.n) std::memcpy(joined.data() + at, s.p, static_cast<size_t>(s.n));
+            if (tl) std::memcpy(joined.data() + at + s.n, termb.data(), static_cast<size_t>(tl));
+            s = {joined.data() + at, s.n + tl};
+            at += static_cast<size_t>(s.n);
+        }
+    }
+    // values stay alive (seq holds them) until the end of this function
+    PyThreadState* save = PyEval_SaveThread();
+    Lap lap;
+#define LAP(name) lap.mark(name)
+    Buf<uint8_t> relocated;  // the strings in sorted order (when they were not)
+    bool sorted = true;
+    for (size_t i = 1; i < strs.size() && sorted; ++i)
+        if (str_less(strs[i], strs[i - 1])) sorted = false;
+    if (!sorted) {
+        std::vector<Str> tmp;
+        try {
+            sort_values(strs.data(), strs.size(), 0, &relocated);
+        } catch (const std::bad_alloc&) {
+            PyEval_RestoreThread(save);
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+    }
+    {
+        size_t w = 0;
+        for (size_t i = 0; i < strs.size(); ++i)
+            if (w == 0 || !str_eq(strs[i], strs[w - 1])) strs[w++] = strs[i];
+        strs.n = w;
+    }
+    const size_t nv = strs.size();
+    LAP("sort");
+    // Trie in preorder, built string by string (path[d]: node at depth d on the current string),
+    // and at once the Aho-Corasick state of every node (st[d] on the path): the tokens that end
+    // at node m are the outputs of its state, and a token of length L ending at m starts at the
+    // ancestor path[depth(m) - L]. This first pass counts each row's pairs; the second fills them.
+    const TT tt(tri);
+    size_t total_bytes = 0;
+    int64_t max_len = 0;
+    for (auto& s : strs) {
+        total_bytes += static_cast<size_t>(s.n);
+        max_len = std::max(max_len, s.n);
+    }
+    if (total_bytes >= (size_t(1) << 31) - 4) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: node ids would overflow int32; split the set into smaller ones");
+    }
+    Buf<int32_t> ends, lcps, row_ptr;
+    Buf<uint64_t> state_of;  // per node, its outputs span (olo << 32 | ohi): pass 2 reads no state
+    Buf<uint8_t> vbytes;
+    Buf<int64_t> voff;
+    // row_ptr first counts the pairs of row v in row_ptr[v + 1]
+    bool ok = ends.resize(nv) && vbytes.reserve(total_bytes - nv * static_cast<size_t>(tl) + 1) &&
+              voff.resize(nv + 1) && state_of.resize(total_bytes + 1) && lcps.resize(nv) &&
+              row_ptr.assign(total_bytes + 4, 0);
+    std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), st(static_cast<size_t>(max_len) + 2, 0);
+    if (!ok) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    int32_t* cnt = row_ptr.p + 1;
+    int32_t next = 1;
+    state_of[0] = 0;
+    uint8_t used[256] = {0};
+    Str prev{nullptr, 0};
+    voff[0] = 0;
+    for (size_t i = 0; i < nv; ++i) {
+        const Str& s = strs[i];
+        if (i + 8 < nv) __builtin_prefetch(strs[i + 8].p);  // sorted order is not memory order
+        int64_t l = 0;
+        const int64_t m = std::min(prev.n, s.n);
+        while (l < m && prev.p[l] == s.p[l]) ++l;
+        lcps[i] = static_cast<int32_t>(l);
+        for (int64_t d = l; d < s.n; ++d) {
+            const int32_t id = next++;
+            const uint8_t b = s.p[d];
+            used[b] = 1;
+            const int32_t q = tt.go(st[static_cast<size_t>(d)], b);
+            const int32_t olo = tt.si[q].olo, ohi = tt.si[q].ohi;
+            state_of[static_cast<size_t>(id)] =
+                (static_cast<uint64_t>(static_cast<uint32_t>(olo)) << 32) | static_cast<uint32_t>(ohi);
+            path[static_cast<size_t>(d + 1)] = id;
+            st[static_cast<size_t>(d + 1)] = q;
+            for (int32_t j = olo; j < ohi; ++j)
+                cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
+        }
+        ends[i] = path[static_cast<size_t>(s.n)];
+        int64_t vl = s.n - tl;
+        if (vl) std::memcpy(vbytes.p + vbytes.n, s.p, static_cast<size_t>(vl));
+        vbytes.n += static_cast<size_t>(vl);
+        voff[i + 1] = voff[i] + vl;
+        prev = s;
+    }
+    LAP("trie");
+    const int32_t n = next;
+    const int32_t end_state = n, dead_state = n + 1;
+    const int32_t n_eos = static_cast<int32_t>(eos.size());
+    if (allow_end)
+        for (size_t i = 0; i < nv; ++i) cnt[ends[i]] += n_eos;
+    cnt[n] = n_eos;      // END
+    cnt[n + 1] = n_eos;  // DEAD
+    bool prune = false;
+    for (int b = 0; b < 256; ++b)
+        if (used[b] && !tri->single[b]) prune = true;
+    row_ptr.n = static_cast<size_t>(n) + 3;
+    int64_t total_pairs = 0;
+    for (int32_t v = 0; v < n + 2; ++v) {  // exclusive scan: row_ptr[v] = start of row v
+        const int32_t c = row_ptr[static_cast<size_t>(v) + 1];
+        row_ptr[static_cast<size_t>(v)] = static_cast<int32_t>(total_pairs);
+        total_pairs += c;
+        if (total_pairs >= (int64_t(1) << 31)) {
+            PyEval_RestoreThread(save);
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_OverflowError,
+                                "more than 2**31 (state, token) pairs: split the set");
+        }
+    }
+    // second pass: the same outputs, written into their rows (row_ptr[v] is row v's cursor,
+    // and ends as the start of row v + 1: shifted back afterwards). Usually straight into the
+    // serving arrays (token, child code); where some value may not be spellable, first as
+    // (token, child) pairs that are pruned by reachability.
+    Buf<int32_t> tokens;
+    Buf<uint16_t> children;
+    Buf<int32_t> far_pos, far_child;
+    Buf<Pair> pairs;
+    struct Far {
+        int32_t node, token, child;
+    };
+    std::vector<Far> fars;
+    ok = prune ? pairs.resize(static_cast<size_t>(total_pairs))
+               : tokens.resize(static_cast<size_t>(total_pairs)) &&
+                     children.resize(static_cast<size_t>(total_pairs));
+    if (!ok) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    int32_t* cur = row_ptr.p;
+    auto second_pass = [&](auto emit) {
+        int32_t id = 1;
+        for (size_t i = 0; i < nv; ++i) {
+            const int64_t len = strs[i].n;
+            for (int64_t d = lcps[i]; d < len; ++d) {
+                const int32_t m = id++;
+                path[static_cast<size_t>(d + 1)] = m;
+                const uint64_t span = state_of[static_cast<size_t>(m)];
+                for (int32_t j = static_cast<int32_t>(span >> 32), hi = static_cast<int32_t>(span & 0xFFFFFFFFu); j < hi; ++j)
+                    emit(path[static_cast<size_t>(d + 1 - tt.outs[j].len)], tt.outs[j].token, m);
+            }
+        }
+        if (allow_end)
+            for (size_t i = 0; i < nv; ++i)
+                for (int32_t e : eos) emit(ends[i], e, end_state);
+        for (int32_t e : eos) emit(n, e, end_state);
+        for (int32_t e : eos) emit(n + 1, e, end_state);
+        std::memmove(row_ptr.p + 1, row_ptr.p, (static_cast<size_t>(n) + 2) * sizeof(int32_t));
+        row_ptr[0] = 0;
+    };
+    if (!prune) {
+        int32_t* tk = tokens.p;
+        uint16_t* ch = children.p;
+        second_pass([&](int32_t nd, int32_t t, int32_t m) {
+            const int32_t at = cur[nd]++;
+            tk[at] = t;
+            if (m == end_state) {
+                ch[at] = TO_END;
+            } else if (m - nd < FAR) {
+                ch[at] = static_cast<uint16_t>(m - nd);
+            } else {
+                ch[at] = FAR;
+                fars.push_back({nd, t, m});
+            }
+        });
+        LAP("emit");
+        for (int32_t v = 0; v < n; ++v)
+            sort_row2(tk + row_ptr[static_cast<size_t>(v)], ch + row_ptr[static_cast<size_t>(v)],
+                      static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
+    } else {
+        Pair* out = pairs.p;
+        second_pass([&](int32_t nd, int32_t t, int32_t m) { out[cur[nd]++] = {t, m}; });
+        for (int32_t v = 0; v < n; ++v)
+            sort_row(out + row_ptr[static_cast<size_t>(v)],
+                     static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
+    }
+    {
+        Buf<uint64_t> drop;
+        std::swap(drop.p, state_of.p);
+        std::swap(drop.mapped, state_of.mapped);
+        state_of.n = state_of.cap = 0;
+    }
+    LAP("pairs");
+    // -- values some token sequence cannot spell: prune, report ------------------------------------
+    std::vector<int64_t> bad;
+    if (prune) {
+        std::vector<uint8_t> reach(static_cast<size_t>(n), 0), live(static_cast<size_t>(n), 0);
+        reach[0] = 1;
+        for (int32_t v = 0; v < n; ++v) {
+            if (!reach[static_cast<size_t>(v)]) continue;
+            for (int32_t j = row_ptr[static_cast<size_t>(v)]; j < row_ptr[static_cast<size_t>(v) + 1]; ++j)
+                if (pairs[static_cast<size_t>(j)].child < n) reach[static_cast<size_t>(pairs[static_cast<size_t>(j)].child)] = 1;
+        }
+        for (size_t i = 0; i < nv; ++i) live[static_cast<size_t>(ends[i])] = 1;
+        for (int32_t v = n - 1; v >= 0; --v) {
+            if (live[static_cast<size_t>(v)]) continue;
+            for (int32_t j = row_ptr[static_cast<size_t>(v)]; j < row_ptr[static_cast<size_t>(v) + 1]; ++j) {
+                int32_t c = pairs[static_cast<size_t>(j)].child;
+                if (c < n && live[static_cast<size_t>(c)]) {
+                    live[static_cast<size_t>(v)] = 1;
+                    break;
+                }
+            }
+        }
+        for (size_t i = 0; i < nv; ++i)
+            if (!reach[static_cast<size_t>(ends[i])]) bad.push_back(static_cast<int64_t>(i));
+        if (bad.empty()) {
+            size_t w = 0;
+            for (int32_t v = 0; v < n + 2; ++v) {
+                int32_t lo = row_ptr[static_cast<size_t>(v)], hi = row_ptr[static_cast<size_t>(v) + 1];
+                row_ptr[static_cast<size_t>(v)] = static_cast<int32_t>(w);
+                for (int32_t j = lo; j < hi; ++j) {
+                    Pair q = pairs[static_cast<size_t>(j)];
+                    bool keep = q.child >= n ||
+                                (v < n && reach[static_cast<size_t>(v)] && live[static_cast<size_t>(q.child)]);
+                    if (keep) pairs[w++] = q;
+                }
+            }
+            row_ptr[static_cast<size_t>(n) + 2] = static_cast<int32_t>(w);
+            pairs.n = w;
+            ok = tokens.resize(w) && children.resize(w);
+            for (int32_t v = 0; v < n + 2 && ok; ++v) {
+                for (int32_t j = row_ptr[static_cast<size_t>(v)]; j < row_ptr[static_cast<size_t>(v) + 1]; ++j) {
+                    Pair q = pairs[static_cast<size_t>(j)];
+                    tokens[static_cast<size_t>(j)] = q.token;
+                    if (q.child == end_state) {
+                        children[static_cast<size_t>(j)] = TO_END;
+                    } else if (q.child - v < FAR) {
+                        children[static_cast<size_t>(j)] = static_cast<uint16_t>(q.child - v);
+                    } else {
+                        children[static_cast<size_t>(j)] = FAR;
+                        fars.push_back({v, q.token, q.child});
+                    }
+                }
+            }
+        }
+        Buf<Pair> drop;
+        std::swap(drop.p, pairs.p);
+        pairs.n = pairs.cap = 0;
+    }
+    PyObject* result = nullptr;
+    if (!bad.empty()) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        PyObject* lst = PyList_New(static_cast<Py_ssize_t>(bad.size()));
+        if (!lst) return nullptr;
+        for (size_t i = 0; i < bad.size(); ++i)
+            PyList_SET_ITEM(lst, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(bad[i]));
+        PyObject* arrays = PyDict_New();
+        PyObject* vb = to_numpy(vbytes, NPY_UINT8);
+        PyObject* vo = to_numpy(voff, NPY_INT64);
+        if (!arrays || !vb || !vo) return nullptr;
+        PyDict_SetItemString(arrays, "value_bytes", vb);
+        PyDict_SetItemString(arrays, "value_offsets", vo);
+        Py_DECREF(vb);
+        Py_DECREF(vo);
+        return Py_BuildValue("(NN)", arrays, lst);
+    }
+    // far children, in the order their pairs have in the rows
+    std::sort(fars.begin(), fars.end(), [](const Far& a, const Far& b) {
+        return a.node < b.node || (a.node == b.node && a.token < b.token);
+    });
+    for (const Far& f : fars) {
+        const int32_t* lo = tokens.p + row_ptr[static_cast<size_t>(f.node)];
+        const int32_t* hi = tokens.p + row_ptr[static_cast<size_t>(f.node) + 1];
+        ok = ok && far_pos.push(static_cast<int32_t>(std::lower_bound(lo, hi, f.token) - tokens.p)) &&
+             far_child.push(f.child);
+    }
+    (void)dead_state;
+    LAP("codes");
+
+    {
+        Buf<Pair> drop;
+        std::swap(drop.p, pairs.p);
+        pairs.n = pairs.cap = 0;
+    }
+    PyEval_RestoreThread(save);
+    Py_DECREF(seq);
+    if (!ok) return PyErr_NoMemory();
+    PyObject* arrays = PyDict_New();
+    if (!arrays) return nullptr;
+    struct Item {
+        const char* name;
+        PyObject* arr;
+    } out[] = {
+        {"row_ptr", to_numpy(row_ptr, NPY_INT32)},   {"tokens", to_numpy(tokens, NPY_INT32)},
+        {"children", to_numpy(children, NPY_UINT16)}, {"far_pos", to_numpy(far_pos, NPY_INT32)},
+        {"far_child", to_numpy(far_child, NPY_INT32)}, {"ends", to_numpy(ends, NPY_INT32)},
+        {"value_bytes", to_numpy(vbytes, NPY_UINT8)}, {"value_offsets", to_numpy(voff, NPY_INT64)},
+    };
+    bool fail = false;
+    for (auto& it : out) {
+        if (!it.arr || PyDict_SetItemString(arrays, it.name, it.arr) < 0) fail = true;
+        Py_XDECREF(it.arr);
+    }
+    if (fail) {
+        Py_DECREF(arrays);
+        return nullptr;
+    }
+    result = Py_BuildValue("(NO)", arrays, Py_None);
+    return result;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Core: serving over the arrays of a ChoiceSet.
+
+struct View {
+    Py_buffer b;
+    bool held = false;
+};
+
+struct CoreObject {
+    PyObject_HEAD
+    View v_row_ptr, v_tokens, v_children, v_far_pos, v_far_child, v_ends;
+    PyObject* tokens_obj;  // for mask views
+    const int32_t* row_ptr;
+    const int32_t* tokens;
+    const uint16_t* children;
+    const int32_t* far_pos;
+    const int32_t* far_child;
+    const int32_t* ends;
+    int64_t n_far, n_ends, n_states, n_pairs, end_state, dead_state, width, words;
+};
+
+PyTypeObject CoreType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+bool get_view(PyObject* obj, View& v, char kind, int itemsize, const char* name) {
+    if (PyObject_GetBuffer(obj, &v.b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
+    v.held = true;
+    const char* f = v.b.format ? v.b.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') ++f;
+    bool kind_ok = false;
+    if (kind == 'i') kind_ok = (*f == 'i' || *f == 'l' || *f == 'q' || *f == 'h');
+    if (kind == 'u') kind_ok = (*f == 'H' || *f == 'I' || *f == 'B');
+    if (!kind_ok || v.b.itemsize != itemsize || v.b.ndim > 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D array of %s%d", name,
+                     kind == 'i' ? "int" : "uint", itemsize * 8);
+        return false;
+    }
+    return true;
+}
+
+void Core_dealloc(CoreObject* self) {
+    for (View* v : {&self->v_row_ptr, &self->v_tokens, &self->v_children, &self->v_far_pos,
+                    &self->v_far_child, &self->v_ends})
+        if (v->held) PyBuffer_Release(&v->b);
+    Py_XDECREF(self->tokens_obj);
+    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+// Core(row_ptr, tokens, children, far_pos, far_child, ends, width)
+int Core_init(CoreObject* self, PyObject* args, PyObject*) {
+    PyObject *rp, *tk, *ch, *fp, *fc, *en;
+    long long width;
+    if (!PyArg_ParseTuple(args, "OOOOOOL", &rp, &tk, &ch, &fp, &fc, &en, &width)) return -1;
+    if (!get_view(rp, self->v_row_ptr, 'i', 4, "row_ptr") ||
+        !get_view(tk, self->v_tokens, 'i', 4, "tokens") ||
+        !get_view(ch, self->v_children, 'u', 2, "children") ||
+        !get_view(fp, self->v_far_pos, 'i', 4, "far_pos") ||
+        !get_view(fc, self->v_far_child, 'i', 4, "far_child") ||
+        !get_view(en, self->v_ends, 'i', 4, "ends"))
+        return -1;
+    int64_t nrp = self->v_row_ptr.b.len / 4;
+    if (nrp < 4) {
+        PyErr_SetString(PyExc_ValueError, "row_ptr: fewer than 4 entries");
+        return -1;
+    }
+    Py_INCREF(tk);
+    Py_XSETREF(self->tokens_obj, tk);
+    self->row_ptr = static_cast<const int32_t*>(self->v_row_ptr.b.buf);
+    self->tokens = static_cast<const int32_t*>(self->v_tokens.b.buf);
+    self->children = static_cast<const uint16_t*>(self->v_children.b.buf);
+    self->far_pos = static_cast<const int32_t*>(self->v_far_pos.b.buf);
+    self->far_child = static_cast<const int32_t*>(self->v_far_child.b.buf);
+    self->ends = static_cast<const int32_t*>(self->v_ends.b.buf);
+    self->n_far = self->v_far_pos.b.len / 4;
+    self->n_ends = self->v_ends.b.len / 4;
+    self->n_pairs = self->v_tokens.b.len / 4;
+    self->n_states = nrp - 1;
+    self->end_state = nrp - 3;
+    self->dead_state = nrp - 2;
+    self->width = width;
+    self->words = (width + 31) / 32;
+    return 0;
+}
+
+inline int64_t core_advance(const CoreObject* c, int64_t s, int64_t token) {
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(c->n_states)) return c->dead_state;
+    const int32_t* tk = c->tokens;
+    int64_t lo = c->row_ptr[s], hi = c->row_ptr[s + 1];
+    // lower bound
+    int64_t len = hi - lo;
+    while (len > 0) {
+        int64_t half = len >> 1;
+        if (tk[lo + half] < token) {
+            lo += half + 1;
+            len -= half + 1;
+        } else {
+            len = half;
+        }
+    }
+    if (lo < hi && tk[lo] == token) {
+        uint16_t d = c->children[lo];
+        if (d < FAR) return s + d;
+        if (d == TO_END) return c->end_state;
+        const int32_t* f = std::lower_bound(c->far_pos, c->far_pos + c->n_far, static_cast<int32_t>(lo));
+        return c->far_child[f - c->far_pos];
+    }
+    return c->dead_state;
+}
+
+inline bool as_i64(PyObject* o, int64_t* out) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) return false;
+    *out = overflow ? (overflow > 0 ? INT64_MAX : INT64_MIN) : v;
+    return true;
+}
+
+PyObject* Core_advance(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "advance(state, token)");
+        return nullptr;
+    }
+    int64_t s, t;
+    if (!as_i64(args[0], &s) || !as_i64(args[1], &t)) return nullptr;
+    return PyLong_FromLongLong(core_advance(self, s, t));
+}
+
+inline int64_t valid_state(const CoreObject* c, int64_t s) {
+    return static_cast<uint64_t>(s) < static_cast<uint64_t>(c->n_states) ? s : c->dead_state;
+}
+
+PyObject* make_mask(CoreObject* self, int64_t s) {
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(self->n_states)) {
+        PyErr_Format(PyExc_ValueError, "state=%lld: not a state of this set (0..%lld)",
+                     static_cast<long long>(s), static_cast<long long>(self->n_states - 1));
+        return nullptr;
+    }
+    int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+    npy_intp dims[1] = {static_cast<npy_intp>(hi - lo)};
+    PyObject* arr = PyArray_New(&PyArray_Type, 1, dims, NPY_INT32, nullptr,
+                                const_cast<int32_t*>(self->tokens + lo), 0, NPY_ARRAY_CARRAY_RO,
+                                nullptr);
+    if (!arr) return nullptr;
+    Py_INCREF(self->tokens_obj);
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), self->tokens_obj) < 0) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    return arr;
+}
+
+PyObject* Core_mask(CoreObject* self, PyObject* arg) {
+    int64_t s;
+    if (!as_i64(arg, &s)) return nullptr;
+    return make_mask(self, s);
+}
+
+PyObject* Core_is_terminal(CoreObject* self, PyObject* arg) {
+    int64_t s;
+    if (!as_i64(arg, &s)) return nullptr;
+    if (s == self->end_state) Py_RETURN_TRUE;
+    if (s < 0 || s >= self->end_state) Py_RETURN_FALSE;
+    const int32_t* e = self->ends;
+    const int32_t* f = std::lower_bound(e, e + self->n_ends, static_cast<int32_t>(s));
+    if (f != e + self->n_ends && *f == s) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+// A writable int32 2-D (or 1-D) buffer whose rows are contiguous; torch CPU tensors through
+// their zero-copy .numpy() view.
+struct Mask2D {
+    Py_buffer b;
+    bool held = false;
+    PyObject* tmp = nullptr;
+    char* base = nullptr;
+    int64_t rows = 0, words = 0, row_stride = 0;
+    ~Mask2D() {
+        if (held) PyBuffer_Release(&b);
+        Py_XDECREF(tmp);
+    }
+    bool open(PyObject* obj, int itemsize, const char* what) {
+        if (PyObject_GetBuffer(obj, &b, PyBUF_RECORDS) < 0) {
+            // torch CPU tensors: their .numpy() view shares the memory (no copy)
+            PyErr_Clear();
+            if (!PyObject_HasAttrString(obj, "numpy")) {
+                PyErr_Format(PyExc_TypeError,
+                             "%s: expected a writable array (numpy, or a torch CPU tensor), got %s",
+                             what, Py_TYPE(obj)->tp_name);
+                return false;
+            }
+            tmp = PyObject_CallMethod(obj, "numpy", nullptr);
+            if (!tmp) return false;
+            if (PyObject_GetBuffer(tmp, &b, PyBUF_RECORDS) < 0) return false;
+        }
+        held = true;
+        if (b.itemsize != itemsize || (b.ndim != 1 && b.ndim != 2)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a 1-D or 2-D array of %d-byte items", what,
+                         itemsize);
+            return false;
+        }
+        int64_t inner = b.ndim == 2 ? b.strides[1] : b.strides[0];
+        if (inner != itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: rows must be contiguous", what);
+            return false;
+        }
+        base = static_cast<char*>(b.buf);
+        rows = b.ndim == 2 ? b.shape[0] : 1;
+        words = b.ndim == 2 ? b.shape[1] : b.shape[0];
+        row_stride = b.ndim == 2 ? b.strides[0] : 0;
+        return true;
+    }
+    inline int32_t* row32(int64_t r) const { return reinterpret_cast<int32_t*>(base + r * row_stride); }
+};
+
+inline void fill_row(const CoreObject* c, int64_t s, int32_t* row, int64_t words) {
+    std::memset(row, 0, static_cast<size_t>(words) * 4);
+    s = valid_state(c, s);
+    const int32_t* tk = c->tokens;
+    uint32_t* w = reinterpret_cast<uint32_t*>(row);
+    for (int64_t j = c->row_ptr[s], hi = c->row_ptr[s + 1]; j < hi; ++j) {
+        uint32_t t = static_cast<uint32_t>(tk[j]);
+        w[t >> 5] |= 1u << (t & 31);
+    }
+}
+
+bool check_words(const CoreObject* c, const Mask2D& m) {
+    if (m.words < c->words) {
+        PyErr_Format(PyExc_ValueError,
+                     "bitmask rows have %lld int32 words; this set needs %lld (ceil(width / 32))",
+                     static_cast<long long>(m.words), static_cast<long long>(c->words));
+        return false;
+    }
+    return true;
+}
+
+// fill(state, bitmask, index=0)
+PyObject* Core_fill(CoreObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* idx_obj = nargs == 3 ? args[2] : nullptr;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; ++k) {
+        PyObject* name = PyTuple_GET_ITEM(kwnames, k);
+        if (PyUnicode_CompareWithASCIIString(name, "index") == 0 && !idx_obj) {
+            idx_obj = args[nargs + k];
+        } else {
+            PyErr_Format(PyExc_TypeError, "fill_next_token_bitmask() got an unexpected keyword %R", name);
+            return nullptr;
+        }
+    }
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "fill_next_token_bitmask(state, bitmask, index=0)");
+        return nullptr;
+    }
+    int64_t s, idx = 0;
+    if (!as_i64(args[0], &s) || (idx_obj && !as_i64(idx_obj, &idx))) return nullptr;
+    Mask2D m;
+    if (!m.open(args[1], 4, "bitmask") || !check_words(self, m)) return nullptr;
+    if (idx < 0) idx += m.rows;
+    if (idx < 0 || idx >= m.rows) {
+        PyErr_Format(PyExc_IndexError, "index %lld out of range for %lld bitmask rows",
+                     static_cast<long long>(idx), static_cast<long long>(m.rows));
+        return nullptr;
+    }
+    fill_row(self, s, m.row32(idx), m.words);
+    Py_RETURN_NONE;
+}
+
+struct I64View {
+    Py_buffer b;
+    bool held = false;
+    const int64_t* p = nullptr;
+    int64_t n = 0;
+    ~I64View() {
+        if (held) PyBuffer_Release(&b);
+    }
+    bool open(PyObject* o, const char* what, bool writable = false) {
+        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+            return false;
+        held = true;
+        const char* f = b.format ? b.format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') ++f;
+        if (b.itemsize != 8 || !(*f == 'q' || *f == 'l') || b.ndim != 1) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D int64 array", what);
+            return false;
+        }
+        p = static_cast<const int64_t*>(b.buf);
+        n = b.len / 8;
+        return true;
+    }
+};
+
+// advance_batch(states, tokens, out) -> None; all int64 1-D of one length (out may be states).
+// Rows of a batch sit anywhere in the set's arrays: each step's loads are issued ahead
+// (prefetch) so that the cache misses of different rows overlap.
+PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "advance_batch(states, tokens, out)");
+        return nullptr;
+    }
+    I64View st, tk, out;
+    if (!st.open(args[0], "states") || !tk.open(args[1], "tokens") || !out.open(args[2], "out", true))
+        return nullptr;
+    if (st.n != tk.n || out.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "states, tokens and out differ in length");
+        return nullptr;
+    }
+    int64_t* o = const_cast<int64_t*>(out.p);
+    const int64_t n = st.n;
+    const CoreObject* c = self;
+    constexpr int64_t AHEAD = 8;
+    auto valid = [c](int64_t s) { return static_cast<uint64_t>(s) < static_cast<uint64_t>(c->n_states); };
+    for (int64_t i = 0; i < std::min(n, AHEAD); ++i)
+        if (valid(st.p[i])) __builtin_prefetch(c->row_ptr + st.p[i]);
+    for (int64_t i = 0; i < n; ++i) {
+        if (i + AHEAD < n && valid(st.p[i + AHEAD])) __builtin_prefetch(c->row_ptr + st.p[i + AHEAD]);
+        if (i + AHEAD / 2 < n && valid(st.p[i + AHEAD / 2])) {
+            const int32_t lo = c->row_ptr[st.p[i + AHEAD / 2]];
+            __builtin_prefetch(c->tokens + lo);
+            __builtin_prefetch(c->children + lo);
+        }
+        o[i] = core_advance(c, st.p[i], tk.p[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+// fill_batch(states, bitmask, rows_or_None)
+PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "fill_batch(states, bitmask, rows)");
+        return nullptr;
+    }
+    I64View st, rw;
+    Mask2D m;
+    if (!st.open(args[0], "states") || !m.open(args[1], 4, "bitmask") || !check_words(self, m))
+        return nullptr;
+    bool has_rows = args[2] != Py_None;
+    if (has_rows && !rw.open(args[2], "rows")) return nullptr;
+    if (has_rows && rw.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
+        return nullptr;
+    }
+    for (int64_t i = 0; i < st.n; ++i) {
+        int64_t r = has_rows ? rw.p[i] : i;
+        if (r < 0) r += m.rows;
+        if (r < 0 || r >= m.rows) {
+            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld bitmask rows",
+                         static_cast<long long>(r), static_cast<long long>(m.rows));
+            return nullptr;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t i = 0; i < st.n; ++i) {
+        if (i + 1 < st.n) {  // the next row's ids load while this row is written
+            const int64_t s2 = valid_state(self, st.p[i + 1]);
+            __builtin_prefetch(self->tokens + self->row_ptr[s2]);
+        }
+        if (i + 2 < st.n) __builtin_prefetch(self->row_ptr + valid_state(self, st.p[i + 2]));
+        int64_t r = has_rows ? rw.p[i] : i;
+        if (r < 0) r += m.rows;
+        fill_row(self, st.p[i], m.row32(r), m.words);
+    }
+    Py_END_ALLOW_THREADS;
+    Py_RETURN_NONE;
+}
+
+// apply_sparse(states, logits, rows_or_None, neg_inf_bits: int, itemsize: int)
+// Row rows[i] of logits keeps the values of the tokens allowed at states[i]; every other entry
+// becomes -inf (given as the bit pattern of the logits' dtype). Touches each row once.
+PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "apply_sparse(states, logits, rows, neg_inf_bits, itemsize)");
+        return nullptr;
+    }
+    I64View st, rw;
+    long long bits, isz;
+    if (!st.open(args[0], "states")) return nullptr;
+    bits = PyLong_AsLongLong(args[3]);
+    isz = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return nullptr;
+    if (isz != 2 && isz != 4) {
+        PyErr_SetString(PyExc_ValueError, "itemsize must be 2 or 4");
+        return nullptr;
+    }
+    Mask2D m;
+    if (!m.open(args[1], static_cast<int>(isz), "logits")) return nullptr;
+    bool has_rows = args[2] != Py_None;
+    if (has_rows && !rw.open(args[2], "rows")) return nullptr;
+    if (has_rows && rw.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
+        return nullptr;
+    }
+    for (int64_t i = 0; i < st.n; ++i) {
+        int64_t r = has_rows ? rw.p[i] : i;
+        if (r < 0 || r >= m.rows) {
+            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld logits rows",
+                         static_cast<long long>(r), static_cast<long long>(m.rows));
+            return nullptr;
+        }
+    }
+    const int64_t V = m.words;
+    std::vector<uint32_t> keep;
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t i = 0; i < st.n; ++i) {
+        int64_t r = has_rows ? rw.p[i] : i;
+        int64_t s = valid_state(self, st.p[i]);
+        int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+        char* row = m.base + r * m.row_stride;
+        keep.resize(static_cast<size_t>(hi - lo));
+        if (isz == 4) {
+            uint32_t* x = reinterpret_cast<uint32_t*>(row);
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                keep[static_cast<size_t>(j - lo)] = t < V ? x[t] : 0;
+            }
+            std::fill(x, x + V, static_cast<uint32_t>(bits));
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                if (t < V) x[t] = keep[static_cast<size_t>(j - lo)];
+            }
+        } else {
+            uint16_t* x = reinterpret_cast<uint16_t*>(row);
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                keep[static_cast<size_t>(j - lo)] = t < V ? x[t] : 0;
+            }
+            std::fill(x, x + V, static_cast<uint16_t>(bits));
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                if (t < V) x[t] = static_cast<uint16_t>(keep[static_cast<size_t>(j - lo)]);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    Py_RETURN_NONE;
+}
+
+PyObject* Core_get_end(CoreObject* self, void*) { return PyLong_FromLongLong(self->end_state); }
+PyObject* Core_get_dead(CoreObject* self, void*) { return PyLong_FromLongLong(self->dead_state); }
+
+PyMethodDef Core_methods[] = {
+    {"advance", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_advance)),
+     METH_FASTCALL, "advance(state, token) -> next state (DEAD if refused)"},
+    {"mask", reinterpret_cast<PyCFunction>(Core_mask), METH_O,
+     "mask(state) -> allowed ids (read-only int32 view)"},
+    {"is_terminal", reinterpret_cast<PyCFunction>(Core_is_terminal), METH_O, "is_terminal(state)"},
+    {"fill", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_fill)),
+     METH_FASTCALL | METH_KEYWORDS, "fill(state, bitmask, index=0)"},
+    {"advance_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_advance_batch)),
+     METH_FASTCALL, "advance_batch(states, tokens, out)"},
+    {"fill_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_fill_batch)),
+     METH_FASTCALL, "fill_batch(states, bitmask, rows)"},
+    {"apply_sparse", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_apply_sparse)),
+     METH_FASTCALL, "apply_sparse(states, logits, rows, neg_inf_bits, itemsize)"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef Core_getset[] = {
+    {"END", reinterpret_cast<getter>(Core_get_end), nullptr, "end state", nullptr},
+    {"DEAD", reinterpret_cast<getter>(Core_get_dead), nullptr, "dead state", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// ------------------------------------------------------------------------------------------------
+// MatcherBase: one request's state and history; native steps when given a Core, else it calls
+// the Python ``advance`` it was given (the numpy reference path).
+
+struct MatcherObject {
+    PyObject_HEAD
+    CoreObject* core;     // may be null
+    PyObject* advance;    // Python callable (used when core is null)
+    PyObject* mask_fn;    // Python callable (used when core is null)
+    int64_t state, root, end_state, dead_state, max_rollback;
+    int64_t ended_at;  // the state an end id was accepted at (value() after termination)
+    std::vector<int64_t>* history;
+};
+
+PyTypeObject MatcherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+void Matcher_dealloc(MatcherObject* self) {
+    Py_XDECREF(self->core);
+    Py_XDECREF(self->advance);
+    Py_XDECREF(self->mask_fn);
+    delete self->history;
+    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+PyObject* Matcher_new(PyTypeObject* type, PyObject*, PyObject*) {
+    auto* self = reinterpret_cast<MatcherObject*>(type->tp_alloc(type, 0));
+    if (!self) return nullptr;
+    self->history = new std::vector<int64_t>();
+    self->max_rollback = -1;
+    self->ended_at = -1;
+    return reinterpret_cast<PyObject*>(self);
+}
+
+// _init_core(core_or_None, advance, mask, root, end, dead, max_rollback)
+PyObject* Matcher_init_core(MatcherObject* self, PyObject* args) {
+    PyObject *core, *adv, *mask;
+    long long root, end, dead, maxr;
+    if (!PyArg_ParseTuple(args, "OOOLLLL", &core, &adv, &mask, &root, &end, &dead, &maxr))
+        return nullptr;
+    if (core != Py_None && !PyObject_TypeCheck(core, &CoreType)) {
+        PyErr_SetString(PyExc_TypeError, "core must be a Core or None");
+        return nullptr;
+    }
+    Py_XSETREF(self->core, core == Py_None ? nullptr : reinterpret_cast<CoreObject*>(Py_NewRef(core)));
+    Py_XSETREF(self->advance, Py_NewRef(adv));
+    Py_XSETREF(self->mask_fn, Py_NewRef(mask));
+    self->root = root;
+    self->state = root;
+    self->end_state = end;
+    self->dead_state = dead;
+    self->max_rollback = maxr;
+    self->ended_at = -1;
+    self->history->clear();
+    Py_RETURN_NONE;
+}
+
+// the state after ``token`` from ``state`` (dead_state if refused; nothing follows end_state)
+inline bool matcher_next(MatcherObject* self, int64_t state, int64_t token, int64_t* nxt) {
+    if (state == self->end_state) {
+        *nxt = self->dead_state;
+        return true;
+    }
+    if (self->core) {
+        *nxt = core_advance(self->core, state, token);
+        return true;
+    }
+    if (!self->advance) {
+        PyErr_SetString(PyExc_RuntimeError, "matcher not initialised");
+        return false;
+    }
+    PyObject* r = PyObject_CallFunction(self->advance, "LL", static_cast<long long>(state),
+                                        static_cast<long long>(token));
+    if (!r) return false;
+    bool okv = as_i64(r, nxt);
+    Py_DECREF(r);
+    return okv;
+}
+
+inline void matcher_push(MatcherObject* self, int64_t nxt) {
+    if (nxt == self->end_state) self->ended_at = self->state;
+    auto& h = *self->history;
+    h.push_back(self->state);
+    if (self->max_rollback >= 0 && static_cast<int64_t>(h.size()) > self->max_rollback)
+        h.erase(h.begin());
+    self->state = nxt;
+}
+
+inline bool matcher_step(MatcherObject* self, int64_t token, bool* accepted) {
+    int64_t nxt;
+    if (!matcher_next(self, self->state, token, &nxt)) return false;
+    if (nxt == self->dead_state) {
+        *accepted = false;
+        return true;
+    }
+    matcher_push(self, nxt);
+    *accepted = true;
+    return true;
+}
+
+PyObject* Matcher_accept_token(MatcherObject* self, PyObject* arg) {
+    int64_t t;
+    if (!as_i64(arg, &t)) return nullptr;
+    bool acc;
+    if (!matcher_step(self, t, &acc)) return nullptr;
+    if (acc) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+PyObject* Matcher_rollback(MatcherObject* self, PyObject* arg) {
+    int64_t k;
+    if (!as_i64(arg, &k)) return nullptr;
+    auto& h = *self->history;
+    if (k < 0 || k > static_cast<int64_t>(h.size())) {
+        PyErr_Format(PyExc_ValueError, "num_tokens=%lld: can roll back 0..%zd tokens",
+                     static_cast<long long>(k), h.size());
+        return nullptr;
+    }
+    if (k) {
+        self->state = h[h.size() - static_cast<size_t>(k)];
+        h.resize(h.size() - static_cast<size_t>(k));
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject* Matcher_accept_tokens(MatcherObject* self, PyObject* arg) {
+    PyObject* seq = PySequence_Fast(arg, "token_ids must be a sequence of ints");
+    if (!seq) return nullptr;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    // all or nothing: walk first, change the state only if every token is accepted
+    std::vector<int64_t> states;
+    states.reserve(static_cast<size_t>(n));
+    int64_t s = self->state;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        int64_t t;
+        if (!as_i64(PySequence_Fast_GET_ITEM(seq, i), &t) || !matcher_next(self, s, t, &s)) {
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        if (s == self->dead_state) {
+            Py_DECREF(seq);
+            Py_RETURN_FALSE;
+        }
+        states.push_back(s);
+    }
+    Py_DECREF(seq);
+    for (int64_t nxt : states) matcher_push(self, nxt);
+    Py_RETURN_TRUE;
+}
+
+PyObject* Matcher_reset(MatcherObject* self, PyObject*) {
+    self->state = self->root;
+    self->ended_at = -1;
+    self->history->clear();
+    Py_RETURN_NONE;
+}
+
+PyObject* Matcher_is_terminated(MatcherObject* self, PyObject*) {
+    if (self->state == self->end_state) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+PyObject* Matcher_allowed_token_ids(MatcherObject* self, PyObject*) {
+    if (self->core) return make_mask(self->core, self->state);
+    if (!self->mask_fn) {
+        PyErr_SetString(PyExc_RuntimeError, "matcher not initialised");
+        return nullptr;
+    }
+    return PyObject_CallFunction(self->mask_fn, "L", static_cast<long long>(self->state));
+}
+
+PyObject* Matcher_get_state(MatcherObject* self, void*) { return PyLong_FromLongLong(self->state); }
+int Matcher_set_state(MatcherObject* self, PyObject* v, void*) {
+    if (!v) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete state");
+        return -1;
+    }
+    int64_t s;
+    if (!as_i64(v, &s)) return -1;
+    self->state = s;
+    return 0;
+}
+PyObject* Matcher_get_num(MatcherObject* self, void*) {
+    return PyLong_FromSize_t(self->history->size());
+}
+PyObject* Matcher_get_ended_at(MatcherObject* self, void*) {
+    return PyLong_FromLongLong(self->ended_at);
+}
+
+PyMethodDef Matcher_methods[] = {
+    {"_init_core", reinterpret_cast<PyCFunction>(Matcher_init_core), METH_VARARGS, nullptr},
+    {"accept_token", reinterpret_cast<PyCFunction>(Matcher_accept_token), METH_O,
+     "Advance by one token; False (state unchanged) if the token is not allowed, or the "
+     "matcher is already terminated."},
+    {"accept_tokens", reinterpret_cast<PyCFunction>(Matcher_accept_tokens), METH_O,
+     "Accept all of token_ids, or none: False (state unchanged) if one is refused."},
+    {"rollback", reinterpret_cast<PyCFunction>(Matcher_rollback), METH_O,
+     "Undo the last num_tokens accepted tokens."},
+    {"reset", reinterpret_cast<PyCFunction>(Matcher_reset), METH_NOARGS,
+     "Back to the root, history cleared."},
+    {"is_terminated", reinterpret_cast<PyCFunction>(Matcher_is_terminated), METH_NOARGS,
+     "An end id has been accepted."},
+    {"allowed_token_ids", reinterpret_cast<PyCFunction>(Matcher_allowed_token_ids), METH_NOARGS,
+     "Sorted ids allowed next (end ids included where a value is complete)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef Matcher_getset[] = {
+    {"state", reinterpret_cast<getter>(Matcher_get_state), reinterpret_cast<setter>(Matcher_set_state),
+     "The current state (a node id of the set).", nullptr},
+    {"num_accepted", reinterpret_cast<getter>(Matcher_get_num), nullptr,
+     "Tokens accepted and not rolled back (bounded by max_rollback_tokens).", nullptr},
+    {"_ended_at", reinterpret_cast<getter>(Matcher_get_ended_at), nullptr,
+     "The state an end id was accepted at (-1: none).", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// ------------------------------------------------------------------------------------------------
+
+// -- tool-argument automata: per-state token masks of a byte DFA -----------------------------------
+
+struct I32View {
+    Py_buffer b;
+    bool held = false;
+    const int32_t* p = nullptr;
+    int64_t n = 0;
+    ~I32View() {
+        if (held) PyBuffer_Release(&b);
+    }
+    bool open(PyObject* o, const char* what) {
+        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
+        held = true;
+        const char* f = b.format ? b.format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') ++f;
+        if (b.itemsize != 4 || !(*f == 'i' || *f == 'l')) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a contiguous int32 array", what);
+            return false;
+        }
+        p = static_cast<const int32_t*>(b.buf);
+        n = b.len / 4;
+        return true;
+    }
+};
+
+PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
+    PyObject* a = to_numpy(ptr, NPY_INT64);
+    PyObject* b = to_numpy(ids, NPY_INT32);
+    if (!a || !b) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return nullptr;
+    }
+    return Py_BuildValue("(NN)", a, b);
+}
+
+// dfa_masks(table: int32 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
+//   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
+//   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
+//   tokens sharing a prefix share its steps).
+PyObject* py_dfa_masks(PyObject*, PyObject* args) {
+    PyObject *tab_o, *cls_o, *st_o;
+    TokenTrieObject* tri;
+    if (!PyArg_ParseTuple(args, "OOOO!", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri)) return nullptr;
+    I32View tab, cls;
+    I64View st;
+    if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
+        return nullptr;
+    if (cls.n != 256 || tab.b.ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
+        return nullptr;
+    }
+    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+    for (int64_t i = 0; i < 256; ++i)
+        if (cls.p[i] < 0 || cls.p[i] >= nc) {
+            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < st.n; ++i)
+        if (st.p[i] < 0 || st.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "states: out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < ns * nc; ++i)
+        if (tab.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
+            return nullptr;
+        }
+    Buf<int64_t> ptr;
+    Buf<int32_t> ids;
+    bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
+    if (!ok) return PyErr_NoMemory();
+    const TT tt(tri);
+    Py_BEGIN_ALLOW_THREADS;
+    std::vector<std::pair<int32_t, int32_t>> stack;
+    ptr[0] = 0;
+    for (int64_t i = 0; i < st.n && ok; ++i) {
+        const size_t row0 = ids.n;
+        stack.clear();
+        stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
+        while (!stack.empty() && ok) {
+            auto [u, q] = stack.back();
+            stack.pop_back();
+            const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
+            for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j) {
+                const int32_t q2 = qrow[cls.p[tt.clab[j]]];
+                if (q2 < 0) continue;
+                const int32_t c = tt.cnode[j];
+                for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
+                if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, q2);
+            }
+        }
+        std::sort(ids.p + row0, ids.p + ids.n);
+        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+    }
+    Py_END_ALLOW_THREADS;
+    if (!ok) return PyErr_NoMemory();
+    return csr_result(ptr, ids);
+}
+
+// dfa_list_masks(table, byte_class, states, cand: int32[], buffer: uint8[], offsets: int64[])
+//   -> (ptr, ids): per state, the tokens of ``cand`` (ids into offsets) whose bytes
+//   buffer[offsets[t]:offsets[t + 1]] all have edges from it; sorted.
+PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
+    PyObject *tab_o, *cls_o, *st_o, *cand_o, *buf_o, *off_o;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &tab_o, &cls_o, &st_o, &cand_o, &buf_o, &off_o)) return nullptr;
+    I32View tab, cls, cand;
+    I64View st, off;
+    Py_buffer buf;
+    if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states") ||
+        !cand.open(cand_o, "cand") || !off.open(off_o, "offsets"))
+        return nullptr;
+    if (PyObject_GetBuffer(buf_o, &buf, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+    struct Rel {
+        Py_buffer* b;
+        ~Rel() { PyBuffer_Release(b); }
+    } rel{&buf};
+    if (cls.n != 256 || tab.b.ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
+        return nullptr;
+    }
+    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+    const uint8_t* bytes = static_cast<const uint8_t*>(buf.buf);
+    for (int64_t i = 0; i < 256; ++i)
+        if (cls.p[i] < 0 || cls.p[i] >= nc) {
+            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < st.n; ++i)
+        if (st.p[i] < 0 || st.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "states: out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < cand.n; ++i) {
+        const int32_t t = cand.p[i];
+        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.len) {
+            PyErr_SetString(PyExc_ValueError, "cand / offsets: out of range");
+            return nullptr;
+        }
+    }
+    for (int64_t i = 0; i < ns * nc; ++i)
+        if (tab.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
+            return nullptr;
+        }
+    Buf<int64_t> ptr;
+    Buf<int32_t> ids;
+    bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
+    if (!ok) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS;
+    ptr[0] = 0;
+    for (int64_t i = 0; i < st.n && ok; ++i) {
+        const size_t row0 = ids.n;
+        for (int64_t k = 0; k < cand.n; ++k) {
+            const int32_t t = cand.p[k];
+            int32_t q = static_cast<int32_t>(st.p[i]);
+            for (int64_t j = off.p[t]; j < off.p[t + 1] && q >= 0; ++j)
+                q = tab.p[static_cast<int64_t>(q) * nc + cls.p[bytes[j]]];
+            if (q >= 0) ok = ok && ids.push(t);
+        }
+        std::sort(ids.p + row0, ids.p + ids.n);
+        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+    }
+    Py_END_ALLOW_THREADS;
+    if (!ok) return PyErr_NoMemory();
+    return csr_result(ptr, ids);
+}
+
+// walk_counts(table: int32 (n_states, 256), starts: int64[], count_state: int, ids: int32[],
+//             buffer: uint8[], offsets: int64[]) -> (final int32[len(starts) * len(ids)],
+//             counts int16[...]): for every start state and token, the state after the token's
+//   bytes (-1 once an edge is missing) and how many steps landed on count_state (for JSON
+//   strings: characters completed).
+PyObject* py_walk_counts(PyObject*, PyObject* args) {
+    PyObject *tab_o, *st_o, *ids_o, *buf_o, *off_o;
+    long long count_state;
+    if (!PyArg_ParseTuple(args, "OOLOOO", &tab_o, &st_o, &count_state, &ids_o, &buf_o, &off_o))
+        return nullptr;
+    I32View tab, ids;
+    I64View st, off;
+    Py_buffer buf;
+    if (!tab.open(tab_o, "table") || !st.open(st_o, "starts") || !ids.open(ids_o, "ids") ||
+        !off.open(off_o, "offsets"))
+        return nullptr;
+    if (PyObject_GetBuffer(buf_o, &buf, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+    struct Rel {
+        Py_buffer* b;
+        ~Rel() { PyBuffer_Release(b); }
+    } rel{&buf};
+    if (tab.b.ndim != 2 || tab.b.shape[1] != 256) {
+        PyErr_SetString(PyExc_ValueError, "table must be (n_states, 256)");
+        return nullptr;
+    }
+    const int64_t ns = tab.b.shape[0];
+    const uint8_t* bytes = static_cast<const uint8_t*>(buf.buf);
+    for (int64_t i = 0; i < st.n; ++i)
+        if (st.p[i] < 0 || st.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "starts: out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < ns * 256; ++i)
+        if (tab.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < ids.n; ++i) {
+        const int32_t t = ids.p[i];
+        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.len) {
+            PyErr_SetString(PyExc_ValueError, "ids / offsets: out of range");
+            return nullptr;
+        }
+    }
+    Buf<int32_t> fin;
+    Buf<int16_t> cnt;
+    const size_t total = static_cast<size_t>(st.n) * static_cast<size_t>(ids.n);
+    if (!fin.resize(total) || !cnt.resize(total)) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t k = 0; k < st.n; ++k) {
+        for (int64_t i = 0; i < ids.n; ++i) {
+            const int32_t t = ids.p[i];
+            int32_t q = static_cast<int32_t>(st.p[k]);
+            int32_t c = 0;
+            for (int64_t j = off.p[t]; j < off.p[t + 1]; ++j) {
+                q = tab.p[static_cast<int64_t>(q) * 256 + bytes[j]];
+                if (q < 0) break;
+                c += q == count_state;
+            }
+            const size_t at = static_cast<size_t>(k) * static_cast<size_t>(ids.n) + static_cast<size_t>(i);
+            fin[at] = q;
+            cnt[at] = static_cast<int16_t>(std::min(c, 32767));
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    PyObject* a = to_numpy(fin, NPY_INT32);
+    PyObject* b = to_numpy(cnt, NPY_INT16);
+    if (!a || !b) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return nullptr;
+    }
+    return Py_BuildValue("(NN)", a, b);
+}
+
+PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
+    // memset_bandwidth(buffer, repeats) -> seconds for ``repeats`` memsets of the whole buffer
+    Py_buffer b;
+    long long reps;
+    if (!PyArg_ParseTuple(args, "w*L", &b, &reps)) return nullptr;
+    double t0 = now_seconds();
+    for (long long i = 0; i < reps; ++i) {
+        std::memset(b.buf, static_cast<int>(i & 1), static_cast<size_t>(b.len));
+        asm volatile("" ::: "memory");
+    }
+    double dt = now_seconds() - t0;
+    PyBuffer_Release(&b);
+    return PyFloat_FromDouble(dt);
+}
+
+PyMethodDef module_methods[] = {
+    {"compile", py_compile, METH_VARARGS,
+     "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
+    {"dfa_masks", py_dfa_masks, METH_VARARGS,
+     "dfa_masks(table, byte_class, states, trie) -> (ptr, ids)"},
+    {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
+     "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
+    {"walk_counts", py_walk_counts, METH_VARARGS,
+     "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
+    {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,
+     "memset_bandwidth(buffer, repeats) -> seconds"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_core",
+                          "trierouter's compiled core (see trierouter.registry.core).", -1,
+                          module_methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__core(void) {
+    import_array();
+    TokenTrieType.tp_name = "trierouter.registry._core.TokenTrie";
+    TokenTrieType.tp_basicsize = sizeof(TokenTrieObject);
+    TokenTrieType.tp_flags = Py_TPFLAGS_DEFAULT;
+    TokenTrieType.tp_new = PyType_GenericNew;
+    TokenTrieType.tp_init = reinterpret_cast<initproc>(TokenTrie_init);
+    TokenTrieType.tp_dealloc = reinterpret_cast<destructor>(TokenTrie_dealloc);
+    TokenTrieType.tp_getset = TokenTrie_getset;
+    TokenTrieType.tp_doc = "Forward trie of a vocabulary's matchable token bytes.";
+    CoreType.tp_name = "trierouter.registry._core.Core";
+    CoreType.tp_basicsize = sizeof(CoreObject);
+    CoreType.tp_flags = Py_TPFLAGS_DEFAULT;
+    CoreType.tp_new = PyType_GenericNew;
+    CoreType.tp_init = reinterpret_cast<initproc>(Core_init);
+    CoreType.tp_dealloc = reinterpret_cast<destructor>(Core_dealloc);
+    CoreType.tp_methods = Core_methods;
+    CoreType.tp_getset = Core_getset;
+    CoreType.tp_doc = "Serving over a ChoiceSet's arrays.";
+    MatcherType.tp_name = "trierouter.registry._core.MatcherBase";
+    MatcherType.tp_basicsize = sizeof(MatcherObject);
+    MatcherType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
+    MatcherType.tp_new = Matcher_new;
+    MatcherType.tp_dealloc = reinterpret_cast<destructor>(Matcher_dealloc);
+    MatcherType.tp_methods = Matcher_methods;
+    MatcherType.tp_getset = Matcher_getset;
+    MatcherType.tp_doc = "Per-request state and history over a set (native or Python steps).";
+    if (PyType_Ready(&TokenTrieType) < 0 || PyType_Ready(&CoreType) < 0 ||
+        PyType_Ready(&MatcherType) < 0)
+        return nullptr;
+    PyObject* m = PyModule_Create(&module_def);
+    if (!m) return nullptr;
+    Py_INCREF(&TokenTrieType);
+    Py_INCREF(&CoreType);
+    Py_INCREF(&MatcherType);
+    if (PyModule_AddObject(m, "TokenTrie", reinterpret_cast<PyObject*>(&TokenTrieType)) < 0 ||
+        PyModule_AddObject(m, "Core", reinterpret_cast<PyObject*>(&CoreType)) < 0 ||
+        PyModule_AddObject(m, "MatcherBase", reinterpret_cast<PyObject*>(&MatcherType)) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_HASH", TRIEROUTER_SOURCE_HASH) < 0) {
+        Py_DECREF(m);
+        return nullptr;
+    }
+    return m;
+}

@@ -1,0 +1,41 @@
+"""Build of trierouter's compiled core (``trierouter.registry._core``); metadata is in pyproject.
+
+Release flags by default (-O3). ``TRIEROUTER_DEBUG_BUILD=1`` builds with AddressSanitizer and
+UndefinedBehaviorSanitizer for the fuzzers (load it with ``LD_PRELOAD=$(gcc
+-print-file-name=libasan.so)``; see fuzz/fuzz_compile.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+from setuptools import Extension, setup
+
+ROOT = Path(__file__).resolve().parent
+SOURCES = ["csrc/core.cpp"]
+SOURCE_HASH = hashlib.sha256(b"".join((ROOT / s).read_bytes() for s in SOURCES)).hexdigest()
+
+debug = os.environ.get("TRIEROUTER_DEBUG_BUILD", "") not in ("", "0")
+if debug:
+    flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
+    link = ["-fsanitize=address,undefined"]
+else:
+    flags = ["-O3", "-DNDEBUG"]
+    link = []
+
+setup(
+    ext_modules=[
+        Extension(
+            "trierouter.registry._core",
+            sources=SOURCES,
+            include_dirs=[np.get_include()],
+            define_macros=[("TRIEROUTER_SOURCE_HASH", f'"{SOURCE_HASH}"')],
+            extra_compile_args=["-std=c++17", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-missing-field-initializers", *flags],
+            extra_link_args=link,
+            language="c++",
+        )
+    ]
+)

@@ -1,0 +1,88 @@
+"""Type stubs of the C++ extension (csrc/core.cpp)."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+SOURCE_HASH: str
+
+class TokenTrie:
+    nbytes: int
+    n_nodes: int
+    build_seconds: float
+    single_byte: bytes
+    def __init__(self, tokens: Sequence[bytes], matchable: bytes | npt.NDArray[Any]) -> None: ...
+
+def compile(
+    values: Sequence[str],
+    trie: TokenTrie,
+    terminator: bytes,
+    end_ids: Sequence[int],
+    allow_end: bool,
+    /,
+) -> tuple[dict[str, npt.NDArray[Any]], list[int] | None]: ...
+def memset_bandwidth(buffer: Any, repeats: int, /) -> float: ...
+
+class Core:
+    END: int
+    DEAD: int
+    def __init__(
+        self,
+        row_ptr: npt.NDArray[np.int32],
+        tokens: npt.NDArray[np.int32],
+        children: npt.NDArray[np.uint16],
+        far_pos: npt.NDArray[np.int32],
+        far_child: npt.NDArray[np.int32],
+        ends: npt.NDArray[np.int32],
+        width: int,
+        /,
+    ) -> None: ...
+    def advance(self, state: int, token: int, /) -> int: ...
+    def mask(self, state: int, /) -> npt.NDArray[np.int32]: ...
+    def is_terminal(self, state: int, /) -> bool: ...
+    def fill(self, state: int, bitmask: Any, index: int = 0, /) -> None: ...
+    def advance_batch(
+        self,
+        states: npt.NDArray[np.int64],
+        tokens: npt.NDArray[np.int64],
+        out: npt.NDArray[np.int64],
+        /,
+    ) -> None: ...
+    def fill_batch(
+        self, states: npt.NDArray[np.int64], bitmask: Any, rows: npt.NDArray[np.int64] | None, /
+    ) -> None: ...
+    def apply_sparse(
+        self,
+        states: npt.NDArray[np.int64],
+        logits: Any,
+        rows: npt.NDArray[np.int64] | None,
+        neg_inf_bits: int,
+        itemsize: int,
+        /,
+    ) -> None: ...
+
+class MatcherBase:
+    state: int
+    @property
+    def num_accepted(self) -> int: ...
+    @property
+    def _ended_at(self) -> int: ...
+    def _init_core(
+        self,
+        core: Core | None,
+        advance: Callable[[int, int], int],
+        mask: Callable[[int], npt.NDArray[np.int32]],
+        root: int,
+        end: int,
+        dead: int,
+        max_rollback: int,
+        /,
+    ) -> None: ...
+    def accept_token(self, token_id: int, /) -> bool: ...
+    def accept_tokens(self, token_ids: Sequence[int], /) -> bool: ...
+    def rollback(self, num_tokens: int, /) -> None: ...
+    def reset(self) -> None: ...
+    def is_terminated(self) -> bool: ...
+    def allowed_token_ids(self) -> npt.NDArray[np.int32]: ...

@@ -1,0 +1,80 @@
+"""The compiled core: which backend compiles and serves sets, and the import of the C++ extension.
+
+Two backends implement :func:`~trierouter.registry.trie.compile_choices` and the serving methods
+of :class:`~trierouter.registry.trie.ChoiceSet` with identical results:
+
+* ``"native"`` (the default): ``trierouter.registry._core``, a C++ extension built by
+  ``pip install`` (or ``make ext`` / ``python setup.py build_ext --inplace`` in a checkout).
+  Compile is one pass from the values to the serving arrays (Aho-Corasick over the token bytes),
+  nothing is built lazily, and a step or a bitmask fill is one call into C++.
+* ``"numpy"``: the whole-array reference implementation; the tests compare the two.
+
+Choose per call (``compile_choices(..., backend="numpy")``, ``ChoiceSet.load(..., backend=...)``)
+or for the process with ``TRIEROUTER_BACKEND=numpy``. When the extension is missing or was built
+from other sources, the native backend refuses with :class:`CoreBuildError` saying how to
+rebuild; it never falls back to numpy silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
+
+from trierouter.errors import CoreBuildError
+
+if TYPE_CHECKING:  # the compiled matcher base, for type checkers (router/matcher.py)
+    from trierouter.registry._core import MatcherBase as MatcherBase
+
+__all__ = ["BACKENDS", "Backend", "default_backend", "native_core", "resolve_backend"]
+
+Backend = Literal["native", "numpy"]
+BACKENDS: tuple[Backend, ...] = ("native", "numpy")
+ENV = "TRIEROUTER_BACKEND"
+_SOURCES = ("csrc/core.cpp",)
+_REBUILD = (
+    "rebuild it with `pip install -e .` (or `make ext`, or `python setup.py build_ext --inplace`) "
+    "in the trierouter checkout; set TRIEROUTER_BACKEND=numpy to use the numpy reference instead"
+)
+
+
+def default_backend() -> Backend:
+    """``$TRIEROUTER_BACKEND`` if set (``native`` or ``numpy``), else ``native``."""
+    value = os.environ.get(ENV, "").strip().lower() or "native"
+    if value not in BACKENDS:
+        raise ValueError(f"{ENV}={value!r}: expected one of {', '.join(BACKENDS)}")
+    return value
+
+
+def resolve_backend(backend: str | None) -> Backend:
+    """``backend`` checked, or the default when ``None``."""
+    if backend is None:
+        return default_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)} or None")
+    return backend
+
+
+@cache
+def native_core() -> ModuleType:
+    """The C++ extension module; :class:`CoreBuildError` when missing or stale."""
+    try:
+        from trierouter.registry import _core
+    except ImportError as exc:
+        raise CoreBuildError(
+            f"trierouter's compiled core (trierouter.registry._core) cannot be imported ({exc}); "
+            + _REBUILD
+        ) from exc
+    root = Path(__file__).resolve().parents[2]
+    files = [root / s for s in _SOURCES]
+    if all(f.is_file() for f in files):  # a source checkout: the build must match the sources
+        digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+        if digest != _core.SOURCE_HASH:
+            raise CoreBuildError(
+                f"trierouter's compiled core {Path(_core.__file__ or '').name} was built from "
+                f"other sources than {', '.join(_SOURCES)} (stale build); " + _REBUILD
+            )
+    return _core
