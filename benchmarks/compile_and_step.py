@@ -59,7 +59,15 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _peers import ENGINES, Engine, TrieRouter, canonical_encoder, peer_versions
+from _peers import (
+    ENGINES,
+    Engine,
+    LLGuidanceLatest,
+    TrieRouter,
+    canonical_encoder,
+    latest_llguidance_path,
+    peer_versions,
+)
 
 from trierouter.data.synthetic import tool_names
 from trierouter.registry.index import TokenIndex
@@ -597,8 +605,13 @@ def run_case(vocab: str, engine: str, k: int, args: argparse.Namespace) -> dict[
         ]
         log = Path(d) / "log.txt"
         t0 = time.time()
+        env = dict(os.environ)
+        if engine == LLGuidanceLatest.name:  # its own llguidance first on the path
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(latest_llguidance_path()), *filter(None, [env.get("PYTHONPATH")])]
+            )
         with open(log, "wb") as lf:
-            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env)
             timed_out = None
             while proc.poll() is None:
                 time.sleep(0.2)

@@ -21,6 +21,7 @@ ENGINES = [
     "trierouter-numpy",
     "xgrammar",
     "llguidance",
+    "llguidance-1.9.1",
     "outlines-core",
     "genre-trie",
 ]
@@ -55,7 +56,8 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
     out = [
         f"Qwen2 tokenizer (151,936 ids), `tool_names(K)` (~26 bytes per name), one run, "
         f"{m.get('cpu_count')} cores, {m.get('date', '')[:10]}; xgrammar "
-        f"{m['versions'].get('xgrammar')}, llguidance {m['versions'].get('llguidance')}, "
+        f"{m['versions'].get('xgrammar')}, llguidance {m['versions'].get('llguidance')} (pinned) "
+        f"and {m['versions'].get('llguidance_latest')} (current release), "
         f"outlines-core {m['versions'].get('outlines_core')}; load average "
         f"{_num((m.get('loadavg_start') or [None])[0], '.1f')} at the start, "
         f"{_num((m.get('loadavg_end') or [None])[0], '.1f')} at the end. "

@@ -639,7 +639,7 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
     assert report.unfinished <= 3
     assert not report.invalid, (report.invalid_by_engine, report.invalid[:3])
     names = {json.loads(o.text)["name"] for o in outs if o.finish_reason == "stop"}
-    assert len(names) > 60
+    assert len(names) > min(60, len(tools) // 2)  # spread over the registry
 
 
 def test_tool_calls_inline_and_forced(llm: Any, tiny_model: Path) -> None:

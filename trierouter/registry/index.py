@@ -112,7 +112,7 @@ class TokenIndex:
             _ = self.native_trie
         elif arrays is None:
             self._set_reverse(self._build_reverse(vocabulary))
-        _ = vocabulary.hash  # computed once here, not on the first compile
+        _ = vocabulary.hash, vocabulary.content_hash  # once here, not on the first compile
         self.build_seconds = time.perf_counter() - t0
         self.source = "built"
 

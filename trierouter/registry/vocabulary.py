@@ -135,7 +135,15 @@ class Vocabulary:
         ids = np.flatnonzero(self.matchable).astype("<i8")
         h.update(np.array([len(ids)], dtype="<i8").tobytes())
         h.update(ids.tobytes())
-        h.update(b"\0".join(self._tokens[i] for i in ids.tolist()))
+        # the bytes of those tokens joined by b"\0", built with array operations
+        lengths = np.diff(self.offsets)
+        sel = lengths[ids]
+        joined = np.zeros(max(int(sel.sum()) + len(ids) - 1, 0), dtype=np.uint8)
+        before = np.repeat(np.arange(len(ids), dtype=np.int64), sel)  # separators before a byte
+        joined[np.arange(len(before), dtype=np.int64) + before] = self.buffer[
+            np.repeat(self.matchable, lengths)
+        ]
+        h.update(joined.tobytes())
         h.update(np.diff(self.offsets)[ids].astype("<i8").tobytes())
         h.update(np.array(self._end_ids, dtype="<i8").tobytes())
         return h.hexdigest()

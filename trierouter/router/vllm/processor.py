@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.errors import TrieRouterError, missing
-from trierouter.registry.arrays import ranges
+from trierouter.errors import missing
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
