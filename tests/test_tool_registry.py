@@ -10,6 +10,7 @@ import enum
 import json
 import random
 import subprocess
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -266,7 +267,9 @@ def test_from_mcp_server_over_stdio() -> None:
     reg = ToolRegistry.from_mcp_server(
         sys.executable,
         ["-m", "trierouter.testing.mcp_server", "--tools", str(n), "--page-size", str(size)],
-        env={"PYTHONPATH": str(ROOT)},
+        # the server lists the same data as this process (a worktree may point elsewhere)
+        env={"PYTHONPATH": str(ROOT)}
+        | {k: v for k, v in os.environ.items() if k == "TRIEROUTER_OPENAPI_DIR"},
         cwd=ROOT,
     )
     expected = server_tools(n)
