@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import random
 import subprocess
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
