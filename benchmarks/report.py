@@ -116,8 +116,11 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         + ", ".join(f"{_cell(r, 'batch.dram_memset_gbps', '.0f')}" for r in t)
         + " GB/s); RSS growth during compile "
         + ", ".join(f"{_cell(r, 'rss_compile_mb', '.1f')}" for r in t)
-        + " MB. Tokenizer index (C++ forward token trie with Aho-Corasick links, built once "
-        "per tokenizer, not cached on disk): "
+        + " MB, the set's own arrays (`ChoiceSet.nbytes`) "
+        + ", ".join(f"{_cell(r, 'reported_mb', '.2f')}" for r in t)
+        + " MB (RSS does not grow where the set fits in pages its compile's temporaries had "
+        "already touched). Tokenizer index (C++ forward token trie with Aho-Corasick links, "
+        "built once per tokenizer, not cached on disk): "
         + ", ".join(f"{_cell(r, 'tokenizer_prep_s', '.0f', 1e3)}" for r in t[:1])
         + " ms wall, "
         + ", ".join(f"{_cell(r, 'tokenizer_prep_cpu_s', '.0f', 1e3)}" for r in t[:1])
