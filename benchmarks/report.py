@@ -218,6 +218,13 @@ def shortlist(d: dict[str, Any]) -> list[str]:
                 f"the whole default shortlist query {med('shortlist(total)', 'cpu'):.1f} ms "
                 f"({med('shortlist(total)', 'wall'):.1f}).",
             ]
+        if "shortlist(minilm_tuned)" not in icd.get("recall", {}):
+            out += [
+                "",
+                "MiniLM fine-tuned on the training terms (`fine_tune_embedder`) is not part of "
+                "the default and was not measured in this run (`--no-fine-tune`): no gain is "
+                "claimed for it on any source.",
+            ]
         ag = icd.get("agreement_with_torch", {})
         ea = icd.get("embed_all_descriptions", {})
         if ag and ea:
