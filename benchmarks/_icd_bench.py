@@ -5,11 +5,14 @@ training half of the inclusion terms (synonyms). Queries: five sources (see
 ``trierouter.data.icd10cm_queries``), at most 2,000 each (seeded); the held-out inclusion terms
 are never indexed. Methods, all in the same run: BM25; MiniLM (onnx-int8, the default
 backend); their equal-weight reciprocal-rank fusion (the old default, c=60); ``Shortlist.build``
-(the new default: fusion chosen by leave-one-out CV on the training synonyms only); and the
-same with MiniLM fine-tuned on training-term pairs. Recall rows use exact search; the default's
-row is its real ``search`` (HNSW side at this size, as built). Latency: one query at a time,
-one thread, 40 queries per source, wall and thread CPU time (the machine is shared: CPU time
-is what one idle core would take; the load average is recorded).
+(the default: fusion chosen by cross-validation on the training synonyms, leave-one-out, and
+on terse rewrites of the descriptions; no source's queries are seen), the same indexes under two
+fixed fusions (the previous default, RRF with embedding weight 2, and a fixed score share); and,
+unless ``--no-fine-tune``, the same with MiniLM fine-tuned on training-term pairs. Recall rows
+use exact search; the default's rows are its real ``search`` (HNSW side at this size, as
+built). Latency: one query at a time, one thread, 40 queries per source, wall and thread CPU
+time (the machine is shared: CPU time is what one idle core would take; the load average is
+recorded).
 """
 
 from __future__ import annotations
@@ -28,10 +31,15 @@ from _icd_sources import fine_tune_pairs, icd_data
 from trierouter.shortlist import BM25Index, Embedder, fine_tune_embedder
 from trierouter.shortlist.builder import Shortlist
 from trierouter.shortlist.finetune import fine_tune_info
+from trierouter.shortlist.fusion import Fusion
 from trierouter.shortlist.hybrid import fuse
 
 DEPTH = 200
 KS = (1, 10, 100)
+FIXED = {  # the previous default (fixed RRF) and a fixed score share, on the default's indexes
+    "rrf(bm25=1, emb=2, c=5)": Fusion(1.0, 2.0, c=5.0, ngram_weight=0.25),
+    "score(emb share 0.7)": Fusion(0.3, 0.7, ngram_weight=1.0, method="score"),
+}
 
 
 def log(*a: Any) -> None:
@@ -180,6 +188,11 @@ def bench_icd_sources(quick: bool, cache: Path, fine_tune: bool = True) -> dict[
         key = "shortlist" if name == "minilm" else f"shortlist({name})"
         for s, q in srcs.items():
             ranks.setdefault(key, {})[s] = sl.search_ids(q.queries, DEPTH)
+        if name == "minilm":  # the same indexes under two fixed fusions, for comparison
+            for label, fixed in FIXED.items():
+                other = Shortlist(sl.bm25, sl.embedding, fixed)
+                for s, q in srcs.items():
+                    ranks.setdefault(label, {})[s] = other.search_ids(q.queries, DEPTH)
         log(f"[{name}] chosen {sl.fusion.name}, index {sl.report.get('embedding_index')}")
 
     table: dict[str, dict[str, Any]] = {}

@@ -9,6 +9,7 @@ sources. The shipped MiniLM is exported to ONNX once per session (into the test 
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 
 import numpy as np
@@ -133,15 +134,33 @@ def test_build_indexes_descriptions_and_synonyms(
 def test_cross_validation_never_picks_below_a_single_method(built: Shortlist) -> None:
     cv = built.report["cv"]
     cands = cv["candidates"]
-    assert cv["queries"] == 120 and built.fusion.name == cv["chosen"]
+    assert cv["queries"]["synonyms"] == 120 and 100 <= cv["queries"]["terse"] <= 120
+    assert built.fusion.name == cv["chosen"]
 
     def obj(r: dict[str, float]) -> float:
         return (r["R@1"] + r["R@10"] + r["R@100"]) / 3
 
-    chosen = obj(cands[cv["chosen"]])
-    singles = [n for n in cands if not n.startswith("rrf")]
+    for c in cands.values():  # the objective: both query styles count equally
+        assert c["objective"] == pytest.approx((obj(c["synonyms"]) + obj(c["terse"])) / 2, abs=1e-3)
+    chosen = cands[cv["chosen"]]["objective"]
+    singles = [n for n in cands if n.startswith(("bm25", "embedding"))]
     assert "embedding" in singles and any(n.startswith("bm25") for n in singles)
-    assert all(chosen >= obj(cands[n]) for n in cands)
+    assert any(n.startswith("adaptive") for n in cands) and any(n.startswith("rrf") for n in cands)
+    assert all(chosen >= c["objective"] for c in cands.values())
+
+
+def test_terse_rewrites_are_seeded_and_shorter() -> None:
+    from trierouter.shortlist.fusion import terse, terse_queries
+
+    text = "Nondisplaced comminuted fracture of shaft of right fibula, initial encounter"
+    a, b = terse(text, random.Random(3)), terse(text, random.Random(3))
+    assert a == b and len(a) < len(text)
+    for word in a.split():  # every word is a prefix or a vowel-less form of a source word
+        src = [w.strip(",") for w in text.split()]
+        assert any(w.startswith(word) or w[0] + "".join(c for c in w[1:] if c not in "aeiou")
+                   == word for w in src), word  # fmt: skip
+    qs, owners = terse_queries(["Asthma", "Chronic kidney disease, stage 3"] * 5, 10, 0)
+    assert all(q.lower() != "asthma" for q in qs) and len(qs) == len(owners) <= 10
 
 
 def test_search_is_the_fusion_of_bm25_and_exact_embedding_search(
@@ -177,6 +196,45 @@ def test_search_is_the_fusion_of_bm25_and_exact_embedding_search(
         expect = sorted(score, key=lambda i: (-score[i], i))[:10]
         got = sl.search_ids([q], 10)[0].tolist()
         assert got == expect, q
+
+
+def test_adaptive_score_fusion_by_hand(
+    built: Shortlist, icd_set: tuple[list[str], list[str], dict[str, list[str]]]
+) -> None:
+    """Oracle: every value's best-row BM25 score and exact cosine (numpy over all rows), the
+    union of both top-200 lists, the embedding's share from the sigmoid written out."""
+    import math
+
+    from trierouter.shortlist import Fusion
+    from trierouter.shortlist.bm25 import analyze
+
+    codes, _, syn = icd_set
+    assert built.embedding is not None
+    f = Fusion(1.0, 1.0, ngram_weight=1.0, method="score", steep=15.0, midpoint=0.7,
+               length_weight=0.5, short_query=4.0)  # fmt: skip
+    sl = Shortlist(built.bm25, built.embedding, f)
+    owner = [*range(len(codes)), *(codes.index(c) for c, ts in syn.items() for _ in ts)]
+    vecs = built.embedding._index.reconstruct_n(0, built.embedding.n_rows)
+    for q in ["heart attack", "Nondisp fx of femur", "asthma", "chr kidney dis"]:
+        rows_b = built.bm25.scores(q)
+        rows_e = vecs @ built.embedding.embedder.encode([q])[0]
+        b: dict[int, float] = {}
+        e: dict[int, float] = {}
+        for r, o in enumerate(owner):
+            b[o] = max(b.get(o, 0.0), float(rows_b[r]))
+            e[o] = max(e.get(o, -2.0), float(rows_e[r]))
+        top_b = sorted((o for o in b if b[o] > 0), key=lambda o: (-b[o], o))[:200]
+        top_e = sorted(e, key=lambda o: (-e[o], o))[:200]
+        cand = set(top_b) | set(top_e)
+        best_b = max(b[o] for o in cand)
+        words = len(analyze(q, ngram=0)[0])
+        x = 15.0 * (max(e[o] for o in cand) - 0.7) + 0.5 * (4.0 - words)
+        a = 1.0 / (1.0 + math.exp(-x))
+        score = {o: (1 - a) * b[o] / best_b + a * e[o] for o in cand}
+        expect = sorted(cand, key=lambda o: (-score[o], o))[:10]
+        got = sl.search_ids([q], 10)[0].tolist()
+        assert got[:3] == expect[:3], q
+        assert len(set(got) ^ set(expect)) <= 2, q  # float32 vectors vs float64 sums
 
 
 def test_save_load_keeps_weights_and_results(built: Shortlist, tmp_path: Path) -> None:
@@ -230,7 +288,7 @@ def test_examples_and_no_synonyms(
     ex = [(f"example for {c}", c) for c in few[:30]]
     with_ex = Shortlist.build(few, descriptions=descs[:60], examples=ex, use_embedding=False,
                               cv_queries=30, progress=False)  # fmt: skip
-    assert with_ex.report["rows"] == 90 and with_ex.report["cv"]["queries"] == 30
+    assert with_ex.report["rows"] == 90 and with_ex.report["cv"]["queries"]["synonyms"] == 30
     with pytest.raises(ValueError, match="not among the values"):
         Shortlist.build(few, examples=[("q", "NOT-A-CODE")], use_embedding=False, progress=False)
     with pytest.raises(ValueError, match="not one of the values"):

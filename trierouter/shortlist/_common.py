@@ -51,6 +51,48 @@ class ValueRows:
         """Indexed texts (rows); at least one per value."""
         return len(self._owner)
 
+    def owner_rows(self) -> tuple[I64, I64]:
+        """Rows grouped by value: ``perm`` (row ids sorted by owner, stable) and ``starts``
+        (value ``i``'s rows are ``perm[starts[i]:starts[i + 1]]``); cached until rows change."""
+        return self._grouping()[:2]
+
+    def _grouping(self) -> tuple[I64, I64, I64 | None, I64, I64]:
+        """``perm``, ``starts``, each value's first row (None when value ``i``'s first row is
+        row ``i``), and the other rows with their owners."""
+        key = (id(self._owner), len(self._owner), len(self._values))
+        cached = getattr(self, "_csr", None)
+        if cached is None or cached[0] != key:
+            perm = np.argsort(self._owner, kind="stable").astype(np.int64)
+            starts = np.zeros(len(self._values) + 1, np.int64)
+            np.cumsum(np.bincount(self._owner, minlength=len(self._values)), out=starts[1:])
+            first = perm[starts[:-1]]
+            rest = np.ones(len(perm), bool)
+            rest[first] = False
+            others = np.flatnonzero(rest)
+            identity = bool(np.array_equal(first, np.arange(len(first))))
+            groups = (perm, starts, None if identity else first, others, self._owner[others])
+            cached = self._csr = (key, groups)
+        return cached[1]
+
+    def best_per_value(self, row_scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Per value id, the best score among its rows (every value has at least one row)."""
+        _, _, first, others, owners = self._grouping()
+        out = row_scores[: len(self._values)].copy() if first is None else row_scores[first]
+        if len(others):
+            np.maximum.at(out, owners, row_scores[others])
+        return out
+
+    def rows_of(self, ids: I64) -> tuple[I64, I64]:
+        """The rows of values ``ids``, concatenated, and offsets: value ``ids[j]``'s rows are
+        ``rows[offsets[j]:offsets[j + 1]]``."""
+        perm, starts = self.owner_rows()
+        first = starts[ids]
+        count = starts[ids + 1] - first
+        offsets = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum(count, out=offsets[1:])
+        idx = np.repeat(first - offsets[:-1], count) + np.arange(offsets[-1])
+        return perm[idx], offsets
+
     def _value_ids(self, values: Sequence[str]) -> I64:
         """Ids of ``values`` (a new value gets the next id); the new rows' owners."""
         owners = np.empty(len(values), np.int64)

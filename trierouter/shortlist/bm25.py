@@ -245,6 +245,10 @@ class BM25Index(ValueRows):
             self._fields[1].score(grams, self.n_rows, out, self.ngram_weight)
         return out
 
+    def value_scores(self, query: str) -> F64:
+        """BM25 score of every value for ``query`` (its best row), indexed by value id."""
+        return self.best_per_value(self.scores(query))
+
     def field_scores(self, query: str) -> tuple[F64, F64]:
         """Per row, the word field's and the n-gram field's BM25 scores (unweighted), so a
         caller can try several ``ngram_weight`` values from one scoring."""

@@ -6,17 +6,17 @@
 
 Each value is indexed under its description and every synonym or example text (a value scores
 its best text), by BM25 (words and character n-grams) and by the embedding model (default: the
-shipped MiniLM, int8 in onnxruntime). How the two are combined is chosen on the set's own
-synonyms and examples, never on anything else: leave-one-out cross-validation over up to
-``cv_queries`` of them (each is searched with its own rows removed from both indexes) scores
-BM25 alone, the embedding alone, and weighted reciprocal-rank fusions of the two over a grid of
-weights and ``c`` (plus the BM25 n-gram weight), by the mean of R@1, R@10 and R@100; the best
-wins. The single methods are candidates too, so the fused default is never below its better
-member on the held-out synonyms. :attr:`Shortlist.report` keeps every candidate's scores.
+shipped MiniLM, int8 in onnxruntime). How the two are combined (:mod:`.fusion`: fixed-weight
+reciprocal-rank fusion, a fixed score share, or a share adapted per query to the embedding's
+confidence and the query's length) is chosen by cross-validation on the set's own texts, never
+on anything else (:mod:`.crossval`): up to ``cv_queries`` synonyms/examples, leave-one-out, and
+as many terse rewrites of descriptions, by the mean of R@1, R@10 and R@100 over both styles.
+The single methods are candidates too, so the default is never below its better member on that
+objective. :attr:`Shortlist.report` keeps every candidate's scores.
 
 Without synonyms or examples there is nothing to validate on: the fusion falls back to
-``DEFAULT_FUSION`` and the report says so. The whole job (embedding, cross-validation,
-indexing) shows one progress bar with its ETA.
+``DEFAULT_FUSION`` (what the validation chose on ICD-10-CM) and the report says so. The whole
+job (embedding, cross-validation, indexing) shows one progress bar with its ETA.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,14 @@ import numpy.typing as npt
 from trierouter.errors import CorruptFileError
 from trierouter.shortlist._common import (
     IndexMismatchError,
-    best_per_owner,
     check_k,
     values_hash,
 )
-from trierouter.shortlist.bm25 import BM25Index
+from trierouter.shortlist.bm25 import BM25Index, analyze
+from trierouter.shortlist.crossval import CvQueries, choose_fusion
 from trierouter.shortlist.embedder import Embedder, optional_module
 from trierouter.shortlist.faiss_index import EXACT_LIMIT, EmbeddingIndex, IndexKind
+from trierouter.shortlist.fusion import DEFAULT_FUSION, Fusion, terse_queries
 from trierouter.shortlist.hybrid import fuse
 
 __all__ = ["DEFAULT_FUSION", "Fusion", "Shortlist"]
@@ -58,55 +59,6 @@ _FORMAT = 1
 _META = "shortlist.json"
 _DEPTH = 200
 _KS = (1, 10, 100)
-
-
-@dataclass(frozen=True)
-class Fusion:
-    """How BM25 and the embedding rankings are combined (reciprocal-rank fusion).
-
-    ``score(v) = bm25 / (c + rank_bm25(v)) + embedding / (c + rank_embedding(v))``; a zero
-    weight switches that method off (it is then not even run at query time).
-    """
-
-    bm25: float
-    """Weight of the BM25 ranking."""
-    embedding: float
-    """Weight of the embedding ranking."""
-    c: float = 60.0
-    """Rank offset: small values trust each list's top ranks more."""
-    ngram_weight: float = 0.5
-    """Weight of BM25's character n-gram field against its word field."""
-    extra_rows: bool = True
-    """Index synonyms and examples as extra texts of their values (else descriptions only:
-    questions that name several things can mislead more than they help)."""
-
-    @property
-    def name(self) -> str:
-        rows = "" if self.extra_rows else ", descriptions only"
-        if not self.embedding:
-            return f"bm25(ngram={self.ngram_weight:g}{rows})"
-        if not self.bm25:
-            return f"embedding{'(descriptions only)' if rows else ''}"
-        return (
-            f"rrf(bm25={self.bm25:g}, embedding={self.embedding:g}, c={self.c:g}, "
-            f"ngram={self.ngram_weight:g}{rows})"
-        )
-
-
-DEFAULT_FUSION = Fusion(bm25=1.0, embedding=2.0, c=20.0, ngram_weight=0.5)
-"""Used when the set has no synonyms or examples to validate on."""
-
-
-def _grid() -> list[Fusion]:
-    out = []
-    for rows in (True, False):
-        out += [Fusion(1.0, 0.0, ngram_weight=w, extra_rows=rows) for w in (0.25, 0.5, 1.0)]
-        out.append(Fusion(0.0, 1.0, extra_rows=rows))
-        for w in (0.25, 0.5, 1.0):
-            for emb in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0):
-                for c in (5.0, 20.0, 60.0):
-                    out.append(Fusion(1.0, emb, c=c, ngram_weight=w, extra_rows=rows))
-    return out
 
 
 class _Job:
@@ -143,35 +95,6 @@ def _job(total: float, enabled: bool) -> Iterator[_Job]:
         yield job
     finally:
         job.close()
-
-
-def _recall(rankings: Sequence[I64], gold: Sequence[frozenset[int]]) -> dict[str, float]:
-    out = {}
-    for k in _KS:
-        hits = [bool(g.intersection(r[:k].tolist())) for r, g in zip(rankings, gold, strict=True)]
-        out[f"R@{k}"] = round(float(np.mean(hits)) if hits else 0.0, 4)
-    return out
-
-
-def _objective(r: Mapping[str, float]) -> float:
-    return float(np.mean([r[f"R@{k}"] for k in _KS]))
-
-
-def _top_owners(scores: F64 | F32, owner: I64, k: int, exclude: I64) -> I64:
-    """Best-first distinct owners of the best rows, ``exclude`` rows left out; rows scoring
-    ``<= 0`` are dropped for BM25-like scores by the caller (set to -inf)."""
-    s = np.array(scores, np.float64, copy=True)
-    if len(exclude):
-        s[exclude] = -np.inf
-    fetch = min(len(s), 2 * k + 16 + len(exclude))
-    while True:
-        top = np.argpartition(-s, fetch - 1)[:fetch] if fetch < len(s) else np.arange(len(s))
-        top = top[np.isfinite(s[top])]
-        top = top[np.lexsort((top, -s[top]))]
-        ids, _ = best_per_owner(top.astype(np.int64), s[top].astype(np.float32), owner, k)
-        if len(ids) >= k or fetch >= len(s):
-            return ids
-        fetch = min(len(s), fetch * 4)
 
 
 class Shortlist:
@@ -271,13 +194,12 @@ class Shortlist:
                 row_text.append(str(text))
                 row_owner.append(ids[g])
             cv_items.setdefault(str(text), set()).update(ids[g] for g in golds)
-        owner = np.asarray(row_owner, np.int64)
         uniq = list(dict.fromkeys(row_text))
         n_cv = min(cv_queries, len(cv_items))
         emb = None
         if use_embedding:
             emb = embedder or Embedder()
-        # work units: one text embedded ≈ 1; a BM25 row ≈ 0.05; a CV query ≈ 1 + 0.4 (BM25)
+        # work units: one text embedded ≈ 1; a BM25 row ≈ 0.05; a CV query (2 styles) ≈ 6 + 6 + 1
         todo_embed = 0
         if emb is not None:
             todo_embed = len(uniq)
@@ -286,7 +208,7 @@ class Shortlist:
 
                 cache = EmbeddingCache(emb.cache_dir, emb.fingerprint, emb.dim)
                 todo_embed = len(cache.lookup(uniq)[1])
-        total = todo_embed + 0.05 * len(row_text) + 1.5 * n_cv + 0.2 * len(row_text)
+        total = todo_embed + 0.05 * len(row_text) + 13 * n_cv + 0.2 * len(row_text)
         report: dict[str, Any] = {
             "values": len(vals),
             "rows": len(row_text),
@@ -314,13 +236,15 @@ class Shortlist:
             bm25 = BM25Index.build([vals[o] for o in row_owner], row_text)
             report["bm25_build_seconds"] = round(time.perf_counter() - t0, 2)
             job.step(0.05 * len(row_text), "bm25")
-            # 3. leave-one-out cross-validation on the synonyms / examples
+            # 3. cross-validation on the synonyms / examples and terse descriptions
             if n_cv:
-                fusion, cv = _cross_validate(
-                    bm25, vectors, owner, row_text, cv_items, n_cv, seed, job.step
-                )
+                styles = _cv_styles(vals, descs, row_text, cv_items, n_cv, seed, emb, vectors)
+                fusion, cv = choose_fusion(bm25, vectors, len(vals), styles, job.step)
                 report["cv"] = cv
-                report["fusion_source"] = f"cross-validated on {n_cv} synonyms/examples"
+                report["fusion_source"] = (
+                    f"cross-validated on {n_cv} synonyms/examples and "
+                    f"{len(styles[-1].texts)} terse descriptions"
+                )
             else:
                 fusion = DEFAULT_FUSION if emb is not None else Fusion(1.0, 0.0)
                 report["fusion_source"] = "default (no synonyms or examples to validate on)"
@@ -375,6 +299,10 @@ class Shortlist:
             return []
         f = self.fusion
         depth = max(k, self.depth)
+        if f.method == "score" and f.bm25 and f.embedding:
+            assert self.embedding is not None
+            qv = self.embedding.embedder.encode(list(queries))
+            return [self._score_search(q, v, k, depth) for q, v in zip(queries, qv, strict=True)]
         b = self.bm25.search_ids(queries, depth) if f.bm25 else None
         e = None
         if f.embedding:
@@ -389,6 +317,28 @@ class Shortlist:
             fuse([bb, ee], k, weights=[f.bm25, f.embedding], c=f.c)
             for bb, ee in zip(b, e, strict=True)
         ]
+
+    def _score_search(self, query: str, vector: F32, k: int, depth: int) -> I64:
+        """The ``"score"`` rule: both methods' top ``depth`` values, each scored by both."""
+        assert self.embedding is not None
+        b_all = self.bm25.value_scores(query)
+        hit = np.flatnonzero(b_all > 0)
+        if len(hit) > depth:
+            hit = hit[np.argpartition(-b_all[hit], depth - 1)[:depth]]
+        [(e_ids, e_cos)] = self.embedding.search_vectors(vector[None, :], depth)
+        cand = np.union1d(hit, e_ids)
+        cos = np.empty(len(cand), np.float64)
+        at = np.searchsorted(cand, e_ids)
+        cos[at] = e_cos
+        rest = np.ones(len(cand), bool)
+        rest[at] = False
+        if rest.any():
+            cos[rest] = self.embedding.value_similarities(vector, cand[rest])
+        top_cos = float(cos.max()) if len(cos) else 0.0
+        words = len(analyze(query, ngram=0)[0])
+        s = self.fusion.combine(b_all[cand], cos, top_cosine=top_cos, words=words)
+        out: I64 = cand[np.lexsort((cand, -s))[:k]]
+        return out
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -436,13 +386,8 @@ class Shortlist:
             )
         try:
             raw = dict(meta["fusion"])
-            fusion = Fusion(
-                bm25=float(raw["bm25"]),
-                embedding=float(raw["embedding"]),
-                c=float(raw["c"]),
-                ngram_weight=float(raw["ngram_weight"]),
-                extra_rows=bool(raw.get("extra_rows", True)),
-            )
+            known = {fl.name for fl in fields(Fusion)}
+            fusion = Fusion(**{key: raw[key] for key in known if key in raw})
             depth = int(meta["depth"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptFileError(f"{folder}/{_META}: bad fusion or depth ({exc})") from exc
@@ -482,77 +427,30 @@ def _values_and_descriptions(
     return vals, [first[v] for v in vals]
 
 
-def _cross_validate(
-    bm25: BM25Index,
-    vectors: F32 | None,
-    owner: I64,
+def _cv_styles(
+    vals: list[str],
+    descs: list[str],
     row_text: list[str],
     items: dict[str, set[int]],
     n: int,
     seed: int,
-    step: Callable[[float, str | None], None],
-) -> tuple[Fusion, dict[str, Any]]:
-    """Leave-one-out: each sampled text is searched with its own rows removed."""
-    texts = sorted(items)
-    sample = sorted(random.Random(seed).sample(texts, n))
+    emb: Embedder | None,
+    vectors: F32 | None,
+) -> list[CvQueries]:
+    """The two query styles cross-validation scores (:mod:`.crossval`)."""
+    texts = sorted(random.Random(seed).sample(sorted(items), n))
     rows_of: dict[str, list[int]] = {}
     for row, text in enumerate(row_text):
         rows_of.setdefault(text, []).append(row)
-    gold = [frozenset(items[t]) for t in sample]
-    weights = sorted({f.ngram_weight for f in _grid()})
-    n_values = int(owner.max()) + 1 if len(owner) else 0
-    extra = np.arange(n_values, len(row_text), dtype=np.int64)  # synonym/example rows
-    b_rank: dict[tuple[float, bool], list[I64]] = {
-        (w, r): [] for w in weights for r in (True, False)
-    }
-    e_rank: dict[bool, list[I64]] = {True: [], False: []}
-    where = {t: rows_of[t][0] for t in sample}
-    for i0 in range(0, len(sample), 256):
-        chunk = sample[i0 : i0 + 256]
-        sims = None
-        if vectors is not None:
-            q = vectors[[where[t] for t in chunk]]
-            sims = q @ vectors.T
-        for j, t in enumerate(chunk):
-            excl = np.asarray(rows_of[t], np.int64)
-            sw, sg = bm25.field_scores(t)
-            for w in weights:
-                s = sw + w * sg
-                s[s <= 0] = -np.inf
-                b_rank[w, True].append(_top_owners(s, owner, _DEPTH, excl))
-                b_rank[w, False].append(_top_owners(s, owner, _DEPTH, extra))
-            if sims is not None:
-                e_rank[True].append(_top_owners(sims[j], owner, _DEPTH, excl))
-                e_rank[False].append(_top_owners(sims[j], owner, _DEPTH, extra))
-        step(1.5 * len(chunk), "cross-validation")
-    results: dict[str, dict[str, float]] = {}
-    best: tuple[float, Fusion] | None = None
-    for f in _grid():
-        if f.embedding and vectors is None:
-            continue
-        if not f.embedding:
-            ranks = [r[:100] for r in b_rank[f.ngram_weight, f.extra_rows]]
-        elif not f.bm25:
-            if f.ngram_weight != 0.5:
-                continue
-            ranks = [r[:100] for r in e_rank[f.extra_rows]]
-        else:
-            ranks = [
-                fuse([bb, ee], 100, weights=[f.bm25, f.embedding], c=f.c)
-                for bb, ee in zip(
-                    b_rank[f.ngram_weight, f.extra_rows], e_rank[f.extra_rows], strict=True
-                )
-            ]
-        r = _recall(ranks, gold)
-        results[f.name] = r
-        score = _objective(r)
-        if best is None or score > best[0] + 1e-9:
-            best = (score, f)
-    assert best is not None
-    return best[1], {
-        "method": "leave-one-out over synonyms/examples",
-        "queries": len(sample),
-        "objective": "mean of R@1, R@10, R@100",
-        "candidates": results,
-        "chosen": best[1].name,
-    }
+    syn = CvQueries(
+        "synonyms",
+        texts,
+        [frozenset(items[t]) for t in texts],
+        vectors[[rows_of[t][0] for t in texts]] if vectors is not None else None,
+        [np.asarray(rows_of[t], np.int64) for t in texts],
+    )
+    t_q, t_owner = terse_queries(descs, n, seed)
+    t_vec = emb.encode(t_q) if emb is not None and t_q else None
+    none = np.zeros(0, np.int64)
+    short = CvQueries("terse", t_q, [frozenset([o]) for o in t_owner], t_vec, [none] * len(t_q))
+    return [syn, short]

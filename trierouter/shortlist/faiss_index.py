@@ -282,6 +282,20 @@ class EmbeddingIndex(ValueRows):
                 fetch = min(self.n_rows, fetch * 4)
         return results
 
+    def value_similarities(self, query: F32, ids: I64) -> F32:
+        """Exact cosine of one query vector to values ``ids`` (each value's best row), whatever
+        the index kind: what an HNSW search did not return can still be scored."""
+        if self._index is None or not len(ids):
+            return np.zeros(len(ids), np.float32)
+        q = np.ascontiguousarray(query, np.float32).reshape(-1)
+        if self.adapter is not None:
+            q = q @ self.adapter
+            q /= max(float(np.linalg.norm(q)), 1e-12)
+        rows, offsets = self.rows_of(np.asarray(ids, np.int64))
+        vecs = self._index.reconstruct_batch(rows)
+        out: F32 = np.maximum.reduceat(vecs @ q, offsets[:-1]).astype(np.float32)
+        return out
+
     # -- persistence ------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index, its values and the model identity to one file (atomically)."""
