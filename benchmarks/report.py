@@ -134,7 +134,17 @@ def vllm(d: dict[str, Any]) -> list[str]:
     keys = sorted({(k, b) for _, k, b in res})
     out = [
         f"vLLM {d['engine']['vllm']} on the CPU, {d['model']}, greedy; requests/s "
-        "(unconstrained decodes the same number of tokens per request as trierouter).",
+        "(unconstrained decodes the same number of tokens per request as trierouter). "
+        + (
+            f"Backend: {d['machine']['trierouter_backend']}, {d.get('repeats')} repeats, load "
+            f"average {d['machine']['loadavg_end'][0]:.1f} at the end."
+            if "trierouter_backend" in d.get("machine", {})
+            else "Measured with the numpy backend, before the compiled core landed; a rerun with "
+            "the core on the shared machine (load average 9-10, two other agents running models) "
+            "is `results/vllm_throughput_core_loaded.json`: its cells swing from -47% to +133% "
+            "against unconstrained in the same run, noise that a loaded 2-core machine cannot "
+            "separate from the processor's cost, so it is not tabled here."
+        ),
         "",
         "| K | batch | unconstrained | trierouter | slowdown | xgrammar | guidance | "
         "trierouter / xgrammar |",
