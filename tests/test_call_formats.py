@@ -62,6 +62,10 @@ def _native(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
             "<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>"
             for n, a in calls
         )
+    if fmt == "json_fence":
+        return "\n".join(
+            "```json\n" + json.dumps({"name": n, "arguments": a}) + "\n```" for n, a in calls
+        )
     if fmt == "llama3_json":
         return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
     return "\n".join(json.dumps({"name": n, "arguments": a}) for n, a in calls)
@@ -126,6 +130,11 @@ def _independent_parse(fmt: str, text: str) -> list[tuple[str, dict[str, Any]]]:
     if fmt == "hermes":  # as vLLM's hermes parser: tags, then json.loads
         bodies = re.findall(r"<tool_call>\n(.*?)\n</tool_call>", text, re.S)
         assert "\n".join(f"<tool_call>\n{b}\n</tool_call>" for b in bodies) == text
+        objs = [json.loads(b) for b in bodies]
+        return [(o["name"], o["arguments"]) for o in objs]
+    if fmt == "json_fence":  # as a Markdown reader: ```json fences, then json.loads
+        bodies = re.findall(r"```json\n(.*?)\n```", text, re.S)
+        assert "\n".join(f"```json\n{b}\n```" for b in bodies) == text
         objs = [json.loads(b) for b in bodies]
         return [(o["name"], o["arguments"]) for o in objs]
     sep = "; " if fmt == "llama3_json" else "\n"
