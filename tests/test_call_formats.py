@@ -21,7 +21,7 @@ from trierouter.router.toolcalls import ToolCallPlan
 
 jsonschema = pytest.importorskip("jsonschema")
 
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "weather.get", "parameters": {
         "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
         "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}},
@@ -84,7 +84,10 @@ def _accepts(plan: ToolCallPlan, tokens: list[int], vocab: Vocabulary) -> bool:
     return plan.advance(st, vocab.end_ids[0])[0] == plan.TERMINATED
 
 
-CALLS = [("weather.get", {"city": "Oslo", "unit": "c"}), ("math.add", {"a": 2, "b": 40})]
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("weather.get", {"city": "Oslo", "unit": "c"}),
+    ("math.add", {"a": 2, "b": 40}),
+]
 
 
 @pytest.mark.parametrize("fmt", sorted(CALL_FORMATS))
