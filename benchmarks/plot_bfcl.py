@@ -15,15 +15,38 @@ LABELS = {
     "free_lenient": "free text, any JSON taken as the call",
     "xgrammar": "XGrammar (vLLM required schema)",
     "tr_required": "trierouter required",
+    "tr_required_single": "trierouter required, one call (parallel_tool_calls=False)",
+    "tr_required_json": "trierouter required, bare JSON (opt-in)",
+    "tr_required_fence": "trierouter required, ```json fence (opt-in)",
     "tr_auto": "trierouter auto",
+    "tr_auto_fence": "trierouter auto, ```json trigger (opt-in)",
     "tr_think": "trierouter think-then-answer",
 }
+SHORTLISTS = {"bm25": "BM25", "hybrid": "Shortlist.build hybrid"}
+
+
+def categories(data: dict) -> list[str]:  # type: ignore[type-arg]
+    """The categories, in run order (the per-arm dicts also hold wall_s / cpu_s numbers)."""
+    out: list[str] = []
+    for row in data["arms"].values():
+        out += [c for c, v in row.items() if isinstance(v, dict) and c not in out]
+    return out
+
+
+def labels(data: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    """:data:`LABELS`, with the free arm's parser named for the run's format."""
+    fmt = (data.get("settings") or [{}])[0].get("format", "hermes")
+    out = dict(LABELS)
+    if fmt != "hermes":
+        out["free"] = f"free text + the {fmt} format's parser"
+    return out
 
 
 def table(data: dict) -> str:  # type: ignore[type-arg]
     """The README's results table (markdown) from the JSON."""
-    arms = [a for a in LABELS if a in data["arms"]]
-    cats = [c for c in next(iter(data["arms"].values())) if c != "wall_s"]
+    names = labels(data)
+    arms = [a for a in names if a in data["arms"]]
+    cats = categories(data)
     head = "| arm | " + " | ".join(cats) + " | tokens/call | s/call |"
     lines = [head, "|" + " --- |" * (len(cats) + 3)]
     for arm in arms:
@@ -36,10 +59,54 @@ def table(data: dict) -> str:  # type: ignore[type-arg]
                 continue
             inv = f", {s['invalid']} invalid" if s["invalid"] else ""
             cells.append(f"{s['correct']}/{s['n']}{inv}")
-        stats = [row[c] for c in cats if c in row]
+        stats = [row[c] for c in cats if c in row and isinstance(row[c], dict)]
         tok = sum(s["tokens_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
         sec = sum(s["seconds_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
-        lines.append(f"| {LABELS[arm]} | " + " | ".join(cells) + f" | {tok:.0f} | {sec:.1f} |")
+        lines.append(f"| {names[arm]} | " + " | ".join(cells) + f" | {tok:.0f} | {sec:.1f} |")
+    return "\n".join(lines)
+
+
+def scale_table(data: dict) -> str:  # type: ignore[type-arg]
+    """The README's accuracy-vs-registry-size table."""
+    sc = data["scale"]
+    native = [data["arms"]["tr_required"][c] for c in ("simple_python", "multiple")]
+    nat_c, nat_n = sum(s["correct"] for s in native), sum(s["n"] for s in native)
+    lines = [
+        "| registry | shortlist | accuracy | recall@k (bounds it) | recall@1 / @5 / @10 / @20 |"
+        " build |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| native (1-4 tools per question) | the question's own | {nat_c}/{nat_n} | - | - | - |",
+    ]
+    for size in sc["sizes"]:
+        row = sc["by_size"].get(str(size))
+        if not row:
+            continue
+        for run, r in row["runs"].items():
+            m, k = run.split("@")
+            rec = row["recall_at"][m]
+            at = " / ".join(f"{rec[x]:.2f}" for x in ("1", "5", "10", "20") if x in rec)
+            lines.append(
+                f"| {size:,} tools | {SHORTLISTS[m]} top {k} | {r['correct']}/{r['n']} | "
+                f"{rec[k]:.2f} | {at} | {row['build_s'][m]:.1f} s |"
+            )
+    return "\n".join(lines)
+
+
+def transformers_table(data: dict) -> str:  # type: ignore[type-arg]
+    """transformers vs vLLM on the same questions and prompts."""
+    tf = data["transformers"]
+    n = len(tf["questions"])
+    lines = [
+        f"| arm ({tf['category']}, {n} questions) | transformers | vLLM | same output text |",
+        "| --- | --- | --- | --- |",
+    ]
+    for arm in ("tr_required", "free"):
+        t = tf[arm]
+        inv = f", {t['invalid']} invalid" if t["invalid"] else ""
+        lines.append(
+            f"| {LABELS[arm]} | {t['correct']}/{t['n']}{inv} | {t['vllm_correct']}/{n} | "
+            f"{t['same_text_as_vllm']}/{n} |"
+        )
     return "\n".join(lines)
 
 
@@ -52,6 +119,12 @@ def main() -> None:
     data = json.loads(path.read_text())
     if args.table:
         print(table(data))
+        if data.get("scale"):
+            print()
+            print(scale_table(data))
+        if data.get("transformers"):
+            print()
+            print(transformers_table(data))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,18 +134,19 @@ def main() -> None:
     fig, axes = plt.subplots(1, 2 if scale else 1, figsize=(15 if scale else 9, 5), squeeze=False)
     ax = axes[0][0]
     arms = [a for a in LABELS if a in data["arms"]]
-    cats = [c for c in next(iter(data["arms"].values())) if c != "wall_s"]
+    cats = categories(data)
     width = 0.8 / max(1, len(arms))
+    names = labels(data)
     for i, arm in enumerate(arms):
         ys = [data["arms"][arm].get(c, {}).get("accuracy", 0.0) * 100 for c in cats]
         xs = [j + (i - (len(arms) - 1) / 2) * width for j in range(len(cats))]
-        bars = ax.bar(xs, ys, width, label=LABELS[arm])
+        bars = ax.bar(xs, ys, width, label=names[arm])
         for b, c in zip(bars, cats, strict=True):
             inv = data["arms"][arm].get(c, {}).get("invalid", 0)
             if inv:
                 ax.annotate(f"{inv}✗", (b.get_x() + b.get_width() / 2, b.get_height()),
                             ha="center", va="bottom", fontsize=6, color="firebrick")  # fmt: skip
-    n = next(iter(next(iter(data["arms"].values())).values()))["n"]
+    n = data["arms"][arms[0]][cats[0]]["n"]
     ax.set_xticks(range(len(cats)), cats, rotation=15)
     ax.set_ylabel("BFCL AST accuracy (%) — official checker")
     ax.set_ylim(0, 105)
@@ -84,21 +158,21 @@ def main() -> None:
         ax2 = axes[0][1]
         native = data["arms"].get("tr_required", {})
         nat = [native[c] for c in ("simple_python", "multiple") if c in native]
-        sizes = ["native"] + [str(s) for s in scale["sizes"]]
-        acc = []
-        if nat:
-            acc.append(100 * sum(s["correct"] for s in nat) / sum(s["n"] for s in nat))
-        else:
-            acc.append(float("nan"))
-        rec = [100.0]
-        k = scale["k"]
-        for s in scale["sizes"]:
-            row = scale["by_size"].get(str(s))
-            acc.append(100 * row["tr_required"]["accuracy"] if row else float("nan"))
-            rec.append(100 * row["recall_at"][str(k)] if row else float("nan"))
-        xs = list(range(len(sizes)))
-        ax2.plot(xs, acc, "o-", label=f"trierouter required (BM25 top-{k} shortlist)")
-        ax2.plot(xs, rec, "s--", label=f"shortlist recall@{k} (bounds accuracy)")
+        nat_acc = 100 * sum(s["correct"] for s in nat) / max(1, sum(s["n"] for s in nat))
+        sizes = [str(s) for s in scale["sizes"]]
+        xs = list(range(len(sizes) + 1))
+        for i, run in enumerate(scale["runs"]):
+            m, k = run.split("@")
+            acc, rec = [nat_acc], [100.0]
+            for s in sizes:
+                row = scale["by_size"].get(s, {})
+                r = row.get("runs", {}).get(run)
+                acc.append(100 * r["accuracy"] if r else float("nan"))
+                rr = row.get("recall_at", {}).get(m, {}).get(k)
+                rec.append(100 * rr if rr is not None and r else float("nan"))
+            color = f"C{i}"
+            ax2.plot(xs, acc, "o-", color=color, label=f"accuracy, {SHORTLISTS[m]} top {k}")
+            ax2.plot(xs, rec, "s:", color=color, alpha=0.6, label=f"recall@{k} (bound)")
         xg = data["arms"].get("xgrammar", {})
         xnat = [xg[c] for c in ("simple_python", "multiple") if c in xg]
         if xnat:
@@ -107,9 +181,9 @@ def main() -> None:
         ax2.annotate(
             "XGrammar whole-registry schema: no compile\nwithin 120 s from 1,000 tools "
             "(tool_calls.json)",
-            (2, 8), fontsize=7, color="tab:red", ha="center",
+            (len(xs) / 2, 8), fontsize=7, color="tab:red", ha="center",
         )  # fmt: skip
-        ax2.set_xticks(xs, [f"K={s}" if s != "native" else "native (1-4)" for s in sizes])
+        ax2.set_xticks(xs, ["native (1-4)"] + [f"K={int(s):,}" for s in sizes])
         ax2.set_ylim(0, 105)
         ax2.set_ylabel("% of simple_python + multiple questions")
         ax2.set_title(f"Accuracy vs registry size ({scale['questions']} questions)")

@@ -21,7 +21,7 @@ from trierouter.router.toolcalls import ToolCallPlan
 
 jsonschema = pytest.importorskip("jsonschema")
 
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "weather.get", "parameters": {
         "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
         "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}},
@@ -62,6 +62,10 @@ def _native(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
             "<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>"
             for n, a in calls
         )
+    if fmt == "json_fence":
+        return "\n".join(
+            "```json\n" + json.dumps({"name": n, "arguments": a}) + "\n```" for n, a in calls
+        )
     if fmt == "llama3_json":
         return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
     return "\n".join(json.dumps({"name": n, "arguments": a}) for n, a in calls)
@@ -80,7 +84,10 @@ def _accepts(plan: ToolCallPlan, tokens: list[int], vocab: Vocabulary) -> bool:
     return plan.advance(st, vocab.end_ids[0])[0] == plan.TERMINATED
 
 
-CALLS = [("weather.get", {"city": "Oslo", "unit": "c"}), ("math.add", {"a": 2, "b": 40})]
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("weather.get", {"city": "Oslo", "unit": "c"}),
+    ("math.add", {"a": 2, "b": 40}),
+]
 
 
 @pytest.mark.parametrize("fmt", sorted(CALL_FORMATS))
@@ -126,6 +133,11 @@ def _independent_parse(fmt: str, text: str) -> list[tuple[str, dict[str, Any]]]:
     if fmt == "hermes":  # as vLLM's hermes parser: tags, then json.loads
         bodies = re.findall(r"<tool_call>\n(.*?)\n</tool_call>", text, re.S)
         assert "\n".join(f"<tool_call>\n{b}\n</tool_call>" for b in bodies) == text
+        objs = [json.loads(b) for b in bodies]
+        return [(o["name"], o["arguments"]) for o in objs]
+    if fmt == "json_fence":  # as a Markdown reader: ```json fences, then json.loads
+        bodies = re.findall(r"```json\n(.*?)\n```", text, re.S)
+        assert "\n".join(f"```json\n{b}\n```" for b in bodies) == text
         objs = [json.loads(b) for b in bodies]
         return [(o["name"], o["arguments"]) for o in objs]
     sep = "; " if fmt == "llama3_json" else "\n"

@@ -3,6 +3,8 @@
 A model is trained to write its calls one way: Qwen 2.5 / Hermes wrap each call in
 ``<tool_call>`` tags, Llama 3.x JSON-based tool calling writes a bare object with
 ``"parameters"``, ... Constraining in the model's own syntax keeps it on text it was trained on.
+``json_fence`` (opt-in, never detected from a template) is what small chat models write when
+their template's tags are not followed: a Markdown ```` ```json ```` fence around the object.
 A :class:`CallFormat` says where a call's JSON object sits in the output; the compiler builds the
 names trie and each tool's automaton around it (so tokens may cross from the wrapper into the
 JSON exactly as the model's tokenizer splits them), the decoder uses it for ``auto``, parallel
@@ -41,6 +43,10 @@ class CallFormat:
     """The key of the arguments object (Llama 3.x: ``"parameters"``)."""
     trigger: str = "<tool_call>"
     """Under ``tool_choice="auto"``: the text that starts a call (before it, free text)."""
+    hold: int = 1
+    """Under parallel calls, how many characters at the end of :attr:`suffix` start what follows
+    (so a token crossing from the suffix into the separator stays whole): 1 for ``>\n``, 3 for
+    a closing fence that the tokenizer writes as one ```` ``` ```` token."""
     models: tuple[str, ...] = ()
     """Model families trained on it (documentation)."""
 
@@ -57,18 +63,19 @@ class CallFormat:
 
     def tail(self, *, hold: bool = False) -> str:
         """What follows the arguments object: ``}`` and the suffix; ``hold``: without the
-        suffix's last character, which then starts what follows (another call or the end), so
-        a token crossing from the suffix into the separator (``>\n``) stays whole."""
+        suffix's last :attr:`hold` characters, which then start what follows (another call or
+        the end), so a token crossing from the suffix into the separator (``>\n``) stays
+        whole."""
         full = "}" + self.suffix
-        return full[:-1] if hold and self.suffix else full
+        return full[: -self.hold] if hold and self.suffix else full
 
     def held(self, *, hold: bool) -> str:
-        """The character :meth:`tail` held back (empty when none)."""
-        return self.suffix[-1:] if hold and self.suffix else ""
+        """The characters :meth:`tail` held back (empty when none)."""
+        return self.suffix[-self.hold :] if hold and self.suffix else ""
 
     def lead(self, *, after_trigger: bool = False, following: bool = False, held: str = "") -> str:
         """The text before a tool name: the whole call head, or what is left of it once
-        :attr:`trigger` was written (``auto``), or (``following``) the held character, the
+        :attr:`trigger` was written (``auto``), or (``following``) the held characters, the
         separator and the head of a next call."""
         head = self.prefix + CALL_HEAD
         if following:
@@ -150,6 +157,15 @@ CALL_FORMATS: dict[str, CallFormat] = {
             separator="\n",
             trigger="<tool_call>",
             models=("Qwen2.5", "Qwen3", "Hermes 2/3", "SmolLM2/3"),
+        ),
+        CallFormat(
+            "json_fence",
+            prefix="```json\n",
+            suffix="\n```",
+            separator="\n",
+            trigger="```json",
+            hold=3,
+            models=("opt-in: small chat models that answer with a fenced JSON object",),
         ),
         CallFormat(
             "llama3_json",
