@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tool_registry_load import _openai  # MCP listings as OpenAI tools
 
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
@@ -52,20 +53,6 @@ FORMATS: list[dict[str, Any]] = [
     {"type": "integer", "minimum": 17, "maximum": 17004},
     {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2,4}$"},
 ]
-
-
-def _openai(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t["name"],
-                "description": t.get("description", ""),
-                "parameters": t["inputSchema"],
-            },
-        }
-        for t in tools
-    ]
 
 
 def _best(fn: Any, n: int = 3) -> tuple[float, float]:
