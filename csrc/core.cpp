@@ -1783,15 +1783,19 @@ struct I32View {
     }
 };
 
-PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
-    PyObject* a = to_numpy(ptr, NPY_INT64);
-    PyObject* b = to_numpy(ids, NPY_INT32);
+// (a, b), stealing both references; nullptr (and both released) if either is nullptr
+PyObject* pair_result(PyObject* a, PyObject* b) {
     if (!a || !b) {
         Py_XDECREF(a);
         Py_XDECREF(b);
         return nullptr;
     }
     return Py_BuildValue("(NN)", a, b);
+}
+
+PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
+    PyObject* a = to_numpy(ptr, NPY_INT64);
+    return pair_result(a, to_numpy(ids, NPY_INT32));
 }
 
 // dfa_masks(table: int32 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
@@ -1992,13 +1996,7 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     }
     Py_END_ALLOW_THREADS;
     PyObject* a = to_numpy(fin, NPY_INT32);
-    PyObject* b = to_numpy(cnt, NPY_INT16);
-    if (!a || !b) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return nullptr;
-    }
-    return Py_BuildValue("(NN)", a, b);
+    return pair_result(a, to_numpy(cnt, NPY_INT16));
 }
 
 PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
