@@ -92,38 +92,42 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
             out.append(f"| {e} | " + " | ".join(cells) + " |")
         out.append("")
     t = [rows.get(("trierouter", k)) for k in ks]
+
+    def series(key: str, fmt: str, scale: float = 1.0, of: list[Any] = t) -> str:
+        return ", ".join(_cell(r, key, fmt, scale) for r in of)
+
     out.append(
         "trierouter details (K = "
         + ", ".join(f"{k:,}" for k in ks)
         + "): warm compile, best of 3, wall "
-        + ", ".join(f"{_cell(r, 'compile_warm_ms', '.1f')}" for r in t)
+        + series("compile_warm_ms", ".1f")
         + " ms, CPU "
-        + ", ".join(f"{_cell(r, 'compile_warm_cpu_ms', '.1f')}" for r in t)
+        + series("compile_warm_cpu_ms", ".1f")
         + " ms; first mask "
-        + ", ".join(f"{_cell(r, 'first_mask_ms', '.3f')}" for r in t)
+        + series("first_mask_ms", ".3f")
         + " ms; a step through the public API (`Matcher.accept_token` + "
         "`allowed_token_ids()`) "
-        + ", ".join(f"{_cell(r, 'step_matcher.median_us', '.2f')}" for r in t)
+        + series("step_matcher.median_us", ".2f")
         + " µs; advance + mask view "
-        + ", ".join(f"{_cell(r, 'step_ids.median_us', '.2f')}" for r in t)
+        + series("step_ids.median_us", ".2f")
         + " µs; batch of 256: advance "
-        + ", ".join(f"{_cell(r, 'batch.vectorized_advance.median_us', '.1f')}" for r in t)
+        + series("batch.vectorized_advance.median_us", ".1f")
         + " µs, bitmask fill "
-        + ", ".join(f"{_cell(r, 'batch.fill_gbps', '.0f')}" for r in t)
+        + series("batch.fill_gbps", ".0f")
         + " GB/s against a memset of the same buffer at "
-        + ", ".join(f"{_cell(r, 'batch.memset_gbps', '.0f')}" for r in t)
+        + series("batch.memset_gbps", ".0f")
         + " GB/s (main memory: "
-        + ", ".join(f"{_cell(r, 'batch.dram_memset_gbps', '.0f')}" for r in t)
+        + series("batch.dram_memset_gbps", ".0f")
         + " GB/s); RSS growth during compile "
-        + ", ".join(f"{_cell(r, 'rss_compile_mb', '.1f')}" for r in t)
+        + series("rss_compile_mb", ".1f")
         + " MB, the set's own arrays (`ChoiceSet.nbytes`) "
-        + ", ".join(f"{_cell(r, 'reported_mb', '.2f')}" for r in t)
+        + series("reported_mb", ".2f")
         + " MB (RSS does not grow where the set fits in pages its compile's temporaries had "
         "already touched). Tokenizer index (C++ forward token trie with Aho-Corasick links, "
         "built once per tokenizer, not cached on disk): "
-        + ", ".join(f"{_cell(r, 'tokenizer_prep_s', '.0f', 1e3)}" for r in t[:1])
+        + series("tokenizer_prep_s", ".0f", 1e3, t[:1])
         + " ms wall, "
-        + ", ".join(f"{_cell(r, 'tokenizer_prep_cpu_s', '.0f', 1e3)}" for r in t[:1])
+        + series("tokenizer_prep_cpu_s", ".0f", 1e3, t[:1])
         + " ms CPU."
     )
     return out
