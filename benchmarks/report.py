@@ -151,11 +151,7 @@ def vllm(d: dict[str, Any], big: dict[str, Any] | None = None) -> list[str]:
                 else ""
             )
             if "trierouter_backend" in d.get("machine", {})
-            else "Measured with the numpy backend, before the compiled core landed; a rerun with "
-            "the core on the shared machine (load average 9-10, two other agents running models) "
-            "is `results/vllm_throughput_core_loaded.json`: its cells swing from -47% to +133% "
-            "against unconstrained in the same run, noise that a loaded 2-core machine cannot "
-            "separate from the processor's cost, so it is not tabled here."
+            else "Measured with the numpy backend."
         ),
         "",
         "| K | batch | unconstrained | trierouter | slowdown | xgrammar | guidance | "
