@@ -61,6 +61,14 @@ def test_onnx_int8_is_close_to_torch(torch_vectors: np.ndarray) -> None:
     assert int8.backend == "onnx-int8"  # the default with onnxruntime installed
     cos = (int8.encode(TEXTS) * torch_vectors).sum(1)
     assert cos.min() > 0.95 and cos.mean() > 0.98, cos
+    # the served graph is MiniLM's BERT with its layers fused (one int8 attention op per layer)
+    import onnx
+
+    from trierouter.shortlist.onnx import OnnxEncoder
+
+    enc = next(v for v in vars(int8).values() if isinstance(v, OnnxEncoder))
+    ops = [n.op_type for n in onnx.load(str(enc.path)).graph.node]
+    assert ops.count("QAttention") == 6 and "SkipLayerNormalization" in ops, sorted(set(ops))
 
 
 def test_backends_have_their_own_fingerprint_and_cache(tmp_path: Path) -> None:
