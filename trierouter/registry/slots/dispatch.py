@@ -51,6 +51,7 @@ from trierouter.registry.slots.fragment import (
 )
 from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
 from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
+from trierouter.registry.slots.pieces import tag
 from trierouter.registry.slots.regex import pattern_node
 
 __all__ = [
@@ -208,6 +209,8 @@ class SlotCompiler:
         if not is_object:
             # only leaves are cached: a hit must list the same slots as a build
             leaf = len(slots) == before
+            if leaf and not self.dry and frag is not _DUMMY:
+                made = (tag(frag), engine, detail)  # a quoted piece: masks shared by tools
             slots.append(Slot(path or "$", engine, detail))
             if key and leaf and frag is not _DUMMY:
                 self._cache[key] = made

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.registry import core as _backend
+from trierouter.registry.slots import pieces as _pieces
 from trierouter.registry.slots.fragment import (
     _INTERIOR,
     I32,
@@ -86,6 +87,9 @@ class VocabTables:
         self.offsets = np.ascontiguousarray(off, dtype=np.int64)
         self.native = _backend.default_backend() == "native"
         self._trie: Any = None
+        self._pieces: OrderedDict[int, tuple[I32, npt.NDArray[np.int32]]] = OrderedDict()
+        self._pieces_bytes = 0
+        self._pieces_lock = threading.Lock()
 
     @property
     def trie(self) -> Any:
@@ -223,6 +227,38 @@ class VocabTables:
             self._count_order[k] = hit
         return hit
 
+    pieces_budget: ClassVar[int] = 256 << 20
+    """Bytes of shared piece rows kept per vocabulary (least recently used dropped first; an
+    automaton keeps the rows it uses)."""
+
+    def piece_rows(self, pid: int) -> tuple[I32, npt.NDArray[np.int32]]:
+        """Quoted piece ``pid`` alone (:mod:`~trierouter.registry.slots.pieces`): per local
+        state, the row of its standalone mask in the packed ``rows`` returned, or ``-1`` where
+        that mask holds fewer than :data:`WIDE` tokens (walked per tool instead). Native
+        backend only; built on first use, shared by every automaton embedding the piece."""
+        with self._pieces_lock:
+            hit = self._pieces.get(pid)
+            if hit is not None:
+                self._pieces.move_to_end(pid)
+                return hit
+        frag = _pieces.piece(pid)
+        table, bc = compress(frag)
+        states = np.flatnonzero(~frag.accept).astype(np.int64)
+        ptr, ids = _backend.native_core().dfa_masks(table, bc, states, self.trie)
+        sizes = np.diff(ptr)
+        wide = np.flatnonzero(sizes >= WIDE)
+        where = np.full(frag.n, -1, dtype=np.int32)
+        where[states[wide]] = np.arange(len(wide), dtype=np.int32)
+        rows = pack_rows(ptr, ids, wide, self.width)
+        hit = (where, rows)
+        with self._pieces_lock:
+            self._pieces[pid] = hit
+            self._pieces_bytes += rows.nbytes
+            while self._pieces_bytes > self.pieces_budget and len(self._pieces) > 1:
+                _, (_, old) = self._pieces.popitem(last=False)
+                self._pieces_bytes -= old.nbytes
+        return hit
+
     def string_rows(self) -> npt.NDArray[np.int32]:
         """Packed rows: per interior class, the tokens that stay inside a free string."""
         if self._string_rows is None:
@@ -249,7 +285,35 @@ def pack_ids(ids: npt.ArrayLike, width: int) -> npt.NDArray[np.int32]:
     return np.packbits(bits, bitorder="little").view(np.int32).copy()
 
 
+def pack_rows(
+    ptr: npt.NDArray[np.int64], ids: I32, which: npt.NDArray[np.int64], width: int
+) -> npt.NDArray[np.int32]:
+    """Packed rows (one per entry of ``which``) of the CSR lists ``ids[ptr[i]:ptr[i + 1]]``."""
+    words = (width + 31) // 32
+    bits = np.zeros((len(which), words * 32), dtype=bool)
+    if len(which):
+        lo, hi = ptr[which], ptr[which + 1]
+        n = hi - lo
+        at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
+        row = np.repeat(np.arange(len(which), dtype=np.int64), n)
+        bits[row, ids[at]] = True
+    return np.packbits(bits, axis=1, bitorder="little").view(np.int32).reshape(len(which), words)
+
+
+def compress(frag: Fragment) -> tuple[I32, I32]:
+    """``frag``'s dense table over byte classes (bytes with the same edges everywhere share a
+    column) and the class of each byte."""
+    dense = np.full((256, frag.n), NO_EDGE, dtype=np.int32)  # one row per byte
+    dense[frag.byte, frag.src] = frag.dst
+    cols = np.ascontiguousarray(dense).view(np.dtype((np.void, 4 * frag.n))).ravel()
+    _, first, byte_class = np.unique(cols, return_index=True, return_inverse=True)
+    table = np.ascontiguousarray(dense[first].T)
+    return table, byte_class.astype(np.int32).ravel()
+
+
 _BIG = 2048
+WIDE = 512
+"""A piece state whose standalone mask holds this many tokens is served from a shared row."""
 
 
 class ToolAutomaton:
@@ -262,24 +326,21 @@ class ToolAutomaton:
 
     def __init__(self, frag: Fragment, tables: VocabTables) -> None:
         # compress the byte alphabet: bytes with the same edges everywhere share one class
-        order = np.lexsort((frag.src, frag.byte))
-        src, byte, dst = frag.src[order], frag.byte[order], frag.dst[order]
-        bounds = np.searchsorted(byte, np.arange(257))
-        classes: dict[bytes, int] = {b"": 0}
-        byte_class = np.zeros(256, dtype=np.int32)
-        for b in range(256):
-            lo, hi = bounds[b], bounds[b + 1]
-            sig = src[lo:hi].tobytes() + dst[lo:hi].tobytes()
-            byte_class[b] = classes.setdefault(sig, len(classes))
-        table = np.full((frag.n, len(classes)), NO_EDGE, dtype=np.int32)
-        table[src, byte_class[byte]] = dst
-        self.table = table
-        self.byte_class = byte_class
+        self.table, self.byte_class = compress(frag)
         self.accept = frag.accept
         self.klass = frag.klass
+        self.origin = frag.origin
         self.exits = frag.exits
         self.t = tables
         self._masks: dict[int, tuple[int, I32 | None, npt.NDArray[np.int32] | None]] = {}
+        # native, every state at once: a shared base row (block, row; -1: none) OR'd with the
+        # CSR list ids[ptr[s]:ptr[s + 1]]; states whose list is long are packed whole
+        self._ptr: npt.NDArray[np.int64] | None = None
+        self._ids: I32 = np.zeros(0, dtype=np.int32)
+        self._blocks: list[npt.NDArray[np.int32]] = []
+        self._bblock: I32 = np.zeros(0, dtype=np.int32)
+        self._brow: I32 = np.zeros(0, dtype=np.int32)
+        self._packed: dict[int, npt.NDArray[np.int32]] = {}
         self._toward: dict[int, I32] = {}
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
@@ -395,8 +456,35 @@ class ToolAutomaton:
         bits = np.unpackbits(row.view(np.uint8), bitorder="little")
         return np.flatnonzero(bits[: self.t.width]).astype(np.int32)
 
+    @property
+    def ready(self) -> int:
+        """States whose mask is built (all non-exit states once materialized)."""
+        if self._ptr is not None:
+            return self.n_states - len(self.exits)
+        return len(self._masks)
+
     def fill(self, state: int, row: npt.NDArray[np.int32]) -> None:
         """Overwrite ``row`` (one packed row) with the tokens allowed at ``state``."""
+        ptr = self._ptr
+        if ptr is not None and 0 <= state < self.n_states:
+            packed = self._packed.get(state)
+            if packed is not None:
+                row[:] = packed
+                return
+            b = int(self._bblock[state])
+            if b >= 0:
+                row[:] = self._blocks[b][int(self._brow[state])]
+            else:
+                row[:] = 0
+            lo, hi = int(ptr[state]), int(ptr[state + 1])
+            if hi > lo:
+                extra = self._ids[lo:hi]
+                np.bitwise_or.at(
+                    row.view(np.uint32),
+                    extra >> 5,
+                    np.left_shift(np.uint32(1), (extra & 31).astype(np.uint32)),
+                )
+            return
         k, ids, packed = self._mask(state)
         if packed is not None:
             row[:] = packed
@@ -416,27 +504,75 @@ class ToolAutomaton:
     def materialize(self) -> None:
         """Compute every state's mask now (instead of on first visit); the native backend does
         this when the automaton is built."""
-        todo = np.asarray(
-            [s for s in range(self.n_states) if s not in self.exits and s not in self._masks],
-            dtype=np.int64,
-        )
         if not self.t.native:
-            for s in todo.tolist():
-                self._mask(s)
+            for s in range(self.n_states):
+                if s not in self.exits and s not in self._masks:
+                    self._mask(s)
+            return
+        if self._ptr is not None:
             return
         core = _backend.native_core()
         t = self.t
-        k = self.klass[todo] if len(todo) else np.zeros(0, dtype=np.int16)
-        plain, strings = todo[k < 0], todo[k >= 0]
-        if len(plain):
-            ptr, ids = core.dfa_masks(self.table, self.byte_class, plain, t.trie)
-            for i, s in enumerate(plain.tolist()):
-                self._store(s, -1, ids[ptr[i] : ptr[i + 1]])
-        if len(strings):
-            ptr, ids = core.dfa_list_masks(
-                self.table, self.byte_class, strings, t.quote_ids, t.buffer, t.offsets
+        n = self.n_states
+        live = np.ones(n, dtype=bool)
+        live[list(self.exits)] = False
+        bblock = np.full(n, -1, dtype=np.int32)
+        brow = np.zeros(n, dtype=np.int32)
+        blocks: list[npt.NDArray[np.int32]] = []
+        # states inside a free string: the per-class row, and the quote tokens walked here
+        quoted = live & (self.klass >= 0)
+        free = -1
+        for kl in np.unique(self.klass[quoted]).tolist():
+            u, left = string_class(kl)
+            on = quoted & (self.klass == kl)
+            if left < 0:
+                if free < 0:
+                    blocks.append(t.string_rows())
+                    free = len(blocks) - 1
+                bblock[on], brow[on] = free, u
+            else:
+                blocks.append(t.counted_row(u, left)[None])
+                bblock[on], brow[on] = len(blocks) - 1, 0
+        # wide states of a shared quoted piece: its standalone row, and the quote tokens
+        piece = live & (self.klass < 0) & (self.origin >= 0)
+        if piece.any():
+            pid = self.origin >> 32
+            local = (self.origin & 0xFFFFFFFF).astype(np.int64)
+            for p in np.unique(pid[piece]).tolist():
+                where, rows = t.piece_rows(int(p))
+                on = np.flatnonzero(piece & (pid == p))
+                r = where[local[on]]
+                on = on[r >= 0]
+                if len(on):
+                    blocks.append(rows)
+                    bblock[on], brow[on] = len(blocks) - 1, r[r >= 0]
+                    quoted[on] = True
+        rest = np.flatnonzero(live & ~quoted).astype(np.int64)
+        walk = np.flatnonzero(quoted).astype(np.int64)
+        lengths = np.zeros(n, dtype=np.int64)
+        parts = []
+        if len(rest):
+            parts.append((rest, *core.dfa_masks(self.table, self.byte_class, rest, t.trie)))
+        if len(walk):
+            got = core.dfa_list_masks(
+                self.table, self.byte_class, walk, t.quote_ids, t.buffer, t.offsets
             )
-            for i, s in enumerate(strings.tolist()):
-                self._store(s, int(self.klass[s]), ids[ptr[i] : ptr[i + 1]])
-            for kl in sorted({int(x) for x in self.klass[strings]}):
-                self._base_row(kl)  # the per-class rows these states OR in, built now
+            parts.append((walk, *got))
+        for st, p_, _ in parts:
+            lengths[st] = np.diff(p_)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        ids = np.empty(int(ptr[-1]), dtype=np.int32)
+        for st, p_, got_ids in parts:
+            cnt = np.diff(p_)
+            shift = np.repeat(ptr[st] - p_[:-1], cnt)
+            ids[shift + np.arange(len(got_ids))] = got_ids
+        big = np.flatnonzero(lengths > _BIG)
+        if len(big):
+            packed = pack_rows(ptr, ids, big, t.width)
+            for j, s in enumerate(big.tolist()):
+                if bblock[s] >= 0:
+                    packed[j] |= blocks[bblock[s]][brow[s]]
+                self._packed[s] = packed[j]
+        self._blocks, self._bblock, self._brow, self._ids = blocks, bblock, brow, ids
+        self._ptr = ptr
