@@ -1802,10 +1802,14 @@ PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
 //   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
 //   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
 //   tokens sharing a prefix share its steps).
+//   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
+//   row = token t allowed), written straight from the walk.
 PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     PyObject *tab_o, *cls_o, *st_o;
     TokenTrieObject* tri;
-    if (!PyArg_ParseTuple(args, "OOOO!", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri)) return nullptr;
+    Py_ssize_t words = 0;
+    if (!PyArg_ParseTuple(args, "OOOO!|n", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words))
+        return nullptr;
     I32View tab, cls;
     I64View st;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
@@ -1835,30 +1839,122 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
     if (!ok) return PyErr_NoMemory();
     const TT tt(tri);
+    const int32_t* root_child = tri->root_child;
+    PyObject* rows_o = nullptr;
+    uint32_t* rows = nullptr;
+    if (words < 0) {
+        PyErr_SetString(PyExc_ValueError, "words must be >= 0");
+        return nullptr;
+    }
+    if (words > 0) {
+        for (int32_t t : *tri->tok_ids)
+            if (static_cast<int64_t>(t) >= static_cast<int64_t>(words) * 32) {
+                PyErr_SetString(PyExc_ValueError, "words: a token id past the row");
+                return nullptr;
+            }
+        npy_intp dims[2] = {static_cast<npy_intp>(st.n), static_cast<npy_intp>(words)};
+        rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
+        if (!rows_o) return nullptr;
+        rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
+    }
     Py_BEGIN_ALLOW_THREADS;
-    std::vector<std::pair<int32_t, int32_t>> stack;
-    ptr[0] = 0;
-    for (int64_t i = 0; i < st.n && ok; ++i) {
-        const size_t row0 = ids.n;
-        stack.clear();
-        stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
-        while (!stack.empty() && ok) {
-            auto [u, q] = stack.back();
-            stack.pop_back();
-            const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
-            for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j) {
-                const int32_t q2 = qrow[cls.p[tt.clab[j]]];
-                if (q2 < 0) continue;
-                const int32_t c = tt.cnode[j];
+    try {
+        // per automaton state, on first visit: its live bytes (ascending); at a trie node with
+        // more children than the state has live bytes, the live bytes are looked up among the
+        // children (sorted labels: binary search), else the children are scanned
+        std::vector<int32_t> live_at(static_cast<size_t>(ns), -1), live_n(static_cast<size_t>(ns), 0);
+        std::vector<uint8_t> live;
+        auto live_of = [&](int32_t q) {
+            if (live_at[static_cast<size_t>(q)] < 0) {
+                live_at[static_cast<size_t>(q)] = static_cast<int32_t>(live.size());
+                const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
+                for (int b = 0; b < 256; ++b)
+                    if (qrow[cls.p[b]] >= 0) live.push_back(static_cast<uint8_t>(b));
+                live_n[static_cast<size_t>(q)] =
+                    static_cast<int32_t>(live.size()) - live_at[static_cast<size_t>(q)];
+            }
+        };
+        // a large result is sorted through a bitmap over the token ids instead of std::sort
+        std::vector<uint64_t> bits;
+        std::vector<std::pair<int32_t, int32_t>> stack;
+        ptr[0] = 0;
+        for (int64_t i = 0; i < st.n && ok; ++i) {
+            const size_t row0 = ids.n;
+            stack.clear();
+            stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
+            auto take = [&](int32_t c, int32_t q2) {
                 for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
                 if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, q2);
+            };
+            while (!stack.empty() && ok) {
+                auto [u, q] = stack.back();
+                stack.pop_back();
+                const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
+                const int32_t lo = tt.si[u].clo, hi = tt.si[u].chi;
+                const int32_t nch = hi - lo;
+                int32_t l0 = 0, l1 = 0;
+                if (u == 0 || nch > 8) {
+                    live_of(q);
+                    l0 = live_at[static_cast<size_t>(q)];
+                    l1 = l0 + live_n[static_cast<size_t>(q)];
+                }
+                if (u == 0) {
+                    for (int32_t j = l0; j < l1; ++j) {
+                        const uint8_t b = live[static_cast<size_t>(j)];
+                        const int32_t c = root_child[b];
+                        if (c >= 0) take(c, qrow[cls.p[b]]);
+                    }
+                } else if (nch > 8 && 4 * (l1 - l0) < nch) {
+                    const uint8_t* lab = tt.clab;
+                    int32_t from = lo;
+                    for (int32_t j = l0; j < l1 && from < hi; ++j) {
+                        const uint8_t b = live[static_cast<size_t>(j)];
+                        from = static_cast<int32_t>(std::lower_bound(lab + from, lab + hi, b) - lab);
+                        if (from < hi && lab[from] == b) take(tt.cnode[from], qrow[cls.p[b]]);
+                    }
+                } else {
+                    for (int32_t j = lo; j < hi; ++j) {
+                        const int32_t q2 = qrow[cls.p[tt.clab[j]]];
+                        if (q2 >= 0) take(tt.cnode[j], q2);
+                    }
+                }
             }
+            const size_t got = ids.n - row0;
+            if (rows) {
+                uint32_t* r = rows + static_cast<size_t>(i) * static_cast<size_t>(words);
+                for (size_t k = row0; k < ids.n; ++k)
+                    r[static_cast<size_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
+                ids.n = row0;
+            } else if (got > 512) {
+                int32_t top = 0;
+                for (size_t k = row0; k < ids.n; ++k) top = std::max(top, ids.p[k]);
+                if (bits.size() <= static_cast<size_t>(top) / 64) bits.resize(static_cast<size_t>(top) / 64 + 1, 0);
+                for (size_t k = row0; k < ids.n; ++k)
+                    bits[static_cast<size_t>(ids.p[k]) >> 6] |= uint64_t{1} << (ids.p[k] & 63);
+                size_t at = row0;
+                for (size_t w = 0; w < bits.size(); ++w) {
+                    uint64_t x = bits[w];
+                    if (!x) continue;
+                    bits[w] = 0;
+                    while (x) {
+                        ids.p[at++] = static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(x)));
+                        x &= x - 1;
+                    }
+                }
+            } else {
+                std::sort(ids.p + row0, ids.p + ids.n);
+            }
+            ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
         }
-        std::sort(ids.p + row0, ids.p + ids.n);
-        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+    } catch (const std::bad_alloc&) {
+        ok = false;
     }
     Py_END_ALLOW_THREADS;
-    if (!ok) return PyErr_NoMemory();
+    if (!ok) {
+        Py_XDECREF(rows_o);
+        return PyErr_NoMemory();
+    }
+    if (rows_o) return rows_o;
     return csr_result(ptr, ids);
 }
 
@@ -2018,7 +2114,7 @@ PyMethodDef module_methods[] = {
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
     {"dfa_masks", py_dfa_masks, METH_VARARGS,
-     "dfa_masks(table, byte_class, states, trie) -> (ptr, ids)"},
+     "dfa_masks(table, byte_class, states, trie, words=0) -> (ptr, ids), or packed rows"},
     {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,

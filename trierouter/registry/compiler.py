@@ -169,7 +169,8 @@ class CompiledTools:
         self.stats.analysis_ms = (t2 - t1) * 1e3
         self._builder = SlotCompiler(strict=False)
         self._tables = VocabTables.get(self.vocabulary)
-        self._automata: OrderedDict[tuple[int, bool], ToolAutomaton] = OrderedDict()
+        self._automata: OrderedDict[tuple[str, bool], ToolAutomaton] = OrderedDict()
+        self._schema_keys: list[str | None] = [None] * len(self.specs)
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
@@ -267,9 +268,18 @@ class CompiledTools:
     # -- engines -------------------------------------------------------------------------------
     def automaton(self, i: int, *, hold: bool = False) -> ToolAutomaton:
         """Tool ``i``'s argument automaton (a space, ``{...}``, then :attr:`tail`; ``hold``:
-        without the suffix's last character, see :meth:`CallFormat.tail`), built on first use."""
-        key = (i, hold)
+        without the suffix's last character, see :meth:`CallFormat.tail`), built on first use;
+        tools with the same parameter schema share one."""
         with self._lock:
+            skey = self._schema_keys[i]
+            if skey is None:
+                # key order kept: properties are written in schema order
+                try:
+                    skey = json.dumps(_normalized(self.specs[i].parameters), ensure_ascii=False)
+                except (TypeError, ValueError):  # not plain JSON: not shared
+                    skey = f"#{i}"
+                self._schema_keys[i] = skey
+            key = (skey, hold)
             a = self._automata.get(key)
             if a is not None:
                 self._automata.move_to_end(key)

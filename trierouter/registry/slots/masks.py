@@ -87,9 +87,20 @@ class VocabTables:
         self.offsets = np.ascontiguousarray(off, dtype=np.int64)
         self.native = _backend.default_backend() == "native"
         self._trie: Any = None
+        self._quote_trie: Any = None
         self._pieces: OrderedDict[int, tuple[I32, npt.NDArray[np.int32]]] = OrderedDict()
         self._pieces_bytes = 0
         self._pieces_lock = threading.Lock()
+
+    @property
+    def quote_trie(self) -> Any:
+        """The native token trie of the tokens holding a ``"`` (walked from every state inside
+        a string or a shared piece)."""
+        if self._quote_trie is None:
+            has = np.zeros(len(self.lengths), dtype=np.uint8)
+            has[self.quote_ids] = 1
+            self._quote_trie = _backend.native_core().TokenTrie(self.vocab.tokens, has)
+        return self._quote_trie
 
     @property
     def trie(self) -> Any:
@@ -110,6 +121,7 @@ class VocabTables:
                 if t.native:  # eager: the per-class string rows and counts, in C++
                     t.string_rows()
                     t._string_counts()
+                    _ = t.quote_trie
                 while len(cls._cache) > cls.cache_size:
                     cls._cache.popitem(last=False)
             else:
@@ -244,12 +256,11 @@ class VocabTables:
         frag = _pieces.piece(pid)
         table, bc = compress(frag)
         states = np.flatnonzero(~frag.accept).astype(np.int64)
-        ptr, ids = _backend.native_core().dfa_masks(table, bc, states, self.trie)
-        sizes = np.diff(ptr)
-        wide = np.flatnonzero(sizes >= WIDE)
+        packed = _backend.native_core().dfa_masks(table, bc, states, self.trie, self.words)
+        wide = np.flatnonzero(_popcount(packed) >= WIDE)
         where = np.full(frag.n, -1, dtype=np.int32)
         where[states[wide]] = np.arange(len(wide), dtype=np.int32)
-        rows = pack_rows(ptr, ids, wide, self.width)
+        rows = np.ascontiguousarray(packed[wide])
         hit = (where, rows)
         with self._pieces_lock:
             self._pieces[pid] = hit
@@ -300,14 +311,33 @@ def pack_rows(
     return np.packbits(bits, axis=1, bitorder="little").view(np.int32).reshape(len(which), words)
 
 
+def _popcount(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
+    """Set bits per packed row."""
+    if hasattr(np, "bitwise_count"):  # numpy >= 2
+        return np.bitwise_count(rows.view(np.uint32)).sum(axis=1, dtype=np.int64)
+    bits = np.unpackbits(rows.view(np.uint8), axis=1)  # pragma: no cover - numpy 1.26
+    return bits.sum(axis=1, dtype=np.int64)  # pragma: no cover
+
+
+_MIX = np.random.default_rng(0x5EED).integers(1, 2**62, size=1 << 16, dtype=np.int64) | 1
+
+
 def compress(frag: Fragment) -> tuple[I32, I32]:
     """``frag``'s dense table over byte classes (bytes with the same edges everywhere share a
     column) and the class of each byte."""
-    dense = np.full((256, frag.n), NO_EDGE, dtype=np.int32)  # one row per byte
+    n = frag.n
+    dense = np.full((256, n), NO_EDGE, dtype=np.int64)  # one row per byte
     dense[frag.byte, frag.src] = frag.dst
-    cols = np.ascontiguousarray(dense).view(np.dtype((np.void, 4 * frag.n))).ravel()
-    _, first, byte_class = np.unique(cols, return_index=True, return_inverse=True)
-    table = np.ascontiguousarray(dense[first].T)
+    if n <= len(_MIX):  # group bytes by a hash of their column, then check the grouping
+        h = (dense + 1) @ _MIX[:n]
+        _, first, byte_class = np.unique(h, return_index=True, return_inverse=True)
+        exact = np.array_equal(dense, dense[first][byte_class.ravel()])
+    else:
+        exact = False
+    if not exact:  # a hash collision (never seen) or a huge automaton: compare columns
+        cols = np.ascontiguousarray(dense).view(np.dtype((np.void, 8 * n))).ravel()
+        _, first, byte_class = np.unique(cols, return_index=True, return_inverse=True)
+    table = np.ascontiguousarray(dense[first].T, dtype=np.int32)
     return table, byte_class.astype(np.int32).ravel()
 
 
@@ -554,10 +584,7 @@ class ToolAutomaton:
         if len(rest):
             parts.append((rest, *core.dfa_masks(self.table, self.byte_class, rest, t.trie)))
         if len(walk):
-            got = core.dfa_list_masks(
-                self.table, self.byte_class, walk, t.quote_ids, t.buffer, t.offsets
-            )
-            parts.append((walk, *got))
+            parts.append((walk, *core.dfa_masks(self.table, self.byte_class, walk, t.quote_trie)))
         for st, p_, _ in parts:
             lengths[st] = np.diff(p_)
         ptr = np.zeros(n + 1, dtype=np.int64)
