@@ -314,9 +314,10 @@ def pack_rows(
 def _popcount(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
     """Set bits per packed row."""
     if hasattr(np, "bitwise_count"):  # numpy >= 2
-        return np.bitwise_count(rows.view(np.uint32)).sum(axis=1, dtype=np.int64)
-    bits = np.unpackbits(rows.view(np.uint8), axis=1)  # pragma: no cover - numpy 1.26
-    return bits.sum(axis=1, dtype=np.int64)  # pragma: no cover
+        out = np.bitwise_count(rows.view(np.uint32)).sum(axis=1, dtype=np.int64)
+    else:  # pragma: no cover - numpy 1.26
+        out = np.unpackbits(rows.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
+    return np.asarray(out, dtype=np.int64)
 
 
 _MIX = np.random.default_rng(0x5EED).integers(1, 2**62, size=1 << 16, dtype=np.int64) | 1
