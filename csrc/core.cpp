@@ -2026,6 +2026,88 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     return csr_result(ptr, ids);
 }
 
+// dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
+//   byte_class int32[256]): an automaton given as edges (src --byte--> dst, at most one per
+//   (src, byte); a repeated edge must be identical) as a dense table over byte classes; bytes
+//   whose edges are the same at every state share a class, numbered in order of their smallest
+//   byte.
+PyObject* py_dfa_compress(PyObject*, PyObject* args) {
+    PyObject *src_o, *byte_o, *dst_o;
+    long long n_ll;
+    if (!PyArg_ParseTuple(args, "OOOL", &src_o, &byte_o, &dst_o, &n_ll)) return nullptr;
+    I32View src, byte, dst;
+    if (!src.open(src_o, "src") || !byte.open(byte_o, "byte") || !dst.open(dst_o, "dst")) return nullptr;
+    if (n_ll < 0 || n_ll > (int64_t{1} << 31) - 1 || src.n != byte.n || src.n != dst.n) {
+        PyErr_SetString(PyExc_ValueError, "dfa_compress: bad sizes");
+        return nullptr;
+    }
+    const int64_t n = n_ll;
+    for (int64_t i = 0; i < src.n; ++i)
+        if (src.p[i] < 0 || src.p[i] >= n || byte.p[i] < 0 || byte.p[i] > 255 || dst.p[i] < -1 || dst.p[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "dfa_compress: an edge out of range");
+            return nullptr;
+        }
+    // edges grouped by byte, each group in src order: a byte's group is its signature
+    std::vector<int32_t> cls(256, 0), rep;
+    std::vector<int64_t> start(257, 0);
+    std::vector<std::pair<int32_t, int32_t>> ed;
+    try {
+        ed.resize(static_cast<size_t>(src.n));
+        for (int64_t i = 0; i < src.n; ++i) start[static_cast<size_t>(byte.p[i]) + 1]++;
+        for (int b = 0; b < 256; ++b) start[static_cast<size_t>(b) + 1] += start[static_cast<size_t>(b)];
+        std::vector<int64_t> fill(start.begin(), start.end() - 1);
+        for (int64_t i = 0; i < src.n; ++i)
+            ed[static_cast<size_t>(fill[static_cast<size_t>(byte.p[i])]++)] = {src.p[i], dst.p[i]};
+        std::vector<uint64_t> h(256);
+        for (int b = 0; b < 256; ++b) {
+            auto lo = ed.begin() + start[static_cast<size_t>(b)], hi = ed.begin() + start[static_cast<size_t>(b) + 1];
+            std::sort(lo, hi);
+            uint64_t x = 1469598103934665603ull ^ static_cast<uint64_t>(hi - lo);
+            for (auto it = lo; it != hi; ++it)
+                x = (x ^ (static_cast<uint64_t>(static_cast<uint32_t>(it->first)) << 32 |
+                          static_cast<uint32_t>(it->second))) * 1099511628211ull;
+            h[static_cast<size_t>(b)] = x;
+        }
+        for (int b = 0; b < 256; ++b) {
+            const int64_t lb = start[static_cast<size_t>(b)], nb = start[static_cast<size_t>(b) + 1] - lb;
+            int32_t k = -1;
+            for (size_t r = 0; r < rep.size() && k < 0; ++r) {
+                const int32_t a = rep[r];
+                const int64_t la = start[static_cast<size_t>(a)], na = start[static_cast<size_t>(a) + 1] - la;
+                if (h[static_cast<size_t>(a)] == h[static_cast<size_t>(b)] && na == nb &&
+                    std::equal(ed.begin() + la, ed.begin() + la + na, ed.begin() + lb))
+                    k = static_cast<int32_t>(r);
+            }
+            if (k < 0) {
+                k = static_cast<int32_t>(rep.size());
+                rep.push_back(b);
+            }
+            cls[static_cast<size_t>(b)] = k;
+        }
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    const npy_intp nk = static_cast<npy_intp>(rep.size());
+    npy_intp dims[2] = {static_cast<npy_intp>(n), nk};
+    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!tab) return nullptr;
+    int32_t* t = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)));
+    std::fill(t, t + n * nk, -1);
+    for (npy_intp k = 0; k < nk; ++k) {
+        const int32_t b = rep[static_cast<size_t>(k)];
+        for (int64_t e = start[static_cast<size_t>(b)]; e < start[static_cast<size_t>(b) + 1]; ++e)
+            t[static_cast<int64_t>(ed[static_cast<size_t>(e)].first) * nk + k] = ed[static_cast<size_t>(e)].second;
+    }
+    npy_intp d1[1] = {256};
+    PyObject* bc = PyArray_SimpleNew(1, d1, NPY_INT32);
+    if (!bc) {
+        Py_DECREF(tab);
+        return nullptr;
+    }
+    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(bc)), cls.data(), 256 * 4);
+    return pair_result(tab, bc);
+}
+
 // walk_counts(table: int32 (n_states, 256), starts: int64[], count_state: int, ids: int32[],
 //             buffer: uint8[], offsets: int64[]) -> (final int32[len(starts) * len(ids)],
 //             counts int16[...]): for every start state and token, the state after the token's
@@ -2117,6 +2199,8 @@ PyMethodDef module_methods[] = {
      "dfa_masks(table, byte_class, states, trie, words=0) -> (ptr, ids), or packed rows"},
     {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
+    {"dfa_compress", py_dfa_compress, METH_VARARGS,
+     "dfa_compress(src, byte, dst, n) -> (table, byte_class)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,
      "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
     {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots.dispatch import SlotCompiler
-from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables, compress
 from trierouter.registry.vocabulary import Vocabulary
 
 FIXTURE = HealthCheck.function_scoped_fixture
@@ -112,3 +112,37 @@ def test_tool_masks_equal_numpy_reference_gpt2(gpt2: Vocabulary, schema: Any, se
     rng = np.random.default_rng(seed)
     states = rng.choice(native.n_states, size=min(native.n_states, 40), replace=False)
     _assert_same(native, ref, states)
+
+
+@settings(max_examples=20, deadline=None)
+@given(schema=schemas)
+def test_native_byte_classes_equal_numpy(schema: Any) -> None:
+    frag, _ = SlotCompiler().tool(schema, b"}", b" ")
+    (ta, ca), (tb, cb) = compress(frag, native=True), compress(frag)
+    assert np.array_equal(ta[:, ca], tb[:, cb])  # the same dense [state, byte] table
+    assert np.array_equal(ta[:, ca], frag.table)
+    assert ta.shape == tb.shape  # the same partition of the bytes
+
+
+def test_toward_end_equals_stepping_each_token(qwen2: Vocabulary) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "slug": {"type": "string", "pattern": "^[a-z0-9-]{1,12}$"},
+            "n": {"type": "integer"},
+            "s": {"type": "string", "maxLength": 4},
+        },
+        "required": ["slug"],
+    }
+    native, _ = _pair(schema, qwen2)
+    dist = native._distances()
+    for s in range(0, native.n_states, 3):
+        if s in native.exits:
+            continue
+        ids = native.allowed(s)
+        ends = np.asarray([native.advance(s, int(t)) for t in ids], dtype=np.int64)
+        ok = ends >= 0
+        ok[ok] = dist[ends[ok]] < dist[s]
+        got = native.toward_end(s)
+        want = ids[ok]
+        assert (got is None and not len(want)) or np.array_equal(got, want), s

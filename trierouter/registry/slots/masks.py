@@ -169,6 +169,21 @@ class VocabTables:
             j += 1
         return np.sort(cand[st >= 0])
 
+    def finals(self, table: I32, state: int, ids: I32, byte_class: I32) -> I32:
+        """The state after each token of ``ids`` from ``state`` (``-1``: refused), all tokens
+        stepped together, one byte column at a time."""
+        st = np.full(len(ids), state, dtype=np.int32)
+        if not len(ids):
+            return st
+        lens = self.lengths[ids]
+        pos = self.start[ids]
+        for j in range(int(lens.max())):
+            live = np.flatnonzero((lens > j) & (st >= 0))
+            if not len(live):
+                break
+            st[live] = table[st[live], byte_class[self.buffer[pos[live] + j]]]
+        return st
+
     def _string_counts(self) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]]:
         """Per class: characters each token completes while staying inside a string (``-1``
         if it does not stay inside), and whether it ends inside a character."""
@@ -254,7 +269,7 @@ class VocabTables:
                 self._pieces.move_to_end(pid)
                 return hit
         frag = _pieces.piece(pid)
-        table, bc = compress(frag)
+        table, bc = compress(frag, native=True)
         states = np.flatnonzero(~frag.accept).astype(np.int64)
         packed = _backend.native_core().dfa_masks(table, bc, states, self.trie, self.words)
         wide = np.flatnonzero(_popcount(packed) >= WIDE)
@@ -323,9 +338,16 @@ def _popcount(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
 _MIX = np.random.default_rng(0x5EED).integers(1, 2**62, size=1 << 16, dtype=np.int64) | 1
 
 
-def compress(frag: Fragment) -> tuple[I32, I32]:
+def compress(frag: Fragment, native: bool = False) -> tuple[I32, I32]:
     """``frag``'s dense table over byte classes (bytes with the same edges everywhere share a
-    column) and the class of each byte."""
+    column) and the class of each byte (``native``: computed by the compiled core)."""
+    if native:
+        return _backend.native_core().dfa_compress(  # type: ignore[no-any-return]
+            np.ascontiguousarray(frag.src, dtype=np.int32),
+            np.ascontiguousarray(frag.byte, dtype=np.int32),
+            np.ascontiguousarray(frag.dst, dtype=np.int32),
+            frag.n,
+        )
     n = frag.n
     dense = np.full((256, n), NO_EDGE, dtype=np.int64)  # one row per byte
     dense[frag.byte, frag.src] = frag.dst
@@ -357,7 +379,7 @@ class ToolAutomaton:
 
     def __init__(self, frag: Fragment, tables: VocabTables) -> None:
         # compress the byte alphabet: bytes with the same edges everywhere share one class
-        self.table, self.byte_class = compress(frag)
+        self.table, self.byte_class = compress(frag, native=tables.native)
         self.accept = frag.accept
         self.klass = frag.klass
         self.origin = frag.origin
@@ -472,7 +494,7 @@ class ToolAutomaton:
         if hit is None:
             dist = self._distances()
             ids = self.allowed(state)
-            ends = np.fromiter((self.advance(state, int(t)) for t in ids), np.int64, len(ids))
+            ends = self.t.finals(self.table, state, ids, self.byte_class)
             ok = ends >= 0
             ok[ok] = dist[ends[ok]] < dist[state]
             hit = ids[ok]
