@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots.dispatch import SlotCompiler
-from trierouter.registry.slots.masks import ToolAutomaton, VocabTables, compress
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.packing import compress
 from trierouter.registry.vocabulary import Vocabulary
 
 FIXTURE = HealthCheck.function_scoped_fixture

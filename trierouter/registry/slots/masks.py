@@ -33,14 +33,14 @@ from trierouter.registry.slots.fragment import (
     _INTERIOR,
     I32,
     N_STRING_CLASSES,
-    NO_EDGE,
     S_PLAIN,
     Fragment,
     string_class,
 )
+from trierouter.registry.slots.packing import compress, pack_ids, pack_rows
 from trierouter.registry.vocabulary import Vocabulary
 
-__all__ = ["ToolAutomaton", "VocabTables"]
+__all__ = ["ToolAutomaton", "VocabTables", "pack_ids"]
 
 
 class VocabTables:
@@ -254,37 +254,6 @@ class VocabTables:
             self._count_order[k] = hit
         return hit
 
-    pieces_budget: ClassVar[int] = 256 << 20
-    """Bytes of shared piece rows kept per vocabulary (least recently used dropped first; an
-    automaton keeps the rows it uses)."""
-
-    def piece_rows(self, pid: int) -> tuple[I32, npt.NDArray[np.int32]]:
-        """Quoted piece ``pid`` alone (:mod:`~trierouter.registry.slots.pieces`): per local
-        state, the row of its standalone mask in the packed ``rows`` returned, or ``-1`` where
-        that mask holds fewer than :data:`WIDE` tokens (walked per tool instead). Native
-        backend only; built on first use, shared by every automaton embedding the piece."""
-        with self._pieces_lock:
-            hit = self._pieces.get(pid)
-            if hit is not None:
-                self._pieces.move_to_end(pid)
-                return hit
-        frag = _pieces.piece(pid)
-        table, bc = compress(frag, native=True)
-        states = np.flatnonzero(~frag.accept).astype(np.int64)
-        packed = _backend.native_core().dfa_masks(table, bc, states, self.trie, self.words)
-        wide = np.flatnonzero(_popcount(packed) >= WIDE)
-        where = np.full(frag.n, -1, dtype=np.int32)
-        where[states[wide]] = np.arange(len(wide), dtype=np.int32)
-        rows = np.ascontiguousarray(packed[wide])
-        hit = (where, rows)
-        with self._pieces_lock:
-            self._pieces[pid] = hit
-            self._pieces_bytes += rows.nbytes
-            while self._pieces_bytes > self.pieces_budget and len(self._pieces) > 1:
-                _, (_, old) = self._pieces.popitem(last=False)
-                self._pieces_bytes -= old.nbytes
-        return hit
-
     def string_rows(self) -> npt.NDArray[np.int32]:
         """Packed rows: per interior class, the tokens that stay inside a free string."""
         if self._string_rows is None:
@@ -303,70 +272,7 @@ class VocabTables:
         return self._string_rows
 
 
-def pack_ids(ids: npt.ArrayLike, width: int) -> npt.NDArray[np.int32]:
-    """Packed XGrammar-layout row with the bits of ``ids`` set."""
-    words = (width + 31) // 32
-    bits = np.zeros(words * 32, dtype=bool)
-    bits[np.asarray(ids, dtype=np.int64)] = True
-    return np.packbits(bits, bitorder="little").view(np.int32).copy()
-
-
-def pack_rows(
-    ptr: npt.NDArray[np.int64], ids: I32, which: npt.NDArray[np.int64], width: int
-) -> npt.NDArray[np.int32]:
-    """Packed rows (one per entry of ``which``) of the CSR lists ``ids[ptr[i]:ptr[i + 1]]``."""
-    words = (width + 31) // 32
-    bits = np.zeros((len(which), words * 32), dtype=bool)
-    if len(which):
-        lo, hi = ptr[which], ptr[which + 1]
-        n = hi - lo
-        at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
-        row = np.repeat(np.arange(len(which), dtype=np.int64), n)
-        bits[row, ids[at]] = True
-    return np.packbits(bits, axis=1, bitorder="little").view(np.int32).reshape(len(which), words)
-
-
-def _popcount(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
-    """Set bits per packed row."""
-    if hasattr(np, "bitwise_count"):  # numpy >= 2
-        out = np.bitwise_count(rows.view(np.uint32)).sum(axis=1, dtype=np.int64)
-    else:  # pragma: no cover - numpy 1.26
-        out = np.unpackbits(rows.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
-    return np.asarray(out, dtype=np.int64)
-
-
-_MIX = np.random.default_rng(0x5EED).integers(1, 2**62, size=1 << 16, dtype=np.int64) | 1
-
-
-def compress(frag: Fragment, native: bool = False) -> tuple[I32, I32]:
-    """``frag``'s dense table over byte classes (bytes with the same edges everywhere share a
-    column) and the class of each byte (``native``: computed by the compiled core)."""
-    if native:
-        return _backend.native_core().dfa_compress(  # type: ignore[no-any-return]
-            np.ascontiguousarray(frag.src, dtype=np.int32),
-            np.ascontiguousarray(frag.byte, dtype=np.int32),
-            np.ascontiguousarray(frag.dst, dtype=np.int32),
-            frag.n,
-        )
-    n = frag.n
-    dense = np.full((256, n), NO_EDGE, dtype=np.int64)  # one row per byte
-    dense[frag.byte, frag.src] = frag.dst
-    if n <= len(_MIX):  # group bytes by a hash of their column, then check the grouping
-        h = (dense + 1) @ _MIX[:n]
-        _, first, byte_class = np.unique(h, return_index=True, return_inverse=True)
-        exact = np.array_equal(dense, dense[first][byte_class.ravel()])
-    else:
-        exact = False
-    if not exact:  # a hash collision (never seen) or a huge automaton: compare columns
-        cols = np.ascontiguousarray(dense).view(np.dtype((np.void, 8 * n))).ravel()
-        _, first, byte_class = np.unique(cols, return_index=True, return_inverse=True)
-    table = np.ascontiguousarray(dense[first].T, dtype=np.int32)
-    return table, byte_class.astype(np.int32).ravel()
-
-
 _BIG = 2048
-WIDE = 512
-"""A piece state whose standalone mask holds this many tokens is served from a shared row."""
 
 
 class ToolAutomaton:
@@ -592,7 +498,7 @@ class ToolAutomaton:
             pid = self.origin >> 32
             local = (self.origin & 0xFFFFFFFF).astype(np.int64)
             for p in np.unique(pid[piece]).tolist():
-                where, rows = t.piece_rows(int(p))
+                where, rows = _pieces.rows(t, int(p))
                 on = np.flatnonzero(piece & (pid == p))
                 r = where[local[on]]
                 on = on[r >= 0]

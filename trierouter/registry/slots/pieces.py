@@ -12,7 +12,7 @@ such a state ``q`` copying piece state ``s``, exactly:
 
 (a token allowed in the standalone piece is allowed in the tool, whose edges are a superset).
 The standalone masks are computed once per vocabulary and piece
-(:meth:`~trierouter.registry.slots.masks.VocabTables.piece_rows`), so the wide states of a
+(:func:`rows`), so the wide states of a
 pattern like ``[a-z0-9-]{1,64}`` (18,000 allowed tokens each) cost every further tool only
 the ~1% of tokens that hold a quote. Pieces are interned by content (their edges and
 acceptance), so equal pieces from different schemas or registries share one entry.
@@ -23,12 +23,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from trierouter.registry.slots.fragment import Fragment
+from trierouter.registry import core as _backend
+from trierouter.registry.slots.fragment import I32, Fragment
+from trierouter.registry.slots.packing import compress, popcount
 
-__all__ = ["piece", "tag"]
+__all__ = ["piece", "rows", "tag"]
 
 _QUOTE = 0x22
 _lock = threading.Lock()
@@ -45,6 +49,11 @@ def _key(frag: Fragment) -> bytes:
     return h.digest()
 
 
+WIDE = 512
+"""A piece state whose standalone mask holds this many tokens is served from a shared row."""
+BUDGET = 256 << 20
+"""Bytes of shared piece rows kept per vocabulary (least recently used dropped first; an
+automaton keeps the rows it uses)."""
 WIDE_BYTES = 16
 """A piece is shared only if some state has edges on at least this many bytes."""
 
@@ -75,3 +84,31 @@ def tag(frag: Fragment) -> Fragment:
 def piece(pid: int) -> Fragment:
     """The registered piece ``pid`` (untagged)."""
     return _pieces[pid]
+
+
+def rows(tables: Any, pid: int) -> tuple[I32, npt.NDArray[np.int32]]:
+    """Piece ``pid`` alone against the vocabulary of ``tables`` (a
+    :class:`~trierouter.registry.slots.masks.VocabTables`): per local state, the row of its
+    standalone mask in the packed rows returned, or ``-1`` where that mask holds fewer than
+    :data:`WIDE` tokens (walked per tool instead). Native backend only; built on first use,
+    kept per vocabulary, shared by every automaton embedding the piece."""
+    with tables._pieces_lock:
+        hit: tuple[I32, npt.NDArray[np.int32]] | None = tables._pieces.get(pid)
+        if hit is not None:
+            tables._pieces.move_to_end(pid)
+            return hit
+    frag = piece(pid)
+    table, bc = compress(frag, native=True)
+    states = np.flatnonzero(~frag.accept).astype(np.int64)
+    packed = _backend.native_core().dfa_masks(table, bc, states, tables.trie, tables.words)
+    wide = np.flatnonzero(popcount(packed) >= WIDE)
+    where = np.full(frag.n, -1, dtype=np.int32)
+    where[states[wide]] = np.arange(len(wide), dtype=np.int32)
+    hit = (where, np.ascontiguousarray(packed[wide]))
+    with tables._pieces_lock:
+        tables._pieces[pid] = hit
+        tables._pieces_bytes += hit[1].nbytes
+        while tables._pieces_bytes > BUDGET and len(tables._pieces) > 1:
+            _, (_, old) = tables._pieces.popitem(last=False)
+            tables._pieces_bytes -= old.nbytes
+    return hit
