@@ -29,6 +29,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #ifndef TRIEROUTER_SOURCE_HASH
@@ -2108,6 +2109,146 @@ PyObject* py_dfa_compress(PyObject*, PyObject* args) {
     return pair_result(tab, bc);
 }
 
+// nfa_determinize(n: int, edge_src: int32[], edge_dst: int32[], edge_bytes: uint8 (E, 32),
+//                 eps_src: int32[], eps_dst: int32[], start: int, final: int)
+//   -> (table int32 (m, 256), accept bool[m]): subset construction of an NFA with byte-set edges
+//   (bit b of edge_bytes[e] = byte b) and epsilon edges; DFA states numbered in discovery order
+//   (breadth first, bytes ascending), state 0 the closure of ``start``; a DFA state accepts
+//   when its set holds ``final``.
+PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
+    long long n_ll, start_ll, final_ll;
+    PyObject *es_o, *ed_o, *eb_o, *xs_o, *xd_o;
+    if (!PyArg_ParseTuple(args, "LOOOOOLL", &n_ll, &es_o, &ed_o, &eb_o, &xs_o, &xd_o, &start_ll, &final_ll))
+        return nullptr;
+    I32View es, ed, xs, xd;
+    if (!es.open(es_o, "edge_src") || !ed.open(ed_o, "edge_dst") || !xs.open(xs_o, "eps_src") ||
+        !xd.open(xd_o, "eps_dst"))
+        return nullptr;
+    Py_buffer eb;
+    if (PyObject_GetBuffer(eb_o, &eb, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+    struct Rel {
+        Py_buffer* b;
+        ~Rel() { PyBuffer_Release(b); }
+    } rel{&eb};
+    const int64_t n = n_ll;
+    if (n <= 0 || n > (int64_t{1} << 24) || es.n != ed.n || xs.n != xd.n || eb.len != es.n * 32 ||
+        start_ll < 0 || start_ll >= n || final_ll < 0 || final_ll >= n) {
+        PyErr_SetString(PyExc_ValueError, "nfa_determinize: bad sizes");
+        return nullptr;
+    }
+    for (int64_t i = 0; i < es.n; ++i)
+        if (es.p[i] < 0 || es.p[i] >= n || ed.p[i] < 0 || ed.p[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "nfa_determinize: an edge out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < xs.n; ++i)
+        if (xs.p[i] < 0 || xs.p[i] >= n || xd.p[i] < 0 || xd.p[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "nfa_determinize: an epsilon edge out of range");
+            return nullptr;
+        }
+    const uint8_t* bits = static_cast<const uint8_t*>(eb.buf);
+    const size_t W = static_cast<size_t>((n + 63) / 64);
+    std::vector<int32_t> rows;
+    std::vector<uint8_t> acc;
+    bool ok = true;
+    Py_BEGIN_ALLOW_THREADS;
+    try {
+        // adjacency: byte edges and epsilon edges per NFA state
+        std::vector<int32_t> eptr(static_cast<size_t>(n) + 1, 0), xptr(static_cast<size_t>(n) + 1, 0);
+        for (int64_t i = 0; i < es.n; ++i) eptr[static_cast<size_t>(es.p[i]) + 1]++;
+        for (int64_t i = 0; i < xs.n; ++i) xptr[static_cast<size_t>(xs.p[i]) + 1]++;
+        for (int64_t v = 0; v < n; ++v) {
+            eptr[static_cast<size_t>(v) + 1] += eptr[static_cast<size_t>(v)];
+            xptr[static_cast<size_t>(v) + 1] += xptr[static_cast<size_t>(v)];
+        }
+        std::vector<int32_t> eidx(static_cast<size_t>(es.n)), xto(static_cast<size_t>(xs.n));
+        {
+            std::vector<int32_t> f(eptr.begin(), eptr.end() - 1), g(xptr.begin(), xptr.end() - 1);
+            for (int64_t i = 0; i < es.n; ++i) eidx[static_cast<size_t>(f[static_cast<size_t>(es.p[i])]++)] = static_cast<int32_t>(i);
+            for (int64_t i = 0; i < xs.n; ++i) xto[static_cast<size_t>(g[static_cast<size_t>(xs.p[i])]++)] = xd.p[i];
+        }
+        std::vector<int32_t> todo;
+        auto close = [&](std::vector<uint64_t>& set) {  // epsilon closure, in place
+            todo.clear();
+            for (size_t w = 0; w < W; ++w)
+                for (uint64_t x = set[w]; x; x &= x - 1)
+                    todo.push_back(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(x))));
+            while (!todo.empty()) {
+                const int32_t v = todo.back();
+                todo.pop_back();
+                for (int32_t k = xptr[static_cast<size_t>(v)]; k < xptr[static_cast<size_t>(v) + 1]; ++k) {
+                    const int32_t t = xto[static_cast<size_t>(k)];
+                    uint64_t& word = set[static_cast<size_t>(t) >> 6];
+                    const uint64_t bit = uint64_t{1} << (t & 63);
+                    if (!(word & bit)) {
+                        word |= bit;
+                        todo.push_back(t);
+                    }
+                }
+            }
+        };
+        std::vector<std::vector<uint64_t>> sets;
+        std::unordered_map<std::string, int32_t> ids;
+        auto key_of = [&](const std::vector<uint64_t>& set) {
+            return std::string(reinterpret_cast<const char*>(set.data()), W * 8);
+        };
+        std::vector<uint64_t> first(W, 0);
+        first[static_cast<size_t>(start_ll) >> 6] |= uint64_t{1} << (start_ll & 63);
+        close(first);
+        ids.emplace(key_of(first), 0);
+        sets.push_back(first);
+        std::vector<uint64_t> next(256 * W);
+        for (size_t i = 0; i < sets.size(); ++i) {
+            std::fill(next.begin(), next.end(), 0);
+            uint8_t used[256] = {0};
+            const std::vector<uint64_t> cur = sets[i];
+            for (size_t w = 0; w < W; ++w)
+                for (uint64_t x = cur[w]; x; x &= x - 1) {
+                    const size_t v = w * 64 + static_cast<size_t>(__builtin_ctzll(x));
+                    for (int32_t k = eptr[v]; k < eptr[v + 1]; ++k) {
+                        const int32_t e = eidx[static_cast<size_t>(k)];
+                        const int32_t t = ed.p[e];
+                        const uint8_t* m = bits + static_cast<size_t>(e) * 32;
+                        for (int b = 0; b < 256; ++b)
+                            if (m[b >> 3] >> (b & 7) & 1) {
+                                next[static_cast<size_t>(b) * W + (static_cast<size_t>(t) >> 6)] |= uint64_t{1} << (t & 63);
+                                used[b] = 1;
+                            }
+                    }
+                }
+            const size_t row0 = rows.size();
+            rows.resize(row0 + 256, -1);
+            acc.push_back(static_cast<uint8_t>(cur[static_cast<size_t>(final_ll) >> 6] >> (final_ll & 63) & 1));
+            for (int b = 0; b < 256; ++b) {
+                if (!used[b]) continue;
+                std::vector<uint64_t> set(next.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b) * W),
+                                          next.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(b) + 1) * W));
+                close(set);
+                auto [it, fresh] = ids.emplace(key_of(set), static_cast<int32_t>(sets.size()));
+                if (fresh) sets.push_back(std::move(set));
+                rows[row0 + static_cast<size_t>(b)] = it->second;
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        ok = false;
+    }
+    Py_END_ALLOW_THREADS;
+    if (!ok) return PyErr_NoMemory();
+    const npy_intp m = static_cast<npy_intp>(acc.size());
+    npy_intp dims[2] = {m, 256};
+    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!tab) return nullptr;
+    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)), rows.data(), rows.size() * 4);
+    npy_intp d1[1] = {m};
+    PyObject* ac = PyArray_SimpleNew(1, d1, NPY_BOOL);
+    if (!ac) {
+        Py_DECREF(tab);
+        return nullptr;
+    }
+    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
+    return pair_result(tab, ac);
+}
+
 // walk_counts(table: int32 (n_states, 256), starts: int64[], count_state: int, ids: int32[],
 //             buffer: uint8[], offsets: int64[]) -> (final int32[len(starts) * len(ids)],
 //             counts int16[...]): for every start state and token, the state after the token's
@@ -2201,6 +2342,8 @@ PyMethodDef module_methods[] = {
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
     {"dfa_compress", py_dfa_compress, METH_VARARGS,
      "dfa_compress(src, byte, dst, n) -> (table, byte_class)"},
+    {"nfa_determinize", py_nfa_determinize, METH_VARARGS,
+     "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,
      "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
     {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,

@@ -5,7 +5,9 @@ a format) from the piece's standalone masks, shared by every tool, OR'd with a w
 tokens that hold a quote (:mod:`trierouter.registry.slots.pieces`). The oracle is the numpy
 reference (``VocabTables.native = False``): every token simulated from every state, lazily, with
 no sharing. Schemas are hypothesis-generated objects mixing wide patterns, formats, free and
-bounded strings, enums, integers, arrays and unions, on the Qwen2 and GPT-2 vocabularies.
+bounded strings, enums, integers, arrays and unions, on the Qwen2 and GPT-2 vocabularies. The
+compiled core's byte classes and subset construction are checked against the numpy / Python
+ones (the same table; the same language).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from hypothesis import strategies as st
 
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots.dispatch import SlotCompiler
+from trierouter.registry.slots.formats import FORMAT_PATTERNS
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.nfa import nfa_fragment
 from trierouter.registry.slots.packing import compress
+from trierouter.registry.slots.regex import pattern_node
 from trierouter.registry.vocabulary import Vocabulary
 
 FIXTURE = HealthCheck.function_scoped_fixture
@@ -150,3 +155,35 @@ def test_toward_end_equals_stepping_each_token(qwen2: Vocabulary) -> None:
             assert not len(want), s
         else:
             assert np.array_equal(got, want), s
+
+
+def _same_language(a: Any, b: Any) -> bool:
+    """Whether two fragments accept the same byte strings (a walk over pairs of states)."""
+    ta, tb = a.table, b.table
+    seen = {(0, 0)}
+    todo = [(0, 0)]
+    while todo:
+        x, y = todo.pop()
+        if (x >= 0 and bool(a.accept[x])) != (y >= 0 and bool(b.accept[y])):
+            return False
+        for byte in range(256):
+            pair = (int(ta[x, byte]) if x >= 0 else -1, int(tb[y, byte]) if y >= 0 else -1)
+            if pair != (-1, -1) and pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return True
+
+
+PATTERNS = [*FORMAT_PATTERNS.values(), "[a-z0-9-]{1,64}", "(ab|a)*c?[^x]{0,3}", "x{2,}y|z"]
+TOY_REGEX = st.from_regex(r"[ab(]{0,2}(\|[ab]{1,2}|\*|\?|\{1,3\}|\)){0,4}", fullmatch=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pattern=st.sampled_from(PATTERNS) | TOY_REGEX)
+def test_native_subset_construction_equals_python(pattern: str) -> None:
+    node = pattern_node(pattern)
+    if node is None:
+        return
+    native, python = nfa_fragment(node, native=True), nfa_fragment(node, native=False)
+    assert native.n == python.n  # both are the subset automaton, numbered differently
+    assert _same_language(native, python)
