@@ -1804,17 +1804,42 @@ PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
 //   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
 //   tokens sharing a prefix share its steps).
 //   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
-//   row = token t allowed), written straight from the walk.
+//   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
+//   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
+//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote).
 PyObject* py_dfa_masks(PyObject*, PyObject* args) {
-    PyObject *tab_o, *cls_o, *st_o;
+    PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
     TokenTrieObject* tri;
+    TokenTrieObject* alt_tri = nullptr;
     Py_ssize_t words = 0;
-    if (!PyArg_ParseTuple(args, "OOOO!|n", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words))
+    if (!PyArg_ParseTuple(args, "OOOO!|nO!O", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words,
+                          &TokenTrieType, &alt_tri, &alt_o))
         return nullptr;
     I32View tab, cls;
     I64View st;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
         return nullptr;
+    Py_buffer altb;
+    const uint8_t* alt = nullptr;
+    if (alt_tri) {
+        if (!alt_o || words != 0) {
+            PyErr_SetString(PyExc_ValueError, "alt_trie needs alt (one flag per state) and words=0");
+            return nullptr;
+        }
+        if (PyObject_GetBuffer(alt_o, &altb, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+        if (altb.len != st.n || altb.itemsize != 1) {
+            PyBuffer_Release(&altb);
+            PyErr_SetString(PyExc_ValueError, "alt: one byte per state");
+            return nullptr;
+        }
+        alt = static_cast<const uint8_t*>(altb.buf);
+    }
+    struct RelAlt {
+        Py_buffer* b;
+        ~RelAlt() {
+            if (b) PyBuffer_Release(b);
+        }
+    } rel_alt{alt ? &altb : nullptr};
     if (cls.n != 256 || tab.b.ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
         return nullptr;
@@ -1826,7 +1851,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
             return nullptr;
         }
     for (int64_t i = 0; i < st.n; ++i)
-        if (st.p[i] < 0 || st.p[i] >= ns) {
+        if (st.p[i] < -1 || st.p[i] >= ns) {
             PyErr_SetString(PyExc_ValueError, "states: out of range");
             return nullptr;
         }
@@ -1839,8 +1864,8 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     Buf<int32_t> ids;
     bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
     if (!ok) return PyErr_NoMemory();
-    const TT tt(tri);
-    const int32_t* root_child = tri->root_child;
+    const TT tt_main(tri);
+    const TT tt_alt(alt_tri ? alt_tri : tri);
     PyObject* rows_o = nullptr;
     uint32_t* rows = nullptr;
     if (words < 0) {
@@ -1882,7 +1907,10 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         for (int64_t i = 0; i < st.n && ok; ++i) {
             const size_t row0 = ids.n;
             stack.clear();
-            stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
+            const bool use_alt = alt && alt[i];
+            const TT& tt = use_alt ? tt_alt : tt_main;
+            const int32_t* root_child = use_alt ? alt_tri->root_child : tri->root_child;
+            if (st.p[i] >= 0) stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
             auto take = [&](int32_t c, int32_t q2) {
                 for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
                 if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, q2);
@@ -2337,7 +2365,7 @@ PyMethodDef module_methods[] = {
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
     {"dfa_masks", py_dfa_masks, METH_VARARGS,
-     "dfa_masks(table, byte_class, states, trie, words=0) -> (ptr, ids), or packed rows"},
+     "dfa_masks(table, byte_class, states, trie, words=0, alt_trie=None, alt=None) -> (ptr, ids), or packed rows"},
     {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
     {"dfa_compress", py_dfa_compress, METH_VARARGS,

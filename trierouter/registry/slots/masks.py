@@ -506,23 +506,12 @@ class ToolAutomaton:
                     blocks.append(rows)
                     bblock[on], brow[on] = len(blocks) - 1, r[r >= 0]
                     quoted[on] = True
-        rest = np.flatnonzero(live & ~quoted).astype(np.int64)
-        walk = np.flatnonzero(quoted).astype(np.int64)
-        lengths = np.zeros(n, dtype=np.int64)
-        parts = []
-        if len(rest):
-            parts.append((rest, *core.dfa_masks(self.table, self.byte_class, rest, t.trie)))
-        if len(walk):
-            parts.append((walk, *core.dfa_masks(self.table, self.byte_class, walk, t.quote_trie)))
-        for st, p_, _ in parts:
-            lengths[st] = np.diff(p_)
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        ids = np.empty(int(ptr[-1]), dtype=np.int32)
-        for st, p_, got_ids in parts:
-            cnt = np.diff(p_)
-            shift = np.repeat(ptr[st] - p_[:-1], cnt)
-            ids[shift + np.arange(len(got_ids))] = got_ids
+        # one walk per state, in state order: the quote tokens' trie where a row is shared
+        states = np.where(live, np.arange(n, dtype=np.int64), -1)
+        ptr, ids = core.dfa_masks(
+            self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
+        )
+        lengths = np.diff(ptr)
         big = np.flatnonzero(lengths > _BIG)
         if len(big):
             packed = pack_rows(ptr, ids, big, t.width)
