@@ -359,6 +359,27 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"{r['eager_total_cpu_s']:.2f} | {f['median']:.2f} / {f['p99']:.1f} / "
             f"{f['max']:.0f} | {x['median']:.1f} / {x['max']:.0f} |"
         )
+    slow = [
+        f"{r['tools']:,} tools: {w['first_ms']:.0f} ms, alone {w['alone_ms']:.0f} ms "
+        f"({r['gc_full_collections']} full collection(s) of Python's collector in the loop)"
+        for r in regs
+        for w in r.get("slowest_first_calls", [])[-1:]
+    ]
+    if slow:
+        out += [
+            "",
+            "The slowest first call of each run (wall time, machine shared), built again alone: "
+            + "; ".join(slow)
+            + ".",
+        ]
+    if (b := d.get("before")) is not None:
+        f = b["first_call_ms"]
+        out += [
+            "",
+            f"Before ({b['label']}), the same loop over the same {b['tools']:,} tools: automata "
+            f"{b['automata_cpu_s']:.1f} s CPU, first call median {f['median']:.1f} ms, p99 "
+            f"{f['p99']:.0f} ms, max {f['max']:.0f} ms.",
+        ]
     out += [
         "",
         "First call: over the tools that built an automaton (the first of each schema). "

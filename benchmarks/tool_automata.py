@@ -32,7 +32,7 @@ Method (Qwen2 tokenizer, one process, same run for both engines):
   ``trierouter_ms``: the piece's rows and fragment already cached (what a registry pays for a
   format or pattern that another tool already uses); XGrammar's figure is cold in both columns.
 
-    python benchmarks/tool_automata.py [--tools 1000 10000]
+    python benchmarks/tool_automata.py [--tools 1000 10000] [--before FILE --before-label TEXT]
 
 Writes ``benchmarks/results/tool_automata.json``.
 """
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import platform
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 from tool_registry_load import _openai  # MCP listings as OpenAI tools
 
+from trierouter.registry.compiler import _normalized
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots import dispatch, formats, fragment, nfa, pieces, regex
@@ -70,6 +72,10 @@ NOTES = {
     "xgrammar_slots_s": "the first registry's includes XGrammar's TokenizerInfo for the "
     "vocabulary (~0.1 s, then cached per vocabulary)",
     "cpu": "process CPU time; the machine (2 cores) was shared with other jobs",
+    "slowest_first_calls": "the 3 slowest first calls (wall), each tool's automaton built "
+    "again alone (fragment and masks; shared rows kept); gc_full_collections: full "
+    "collections of Python's cyclic collector during the loop (the process holds every tool's "
+    "JSON schema and automaton)",
 }
 FORMATS: list[dict[str, Any]] = [
     {"type": "string", "format": "date"},
@@ -135,14 +141,14 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
     # the XGrammar slots' grammars, each distinct one compiled once (what eager_xgrammar=True
     # does; lazily, a tool's first call would pay its slots' grammars)
     grammar_ms: list[float] = []
-    g, gc = time.perf_counter(), time.process_time()
+    g, gcpu = time.perf_counter(), time.process_time()
     for key in tools.xgrammar_schemas:
         a = time.perf_counter()
         tools.grammar(key)
         grammar_ms.append(time.perf_counter() - a)
     r["xgrammar_slots"] = len(grammar_ms)
     r["xgrammar_slots_s"] = time.perf_counter() - g
-    r["xgrammar_slots_cpu_s"] = time.process_time() - gc
+    r["xgrammar_slots_cpu_s"] = time.process_time() - gcpu
     r["xgrammar_slot_ms"] = _ms(grammar_ms) if grammar_ms else None
     firsts: list[float] = []
     new: list[float] = []
@@ -150,6 +156,7 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
     states = 0
     wall = cpu = 0.0
     rss0 = _rss_mb()
+    gen2 = gc.get_stats()[2]["collections"]
     for i in range(len(registry)):
         a, ac = time.perf_counter(), time.process_time()
         auto = tools.automaton(i)
@@ -163,6 +170,23 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
     r["automata_s"] = wall
     r["automata_cpu_s"] = cpu
     r["automata_rss_mb"] = _rss_mb() - rss0
+    r["gc_full_collections"] = gc.get_stats()[2]["collections"] - gen2
+    # the slowest first calls, each built again alone (shared rows kept): what is the tool's
+    # own cost and what was the machine (shared) or the collector
+    slow = sorted(range(len(firsts)), key=firsts.__getitem__)[-3:]
+    again = []
+    for i in slow:
+        a = time.perf_counter()
+        frag, _ = SlotCompiler(strict=False).tool(
+            _normalized(tools.specs[i].parameters),
+            tools.format.tail().encode(),
+            tools.format.ARGS_HEAD.encode(),
+        )
+        ToolAutomaton(frag, tables)
+        again.append(
+            {"tool": i, "first_ms": firsts[i] * 1e3, "alone_ms": (time.perf_counter() - a) * 1e3}
+        )
+    r["slowest_first_calls"] = again
     r["eager_total_s"] = r["compile_s"] + r["xgrammar_slots_s"] + r["automata_s"]
     r["eager_total_cpu_s"] = r["compile_cpu_s"] + r["xgrammar_slots_cpu_s"] + r["automata_cpu_s"]
     r["distinct_schemas"] = len(seen)
@@ -178,6 +202,12 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tools", type=int, nargs="+", default=[1_000, 10_000])
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="JSON of the same eager loop run on an earlier checkout (kept under 'before')",
+    )
+    ap.add_argument("--before-label", default="", help="what --before measured (commit, date)")
     args = ap.parse_args()
     t = time.perf_counter()
     import xgrammar as xgr  # imported once per process (it imports torch); the compile checks
@@ -190,6 +220,8 @@ def main() -> None:
     res: dict[str, Any] = {"index_s": time.perf_counter() - t}
     res["xgrammar_import_s"] = xgrammar_import_s
     res["notes"] = NOTES
+    if args.before is not None:
+        res["before"] = {"label": args.before_label, **json.loads(args.before.read_text())}
     t, c = time.perf_counter(), time.process_time()
     tables = VocabTables.get(vocab)  # once per vocabulary: string rows, counts, quote trie
     res["vocab_tables_s"] = time.perf_counter() - t
