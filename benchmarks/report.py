@@ -359,6 +359,13 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"{r['eager_total_cpu_s']:.2f} | {f['median']:.2f} / {f['p99']:.1f} / "
             f"{f['max']:.0f} | {x['median']:.1f} / {x['max']:.0f} |"
         )
+    out += [
+        "",
+        "XGrammar slots: sub-schemas no automaton serves (in these registries, objects of more "
+        "than 32 properties, served whole), one XGrammar grammar per distinct slot, compiled on "
+        "a tool's first call by default (`eager_xgrammar=True`: at compile), counted in the "
+        "eager total here.",
+    ]
     slow = [
         f"{r['tools']:,} tools: {w['first_ms']:.0f} ms, alone {w['alone_ms']:.0f} ms "
         f"({r['gc_full_collections']} full collection(s) of Python's collector in the loop)"
