@@ -29,6 +29,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #ifndef TRIEROUTER_SOURCE_HASH
@@ -1866,14 +1867,43 @@ PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
 //   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
 //   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
 //   tokens sharing a prefix share its steps).
+//   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
+//   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
+//   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
+//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote).
 PyObject* py_dfa_masks(PyObject*, PyObject* args) {
-    PyObject *tab_o, *cls_o, *st_o;
+    PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
     TokenTrieObject* tri;
-    if (!PyArg_ParseTuple(args, "OOOO!", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri)) return nullptr;
+    TokenTrieObject* alt_tri = nullptr;
+    Py_ssize_t words = 0;
+    if (!PyArg_ParseTuple(args, "OOOO!|nO!O", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words,
+                          &TokenTrieType, &alt_tri, &alt_o))
+        return nullptr;
     I32View tab, cls;
     I64View st;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
         return nullptr;
+    Py_buffer altb;
+    const uint8_t* alt = nullptr;
+    if (alt_tri) {
+        if (!alt_o || words != 0) {
+            PyErr_SetString(PyExc_ValueError, "alt_trie needs alt (one flag per state) and words=0");
+            return nullptr;
+        }
+        if (PyObject_GetBuffer(alt_o, &altb, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+        if (altb.len != st.n || altb.itemsize != 1) {
+            PyBuffer_Release(&altb);
+            PyErr_SetString(PyExc_ValueError, "alt: one byte per state");
+            return nullptr;
+        }
+        alt = static_cast<const uint8_t*>(altb.buf);
+    }
+    struct RelAlt {
+        Py_buffer* b;
+        ~RelAlt() {
+            if (b) PyBuffer_Release(b);
+        }
+    } rel_alt{alt ? &altb : nullptr};
     if (cls.n != 256 || tab.b.ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
         return nullptr;
@@ -1885,7 +1915,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
             return nullptr;
         }
     for (int64_t i = 0; i < st.n; ++i)
-        if (st.p[i] < 0 || st.p[i] >= ns) {
+        if (st.p[i] < -1 || st.p[i] >= ns) {
             PyErr_SetString(PyExc_ValueError, "states: out of range");
             return nullptr;
         }
@@ -1898,31 +1928,126 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     Buf<int32_t> ids;
     bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
     if (!ok) return PyErr_NoMemory();
-    const TT tt(tri);
+    const TT tt_main(tri);
+    const TT tt_alt(alt_tri ? alt_tri : tri);
+    PyObject* rows_o = nullptr;
+    uint32_t* rows = nullptr;
+    if (words < 0) {
+        PyErr_SetString(PyExc_ValueError, "words must be >= 0");
+        return nullptr;
+    }
+    if (words > 0) {
+        for (int32_t t : *tri->tok_ids)
+            if (static_cast<int64_t>(t) >= static_cast<int64_t>(words) * 32) {
+                PyErr_SetString(PyExc_ValueError, "words: a token id past the row");
+                return nullptr;
+            }
+        npy_intp dims[2] = {static_cast<npy_intp>(st.n), static_cast<npy_intp>(words)};
+        rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
+        if (!rows_o) return nullptr;
+        rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
+    }
     Py_BEGIN_ALLOW_THREADS;
-    std::vector<std::pair<int32_t, int32_t>> stack;
-    ptr[0] = 0;
-    for (int64_t i = 0; i < st.n && ok; ++i) {
-        const size_t row0 = ids.n;
-        stack.clear();
-        stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
-        while (!stack.empty() && ok) {
-            auto [u, q] = stack.back();
-            stack.pop_back();
-            const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
-            for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j) {
-                const int32_t q2 = qrow[cls.p[tt.clab[j]]];
-                if (q2 < 0) continue;
-                const int32_t c = tt.cnode[j];
+    try {
+        // per automaton state, on first visit: its live bytes (ascending); at a trie node with
+        // more children than the state has live bytes, the live bytes are looked up among the
+        // children (sorted labels: binary search), else the children are scanned
+        std::vector<int32_t> live_at(static_cast<size_t>(ns), -1), live_n(static_cast<size_t>(ns), 0);
+        std::vector<uint8_t> live;
+        auto live_of = [&](int32_t q) {
+            if (live_at[static_cast<size_t>(q)] < 0) {
+                live_at[static_cast<size_t>(q)] = static_cast<int32_t>(live.size());
+                const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
+                for (int b = 0; b < 256; ++b)
+                    if (qrow[cls.p[b]] >= 0) live.push_back(static_cast<uint8_t>(b));
+                live_n[static_cast<size_t>(q)] =
+                    static_cast<int32_t>(live.size()) - live_at[static_cast<size_t>(q)];
+            }
+        };
+        // a large result is sorted through a bitmap over the token ids instead of std::sort
+        std::vector<uint64_t> bits;
+        std::vector<std::pair<int32_t, int32_t>> stack;
+        ptr[0] = 0;
+        for (int64_t i = 0; i < st.n && ok; ++i) {
+            const size_t row0 = ids.n;
+            stack.clear();
+            const bool use_alt = alt && alt[i];
+            const TT& tt = use_alt ? tt_alt : tt_main;
+            const int32_t* root_child = use_alt ? alt_tri->root_child : tri->root_child;
+            if (st.p[i] >= 0) stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
+            auto take = [&](int32_t c, int32_t q2) {
                 for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
                 if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, q2);
+            };
+            while (!stack.empty() && ok) {
+                auto [u, q] = stack.back();
+                stack.pop_back();
+                const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
+                const int32_t lo = tt.si[u].clo, hi = tt.si[u].chi;
+                const int32_t nch = hi - lo;
+                int32_t l0 = 0, l1 = 0;
+                if (u == 0 || nch > 8) {
+                    live_of(q);
+                    l0 = live_at[static_cast<size_t>(q)];
+                    l1 = l0 + live_n[static_cast<size_t>(q)];
+                }
+                if (u == 0) {
+                    for (int32_t j = l0; j < l1; ++j) {
+                        const uint8_t b = live[static_cast<size_t>(j)];
+                        const int32_t c = root_child[b];
+                        if (c >= 0) take(c, qrow[cls.p[b]]);
+                    }
+                } else if (nch > 8 && 4 * (l1 - l0) < nch) {
+                    const uint8_t* lab = tt.clab;
+                    int32_t from = lo;
+                    for (int32_t j = l0; j < l1 && from < hi; ++j) {
+                        const uint8_t b = live[static_cast<size_t>(j)];
+                        from = static_cast<int32_t>(std::lower_bound(lab + from, lab + hi, b) - lab);
+                        if (from < hi && lab[from] == b) take(tt.cnode[from], qrow[cls.p[b]]);
+                    }
+                } else {
+                    for (int32_t j = lo; j < hi; ++j) {
+                        const int32_t q2 = qrow[cls.p[tt.clab[j]]];
+                        if (q2 >= 0) take(tt.cnode[j], q2);
+                    }
+                }
             }
+            const size_t got = ids.n - row0;
+            if (rows) {
+                uint32_t* r = rows + static_cast<size_t>(i) * static_cast<size_t>(words);
+                for (size_t k = row0; k < ids.n; ++k)
+                    r[static_cast<size_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
+                ids.n = row0;
+            } else if (got > 512) {
+                int32_t top = 0;
+                for (size_t k = row0; k < ids.n; ++k) top = std::max(top, ids.p[k]);
+                if (bits.size() <= static_cast<size_t>(top) / 64) bits.resize(static_cast<size_t>(top) / 64 + 1, 0);
+                for (size_t k = row0; k < ids.n; ++k)
+                    bits[static_cast<size_t>(ids.p[k]) >> 6] |= uint64_t{1} << (ids.p[k] & 63);
+                size_t at = row0;
+                for (size_t w = 0; w < bits.size(); ++w) {
+                    uint64_t x = bits[w];
+                    if (!x) continue;
+                    bits[w] = 0;
+                    while (x) {
+                        ids.p[at++] = static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(x)));
+                        x &= x - 1;
+                    }
+                }
+            } else {
+                std::sort(ids.p + row0, ids.p + ids.n);
+            }
+            ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
         }
-        std::sort(ids.p + row0, ids.p + ids.n);
-        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+    } catch (const std::bad_alloc&) {
+        ok = false;
     }
     Py_END_ALLOW_THREADS;
-    if (!ok) return PyErr_NoMemory();
+    if (!ok) {
+        Py_XDECREF(rows_o);
+        return PyErr_NoMemory();
+    }
+    if (rows_o) return rows_o;
     return csr_result(ptr, ids);
 }
 
@@ -1992,6 +2117,228 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     Py_END_ALLOW_THREADS;
     if (!ok) return PyErr_NoMemory();
     return csr_result(ptr, ids);
+}
+
+// dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
+//   byte_class int32[256]): an automaton given as edges (src --byte--> dst, at most one per
+//   (src, byte); a repeated edge must be identical) as a dense table over byte classes; bytes
+//   whose edges are the same at every state share a class, numbered in order of their smallest
+//   byte.
+PyObject* py_dfa_compress(PyObject*, PyObject* args) {
+    PyObject *src_o, *byte_o, *dst_o;
+    long long n_ll;
+    if (!PyArg_ParseTuple(args, "OOOL", &src_o, &byte_o, &dst_o, &n_ll)) return nullptr;
+    I32View src, byte, dst;
+    if (!src.open(src_o, "src") || !byte.open(byte_o, "byte") || !dst.open(dst_o, "dst")) return nullptr;
+    if (n_ll < 0 || n_ll > (int64_t{1} << 31) - 1 || src.n != byte.n || src.n != dst.n) {
+        PyErr_SetString(PyExc_ValueError, "dfa_compress: bad sizes");
+        return nullptr;
+    }
+    const int64_t n = n_ll;
+    for (int64_t i = 0; i < src.n; ++i)
+        if (src.p[i] < 0 || src.p[i] >= n || byte.p[i] < 0 || byte.p[i] > 255 || dst.p[i] < -1 || dst.p[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "dfa_compress: an edge out of range");
+            return nullptr;
+        }
+    // edges grouped by byte, each group in src order: a byte's group is its signature
+    std::vector<int32_t> cls(256, 0), rep;
+    std::vector<int64_t> start(257, 0);
+    std::vector<std::pair<int32_t, int32_t>> ed;
+    try {
+        ed.resize(static_cast<size_t>(src.n));
+        for (int64_t i = 0; i < src.n; ++i) start[static_cast<size_t>(byte.p[i]) + 1]++;
+        for (int b = 0; b < 256; ++b) start[static_cast<size_t>(b) + 1] += start[static_cast<size_t>(b)];
+        std::vector<int64_t> fill(start.begin(), start.end() - 1);
+        for (int64_t i = 0; i < src.n; ++i)
+            ed[static_cast<size_t>(fill[static_cast<size_t>(byte.p[i])]++)] = {src.p[i], dst.p[i]};
+        std::vector<uint64_t> h(256);
+        for (int b = 0; b < 256; ++b) {
+            auto lo = ed.begin() + start[static_cast<size_t>(b)], hi = ed.begin() + start[static_cast<size_t>(b) + 1];
+            std::sort(lo, hi);
+            uint64_t x = 1469598103934665603ull ^ static_cast<uint64_t>(hi - lo);
+            for (auto it = lo; it != hi; ++it)
+                x = (x ^ (static_cast<uint64_t>(static_cast<uint32_t>(it->first)) << 32 |
+                          static_cast<uint32_t>(it->second))) * 1099511628211ull;
+            h[static_cast<size_t>(b)] = x;
+        }
+        for (int b = 0; b < 256; ++b) {
+            const int64_t lb = start[static_cast<size_t>(b)], nb = start[static_cast<size_t>(b) + 1] - lb;
+            int32_t k = -1;
+            for (size_t r = 0; r < rep.size() && k < 0; ++r) {
+                const int32_t a = rep[r];
+                const int64_t la = start[static_cast<size_t>(a)], na = start[static_cast<size_t>(a) + 1] - la;
+                if (h[static_cast<size_t>(a)] == h[static_cast<size_t>(b)] && na == nb &&
+                    std::equal(ed.begin() + la, ed.begin() + la + na, ed.begin() + lb))
+                    k = static_cast<int32_t>(r);
+            }
+            if (k < 0) {
+                k = static_cast<int32_t>(rep.size());
+                rep.push_back(b);
+            }
+            cls[static_cast<size_t>(b)] = k;
+        }
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    const npy_intp nk = static_cast<npy_intp>(rep.size());
+    npy_intp dims[2] = {static_cast<npy_intp>(n), nk};
+    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!tab) return nullptr;
+    int32_t* t = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)));
+    std::fill(t, t + n * nk, -1);
+    for (npy_intp k = 0; k < nk; ++k) {
+        const int32_t b = rep[static_cast<size_t>(k)];
+        for (int64_t e = start[static_cast<size_t>(b)]; e < start[static_cast<size_t>(b) + 1]; ++e)
+            t[static_cast<int64_t>(ed[static_cast<size_t>(e)].first) * nk + k] = ed[static_cast<size_t>(e)].second;
+    }
+    npy_intp d1[1] = {256};
+    PyObject* bc = PyArray_SimpleNew(1, d1, NPY_INT32);
+    if (!bc) {
+        Py_DECREF(tab);
+        return nullptr;
+    }
+    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(bc)), cls.data(), 256 * 4);
+    return pair_result(tab, bc);
+}
+
+// nfa_determinize(n: int, edge_src: int32[], edge_dst: int32[], edge_bytes: uint8 (E, 32),
+//                 eps_src: int32[], eps_dst: int32[], start: int, final: int)
+//   -> (table int32 (m, 256), accept bool[m]): subset construction of an NFA with byte-set edges
+//   (bit b of edge_bytes[e] = byte b) and epsilon edges; DFA states numbered in discovery order
+//   (breadth first, bytes ascending), state 0 the closure of ``start``; a DFA state accepts
+//   when its set holds ``final``.
+PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
+    long long n_ll, start_ll, final_ll;
+    PyObject *es_o, *ed_o, *eb_o, *xs_o, *xd_o;
+    if (!PyArg_ParseTuple(args, "LOOOOOLL", &n_ll, &es_o, &ed_o, &eb_o, &xs_o, &xd_o, &start_ll, &final_ll))
+        return nullptr;
+    I32View es, ed, xs, xd;
+    if (!es.open(es_o, "edge_src") || !ed.open(ed_o, "edge_dst") || !xs.open(xs_o, "eps_src") ||
+        !xd.open(xd_o, "eps_dst"))
+        return nullptr;
+    Py_buffer eb;
+    if (PyObject_GetBuffer(eb_o, &eb, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
+    struct Rel {
+        Py_buffer* b;
+        ~Rel() { PyBuffer_Release(b); }
+    } rel{&eb};
+    const int64_t n = n_ll;
+    if (n <= 0 || n > (int64_t{1} << 24) || es.n != ed.n || xs.n != xd.n || eb.len != es.n * 32 ||
+        start_ll < 0 || start_ll >= n || final_ll < 0 || final_ll >= n) {
+        PyErr_SetString(PyExc_ValueError, "nfa_determinize: bad sizes");
+        return nullptr;
+    }
+    for (int64_t i = 0; i < es.n; ++i)
+        if (es.p[i] < 0 || es.p[i] >= n || ed.p[i] < 0 || ed.p[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "nfa_determinize: an edge out of range");
+            return nullptr;
+        }
+    for (int64_t i = 0; i < xs.n; ++i)
+        if (xs.p[i] < 0 || xs.p[i] >= n || xd.p[i] < 0 || xd.p[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "nfa_determinize: an epsilon edge out of range");
+            return nullptr;
+        }
+    const uint8_t* bits = static_cast<const uint8_t*>(eb.buf);
+    const size_t W = static_cast<size_t>((n + 63) / 64);
+    std::vector<int32_t> rows;
+    std::vector<uint8_t> acc;
+    bool ok = true;
+    Py_BEGIN_ALLOW_THREADS;
+    try {
+        // adjacency: byte edges and epsilon edges per NFA state
+        std::vector<int32_t> eptr(static_cast<size_t>(n) + 1, 0), xptr(static_cast<size_t>(n) + 1, 0);
+        for (int64_t i = 0; i < es.n; ++i) eptr[static_cast<size_t>(es.p[i]) + 1]++;
+        for (int64_t i = 0; i < xs.n; ++i) xptr[static_cast<size_t>(xs.p[i]) + 1]++;
+        for (int64_t v = 0; v < n; ++v) {
+            eptr[static_cast<size_t>(v) + 1] += eptr[static_cast<size_t>(v)];
+            xptr[static_cast<size_t>(v) + 1] += xptr[static_cast<size_t>(v)];
+        }
+        std::vector<int32_t> eidx(static_cast<size_t>(es.n)), xto(static_cast<size_t>(xs.n));
+        {
+            std::vector<int32_t> f(eptr.begin(), eptr.end() - 1), g(xptr.begin(), xptr.end() - 1);
+            for (int64_t i = 0; i < es.n; ++i) eidx[static_cast<size_t>(f[static_cast<size_t>(es.p[i])]++)] = static_cast<int32_t>(i);
+            for (int64_t i = 0; i < xs.n; ++i) xto[static_cast<size_t>(g[static_cast<size_t>(xs.p[i])]++)] = xd.p[i];
+        }
+        std::vector<int32_t> todo;
+        auto close = [&](std::vector<uint64_t>& set) {  // epsilon closure, in place
+            todo.clear();
+            for (size_t w = 0; w < W; ++w)
+                for (uint64_t x = set[w]; x; x &= x - 1)
+                    todo.push_back(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(x))));
+            while (!todo.empty()) {
+                const int32_t v = todo.back();
+                todo.pop_back();
+                for (int32_t k = xptr[static_cast<size_t>(v)]; k < xptr[static_cast<size_t>(v) + 1]; ++k) {
+                    const int32_t t = xto[static_cast<size_t>(k)];
+                    uint64_t& word = set[static_cast<size_t>(t) >> 6];
+                    const uint64_t bit = uint64_t{1} << (t & 63);
+                    if (!(word & bit)) {
+                        word |= bit;
+                        todo.push_back(t);
+                    }
+                }
+            }
+        };
+        std::vector<std::vector<uint64_t>> sets;
+        std::unordered_map<std::string, int32_t> ids;
+        auto key_of = [&](const std::vector<uint64_t>& set) {
+            return std::string(reinterpret_cast<const char*>(set.data()), W * 8);
+        };
+        std::vector<uint64_t> first(W, 0);
+        first[static_cast<size_t>(start_ll) >> 6] |= uint64_t{1} << (start_ll & 63);
+        close(first);
+        ids.emplace(key_of(first), 0);
+        sets.push_back(first);
+        std::vector<uint64_t> next(256 * W);
+        for (size_t i = 0; i < sets.size(); ++i) {
+            std::fill(next.begin(), next.end(), 0);
+            uint8_t used[256] = {0};
+            const std::vector<uint64_t> cur = sets[i];
+            for (size_t w = 0; w < W; ++w)
+                for (uint64_t x = cur[w]; x; x &= x - 1) {
+                    const size_t v = w * 64 + static_cast<size_t>(__builtin_ctzll(x));
+                    for (int32_t k = eptr[v]; k < eptr[v + 1]; ++k) {
+                        const int32_t e = eidx[static_cast<size_t>(k)];
+                        const int32_t t = ed.p[e];
+                        const uint8_t* m = bits + static_cast<size_t>(e) * 32;
+                        for (int b = 0; b < 256; ++b)
+                            if (m[b >> 3] >> (b & 7) & 1) {
+                                next[static_cast<size_t>(b) * W + (static_cast<size_t>(t) >> 6)] |= uint64_t{1} << (t & 63);
+                                used[b] = 1;
+                            }
+                    }
+                }
+            const size_t row0 = rows.size();
+            rows.resize(row0 + 256, -1);
+            acc.push_back(static_cast<uint8_t>(cur[static_cast<size_t>(final_ll) >> 6] >> (final_ll & 63) & 1));
+            for (int b = 0; b < 256; ++b) {
+                if (!used[b]) continue;
+                std::vector<uint64_t> set(next.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b) * W),
+                                          next.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(b) + 1) * W));
+                close(set);
+                auto [it, fresh] = ids.emplace(key_of(set), static_cast<int32_t>(sets.size()));
+                if (fresh) sets.push_back(std::move(set));
+                rows[row0 + static_cast<size_t>(b)] = it->second;
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        ok = false;
+    }
+    Py_END_ALLOW_THREADS;
+    if (!ok) return PyErr_NoMemory();
+    const npy_intp m = static_cast<npy_intp>(acc.size());
+    npy_intp dims[2] = {m, 256};
+    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!tab) return nullptr;
+    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)), rows.data(), rows.size() * 4);
+    npy_intp d1[1] = {m};
+    PyObject* ac = PyArray_SimpleNew(1, d1, NPY_BOOL);
+    if (!ac) {
+        Py_DECREF(tab);
+        return nullptr;
+    }
+    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
+    return pair_result(tab, ac);
 }
 
 // walk_counts(table: int32 (n_states, 256), starts: int64[], count_state: int, ids: int32[],
@@ -2082,9 +2429,13 @@ PyMethodDef module_methods[] = {
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
     {"dfa_masks", py_dfa_masks, METH_VARARGS,
-     "dfa_masks(table, byte_class, states, trie) -> (ptr, ids)"},
+     "dfa_masks(table, byte_class, states, trie, words=0, alt_trie=None, alt=None) -> (ptr, ids), or packed rows"},
     {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
+    {"dfa_compress", py_dfa_compress, METH_VARARGS,
+     "dfa_compress(src, byte, dst, n) -> (table, byte_class)"},
+    {"nfa_determinize", py_nfa_determinize, METH_VARARGS,
+     "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,
      "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
     {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,

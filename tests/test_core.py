@@ -348,11 +348,11 @@ def test_automaton_masks_native_equal_numpy(qwen2: Vocabulary, schema: dict[str,
 
     frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
     native = ToolAutomaton(frag, VocabTables.get(qwen2))
-    assert native.t.native and len(native._masks) == native.n_states - len(native.exits)
+    assert native.t.native and native.ready == native.n_states - len(native.exits)
     ref_tables = VocabTables(qwen2)
     ref_tables.native = False
     ref = ToolAutomaton(frag, ref_tables)
-    assert not ref._masks
+    assert not ref.ready
     a = np.zeros(native.t.words, dtype=np.int32)
     b = a.copy()
     for s in range(native.n_states):

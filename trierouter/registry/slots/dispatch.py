@@ -51,6 +51,7 @@ from trierouter.registry.slots.fragment import (
 )
 from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
 from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
+from trierouter.registry.slots.pieces import tag
 from trierouter.registry.slots.regex import pattern_node
 
 __all__ = [
@@ -168,12 +169,12 @@ class SlotCompiler:
             return frag, slots, problems
         b = Builder()
         if head:
-            lead = nfa_fragment(lit(head))
+            lead = _literal(head)
             b.add(lead)
         at = b.add(frag)
         if head:
             b.link(b.accepting(0, lead), at)
-        end = b.add(nfa_fragment(lit(tail)) if tail else _accepting())
+        end = b.add(_literal(tail) if tail else _accepting())
         b.link(b.accepting(at, frag), end)
         return b.finish(), slots, problems
 
@@ -208,6 +209,8 @@ class SlotCompiler:
         if not is_object:
             # only leaves are cached: a hit must list the same slots as a build
             leaf = len(slots) == before
+            if leaf and not self.dry and frag is not _DUMMY:
+                made = (tag(frag), engine, detail)  # a quoted piece: masks shared by tools
             slots.append(Slot(path or "$", engine, detail))
             if key and leaf and frag is not _DUMMY:
                 self._cache[key] = made
@@ -459,7 +462,7 @@ class SlotCompiler:
         if self.dry:
             return _DUMMY, "automaton", f"array of {engine}"
         b = Builder()
-        opened = b.add(nfa_fragment(lit("[")))
+        opened = b.add(_literal(b"["))
         close = b.add(_accepting())
         if hi is None and lo <= 1:
             first = b.add(item)
@@ -574,6 +577,12 @@ def _lengths_hold(schema: dict[str, Any]) -> bool:
 def _free_string() -> Fragment:
     """The free JSON string (shared: fragments are copied when wired, never changed)."""
     return string_fragment()
+
+
+@functools.lru_cache(maxsize=256)
+def _literal(text: bytes) -> Fragment:
+    """The automaton of one literal (shared: fragments are copied when wired)."""
+    return nfa_fragment(lit(text))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -61,10 +61,15 @@ class Fragment:
     klass: npt.NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
     exits: dict[int, Any] = field(default_factory=dict)
     """State → label of the engine that takes over there (no edges leave an exit)."""
+    origin: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per state, ``piece << 32 | local state`` when the state is a copy of a registered quoted
+    piece's state (:mod:`~trierouter.registry.slots.pieces`), else ``-1``."""
 
     def __post_init__(self) -> None:
         if len(self.klass) != self.n:
             self.klass = np.full(self.n, -1, dtype=np.int16)
+        if len(self.origin) != self.n:
+            self.origin = np.full(self.n, -1, dtype=np.int64)
 
     @classmethod
     def dense(
@@ -231,7 +236,12 @@ def string_fragment(min_length: int = 0, max_length: int | None = None) -> Fragm
 
 
 class Builder:
-    """Concatenate fragments into one edge list; link accepting states to a fragment's start."""
+    """Concatenate fragments into one edge list; link accepting states to a fragment's start.
+
+    Edges are only ever added at accepting states and exits (``link``; ``edge`` is only used
+    at the accepting state of a literal): a copied fragment's other states keep exactly their
+    own edges, which the shared piece masks (:mod:`~trierouter.registry.slots.pieces`) rely
+    on."""
 
     def __init__(self) -> None:
         self._src: list[I32] = []
@@ -239,6 +249,7 @@ class Builder:
         self._dst: list[I32] = []
         self._accept: list[npt.NDArray[np.bool_]] = []
         self._klass: list[npt.NDArray[np.int16]] = []
+        self._origin: list[npt.NDArray[np.int64]] = []
         self._starts: dict[int, tuple[I32, I32]] = {}
         self.exits: dict[int, Any] = {}
         self.n = 0
@@ -251,6 +262,7 @@ class Builder:
         self._dst.append(frag.dst + off)
         self._accept.append(frag.accept.copy())
         self._klass.append(frag.klass)
+        self._origin.append(frag.origin)
         b, d = frag.start_edges()
         self._starts[off] = (b, d + off)
         for s, label in frag.exits.items():
@@ -309,6 +321,7 @@ class Builder:
             self._flat_accept(),
             np.concatenate(self._klass),
             dict(self.exits),
+            np.concatenate(self._origin),
         )
 
 

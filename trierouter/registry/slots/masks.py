@@ -28,18 +28,19 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.registry import core as _backend
+from trierouter.registry.slots import pieces as _pieces
 from trierouter.registry.slots.fragment import (
     _INTERIOR,
     I32,
     N_STRING_CLASSES,
-    NO_EDGE,
     S_PLAIN,
     Fragment,
     string_class,
 )
+from trierouter.registry.slots.packing import compress, pack_ids, pack_rows
 from trierouter.registry.vocabulary import Vocabulary
 
-__all__ = ["ToolAutomaton", "VocabTables"]
+__all__ = ["ToolAutomaton", "VocabTables", "pack_ids"]
 
 
 class VocabTables:
@@ -86,6 +87,20 @@ class VocabTables:
         self.offsets = np.ascontiguousarray(off, dtype=np.int64)
         self.native = _backend.default_backend() == "native"
         self._trie: Any = None
+        self._quote_trie: Any = None
+        self._pieces: OrderedDict[int, tuple[I32, npt.NDArray[np.int32]]] = OrderedDict()
+        self._pieces_bytes = 0
+        self._pieces_lock = threading.Lock()
+
+    @property
+    def quote_trie(self) -> Any:
+        """The native token trie of the tokens holding a ``"`` (walked from every state inside
+        a string or a shared piece)."""
+        if self._quote_trie is None:
+            has = np.zeros(len(self.lengths), dtype=np.uint8)
+            has[self.quote_ids] = 1
+            self._quote_trie = _backend.native_core().TokenTrie(self.vocab.tokens, has)
+        return self._quote_trie
 
     @property
     def trie(self) -> Any:
@@ -106,6 +121,7 @@ class VocabTables:
                 if t.native:  # eager: the per-class string rows and counts, in C++
                     t.string_rows()
                     t._string_counts()
+                    _ = t.quote_trie
                 while len(cls._cache) > cls.cache_size:
                     cls._cache.popitem(last=False)
             else:
@@ -152,6 +168,21 @@ class VocabTables:
             sub[live] = table[sub[live], b]
             j += 1
         return np.sort(cand[st >= 0])
+
+    def finals(self, table: I32, state: int, ids: I32, byte_class: I32) -> I32:
+        """The state after each token of ``ids`` from ``state`` (``-1``: refused), all tokens
+        stepped together, one byte column at a time."""
+        st = np.full(len(ids), state, dtype=np.int32)
+        if not len(ids):
+            return st
+        lens = self.lengths[ids]
+        pos = self.start[ids]
+        for j in range(int(lens.max())):
+            live = np.flatnonzero((lens > j) & (st >= 0))
+            if not len(live):
+                break
+            st[live] = table[st[live], byte_class[self.buffer[pos[live] + j]]]
+        return st
 
     def _string_counts(self) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]]:
         """Per class: characters each token completes while staying inside a string (``-1``
@@ -241,14 +272,6 @@ class VocabTables:
         return self._string_rows
 
 
-def pack_ids(ids: npt.ArrayLike, width: int) -> npt.NDArray[np.int32]:
-    """Packed XGrammar-layout row with the bits of ``ids`` set."""
-    words = (width + 31) // 32
-    bits = np.zeros(words * 32, dtype=bool)
-    bits[np.asarray(ids, dtype=np.int64)] = True
-    return np.packbits(bits, bitorder="little").view(np.int32).copy()
-
-
 _BIG = 2048
 
 
@@ -262,24 +285,21 @@ class ToolAutomaton:
 
     def __init__(self, frag: Fragment, tables: VocabTables) -> None:
         # compress the byte alphabet: bytes with the same edges everywhere share one class
-        order = np.lexsort((frag.src, frag.byte))
-        src, byte, dst = frag.src[order], frag.byte[order], frag.dst[order]
-        bounds = np.searchsorted(byte, np.arange(257))
-        classes: dict[bytes, int] = {b"": 0}
-        byte_class = np.zeros(256, dtype=np.int32)
-        for b in range(256):
-            lo, hi = bounds[b], bounds[b + 1]
-            sig = src[lo:hi].tobytes() + dst[lo:hi].tobytes()
-            byte_class[b] = classes.setdefault(sig, len(classes))
-        table = np.full((frag.n, len(classes)), NO_EDGE, dtype=np.int32)
-        table[src, byte_class[byte]] = dst
-        self.table = table
-        self.byte_class = byte_class
+        self.table, self.byte_class = compress(frag, native=tables.native)
         self.accept = frag.accept
         self.klass = frag.klass
+        self.origin = frag.origin
         self.exits = frag.exits
         self.t = tables
         self._masks: dict[int, tuple[int, I32 | None, npt.NDArray[np.int32] | None]] = {}
+        # native, every state at once: a shared base row (block, row; -1: none) OR'd with the
+        # CSR list ids[ptr[s]:ptr[s + 1]]; states whose list is long are packed whole
+        self._ptr: npt.NDArray[np.int64] | None = None
+        self._ids: I32 = np.zeros(0, dtype=np.int32)
+        self._blocks: list[npt.NDArray[np.int32]] = []
+        self._bblock: I32 = np.zeros(0, dtype=np.int32)
+        self._brow: I32 = np.zeros(0, dtype=np.int32)
+        self._packed: dict[int, npt.NDArray[np.int32]] = {}
         self._toward: dict[int, I32] = {}
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
@@ -380,7 +400,7 @@ class ToolAutomaton:
         if hit is None:
             dist = self._distances()
             ids = self.allowed(state)
-            ends = np.fromiter((self.advance(state, int(t)) for t in ids), np.int64, len(ids))
+            ends = self.t.finals(self.table, state, ids, self.byte_class)
             ok = ends >= 0
             ok[ok] = dist[ends[ok]] < dist[state]
             hit = ids[ok]
@@ -395,8 +415,35 @@ class ToolAutomaton:
         bits = np.unpackbits(row.view(np.uint8), bitorder="little")
         return np.flatnonzero(bits[: self.t.width]).astype(np.int32)
 
+    @property
+    def ready(self) -> int:
+        """States whose mask is built (all non-exit states once materialized)."""
+        if self._ptr is not None:
+            return self.n_states - len(self.exits)
+        return len(self._masks)
+
     def fill(self, state: int, row: npt.NDArray[np.int32]) -> None:
         """Overwrite ``row`` (one packed row) with the tokens allowed at ``state``."""
+        ptr = self._ptr
+        if ptr is not None and 0 <= state < self.n_states:
+            packed = self._packed.get(state)
+            if packed is not None:
+                row[:] = packed
+                return
+            b = int(self._bblock[state])
+            if b >= 0:
+                row[:] = self._blocks[b][int(self._brow[state])]
+            else:
+                row[:] = 0
+            lo, hi = int(ptr[state]), int(ptr[state + 1])
+            if hi > lo:
+                extra = self._ids[lo:hi]
+                np.bitwise_or.at(
+                    row.view(np.uint32),
+                    extra >> 5,
+                    np.left_shift(np.uint32(1), (extra & 31).astype(np.uint32)),
+                )
+            return
         k, ids, packed = self._mask(state)
         if packed is not None:
             row[:] = packed
@@ -416,27 +463,61 @@ class ToolAutomaton:
     def materialize(self) -> None:
         """Compute every state's mask now (instead of on first visit); the native backend does
         this when the automaton is built."""
-        todo = np.asarray(
-            [s for s in range(self.n_states) if s not in self.exits and s not in self._masks],
-            dtype=np.int64,
-        )
         if not self.t.native:
-            for s in todo.tolist():
-                self._mask(s)
+            for s in range(self.n_states):
+                if s not in self.exits and s not in self._masks:
+                    self._mask(s)
+            return
+        if self._ptr is not None:
             return
         core = _backend.native_core()
         t = self.t
-        k = self.klass[todo] if len(todo) else np.zeros(0, dtype=np.int16)
-        plain, strings = todo[k < 0], todo[k >= 0]
-        if len(plain):
-            ptr, ids = core.dfa_masks(self.table, self.byte_class, plain, t.trie)
-            for i, s in enumerate(plain.tolist()):
-                self._store(s, -1, ids[ptr[i] : ptr[i + 1]])
-        if len(strings):
-            ptr, ids = core.dfa_list_masks(
-                self.table, self.byte_class, strings, t.quote_ids, t.buffer, t.offsets
-            )
-            for i, s in enumerate(strings.tolist()):
-                self._store(s, int(self.klass[s]), ids[ptr[i] : ptr[i + 1]])
-            for kl in sorted({int(x) for x in self.klass[strings]}):
-                self._base_row(kl)  # the per-class rows these states OR in, built now
+        n = self.n_states
+        live = np.ones(n, dtype=bool)
+        live[list(self.exits)] = False
+        bblock = np.full(n, -1, dtype=np.int32)
+        brow = np.zeros(n, dtype=np.int32)
+        blocks: list[npt.NDArray[np.int32]] = []
+        # states inside a free string: the per-class row, and the quote tokens walked here
+        quoted = live & (self.klass >= 0)
+        free = -1
+        for kl in np.unique(self.klass[quoted]).tolist():
+            u, left = string_class(kl)
+            on = quoted & (self.klass == kl)
+            if left < 0:
+                if free < 0:
+                    blocks.append(t.string_rows())
+                    free = len(blocks) - 1
+                bblock[on], brow[on] = free, u
+            else:
+                blocks.append(t.counted_row(u, left)[None])
+                bblock[on], brow[on] = len(blocks) - 1, 0
+        # wide states of a shared quoted piece: its standalone row, and the quote tokens
+        piece = live & (self.klass < 0) & (self.origin >= 0)
+        if piece.any():
+            pid = self.origin >> 32
+            local = (self.origin & 0xFFFFFFFF).astype(np.int64)
+            for p in np.unique(pid[piece]).tolist():
+                where, rows = _pieces.rows(t, int(p))
+                on = np.flatnonzero(piece & (pid == p))
+                r = where[local[on]]
+                on = on[r >= 0]
+                if len(on):
+                    blocks.append(rows)
+                    bblock[on], brow[on] = len(blocks) - 1, r[r >= 0]
+                    quoted[on] = True
+        # one walk per state, in state order: the quote tokens' trie where a row is shared
+        states = np.where(live, np.arange(n, dtype=np.int64), -1)
+        ptr, ids = core.dfa_masks(
+            self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
+        )
+        lengths = np.diff(ptr)
+        big = np.flatnonzero(lengths > _BIG)
+        if len(big):
+            packed = pack_rows(ptr, ids, big, t.width)
+            for j, s in enumerate(big.tolist()):
+                if bblock[s] >= 0:
+                    packed[j] |= blocks[bblock[s]][brow[s]]
+                self._packed[s] = packed[j]
+        self._blocks, self._bblock, self._brow, self._ids = blocks, bblock, brow, ids
+        self._ptr = ptr

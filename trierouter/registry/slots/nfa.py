@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import NO_EDGE, Fragment
 
 __all__ = ["alt", "cls", "lit", "nfa_fragment", "opt", "rep", "seq"]
@@ -117,11 +119,16 @@ class _Nfa:
         return frozenset(seen)
 
 
-def nfa_fragment(node: _Node) -> Fragment:
-    """Determinize ``node`` into a :class:`Fragment` (states numbered in discovery order)."""
+def nfa_fragment(node: _Node, native: bool | None = None) -> Fragment:
+    """Determinize ``node`` into a :class:`Fragment` (states numbered in discovery order), in
+    the compiled core with the native backend (``native``: default from the backend)."""
     nfa = _Nfa()
     start = nfa.state()
     final = nfa.build(node, start)
+    if native is None:
+        native = _backend.default_backend() == "native"
+    if native:
+        return _native_subsets(nfa, start, final)
     first = nfa.closure([start])
     ids = {first: 0}
     order = [first]
@@ -145,4 +152,35 @@ def nfa_fragment(node: _Node) -> Fragment:
         rows.append(row)
     table = np.stack(rows)
     accept = np.array([final in s for s in order], dtype=bool)
+    return Fragment.dense(table, accept)
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed(chars: frozenset[int]) -> bytes:
+    """The 256-bit set of ``chars`` (bit ``b`` of byte ``b // 8``)."""
+    row = np.zeros(256, dtype=bool)
+    row[list(chars)] = True
+    return np.packbits(row, bitorder="little").tobytes()
+
+
+def _native_subsets(nfa: _Nfa, start: int, final: int) -> Fragment:
+    src, dst, sets = [], [], []
+    for v, edges in enumerate(nfa.edges):
+        for chars, t in edges:
+            src.append(v)
+            dst.append(t)
+            sets.append(chars)
+    bits = np.frombuffer(b"".join(map(_packed, sets)), dtype=np.uint8).reshape(len(sets), 32)
+    xs = [v for v, ts in enumerate(nfa.eps) for _ in ts]
+    xd = [t for ts in nfa.eps for t in ts]
+    table, accept = _backend.native_core().nfa_determinize(
+        len(nfa.edges),
+        np.asarray(src, dtype=np.int32),
+        np.asarray(dst, dtype=np.int32),
+        bits,
+        np.asarray(xs, dtype=np.int32),
+        np.asarray(xd, dtype=np.int32),
+        start,
+        final,
+    )
     return Fragment.dense(table, accept)

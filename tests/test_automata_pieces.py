@@ -1,0 +1,172 @@
+"""Shared piece masks (tool automata, native backend) against the numpy reference.
+
+A tool's automaton serves the wide states of a quoted piece (a pattern like ``[a-z0-9-]{1,40}``,
+a format) from the piece's standalone masks, shared by every tool, OR'd with a walk of the
+tokens that hold a quote (:mod:`trierouter.registry.slots.pieces`). The oracle is the numpy
+reference (``VocabTables.native = False``): every token simulated from every state, lazily, with
+no sharing. Schemas are hypothesis-generated objects mixing wide patterns, formats, free and
+bounded strings, enums, integers, arrays and unions, on the Qwen2 and GPT-2 vocabularies. The
+compiled core's byte classes and subset construction are checked against the numpy / Python
+ones (the same table; the same language).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trierouter.registry.shipped import shipped_vocabulary
+from trierouter.registry.slots.dispatch import SlotCompiler
+from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.nfa import nfa_fragment
+from trierouter.registry.slots.packing import compress
+from trierouter.registry.slots.regex import pattern_node
+from trierouter.registry.vocabulary import Vocabulary
+
+FIXTURE = HealthCheck.function_scoped_fixture
+LEAVES: list[dict[str, Any]] = [
+    {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},
+    {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,20}$"},
+    {"type": "string", "pattern": "^[a-f0-9]{4,12}$"},
+    {"type": "string", "format": "uuid"},
+    {"type": "string", "format": "date-time"},
+    {"type": "string"},
+    {"type": "string", "maxLength": 6},
+    {"type": "string", "enum": ["asc", "desc"]},
+    {"type": "integer", "minimum": 0, "maximum": 300},
+    {"type": "number"},
+    {"type": "boolean"},
+]
+
+
+def _wrap(leaf: dict[str, Any], how: int) -> dict[str, Any]:
+    if how == 1:
+        return {"type": "array", "items": leaf, "maxItems": 2}
+    if how == 2 and leaf.get("type") == "string" and "enum" not in leaf:
+        return {"anyOf": [leaf, {"type": "null"}]}
+    return leaf
+
+
+schemas = st.lists(
+    st.tuples(st.sampled_from(range(len(LEAVES))), st.integers(0, 2)), min_size=1, max_size=3
+).map(
+    lambda ps: {
+        "type": "object",
+        "properties": {f"p{i}": _wrap(LEAVES[k], how) for i, (k, how) in enumerate(ps)},
+        "required": ["p0"],
+    }
+)
+
+
+def _pair(schema: dict[str, Any], vocab: Vocabulary) -> tuple[ToolAutomaton, ToolAutomaton]:
+    frag, _ = SlotCompiler().tool(schema, b"}", b" ")
+    native = ToolAutomaton(frag, VocabTables.get(vocab))
+    assert native.t.native and native.ready == native.n_states - len(native.exits)
+    ref_tables = VocabTables(vocab)
+    ref_tables.native = False
+    return native, ToolAutomaton(frag, ref_tables)
+
+
+def _assert_same(native: ToolAutomaton, ref: ToolAutomaton, states: Any) -> None:
+    a = np.zeros(native.t.words, dtype=np.int32)
+    b = a.copy()
+    for s in states:
+        native.fill(int(s), a)
+        ref.fill(int(s), b)
+        assert np.array_equal(a, b), int(s)
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Vocabulary:
+    return shipped_vocabulary("gpt2")
+
+
+def test_wide_piece_states_are_shared_and_exact(qwen2: Vocabulary) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "slug": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},
+            "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"}},
+        },
+        "required": ["slug"],
+    }
+    native, ref = _pair(schema, qwen2)
+    shared = np.flatnonzero(native._bblock >= 0)
+    wide = [s for s in shared if native.origin[s] >= 0]
+    assert len(wide) > 40  # both copies of the pattern are served from the piece's rows
+    _assert_same(native, ref, range(native.n_states))
+
+
+def _random_states_agree(vocab: Vocabulary, schema: Any, seed: int) -> None:
+    native, ref = _pair(schema, vocab)
+    rng = np.random.default_rng(seed)
+    _assert_same(native, ref, rng.choice(native.n_states, min(native.n_states, 40), replace=False))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[FIXTURE])
+@given(schema=schemas, seed=st.integers(0, 2**31))
+def test_tool_masks_equal_numpy_reference(qwen2: Vocabulary, schema: Any, seed: int) -> None:
+    _random_states_agree(qwen2, schema, seed)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[FIXTURE])
+@given(schema=schemas, seed=st.integers(0, 2**31))
+def test_tool_masks_equal_numpy_reference_gpt2(gpt2: Vocabulary, schema: Any, seed: int) -> None:
+    _random_states_agree(gpt2, schema, seed)
+
+
+@settings(max_examples=20, deadline=None)
+@given(schema=schemas)
+def test_native_byte_classes_equal_numpy(schema: Any) -> None:
+    frag, _ = SlotCompiler().tool(schema, b"}", b" ")
+    (ta, ca), (tb, cb) = compress(frag, native=True), compress(frag)
+    assert np.array_equal(ta[:, ca], tb[:, cb])  # the same dense [state, byte] table
+    assert np.array_equal(ta[:, ca], frag.table)
+    assert ta.shape == tb.shape  # the same partition of the bytes
+
+
+def test_toward_end_equals_stepping_each_token(qwen2: Vocabulary) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "slug": {"type": "string", "pattern": "^[a-z0-9-]{1,12}$"},
+            "n": {"type": "integer"},
+            "s": {"type": "string", "maxLength": 4},
+        },
+        "required": ["slug"],
+    }
+    native, _ = _pair(schema, qwen2)
+    dist = native._distances()
+    for s in range(0, native.n_states, 3):
+        if s in native.exits:
+            continue
+        ids = native.allowed(s)
+        ends = np.asarray([native.advance(s, int(t)) for t in ids], dtype=np.int64)
+        ok = ends >= 0
+        ok[ok] = dist[ends[ok]] < dist[s]
+        got = native.toward_end(s)
+        want = ids[ok]
+        if got is None:
+            assert not len(want), s
+        else:
+            assert np.array_equal(got, want), s
+
+
+PATTERNS = [*FORMAT_PATTERNS.values(), "[a-z0-9-]{1,64}", "(ab|a)*c?[^x]{0,3}", "x{2,}y|z"]
+TOY_REGEX = st.from_regex(r"[ab(]{0,2}(\|[ab]{1,2}|\*|\?|\{1,3\}|\)){0,4}", fullmatch=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pattern=st.sampled_from(PATTERNS) | TOY_REGEX)
+def test_native_subset_construction_equals_python(pattern: str) -> None:
+    node = pattern_node(pattern)
+    if node is None:
+        return
+    native, python = nfa_fragment(node, native=True), nfa_fragment(node, native=False)
+    assert native.n == python.n  # both are the subset automaton, numbered differently
+    assert _includes(native, python) and _includes(python, native)  # the same language

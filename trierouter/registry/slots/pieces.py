@@ -1,0 +1,114 @@
+"""Quoted pieces: slot automata whose token masks are computed once and shared by every tool.
+
+A *quoted piece* is a leaf fragment (a pattern, a format, an enum of strings...) in which every
+edge into an accepting state reads ``"`` and no state hands over to another engine. Wired into a
+tool's automaton, a copy of a non-accepting piece state keeps exactly the piece's own edges
+(:class:`~trierouter.registry.slots.fragment.Builder` adds edges only at accepting states and
+exits), and a token without a ``"`` byte can never reach an accepting state from there. So, for
+such a state ``q`` copying piece state ``s``, exactly:
+
+    mask(q) = standalone(piece, s)  ∪  {tokens containing ``"`` that the tool's automaton
+                                         accepts from q}
+
+(a token allowed in the standalone piece is allowed in the tool, whose edges are a superset).
+The standalone masks are computed once per vocabulary and piece
+(:func:`rows`), so the wide states of a
+pattern like ``[a-z0-9-]{1,64}`` (18,000 allowed tokens each) cost every further tool only
+the ~1% of tokens that hold a quote. Pieces are interned by content (their edges and
+acceptance), so equal pieces from different schemas or registries share one entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.registry import core as _backend
+from trierouter.registry.slots.fragment import I32, Fragment
+from trierouter.registry.slots.packing import compress, popcount
+
+__all__ = ["piece", "rows", "tag"]
+
+_QUOTE = 0x22
+_lock = threading.Lock()
+_ids: dict[bytes, int] = {}
+_pieces: list[Fragment] = []
+
+
+def _key(frag: Fragment) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    h.update(np.int64(frag.n).tobytes())
+    for a in (frag.src, frag.byte, frag.dst):
+        h.update(np.ascontiguousarray(a, dtype=np.int32).tobytes())
+    h.update(np.ascontiguousarray(frag.accept, dtype=bool).tobytes())
+    return h.digest()
+
+
+WIDE = 512
+"""A piece state whose standalone mask holds this many tokens is served from a shared row."""
+BUDGET = 256 << 20
+"""Bytes of shared piece rows kept per vocabulary (least recently used dropped first; an
+automaton keeps the rows it uses)."""
+WIDE_BYTES = 16
+"""A piece is shared only if some state has edges on at least this many bytes."""
+
+
+def _maybe_wide(frag: Fragment) -> bool:
+    return bool(len(frag.src)) and int(np.bincount(frag.src, minlength=frag.n).max()) >= WIDE_BYTES
+
+
+def tag(frag: Fragment) -> Fragment:
+    """``frag`` with every state's ``origin`` set if it is a quoted piece, else ``frag``."""
+    if frag.n == 0 or frag.exits or (frag.klass >= 0).any() or bool(frag.accept[0]):
+        return frag
+    if not _maybe_wide(frag):
+        return frag  # every state has few edges: its masks are small walks, nothing to share
+    into = frag.accept[frag.dst]
+    if not into.any() or bool((frag.byte[into] != _QUOTE).any()):
+        return frag
+    key = _key(frag)
+    with _lock:
+        pid = _ids.get(key)
+        if pid is None:
+            pid = _ids[key] = len(_pieces)
+            _pieces.append(dataclasses.replace(frag, origin=np.zeros(0, dtype=np.int64)))
+    origin = (np.int64(pid) << np.int64(32)) | np.arange(frag.n, dtype=np.int64)
+    return dataclasses.replace(frag, origin=origin)
+
+
+def piece(pid: int) -> Fragment:
+    """The registered piece ``pid`` (untagged)."""
+    return _pieces[pid]
+
+
+def rows(tables: Any, pid: int) -> tuple[I32, npt.NDArray[np.int32]]:
+    """Piece ``pid`` alone against the vocabulary of ``tables`` (a
+    :class:`~trierouter.registry.slots.masks.VocabTables`): per local state, the row of its
+    standalone mask in the packed rows returned, or ``-1`` where that mask holds fewer than
+    :data:`WIDE` tokens (walked per tool instead). Native backend only; built on first use,
+    kept per vocabulary, shared by every automaton embedding the piece."""
+    with tables._pieces_lock:
+        hit: tuple[I32, npt.NDArray[np.int32]] | None = tables._pieces.get(pid)
+        if hit is not None:
+            tables._pieces.move_to_end(pid)
+            return hit
+    frag = piece(pid)
+    table, bc = compress(frag, native=True)
+    states = np.flatnonzero(~frag.accept).astype(np.int64)
+    packed = _backend.native_core().dfa_masks(table, bc, states, tables.trie, tables.words)
+    wide = np.flatnonzero(popcount(packed) >= WIDE)
+    where = np.full(frag.n, -1, dtype=np.int32)
+    where[states[wide]] = np.arange(len(wide), dtype=np.int32)
+    hit = (where, np.ascontiguousarray(packed[wide]))
+    with tables._pieces_lock:
+        tables._pieces[pid] = hit
+        tables._pieces_bytes += hit[1].nbytes
+        while tables._pieces_bytes > BUDGET and len(tables._pieces) > 1:
+            _, (_, old) = tables._pieces.popitem(last=False)
+            tables._pieces_bytes -= old.nbytes
+    return hit
