@@ -4,9 +4,9 @@ It runs in torch (``backend="torch"``) or, exported locally from the same weight
 onnxruntime (``"onnx"``: the same vectors, cosine 1.0000; ``"onnx-int8"``: int8 weights, BERT
 layers fused, about 7x less CPU per one-text query than torch, cosine ≈ 0.99 to it).
 ``"auto"`` (the default) is ``onnx-int8`` when onnxruntime and onnx are installed, else
-``torch`` (logged once). Each backend has its own fingerprint, so cached vectors and saved indexes never mix backends.
-Embeddings are cached on disk by default under ``<cache>/embeddings`` (``cache_dir=False``:
-no cache).
+``torch`` (logged once). Each backend has its own fingerprint, so cached vectors and saved
+indexes never mix backends. Embeddings are cached on disk by default under
+``<cache>/embeddings`` (``cache_dir=False``: no cache).
 """
 
 from __future__ import annotations
