@@ -161,3 +161,32 @@ def test_vllm_gives_the_same_judged_call(
     call = ToolCallPlan(compile_tools(_tools(e), index, format="hermes")).parse(text)
     _check(e, call)
     assert load_judge(cache_dir=PERSISTENT_CACHE).check(e, [{call.name: call.args}]).valid
+
+
+def test_vllm_parallel_turn_closes_within_max_tokens(
+    vllm_engine: Any, qwen: tuple[Any, Any, TokenIndex]
+) -> None:
+    """parallel_multiple_52 made the model write ``0, 0, 0, ...`` into an array until
+    ``max_tokens`` cut the call; the processor reads the request's ``max_tokens`` and the turn
+    now ends, valid (read by the test's own Hermes reader and ``jsonschema``), within it."""
+    from vllm import SamplingParams
+
+    from tests.test_closing import check_turn
+
+    _model, tok, _index = qwen
+    e = _entry("parallel_multiple", 52)
+    assert e.id == "parallel_multiple_52"
+    tools = _tools(e)
+    params = SamplingParams(
+        temperature=0.0,
+        max_tokens=48,
+        extra_args={
+            "trierouter_tools_inline": tools,
+            "trierouter_tool_format": "hermes",
+            "trierouter_parallel_tool_calls": True,
+        },
+    )
+    (out,) = vllm_engine.generate([_prompt(tok, e)], params, use_tqdm=False)
+    o = out.outputs[0]
+    assert o.finish_reason == "stop" and len(o.token_ids) <= 48, o.text
+    assert check_turn(o.text, tools)
