@@ -693,6 +693,8 @@ def main() -> None:
                     help="--scale without BFCL's near-duplicates of the evaluated functions "
                     "(benchmarks/_bfcl_distinct.py; results under 'scale_distinct')")  # fmt: skip
     ap.add_argument("--merge", action="store_true", help="add to the results in --out")
+    ap.add_argument("--only", default="",
+                    help="ARM:cat+cat,...: run those arms on these categories only")  # fmt: skip
     ap.add_argument("--transformers", type=int, default=0, help="questions through transformers")
     ap.add_argument("--transformers-category", default="simple_python")
     ap.add_argument("--out", default=str(OUT))
@@ -750,10 +752,13 @@ def main() -> None:
                 "entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools),
                 "think_prompt": prompt_of(tok, think_messages(e.messages), tools),
             })  # fmt: skip
+    only = {a: set(c.split("+")) for a, c in (x.split(":") for x in args.only.split(",") if x)}
+    all_jobs = jobs
     for arm in arms:
         if arm == "scale":  # the registry-size run, at this point of the arm order
             scale(llm, tok, judge, parsers, args, result)
             continue
+        jobs = [j for j in all_jobs if arm not in only or j["entry"].category in only[arm]]
         outs, wall, cpu = run_arm(llm, arm, jobs, args)
         per_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
         lenient: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -365,7 +365,8 @@ def generate(
     ``plan_or_plans``: one :class:`Plan`, :class:`ChoiceSet` or list of values for every prompt,
     or a sequence with one per prompt (sets and values are compiled for the tokenizer at the
     model's width). ``fast_forward``: append forced continuations without sampling them (see the
-    module docstring). ``seed``: reproducible sampling, the same for any ``batch_size``.
+    module docstring). ``seed``: reproducible sampling, the same for any ``batch_size``. A tool
+    call (:class:`ToolCallPlan`) always closes within ``max_new_tokens`` when it fits at all.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens}: expected >= 1")
