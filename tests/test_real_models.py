@@ -90,7 +90,9 @@ def transformers_calls(qwen: tuple[Any, Any, TokenIndex]) -> dict[str, tuple[str
         (res,) = generate(model, tok, [_prompt(tok, e)], plan, max_new_tokens=64)
         assert res.terminated, res.text
         assert res.text.startswith("<tool_call>\n{") and res.text.endswith("}\n</tool_call>")
-        out[e.id] = (res.text, plan.parse(res.text))
+        call = plan.parse(res.text)
+        assert call is not None
+        out[e.id] = (res.text, call)
     return out
 
 
@@ -159,6 +161,7 @@ def test_vllm_gives_the_same_judged_call(
     assert text == transformers_calls[e.id][0]  # greedy: the same tokens in both engines
     _model, _tok, index = qwen
     call = ToolCallPlan(compile_tools(_tools(e), index, format="hermes")).parse(text)
+    assert call is not None
     _check(e, call)
     assert load_judge(cache_dir=PERSISTENT_CACHE).check(e, [{call.name: call.args}]).valid
 
