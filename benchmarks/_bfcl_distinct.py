@@ -6,8 +6,9 @@ may call another name for the same function and the official checker counts it w
 measures BFCL's redundancy, not routing. Rule: a pooled function is a near-duplicate of a
 question's function when
 
-- its name's last component (after ``.``, ``/`` or ``:``), lowercased with non-alphanumerics
-  removed, equals that of the question's function, or
+- its name, lowercased with non-alphanumerics removed, equals that of the question's function
+  (``calculate_BMI`` / ``calculate_bmi``, ``math_gcd`` / ``math.gcd``; the last name component
+  alone would also pair ``geometry_circle.calculate`` with ``electric_field.calculate``), or
 - the cosine of their embeddings (the shipped all-MiniLM-L6-v2, text ``"name description"``,
   as the shortlist indexes them) is at least :data:`NEAR_COSINE`.
 
@@ -30,13 +31,12 @@ from typing import Any
 import numpy as np
 
 NEAR_COSINE = 0.80
-_SPLIT = re.compile(r"[./:]")
 _ALNUM = re.compile(r"[^a-z0-9]")
 
 
-def last_name(name: str) -> str:
-    """The name's last component, lowercased, alphanumerics only."""
-    return _ALNUM.sub("", _SPLIT.split(name)[-1].lower())
+def flat_name(name: str) -> str:
+    """The name lowercased, alphanumerics only."""
+    return _ALNUM.sub("", name.lower())
 
 
 def text_of(tool: dict[str, Any]) -> str:
@@ -54,7 +54,7 @@ def near_duplicates(
     emb = Embedder()
     pool_vecs = emb.encode([text_of(t) for t in pool])
     pool_names = [t["function"]["name"] for t in pool]
-    pool_last = np.asarray([last_name(n) for n in pool_names])
+    pool_flat = np.asarray([flat_name(n) for n in pool_names])
     own_names = {t["function"]["name"] for ts in own.values() for t in ts}
     banned: dict[str, set[str]] = {}
     by_name_rule: set[str] = set()
@@ -66,7 +66,7 @@ def near_duplicates(
         sims = (vecs @ pool_vecs.T).max(axis=0)
         same = np.zeros(len(pool), dtype=bool)
         for t in tools:
-            same |= pool_last == last_name(t["function"]["name"])
+            same |= pool_flat == flat_name(t["function"]["name"])
         hit = np.flatnonzero(same | (sims >= NEAR_COSINE))
         names = {pool_names[j] for j in hit} - mine
         banned[q] = names
@@ -77,7 +77,8 @@ def near_duplicates(
     removed = set().union(*banned.values()) - own_names if banned else set()
     conflicts = {q: names & own_names for q, names in banned.items()}
     report = {
-        "rule": f"same last name component, or MiniLM cosine >= {NEAR_COSINE}",
+        "rule": f"same name lowercased without non-alphanumerics, or MiniLM cosine >= "
+        f"{NEAR_COSINE} (text: name + description)",
         "removed": len(removed),
         "removed_by_name": len(by_name_rule - own_names),
         "removed_by_cosine": len(by_cosine - own_names),
