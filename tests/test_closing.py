@@ -111,7 +111,7 @@ def test_tiny_model_closes_within_max_new_tokens(
     hermes: CompiledTools, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The transformers path reads ``max_new_tokens``: sampled outputs of the tiny random model
-    all end as valid turns (without the limit, most are cut mid-call)."""
+    all end, with the end id, as valid turns within the limit."""
     pytest.importorskip("torch")
     import transformers
 
