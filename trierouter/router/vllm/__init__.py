@@ -6,6 +6,11 @@ Load it into an engine, then constrain any request through ``SamplingParams.extr
     vllm serve MODEL --logits-processors trierouter.router.vllm.processor:TrieRouterLogitsProcessor
     LLM(MODEL, logits_processors=[TrieRouterLogitsProcessor])          # offline
 
+Installed (``pip install trierouter``), the package also registers the processor as a vLLM
+``vllm.logits_processors`` entry point, which vLLM loads into every engine; naming it as well
+is harmless: vLLM then builds two instances and only the first one for an engine works (the
+other stays idle, holding nothing).
+
     SamplingParams(extra_args={"trierouter_set": "icd10"})             # a named set
     SamplingParams(extra_args={"trierouter_choices": ["get_user", "get_weather"]})
     client.completions.create(..., extra_body={"vllm_xargs": {"trierouter_set": "icd10"}})
@@ -63,9 +68,15 @@ strings, a list of strings, an int; anything nested is refused by type, never wa
 
 Without ``think`` / ``prefix`` the request is the set alone: the value, then an end id; such rows
 are advanced and masked vectorized per set (:meth:`ChoiceSet.advance_batch`, then
-:meth:`ChoiceSet.fill_bitmask_batch` and xgrammar's kernel on accelerators; on CPU logits the
-allowed ids come straight from the set's CSR rows: save them, fill the rows with ``-inf``, put
-them back, about 20x cheaper than a dense bitmask pass at batch 256 over 151K tokens).
+:meth:`ChoiceSet.fill_bitmask_batch` and xgrammar's kernel on accelerators). On CPU logits the
+allowed ids come straight from the set's CSR rows: when most rows of a step are set rows, the
+processor copies only each row's allowed logits into its own float32 buffer kept at ``-inf``
+(undoing the previous step's few writes first) and returns that buffer, so a step costs the
+allowed ids alone, never a pass over the 151K-token rows; the buffer holds ``max_num_seqs`` x
+vocabulary floats (155 MB at 256 x 151,936), allocated on the first such step. Otherwise (a
+minority of set rows, float16 logits, or ``logprobs_mode`` ``processed_*``, where the sampled
+tensor's values are returned) each set row is filled with ``-inf`` in place and its allowed
+logits put back.
 With ``think`` / ``prefix`` the request follows a :class:`~trierouter.router.plan.Plan`
 ``[FreeText(think), Text(prefix), Choice(set)]``, compiled once per combination and cached.
 

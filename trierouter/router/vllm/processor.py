@@ -19,6 +19,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without vllm
 import hashlib
 import json
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -63,6 +64,11 @@ from trierouter.router.vllm.named import (
 )
 
 __all__ = ["TrieRouterLogitsProcessor"]
+
+# The processor built first for an engine (by id of its vllm_config): vLLM instantiates the
+# installed entry point AND any ``logits_processors=[TrieRouterLogitsProcessor]`` given to it, so
+# without this every request would be stepped and masked twice (and every named set held twice).
+_ACTIVE: dict[int, weakref.ReferenceType[TrieRouterLogitsProcessor]] = {}
 
 
 class _Req:
@@ -120,6 +126,19 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
 
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
         self._config = vllm_config
+        self._reqs: dict[int, _Req] = {}
+        ref = _ACTIVE.get(id(vllm_config))
+        first = ref() if ref is not None else None
+        self._idle = first is not None and first._config is vllm_config
+        if self._idle:
+            # a second instance for the same engine: the first one does all the work
+            logger.info(
+                "trierouter: TrieRouterLogitsProcessor is already active for this engine (the "
+                "installed entry point and logits_processors=[...] both load it); this "
+                "instance stays idle"
+            )
+            return
+        _ACTIVE[id(vllm_config)] = weakref.ref(self)
         self._device = device
         self._pin = bool(is_pin_memory and device is not None and device.type != "cpu")
         self._max_rows = int(vllm_config.scheduler_config.max_num_seqs)
@@ -130,7 +149,6 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._plans: OrderedDict[tuple[str, str | None, int, str], Plan] = OrderedDict()
         self._cache_size = max(1, _env_int(ENV_INLINE_CACHE, 64))
         self._cache_bytes = max(0, _env_int(ENV_INLINE_CACHE_BYTES, 256 << 20))
-        self._reqs: dict[int, _Req] = {}
         self._groups: list[tuple[ChoiceSet, list[_Req], I64]] = []
         self._plan_rows: list[tuple[int, _Req]] = []
         self._failed_rows: I64 = np.zeros(0, dtype=np.int64)
@@ -142,6 +160,12 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._bitmask_t = self._bitmask_t.pin_memory()
         self._bitmask: I32 = self._bitmask_t.numpy()
         self._end_row: I32 | None = None
+        # CPU: masked logits written sparsely into a buffer kept at -inf (see _swap_target)
+        mode = str(getattr(vllm_config.model_config, "logprobs_mode", "raw_logprobs"))
+        self._swap_ok = (device is None or device.type == "cpu") and mode.startswith("raw")
+        self._swap: Any = None
+        self._swap_sets: list[tuple[ChoiceSet, I64, I64]] = []
+        self._swap_full: I64 = np.zeros(0, dtype=np.int64)
         self._tools: dict[str, CompiledTools] = {}
         self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
         self._formatted: dict[tuple[str, str], CompiledTools] = {}
@@ -298,7 +322,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         """Apply removals, additions, then moves (vLLM's order); regroup rows when changed."""
-        if batch_update is None:
+        if batch_update is None or self._idle:
             return
         reqs = self._reqs
         for index in batch_update.removed:
@@ -340,42 +364,110 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._rows = np.asarray(sorted(self._reqs), dtype=np.int64)
         self._dirty = False
 
+    def _swap_target(self, logits: Any) -> Any:
+        """The buffer the set rows are written into sparsely this step, or None (mask in place).
+
+        On the CPU, filling a row of ``-inf`` costs a pass over the whole vocabulary (150K
+        entries) per request and step; instead the processor keeps its own logits buffer at
+        ``-inf``, copies only each row's allowed logits into it, undoes those few writes on the
+        next step, and returns the buffer (vLLM's interface: ``apply`` returns the tensor it
+        samples from). Used when most rows of the batch are set rows (other rows are copied
+        whole), the logits are float32 and logprobs are raw (computed before processors, so
+        the buffer is never kept across steps); the buffer grows to the largest batch seen."""
+        n_set = sum(len(rows) for _, _, rows in self._groups)
+        rows, width = int(logits.shape[0]), int(logits.shape[1])
+        if not (
+            self._swap_ok
+            and logits.dtype == torch.float32
+            and logits.dim() == 2
+            and logits.is_contiguous()
+            and 2 * n_set >= rows
+        ):
+            return None
+        buf = self._swap
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != width:
+            buf = self._swap = torch.full((max(rows, self._max_rows), width), float("-inf"))
+            self._swap_sets, self._swap_full = [], np.zeros(0, dtype=np.int64)
+        for cs, states, written in self._swap_sets:  # undo last step's writes
+            cs.copy_allowed(states, None, buf, written)
+        if len(self._swap_full):
+            buf.index_fill_(0, torch.from_numpy(self._swap_full), float("-inf"))
+        self._swap_sets = []
+        self._swap_full = np.zeros(0, dtype=np.int64)
+        return buf[:rows]
+
     def apply(self, logits: Any) -> Any:
         """Advance every constrained row by its new tokens and mask its logits row."""
-        if not self._reqs:
+        if not self._reqs:  # also an idle duplicate instance (its _reqs stays empty)
             return logits
         if self._dirty:
             self._regroup()
         bitmask = self._bitmask
         sparse = bool(logits.device.type == "cpu")
+        target = self._swap_target(logits) if sparse else None
+        n_rows = int(logits.shape[0])
         for cs, reqs, rows in self._groups:
-            states = np.empty(len(reqs), dtype=np.int64)
-            tokens = np.empty(len(reqs), dtype=np.int64)
-            stepping = np.zeros(len(reqs), dtype=bool)
-            for i, req in enumerate(reqs):
-                out = req.out
-                n = len(out)
-                state = req.node
-                if n > req.seen + 1:  # resumed (preempted) or first seen with history
-                    for t in out[req.seen : n - 1]:
-                        state = cs.advance(state, t)
-                    req.seen = n - 1
-                states[i] = state
-                if n > req.seen:
-                    tokens[i] = out[n - 1]
-                    stepping[i] = True
-                    req.seen = n
-            if stepping.any():
-                states[stepping] = cs.advance_batch(states[stepping], tokens[stepping])
-            for req, s in zip(reqs, states.tolist(), strict=True):
-                req.node = s
-            if sparse:
+            states = self._advance_group(cs, reqs)
+            if target is not None:
+                cs.copy_allowed(states, logits, target, rows)
+                self._swap_sets.append((cs, states, rows))
+            elif sparse:
                 # CPU: xgrammar's kernel walks every (row, token) bit; a trie row allows few
                 # tokens, so each row is filled with -inf and its allowed logits kept, in one
                 # call into the core per set (about 20x faster than the dense kernel)
                 cs.apply_mask_inplace(states, logits, rows)
             else:
                 cs.fill_bitmask_batch(states, bitmask, rows)
+        self._plan_masks()
+        if target is not None:  # every other row is copied whole (plan rows masked below)
+            done = np.zeros(n_rows, dtype=bool)
+            for _, _, rows in self._groups:
+                done[rows[rows < n_rows]] = True
+            full = np.flatnonzero(~done)
+            if len(full):
+                idx = torch.from_numpy(full)
+                target.index_copy_(0, idx, logits.index_select(0, idx))
+            self._swap_full = full
+            logits = target
+        if sparse:  # the set rows are done; plan and failed rows still take the bitmask
+            rows = np.concatenate([[row for row, _ in self._plan_rows], self._failed_rows])
+            rows = rows.astype(np.int64)
+        else:
+            rows = self._rows
+        if len(rows):
+            # xgrammar's kernel: bitmask row ``i`` masks logits row ``i`` for ``i`` in indices
+            indices = None if len(rows) == n_rows else rows.tolist()
+            apply_token_bitmask_inplace(logits, self._bitmask_t[:n_rows], indices=indices)
+        return logits
+
+    @staticmethod
+    def _advance_group(cs: ChoiceSet, reqs: list[_Req]) -> I64:
+        """Step the requests of one set by their new tokens (one batched call); their states."""
+        states = np.empty(len(reqs), dtype=np.int64)
+        tokens = np.empty(len(reqs), dtype=np.int64)
+        stepping = np.zeros(len(reqs), dtype=bool)
+        for i, req in enumerate(reqs):
+            out = req.out
+            n = len(out)
+            state = req.node
+            if n > req.seen + 1:  # resumed (preempted) or first seen with history
+                for t in out[req.seen : n - 1]:
+                    state = cs.advance(state, t)
+                req.seen = n - 1
+            states[i] = state
+            if n > req.seen:
+                tokens[i] = out[n - 1]
+                stepping[i] = True
+                req.seen = n
+        if stepping.any():
+            states[stepping] = cs.advance_batch(states[stepping], tokens[stepping])
+        for req, s in zip(reqs, states.tolist(), strict=True):
+            req.node = s
+        return states
+
+    def _plan_masks(self) -> None:
+        """Step the plan rows and write their bitmask rows (failed rows: end ids only)."""
+        bitmask = self._bitmask
         for row, req in self._plan_rows:
             plan = req.plan
             if plan is None:  # failed at an earlier step of this batch layout
@@ -406,17 +498,6 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     bitmask[row] = self._end_row
         if len(self._failed_rows) and self._end_row is not None:
             bitmask[self._failed_rows] = self._end_row
-        n_rows = int(logits.shape[0])
-        if sparse:  # the set rows are done; plan and failed rows still take the bitmask
-            rows = np.concatenate([[row for row, _ in self._plan_rows], self._failed_rows])
-            rows = rows.astype(np.int64)
-        else:
-            rows = self._rows
-        if len(rows):
-            # xgrammar's kernel: bitmask row ``i`` masks logits row ``i`` for ``i`` in indices
-            indices = None if len(rows) == n_rows else rows.tolist()
-            apply_token_bitmask_inplace(logits, self._bitmask_t[:n_rows], indices=indices)
-        return logits
 
 
 def _engine_vocabulary(vllm_config: Any, width: int) -> Vocabulary:
