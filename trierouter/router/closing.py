@@ -40,7 +40,6 @@ from trierouter.router.bitmask import bitmask_to_ids
 if TYPE_CHECKING:
     from trierouter.registry.trie import ChoiceSet
     from trierouter.registry.vocabulary import Vocabulary
-    from trierouter.router.toolcalls import ToolCallPlan
 
 __all__ = [
     "ARGS_GUESS",
@@ -63,6 +62,8 @@ _MAX_PIECE = 32
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
+ToolCallPlan = Any
+"""A :class:`~trierouter.router.toolcalls.ToolCallPlan` (not imported: it imports this)."""
 
 
 class GreedyCounter:
