@@ -384,4 +384,5 @@ class TurnCloser:
             return None
         if fr.allow_end:  # auto: a call could no longer close; the text ends
             return pack_ids(list(plan.end_ids), plan.width)
-        return plan._free_row(stage, k, True)  # think: the rest of the delimiter now
+        forced: I32 = plan._free_row(stage, k, True)  # think: the rest of the delimiter now
+        return forced
