@@ -498,12 +498,28 @@ def scale(
     """Accuracy vs registry size: each question's own functions hidden in the pool (its own
     docs: a same-named function of another question is not its function), a shortlist's top
     ``k`` in the prompt and the constraint; recall@k of every method measured separately."""
-    sizes = [int(x) for x in args.sizes.split(",")]
     runs = [(m, int(k)) for m, k in (r.split(":") for r in args.shortlists.split(","))]
     entries = [e for c in ("simple_python", "multiple") for e in sample(c, args.n, args.seed)]
     own = [t for e in entries for t in tools_of(e)]
-    pool = pools(sizes, own)
-    out: dict[str, Any] = result.get("scale") or {"sizes": [], "by_size": {}}
+    key = "scale_distinct" if args.distinct else "scale"
+    out: dict[str, Any] = result.get(key) or {"sizes": [], "by_size": {}}
+    conflicts: dict[str, set[str]] = {}
+    removed: set[str] = set()
+    numbers = [int(x) for x in args.sizes.split(",") if x != "bfcl"]
+    if args.distinct:  # BFCL's near-duplicates of the evaluated functions leave the pool
+        from _bfcl_distinct import near_duplicates
+
+        margin = max(numbers, default=0) + 2000
+        pool = pools([margin], own)
+        own_by_q = {e.id: tools_of(e) for e in entries}
+        removed, conflicts, out["near_duplicates"] = near_duplicates(own_by_q, pool)
+        pool = [t for t in pool if t["function"]["name"] not in removed]
+        print(f"near-duplicates: {out['near_duplicates']['removed']} removed", flush=True)
+    else:
+        pool = pools([max([*numbers, 1853])], own)
+    base = pools([0], own)  # the questions' own + every BFCL function
+    n_bfcl = len([t for t in base if t["function"]["name"] not in removed])
+    sizes = [n_bfcl if x == "bfcl" else int(x) for x in args.sizes.split(",")]
     out |= {"questions": len(entries), "runs": sorted({*out.get("runs", []),
             *(f"{m}@{k}" for m, k in runs)})}  # fmt: skip
     out["sizes"] = sorted({*out["sizes"], *sizes})
@@ -522,7 +538,11 @@ def scale(
         tops: dict[str, list[list[str]]] = {}
         for m, (index, build_s) in built.items():
             t1 = time.perf_counter()
-            tops[m] = [list(index.search(e.messages[-1]["content"], max(ks))) for e in entries]
+            tops[m] = [
+                [n for n in index.search(e.messages[-1]["content"], max(ks) + 10)
+                 if n not in conflicts.get(e.id, ())][: max(ks)]
+                for e in entries
+            ]  # fmt: skip
             search_ms = (time.perf_counter() - t1) / len(entries) * 1000
             golds = [{next(iter(a)) for a in (e.answer or [])} for e in entries]
             row_out["recall_at"][m] = {
@@ -569,10 +589,10 @@ def scale(
             rec = row_out["recall_at"][m][str(k)]
             print(f"K={size:>7} {m}@{k}: recall {rec:.2f} accuracy {acc:.2f}", flush=True)
             out["by_size"][str(size)] = row_out
-            result["scale"] = out
+            result[key] = out
             save(result, Path(args.out))
         out["by_size"][str(size)] = row_out
-        result["scale"] = out
+        result[key] = out
         save(result, Path(args.out))
 
 
@@ -664,8 +684,17 @@ def main() -> None:
     ap.add_argument("--shortlists", default="bm25:5,hybrid:5,hybrid:10",
                     help="--scale runs: method:k (bm25, hybrid = Shortlist.build)")  # fmt: skip
     ap.add_argument("--hybrid-max", type=int, default=10_000, help="largest pool for hybrid")
-    ap.add_argument("--sizes", default="1853,10000,100000", help="registry sizes for --scale")
+    ap.add_argument(
+        "--sizes",
+        default="1853,10000,100000",
+        help="registry sizes for --scale ('bfcl': every BFCL function left)",
+    )
+    ap.add_argument("--distinct", action="store_true",
+                    help="--scale without BFCL's near-duplicates of the evaluated functions "
+                    "(benchmarks/_bfcl_distinct.py; results under 'scale_distinct')")  # fmt: skip
     ap.add_argument("--merge", action="store_true", help="add to the results in --out")
+    ap.add_argument("--only", default="",
+                    help="ARM:cat+cat,...: run those arms on these categories only")  # fmt: skip
     ap.add_argument("--transformers", type=int, default=0, help="questions through transformers")
     ap.add_argument("--transformers-category", default="simple_python")
     ap.add_argument("--out", default=str(OUT))
@@ -723,10 +752,13 @@ def main() -> None:
                 "entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools),
                 "think_prompt": prompt_of(tok, think_messages(e.messages), tools),
             })  # fmt: skip
+    only = {a: set(c.split("+")) for a, c in (x.split(":") for x in args.only.split(",") if x)}
+    all_jobs = jobs
     for arm in arms:
         if arm == "scale":  # the registry-size run, at this point of the arm order
             scale(llm, tok, judge, parsers, args, result)
             continue
+        jobs = [j for j in all_jobs if arm not in only or j["entry"].category in only[arm]]
         outs, wall, cpu = run_arm(llm, arm, jobs, args)
         per_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
         lenient: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -749,14 +781,20 @@ def main() -> None:
                 lenient[e.category].append(lrow)
         texts_out = Path(args.out).with_name(Path(args.out).stem + "_texts.json")
         texts = json.loads(texts_out.read_text()) if texts_out.is_file() else {}
-        texts[arm] = {j["entry"].id: o.outputs[0].text for j, o in zip(jobs, outs, strict=True)}
+        texts.setdefault(arm, {}).update(
+            {j["entry"].id: o.outputs[0].text for j, o in zip(jobs, outs, strict=True)}
+        )
         save(texts, texts_out)
-        result["arms"][arm] = {c: summarize(rows) for c, rows in per_cat.items()}
-        result["arms"][arm]["wall_s"] = wall
-        result["arms"][arm]["cpu_s"] = cpu
-        result["examples"][arm] = examples
+        # a rerun of some categories replaces those rows only (wall / CPU: the latest batch)
+        arm_out = result["arms"].setdefault(arm, {})
+        arm_out |= {c: summarize(rows) for c, rows in per_cat.items()}
+        arm_out |= {"wall_s": wall, "cpu_s": cpu, "categories_last_run": sorted(per_cat)}
+        ran = {j["entry"].id for j in jobs}
+        kept = [x for x in result["examples"].get(arm, []) if x["id"] not in ran]
+        result["examples"][arm] = examples + kept
         if lenient:
-            result["arms"]["free_lenient"] = {c: summarize(r) for c, r in lenient.items()}
+            result["arms"].setdefault("free_lenient", {})
+            result["arms"]["free_lenient"] |= {c: summarize(r) for c, r in lenient.items()}
         line = "  ".join(
             f"{c}: {s['correct']}/{s['n']} ({s['invalid']} invalid)"
             for c, s in result["arms"][arm].items() if isinstance(s, dict)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {
@@ -66,9 +67,10 @@ def table(data: dict) -> str:  # type: ignore[type-arg]
     return "\n".join(lines)
 
 
-def scale_table(data: dict) -> str:  # type: ignore[type-arg]
-    """The README's accuracy-vs-registry-size table."""
-    sc = data["scale"]
+def scale_table(data: dict, key: str = "scale") -> str:  # type: ignore[type-arg]
+    """The README's accuracy-vs-registry-size table (``key``: ``scale``, or ``scale_distinct``:
+    the pool without BFCL's near-duplicates of the evaluated functions)."""
+    sc = data[key]
     native = [data["arms"]["tr_required"][c] for c in ("simple_python", "multiple")]
     nat_c, nat_n = sum(s["correct"] for s in native), sum(s["n"] for s in native)
     lines = [
@@ -90,6 +92,35 @@ def scale_table(data: dict) -> str:  # type: ignore[type-arg]
                 f"{rec[k]:.2f} | {at} | {row['build_s'][m]:.1f} s |"
             )
     return "\n".join(lines)
+
+
+def _scale_curves(ax: Any, data: dict, nat_acc: float) -> None:  # type: ignore[type-arg]
+    """Accuracy and recall@k against the registry size, for the pool as BFCL ships it (dashed)
+    and without its near-duplicates (solid)."""
+    keys = [k for k in ("scale", "scale_distinct") if data.get(k)]
+    sizes = sorted({int(s) for k in keys for s in data[k]["sizes"]})
+    xs_of = {s: i + 1 for i, s in enumerate(sizes)}
+    for ki, key in enumerate(keys):
+        sc = data[key]
+        style = "--" if key == "scale" and len(keys) > 1 else "-"
+        tag = "with BFCL near-duplicates" if key == "scale" else "near-duplicates removed"
+        for i, run in enumerate(sc["runs"]):
+            m, k = run.split("@")
+            xs, acc, rec = [0], [nat_acc], [100.0]
+            for s in sorted(int(x) for x in sc["sizes"]):
+                row = sc["by_size"].get(str(s), {})
+                r = row.get("runs", {}).get(run)
+                rr = row.get("recall_at", {}).get(m, {}).get(k)
+                if r is None:
+                    continue
+                xs.append(xs_of[s])
+                acc.append(100 * r["accuracy"])
+                rec.append(100 * rr if rr is not None else float("nan"))
+            color = f"C{i + 2 * ki}"
+            ax.plot(xs, acc, "o" + style, color=color,
+                    label=f"accuracy, {SHORTLISTS[m]} top {k} ({tag})")  # fmt: skip
+            ax.plot(xs, rec, "s:", color=color, alpha=0.5, label=f"recall@{k} ({tag})")
+    ax.set_xticks(range(len(sizes) + 1), ["native (1-4)"] + [f"K={s:,}" for s in sizes])
 
 
 def transformers_table(data: dict) -> str:  # type: ignore[type-arg]
@@ -119,9 +150,10 @@ def main() -> None:
     data = json.loads(path.read_text())
     if args.table:
         print(table(data))
-        if data.get("scale"):
-            print()
-            print(scale_table(data))
+        for key in ("scale", "scale_distinct"):
+            if data.get(key):
+                print()
+                print(scale_table(data, key))
         if data.get("transformers"):
             print()
             print(transformers_table(data))
@@ -130,7 +162,7 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scale = data.get("scale")
+    scale = data.get("scale") or data.get("scale_distinct")
     fig, axes = plt.subplots(1, 2 if scale else 1, figsize=(15 if scale else 9, 5), squeeze=False)
     ax = axes[0][0]
     arms = [a for a in LABELS if a in data["arms"]]
@@ -159,20 +191,7 @@ def main() -> None:
         native = data["arms"].get("tr_required", {})
         nat = [native[c] for c in ("simple_python", "multiple") if c in native]
         nat_acc = 100 * sum(s["correct"] for s in nat) / max(1, sum(s["n"] for s in nat))
-        sizes = [str(s) for s in scale["sizes"]]
-        xs = list(range(len(sizes) + 1))
-        for i, run in enumerate(scale["runs"]):
-            m, k = run.split("@")
-            acc, rec = [nat_acc], [100.0]
-            for s in sizes:
-                row = scale["by_size"].get(s, {})
-                r = row.get("runs", {}).get(run)
-                acc.append(100 * r["accuracy"] if r else float("nan"))
-                rr = row.get("recall_at", {}).get(m, {}).get(k)
-                rec.append(100 * rr if rr is not None and r else float("nan"))
-            color = f"C{i}"
-            ax2.plot(xs, acc, "o-", color=color, label=f"accuracy, {SHORTLISTS[m]} top {k}")
-            ax2.plot(xs, rec, "s:", color=color, alpha=0.6, label=f"recall@{k} (bound)")
+        _scale_curves(ax2, data, nat_acc)
         xg = data["arms"].get("xgrammar", {})
         xnat = [xg[c] for c in ("simple_python", "multiple") if c in xg]
         if xnat:
@@ -181,12 +200,12 @@ def main() -> None:
         ax2.annotate(
             "XGrammar whole-registry schema: no compile\nwithin 120 s from 1,000 tools "
             "(tool_calls.json)",
-            (len(xs) / 2, 8), fontsize=7, color="tab:red", ha="center",
+            (1.5, 8), fontsize=7, color="tab:red", ha="center",
         )  # fmt: skip
-        ax2.set_xticks(xs, ["native (1-4)"] + [f"K={int(s):,}" for s in sizes])
         ax2.set_ylim(0, 105)
         ax2.set_ylabel("% of simple_python + multiple questions")
         ax2.set_title(f"Accuracy vs registry size ({scale['questions']} questions)")
+        ax2.set_xlabel("tools in the registry (a shortlist's top k in the prompt and constraint)")
         ax2.legend(fontsize=7, loc="lower left")
         ax2.grid(alpha=0.3)
     fig.tight_layout()

@@ -90,7 +90,9 @@ def transformers_calls(qwen: tuple[Any, Any, TokenIndex]) -> dict[str, tuple[str
         (res,) = generate(model, tok, [_prompt(tok, e)], plan, max_new_tokens=64)
         assert res.terminated, res.text
         assert res.text.startswith("<tool_call>\n{") and res.text.endswith("}\n</tool_call>")
-        out[e.id] = (res.text, plan.parse(res.text))
+        call = plan.parse(res.text)
+        assert call is not None
+        out[e.id] = (res.text, call)
     return out
 
 
@@ -159,5 +161,35 @@ def test_vllm_gives_the_same_judged_call(
     assert text == transformers_calls[e.id][0]  # greedy: the same tokens in both engines
     _model, _tok, index = qwen
     call = ToolCallPlan(compile_tools(_tools(e), index, format="hermes")).parse(text)
+    assert call is not None
     _check(e, call)
     assert load_judge(cache_dir=PERSISTENT_CACHE).check(e, [{call.name: call.args}]).valid
+
+
+def test_vllm_parallel_turn_closes_within_max_tokens(
+    vllm_engine: Any, qwen: tuple[Any, Any, TokenIndex]
+) -> None:
+    """parallel_multiple_52 made the model write ``0, 0, 0, ...`` into an array until
+    ``max_tokens`` cut the call; the processor reads the request's ``max_tokens`` and the turn
+    now ends, valid (read by the test's own Hermes reader and ``jsonschema``), within it."""
+    from vllm import SamplingParams
+
+    from tests.test_closing import check_turn
+
+    _model, tok, _index = qwen
+    e = _entry("parallel_multiple", 52)
+    assert e.id == "parallel_multiple_52"
+    tools = _tools(e)
+    params = SamplingParams(
+        temperature=0.0,
+        max_tokens=48,
+        extra_args={
+            "trierouter_tools_inline": tools,
+            "trierouter_tool_format": "hermes",
+            "trierouter_parallel_tool_calls": True,
+        },
+    )
+    (out,) = vllm_engine.generate([_prompt(tok, e)], params, use_tqdm=False)
+    o = out.outputs[0]
+    assert o.finish_reason == "stop" and len(o.token_ids) <= 48, o.text
+    assert check_turn(o.text, tools)

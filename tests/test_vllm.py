@@ -740,3 +740,34 @@ def test_tool_calls_inline_and_forced(llm: Any, tiny_model: Path) -> None:
     bad = SamplingParams(max_tokens=5, extra_args={"trierouter_tools": "nope"})
     with pytest.raises((ValueError, VLLMValidationError), match="unknown registry"):
         llm.generate(["x"], bad, use_tqdm=False)
+
+
+def test_tool_call_request_closes_within_max_tokens(
+    tiny_model: Path, engine_env: dict[str, str]
+) -> None:
+    """A tool-call request's ``max_tokens`` reaches the processor: uniformly random picks among
+    the allowed tokens (no model) end as a complete, valid turn within it."""
+    import random
+
+    from tests.test_closing import TOOLS, check_turn
+
+    width = 151_872
+    proc = _processor(tiny_model, width, swap=False)
+    vocab = proc._ensure_index().vocabulary
+    rng = random.Random(0)
+    for limit in (40, 64):
+        out: list[int] = []
+        xargs = {"trierouter_tools_inline": TOOLS, "trierouter_tool_format": "hermes",
+                 "trierouter_parallel_tool_calls": True}  # fmt: skip
+        params = SamplingParams(max_tokens=limit, extra_args=xargs)
+        proc.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, params, None, out)],
+                                      moved=[]))  # fmt: skip
+        while len(out) < limit:
+            logits = proc.apply(torch.zeros(1, width))
+            ok = torch.nonzero(torch.isfinite(logits[0])).flatten().tolist()
+            out.append(rng.choice(ok))
+            if out[-1] in vocab.end_ids:
+                break
+        assert out[-1] in vocab.end_ids, vocab.decode(out)
+        check_turn(vocab.decode(out[:-1]).decode("utf-8"))
+        proc.update_state(BatchUpdate(batch_size=0, removed=[0], added=[], moved=[]))

@@ -42,6 +42,7 @@ from trierouter.registry.compiler import CompiledTools
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
 from trierouter.router.bitmask import bitmask_to_ids
+from trierouter.router.closing import TurnCloser, narrow_slot
 from trierouter.router.tool_call import (
     ParsedOutput,
     ToolCall,
@@ -157,7 +158,9 @@ class ToolCallPlan:
         self.NEXT = self.NAME + 3
         self._text_only = tool_choice == "none"
         lead = self.format.lead(after_trigger=tool_choice == "auto")
-        self.names: ChoiceSet = tools.names_for(None if subset is None else list(subset), lead=lead)
+        self._subset = None if subset is None else list(subset)
+        self.names: ChoiceSet = tools.names_for(self._subset, lead=lead)
+        self._closer: TurnCloser | None = None
         self.next_names: ChoiceSet | None = None
         self._hold = self.max_calls > 1
         held = self.format.held(hold=self._hold)
@@ -178,7 +181,6 @@ class ToolCallPlan:
         self._end_row = pack_ids(list(self.end_ids), self.width)
         self._words = words
         self._free_rows: dict[tuple[int, int, bool], npt.NDArray[np.int32]] = {}
-        self._tier_rows: list[npt.NDArray[np.int32]] | None = None
         self._safe_row: npt.NDArray[np.int32] | None = None
 
     def _walk_bytes(self, names: ChoiceSet, data: bytes) -> int:
@@ -402,8 +404,17 @@ class ToolCallPlan:
 
     # -- masks -----------------------------------------------------------------------------------
     def fill_next_token_bitmask(
-        self, state: Any, bitmask: npt.NDArray[np.int32], index: int = 0
-    ) -> None:
+        self, state: Any, bitmask: npt.NDArray[np.int32], index: int = 0, *,
+        remaining: int | None = None,
+    ) -> None:  # fmt: skip
+        """``remaining``: tokens the output may still have, this one included; given, only
+        tokens after which the turn can still close (:class:`~.closing.TurnCloser`)."""
+        self._fill(state, bitmask, index)
+        if remaining is not None:
+            self._closer = self._closer or TurnCloser(self, self._subset)
+            self._closer.narrow(state, bitmask[index], remaining)
+
+    def _fill(self, state: Any, bitmask: npt.NDArray[np.int32], index: int) -> None:
         row = bitmask[index]
         stage, node = int(state[0]), int(state[1])
         if stage < 0:
@@ -449,27 +460,7 @@ class ToolCallPlan:
         if (budget is not None and budget <= steps < 3 * budget) or (
             cap is not None and cap <= total < 3 * cap
         ):
-            self._narrow(state[4][0], row)
-
-    def _narrow(self, matcher: Any, row: npt.NDArray[np.int32]) -> None:
-        """Over budget in an XGrammar slot: prefer a token that completes the value, then one
-        of ``"``, ``]``, ``}``, then one of ``:``, space, ``0`` (a random model would otherwise
-        wander inside free JSON for ever)."""
-        tiers = self._tiers()
-        cand = bitmask_to_ids(row & (tiers[0] | tiers[1]), self.width).tolist()
-        done = []
-        for t in cand:
-            f = matcher.fork()
-            if f.accept_token(int(t)) and f.is_completed():
-                done.append(int(t))
-        if done:
-            row[:] = pack_ids(done, self.width)
-            return
-        for tier in tiers:
-            narrowed = row & tier
-            if narrowed.any():
-                row[:] = narrowed
-                return
+            narrow_slot(self, state[4][0], row)
 
     def _json_safe(self) -> npt.NDArray[np.int32]:
         """Tokens without raw control characters (never valid in compact JSON; XGrammar 0.2's
@@ -485,19 +476,9 @@ class ToolCallPlan:
             self._safe_row = pack_ids(ok, self.width) | self._end_row
         return self._safe_row
 
-    def _tiers(self) -> list[npt.NDArray[np.int32]]:
-        if self._tier_rows is None:
-            rows = []
-            by_bytes = {t: i for i, t in enumerate(self._tokens) if self.vocabulary.matchable[i]}
-            for chars in (b'"]}', b": 0"):
-                ids = [by_bytes[bytes([c])] for c in chars if bytes([c]) in by_bytes]
-                rows.append(pack_ids(ids, self.width))
-            self._tier_rows = rows
-        return self._tier_rows
-
-    def allowed_token_ids(self, state: Any) -> npt.NDArray[np.int32]:
+    def allowed_token_ids(self, state: Any, remaining: int | None = None) -> npt.NDArray[np.int32]:
         row = np.zeros((1, self._words), dtype=np.int32)
-        self.fill_next_token_bitmask(state, row, 0)
+        self.fill_next_token_bitmask(state, row, 0, remaining=remaining)
         return bitmask_to_ids(row[0], self.width).astype(np.int32)
 
     def forced_tokens(self, state: Any, *, limit: int = 64) -> list[int]:

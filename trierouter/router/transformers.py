@@ -57,7 +57,7 @@ class _Rows:
     ``Plan.TERMINATED`` / ``Plan.DEAD`` follow an end id / a refused token.
     """
 
-    def __init__(self, constraints: Sequence[Constraint]) -> None:
+    def __init__(self, constraints: Sequence[Constraint], limit: int | None = None) -> None:
         if not constraints:
             raise ValueError("constraints: need at least one row")
         self.constraints = list(constraints)
@@ -65,6 +65,8 @@ class _Rows:
         if len(widths) != 1:
             raise ValueError(f"constraints: all rows need the same vocabulary width, got {widths}")
         self.width = widths.pop()
+        self.limit = limit
+        """``max_new_tokens``: a tool-call turn closes within it."""
         self.states: list[Any] = []
         self.tokens: list[list[int]] = [[] for _ in self.constraints]
         self._groups: dict[int, tuple[ChoiceSet, list[int]]] = {}
@@ -121,7 +123,11 @@ class _Rows:
         for i in self._plan_rows:
             plan = self.constraints[i]
             assert not isinstance(plan, ChoiceSet)
-            plan.fill_next_token_bitmask(self.states[i], bitmask, i)
+            if self.limit is not None and isinstance(plan, ToolCallPlan):
+                left = self.limit - len(self.tokens[i])
+                plan.fill_next_token_bitmask(self.states[i], bitmask, i, remaining=left)
+            else:
+                plan.fill_next_token_bitmask(self.states[i], bitmask, i)
         for cs, members in self._groups.values():
             live = [i for i in members if self.states[i].stage == 0]
             for i in members:
@@ -163,7 +169,9 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
     ``constraints``: one :class:`Plan` / :class:`ChoiceSet` for every row, or one shared by all
     (``batch_size`` rows, default: the batch size seen at the first call). ``prompt_lengths``: the
     ``input_ids`` width where generated tokens start (an int for all rows, or one per row); by
-    default the width at the first call, which is right for left-padded batches. Like XGrammar's
+    default the width at the first call, which is right for left-padded batches.
+    ``max_new_tokens``: the same limit as ``generate``'s, so that a tool-call turn closes within
+    it (:class:`~trierouter.router.closing.TurnCloser`). Like XGrammar's
     processor, an instance serves one ``generate`` call; :meth:`reset` makes it reusable.
     """
 
@@ -173,7 +181,9 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
         *,
         prompt_lengths: int | Sequence[int] | None = None,
         batch_size: int | None = None,
+        max_new_tokens: int | None = None,
     ) -> None:
+        self._limit = max_new_tokens
         if isinstance(constraints, Plan | ChoiceSet | ToolCallPlan):
             self._shared: Constraint | None = constraints
             self._given: list[Constraint] = []
@@ -212,7 +222,7 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
                 raise ValueError(f"input_ids has {n} rows, batch_size={self._batch_size}")
             assert self._shared is not None
             constraints = [self._shared] * n
-        rows = _Rows(constraints)
+        rows = _Rows(constraints, self._limit)
         pl = self._prompt_lengths
         if pl is None:
             self._next = [int(input_ids.shape[1])] * n
@@ -355,7 +365,8 @@ def generate(
     ``plan_or_plans``: one :class:`Plan`, :class:`ChoiceSet` or list of values for every prompt,
     or a sequence with one per prompt (sets and values are compiled for the tokenizer at the
     model's width). ``fast_forward``: append forced continuations without sampling them (see the
-    module docstring). ``seed``: reproducible sampling, the same for any ``batch_size``.
+    module docstring). ``seed``: reproducible sampling, the same for any ``batch_size``. A tool
+    call (:class:`ToolCallPlan`) always closes within ``max_new_tokens`` when it fits at all.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens}: expected >= 1")
@@ -418,7 +429,7 @@ def _generate_batch(
     n = len(prompts)
     device = model.device
     pad = _pad_id(tokenizer, plans)
-    rows = _Rows(plans)
+    rows = _Rows(plans, max_new_tokens)
     ends = set(plans[0].end_ids)
     bitmask = allocate_token_bitmask(n, rows.width)
     forward = [0] * n

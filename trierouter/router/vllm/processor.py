@@ -74,10 +74,14 @@ _ACTIVE: dict[int, weakref.ReferenceType[TrieRouterLogitsProcessor]] = {}
 class _Req:
     """One constrained request: its live output list, how much of it was read, its state."""
 
-    __slots__ = ("choices", "node", "out", "plan", "plan_state", "seen")
+    __slots__ = ("choices", "limit", "node", "out", "plan", "plan_state", "seen")
 
-    def __init__(self, out: list[int], choices: ChoiceSet | None, plan: Any) -> None:
+    def __init__(
+        self, out: list[int], choices: ChoiceSet | None, plan: Any, limit: int | None = None
+    ) -> None:
         self.out = out
+        self.limit = limit
+        """A tool-call request's ``max_tokens``: its turn closes within it."""
         self.choices = choices
         self.plan = plan
         self.seen = 0
@@ -295,7 +299,8 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         try:
             self._ensure_index()
             if spec.is_tool_call:
-                return _Req(out, None, self._tool_plan(spec))
+                limit = getattr(params, "max_tokens", None)
+                return _Req(out, None, self._tool_plan(spec), limit)
             cs = self._choice_set(spec)
             if spec.is_plain:
                 return _Req(out, cs, None)
@@ -476,7 +481,11 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     pstate = plan.advance(pstate, t)
                 req.seen = len(out)
                 req.plan_state = pstate
-                plan.fill_next_token_bitmask(pstate, bitmask, row)
+                if req.limit is None:
+                    plan.fill_next_token_bitmask(pstate, bitmask, row)
+                else:  # only tokens after which the call list can close within max_tokens
+                    left = req.limit - len(out)
+                    plan.fill_next_token_bitmask(pstate, bitmask, row, remaining=left)
             except Exception as exc:  # this row alone ends (its end ids only); the batch goes on
                 logger.error(
                     "trierouter: request failed while decoding, it will end now: %s: %s",

@@ -1,0 +1,134 @@
+"""A tool-call turn closes before the token limit: random walks and a tiny random model under a
+small ``max_tokens``, every output ending as a complete call list that an independent reader
+(a regex over the Hermes tags, ``json.loads``, ``jsonschema`` with its format checker) accepts."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+import pytest
+
+from trierouter.registry.compiler import CompiledTools, compile_tools
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.toolcalls import ToolCallPlan
+
+TOOLS = [
+    {"type": "function", "function": {"name": "math.sum", "description": "Add numbers",
+     "parameters": {"type": "object", "properties": {
+         "numbers": {"type": "array", "items": {"type": "integer"}},
+         "note": {"type": "string"}},
+         "required": ["numbers"]}}},
+    {"type": "function", "function": {"name": "book_flight", "description": "Book a flight",
+     "parameters": {"type": "object", "properties": {
+         "origin": {"type": "string"}, "destination": {"type": "string"},
+         "date": {"type": "string", "format": "date"},
+         "passengers": {"type": "object", "properties": {
+             "adults": {"type": "integer", "minimum": 1}, "names": {"type": "array",
+             "items": {"type": "string"}}}, "required": ["adults", "names"]},
+         "extra": {"type": "object"}},
+         "required": ["origin", "destination", "date", "passengers"]}}},
+    {"type": "function", "function": {"name": "ping", "parameters": {}}},
+]  # fmt: skip
+_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
+
+
+def check_turn(text: str, tools: list[dict[str, Any]] = TOOLS) -> list[dict[str, Any]]:
+    """The calls of a finished Hermes turn, read without trierouter: the whole text is
+    ``<tool_call>`` blocks separated by newlines, each a JSON call valid for its tool."""
+    import jsonschema
+
+    blocks = _CALL.findall(text)
+    assert blocks, text
+    assert "\n".join(f"<tool_call>\n{b}\n</tool_call>" for b in blocks) == text, text
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    fc = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    calls = []
+    for b in blocks:
+        call = json.loads(b)
+        assert set(call) == {"name", "arguments"}, b
+        schema = schemas[call["name"]] or {"type": "object"}
+        jsonschema.Draft202012Validator(schema, format_checker=fc).validate(call["arguments"])
+        calls.append(call)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def hermes(qwen2_index: TokenIndex) -> CompiledTools:
+    return compile_tools(TOOLS, qwen2_index, format="hermes")
+
+
+def _walk(plan: ToolCallPlan, vocab: Vocabulary, rng: random.Random, limit: int) -> list[int]:
+    st: Any = plan.start()
+    toks: list[int] = []
+    while len(toks) < limit:
+        ids = plan.allowed_token_ids(st, remaining=limit - len(toks)).tolist()
+        assert ids, "empty mask"
+        t = rng.choice(ids)
+        toks.append(t)
+        st = plan.advance(st, t)
+        assert st[0] != plan.DEAD
+        if st[0] == plan.TERMINATED:
+            break
+    assert st[0] == plan.TERMINATED, vocab.decode(toks)
+    return toks
+
+
+@pytest.mark.parametrize("limit", [40, 64, 120])
+def test_random_walks_close_within_the_limit(
+    hermes: CompiledTools, qwen2: Vocabulary, limit: int
+) -> None:
+    """Uniformly random tokens (the worst model: strings never close by themselves, arrays
+    grow, calls follow calls) still end as a valid turn with the end id within ``limit``."""
+    plan = ToolCallPlan(hermes, tool_choice="required", parallel_tool_calls=True, max_calls=8)
+    rng = random.Random(limit)
+    many = 0
+    for _ in range(12):
+        toks = _walk(plan, qwen2, rng, limit)
+        assert len(toks) <= limit
+        text = qwen2.decode(t for t in toks if t not in qwen2.end_ids).decode("utf-8")
+        many += len(check_turn(text)) > 1
+    if limit >= 120:
+        assert many  # room for more calls: some walks made them
+
+
+def test_named_tool_and_think_close(hermes: CompiledTools, qwen2: Vocabulary) -> None:
+    rng = random.Random(1)
+    named = ToolCallPlan(hermes, tool_choice="book_flight")
+    think = ToolCallPlan(hermes, think=True, think_end="</think>", think_max_tokens=200)
+    for _ in range(6):
+        text = qwen2.decode(_walk(named, qwen2, rng, 70)).decode("utf-8", "replace")
+        assert check_turn(text.replace("<|im_end|>", ""))[0]["name"] == "book_flight"
+        toks = _walk(think, qwen2, rng, 90)
+        text = qwen2.decode(t for t in toks if t not in qwen2.end_ids).decode("utf-8")
+        check_turn(text.split("</think>", 1)[1])
+
+
+def test_tiny_model_closes_within_max_new_tokens(
+    hermes: CompiledTools, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The transformers path reads ``max_new_tokens``: sampled outputs of the tiny random model
+    all end, with the end id, as valid turns within the limit."""
+    pytest.importorskip("torch")
+    import transformers
+
+    from trierouter.router.transformers import generate
+    from trierouter.testing.tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny-closing") / "qwen2")
+    model: Any = transformers.AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    vocab = Vocabulary.from_tokenizer(tok, width=model.get_output_embeddings().weight.shape[0])
+    tools = compile_tools(TOOLS, TokenIndex.get(vocab), format="hermes")
+    plan = ToolCallPlan(tools, parallel_tool_calls=True)
+    prompts = [f"Request {i}: call the tools." for i in range(8)]
+    res = generate(
+        model, tok, prompts, plan, max_new_tokens=48, do_sample=True, temperature=1.0, seed=0
+    )
+    for r in res:
+        assert r.terminated and len(r.token_ids) <= 48, r.text
+        check_turn(r.text)

@@ -1,0 +1,388 @@
+"""A tool-call turn that always closes before the request's token limit.
+
+A sampled call can run long (a model that keeps adding calls, or writes ``0, 0, 0, ...`` into an
+array) and be cut by ``max_tokens`` mid-object. :class:`TurnCloser` narrows a
+:class:`~trierouter.router.toolcalls.ToolCallPlan` mask, given the tokens the output may still
+have (``remaining``, the token being chosen included), to the tokens after which a completion of
+the turn (the open value, the call, the format's suffix and the end id) still fits.
+
+The completion counted from each point is one fixed text: the shortest byte path to the end of
+the arguments automaton (a shortest-path tree, so the path from the next point on the path is
+the rest of this one) cut into tokens greedily, longest token first. Its first token is always
+allowed and leaves exactly one token less to go, so the narrowed mask is never empty once the
+limit was reachable: the turn ends with its end id within ``max_tokens``.
+
+- arguments: per automaton state, that completion's tokens (an XGrammar slot is costed
+  :data:`SLOT_RESERVE` tokens plus the rest after it: a slot's JSON has no shortest length
+  here, the plan steers it toward completion instead, so a slot is best effort);
+- names: the rest of the call head and name, plus that tool's shortest arguments: a call opens
+  only when it can close; after a call, the turn's end is always among the choices and another
+  call is counted against what is left;
+- free text (think, ``auto``): the think delimiter is forced early enough for the most expensive
+  call; under ``auto``, text after which a call could no longer close ends.
+
+A plan over more than :data:`EXACT_TOOLS` tools costs an unknown tool's arguments
+:data:`ARGS_GUESS` tokens (building every automaton of a 100,000-tool registry to size them is
+not worth it); the arguments of a chosen tool are always exact.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
+from trierouter.router.bitmask import bitmask_to_ids
+
+if TYPE_CHECKING:
+    from trierouter.registry.trie import ChoiceSet
+    from trierouter.registry.vocabulary import Vocabulary
+
+__all__ = [
+    "ARGS_GUESS",
+    "EXACT_TOOLS",
+    "SLOT_RESERVE",
+    "GreedyCounter",
+    "TurnCloser",
+    "narrow_slot",
+    "shortest_paths",
+]
+
+SLOT_RESERVE = 8
+"""Tokens an XGrammar slot is costed when the shortest completion is counted."""
+EXACT_TOOLS = 256
+"""Plans over at most this many tools size every tool's arguments exactly."""
+ARGS_GUESS = 32
+"""Tokens of arguments assumed for a tool not sized exactly (plans over many tools)."""
+_INF = 1 << 40
+_MAX_PIECE = 32
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+ToolCallPlan = Any
+"""A :class:`~trierouter.router.toolcalls.ToolCallPlan` (not imported: it imports this)."""
+
+
+class GreedyCounter:
+    """Tokens of a byte string cut greedily, longest matchable token (at most 32 bytes) first."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.pieces = {
+            t for i, t in enumerate(vocab.tokens) if vocab.matchable[i] and 0 < len(t) <= _MAX_PIECE
+        }
+
+    def count(self, data: bytes) -> int:
+        n, i = 0, 0
+        while i < len(data):
+            for k in range(min(_MAX_PIECE, len(data) - i), 0, -1):
+                if data[i : i + k] in self.pieces:
+                    break
+            else:
+                return _INF  # a byte no token spells: no completion
+            i += k
+            n += 1
+        return n
+
+
+_COUNTERS: OrderedDict[tuple[str, int], GreedyCounter] = OrderedDict()
+
+
+def _counter(vocab: Vocabulary) -> GreedyCounter:
+    key = (vocab.hash, vocab.width)
+    c = _COUNTERS.get(key)
+    if c is None:
+        c = _COUNTERS[key] = GreedyCounter(vocab)
+        while len(_COUNTERS) > 4:
+            _COUNTERS.popitem(last=False)
+    return c
+
+
+def shortest_paths(a: ToolAutomaton) -> tuple[I64, I64, I64]:
+    """``(dist, toward, byte)``: per state of ``a`` the bytes to the nearest end (acceptance, or
+    an exit: an XGrammar slot, costed :data:`SLOT_RESERVE` plus its re-entry state's distance),
+    the next state on that path and the byte leading there (-1 at an end or unreachable)."""
+    n = a.n_states
+    rep = np.full(int(a.byte_class.max()) + 1, -1, dtype=np.int64)
+    for b in [*range(0x20, 0x7F), *range(0x20), *range(0x7F, 0x100)]:  # printable first
+        k = int(a.byte_class[b])
+        if rep[k] < 0:
+            rep[k] = b
+    src, col = np.nonzero(a.table >= 0)
+    dst = a.table[src, col].astype(np.int64)
+    order = np.argsort(dst, kind="stable")
+    rsrc, rcol, rdst = src[order], col[order], dst[order]
+    start = np.searchsorted(rdst, np.arange(n + 1))
+    dist = np.full(n, _INF, dtype=np.int64)
+    for _ in range(len(a.exits) + 2):  # exits can lead to exits: iterate to a fixed point
+        init = {int(x): 0 for x in np.flatnonzero(a.accept)}
+        for e, ex in a.exits.items():
+            via = int(dist[ex.reentry]) + SLOT_RESERVE
+            if via < init.get(e, _INF):
+                init[e] = via
+        new = np.full(n, _INF, dtype=np.int64)
+        toward = np.full(n, -1, dtype=np.int64)
+        byte = np.full(n, -1, dtype=np.int64)
+        buckets: dict[int, list[int]] = {}
+        for s, d in init.items():
+            new[s] = d
+            buckets.setdefault(d, []).append(s)
+        while buckets:  # unit-weight Dijkstra: one bucket per distance
+            d = min(buckets)
+            for x in buckets.pop(d):
+                if new[x] != d:
+                    continue
+                lo, hi = start[x], start[x + 1]
+                for y, k in zip(rsrc[lo:hi].tolist(), rcol[lo:hi].tolist(), strict=True):
+                    if new[y] > d + 1 and rep[k] >= 0:
+                        new[y], toward[y], byte[y] = d + 1, x, rep[k]
+                        buckets.setdefault(d + 1, []).append(y)
+        if np.array_equal(new, dist):
+            break
+        dist = new
+    return dist, toward, byte
+
+
+_TIERS: dict[tuple[str, int], list[I32]] = {}
+
+
+def _tiers(plan: ToolCallPlan) -> list[I32]:
+    vocab = plan.vocabulary
+    key = (vocab.hash, plan.width)
+    rows = _TIERS.get(key)
+    if rows is None:
+        rows = []
+        by_bytes = {t: i for i, t in enumerate(vocab.tokens) if vocab.matchable[i]}
+        for chars in (b'"]}', b": 0"):
+            ids = [by_bytes[bytes([c])] for c in chars if bytes([c]) in by_bytes]
+            rows.append(pack_ids(ids, plan.width))
+        rows = _TIERS[key] = rows
+        while len(_TIERS) > 8:
+            _TIERS.pop(next(iter(_TIERS)))
+    return rows
+
+
+def narrow_slot(plan: ToolCallPlan, matcher: Any, row: I32) -> None:
+    """Over budget in an XGrammar slot: prefer a token that completes the value, then one of
+    ``"``, ``]``, ``}``, then one of ``:``, space, ``0`` (a random model would otherwise wander
+    inside free JSON for ever)."""
+    tiers = _tiers(plan)
+    cand = bitmask_to_ids(row & (tiers[0] | tiers[1]), plan.width).tolist()
+    done = []
+    for t in cand:
+        f = matcher.fork()
+        if f.accept_token(int(t)) and f.is_completed():
+            done.append(int(t))
+    if done:
+        row[:] = pack_ids(done, plan.width)
+        return
+    for tier in tiers:
+        narrowed = row & tier
+        if narrowed.any():
+            row[:] = narrowed
+            return
+
+
+def _next_states(a: ToolAutomaton, state: int, ids: npt.NDArray[Any]) -> I64:
+    """The state of ``a`` after each token of ``ids`` from ``state`` (-1: refused), vectorized
+    over the tokens' bytes."""
+    t = a.t
+    ids = np.asarray(ids, dtype=np.int64)
+    lo, ln = t.start[ids].astype(np.int64), t.lengths[ids].astype(np.int64)
+    cur = np.full(len(ids), state, dtype=np.int64)
+    for p in range(int(ln.max()) if len(ln) else 0):
+        idx = np.flatnonzero((ln > p) & (cur >= 0))
+        if not len(idx):
+            break
+        b = t.buffer[lo[idx] + p]
+        cur[idx] = a.table[cur[idx], a.byte_class[b]]
+    return cur
+
+
+class _Sized:
+    """One automaton's completions: per state the tokens of its shortest completion, and per
+    visited state the worst count one allowed token leads to."""
+
+    def __init__(self, a: ToolAutomaton, counter: GreedyCounter) -> None:
+        self.a = a
+        self.counter = counter
+        self.dist, self.toward, self.byte = shortest_paths(a)
+        finite = self.dist[self.dist < _INF]
+        self.top = int(finite.max()) if len(finite) else 0
+        """Most bytes of any completion: no completion has more tokens."""
+        self._tokens: dict[int, int] = {}
+        self.reach: dict[int, int] = {}
+        self.after: OrderedDict[int, tuple[I64, I64]] = OrderedDict()
+
+    def tokens(self, state: int) -> int:
+        """Tokens of the completion from ``state`` (an upper bound of the fewest)."""
+        hit = self._tokens.get(state)
+        if hit is not None:
+            return hit
+        if self.dist[state] >= _INF:
+            return _INF
+        path, s = bytearray(), state
+        while self.toward[s] >= 0:
+            path.append(int(self.byte[s]))
+            s = int(self.toward[s])
+        n = self.counter.count(bytes(path))
+        ex = self.a.exits.get(s)
+        if ex is not None:
+            n += SLOT_RESERVE + self.tokens(ex.reentry)
+        self._tokens[state] = n
+        return n
+
+    def _after(self, state: int) -> tuple[I64, I64]:
+        hit = self.after.get(state)
+        if hit is None:
+            ids = self.a.allowed(state).astype(np.int64)
+            nxt = _next_states(self.a, state, ids)
+            uniq, inv = np.unique(nxt, return_inverse=True)
+            per = np.asarray([self.tokens(int(u)) if u >= 0 else _INF for u in uniq.tolist()])
+            d = per[inv].astype(np.int64) if len(uniq) else np.zeros(0, dtype=np.int64)
+            hit = self.after[state] = (ids, d)
+            self.reach[state] = int(d.max()) if len(d) else 0
+            while len(self.after) > 16:
+                self.after.popitem(last=False)
+        else:
+            self.after.move_to_end(state)
+        return hit
+
+    def within(self, state: int, budget: int, width: int) -> I32 | None:
+        """Packed row of the tokens after which the completion has at most ``budget`` tokens;
+        ``None`` when every allowed token is (nothing to narrow)."""
+        if budget >= self.top:
+            return None
+        reach = self.reach.get(state)
+        if reach is not None and reach <= budget:
+            return None
+        ids, d = self._after(state)
+        if self.reach[state] <= budget:
+            return None
+        return pack_ids(ids[d <= budget], width)
+
+
+class TurnCloser:
+    """Narrows a :class:`~trierouter.router.toolcalls.ToolCallPlan`'s masks so that the turn
+    can close within the tokens left (module docstring)."""
+
+    def __init__(self, plan: ToolCallPlan, subset: list[str] | None) -> None:
+        self.plan = plan
+        self.counter = _counter(plan.vocabulary)
+        self.held = plan.format.held(hold=plan._hold).encode()
+        self.close = self.counter.count(self.held) + 1
+        """Tokens after an accepted call: the held characters and the end id."""
+        names = subset if subset is not None else [s.name for s in plan.tools.specs]
+        self.exact = len(names) <= EXACT_TOOLS
+        self._names = names
+        self._sized: OrderedDict[int, _Sized] = OrderedDict()
+        self._costs: dict[int, tuple[dict[int, int], int]] = {}
+
+    # -- sizes -----------------------------------------------------------------------------------
+    def sized(self, tool: int) -> _Sized:
+        a = self.plan.tools.automaton(tool, hold=self.plan._hold)
+        s = self._sized.get(tool)
+        if s is None or s.a is not a:
+            s = self._sized[tool] = _Sized(a, self.counter)
+            while len(self._sized) > EXACT_TOOLS:
+                self._sized.popitem(last=False)
+        return s
+
+    def node_costs(self, names: ChoiceSet) -> tuple[dict[int, int], int]:
+        """Per node of ``names``, the tokens of the cheapest completion of the turn from there
+        (the rest of a call head and name, that tool's shortest arguments and the close; in the
+        trie of a following call, also the held characters then the end id), and the most
+        expensive call from the root."""
+        key = id(names)
+        hit = self._costs.get(key)
+        if hit is not None:
+            return hit
+        plan, tools, count = self.plan, self.plan.tools, self.counter.count
+        following = names is plan.next_names
+        if following:
+            lead = plan.format.lead(following=True, held=self.held.decode())
+        else:
+            lead = plan.format.lead(after_trigger=plan.tool_choice == "auto")
+        singles = plan._single_bytes()
+        costs: dict[int, int] = {}
+        most = 0
+        for name in self._names:
+            i = tools.tool_index(name)
+            path = (tools.name_text(name, lead) + plan.format.name_tail).encode()
+            args = self.sized(i).tokens(0) if self.exact else ARGS_GUESS
+            node, nodes = names.root, [names.root]
+            for b in path:
+                tok = singles.get(b)
+                node = names.DEAD if tok is None else names.advance(node, tok)
+                if node in (names.DEAD, names.END):
+                    break
+                nodes.append(node)
+            else:
+                for depth, n in enumerate(nodes):
+                    c = count(path[depth:]) + args + self.close
+                    most = max(most, c)
+                    costs[n] = min(c, costs.get(n, _INF))
+        if following:  # the held characters, then the end id
+            node = names.root
+            for depth in range(len(self.held) + 1):
+                costs[node] = min(count(self.held[depth:]) + 1, costs.get(node, _INF))
+                if depth < len(self.held):
+                    node = names.advance(node, singles[self.held[depth]])
+        hit = self._costs[key] = (costs, most)
+        return hit
+
+    # -- masks -----------------------------------------------------------------------------------
+    def narrow(self, state: Any, row: I32, remaining: int) -> None:
+        """Narrow ``row`` (the plan's mask at ``state``) in place to tokens after which the turn
+        still closes within ``remaining - 1`` further tokens; left as is when none does
+        (``remaining`` below the cheapest completion: the limit was unreachable)."""
+        plan = self.plan
+        stage = int(state[0])
+        left = remaining - 1
+        if stage < 0 or stage == plan.FINISH:  # the end id, or the held characters then it
+            return
+        keep: I32 | None = None
+        if stage < plan.NAME:
+            keep = self._free(stage, int(state[1]), left)
+        elif stage in (plan.NAME, plan.NEXT):
+            names = plan.names if stage == plan.NAME else plan.next_names
+            assert names is not None
+            keep = self._names_row(names, int(state[1]), row, left)
+        elif stage == plan.ARGS:
+            keep = self.sized(int(state[3])).within(int(state[1]), left - self.close, plan.width)
+        elif stage == plan.XG:
+            rest = self.sized(int(state[3])).tokens(int(state[1])) + self.close + SLOT_RESERVE
+            if left < rest:
+                narrow_slot(plan, state[4][0], row)
+            return
+        if keep is None:
+            return
+        narrowed = row & keep
+        if narrowed.any():
+            row[:] = narrowed
+        elif keep.any():  # the plan's own steering went elsewhere: closing wins
+            row[:] = keep
+
+    def _names_row(self, names: ChoiceSet, node: int, row: I32, left: int) -> I32 | None:
+        costs, most = self.node_costs(names)
+        if most <= left:
+            return None
+        ends = set(self.plan.end_ids)
+        ok = []
+        for t in bitmask_to_ids(row, self.plan.width).tolist():
+            if t in ends or costs.get(names.advance(node, t), _INF) <= left:
+                ok.append(t)
+        return pack_ids(ok, self.plan.width)
+
+    def _free(self, stage: int, k: int, left: int) -> I32 | None:
+        plan = self.plan
+        fr = plan._frees[stage]
+        need = self.counter.count(fr.trigger[k:]) + self.node_costs(plan.names)[1]
+        if fr.forbid or left >= need:
+            return None
+        if fr.allow_end:  # auto: a call could no longer close; the text ends
+            return pack_ids(list(plan.end_ids), plan.width)
+        forced: I32 = plan._free_row(stage, k, True)  # think: the rest of the delimiter now
+        return forced
