@@ -19,7 +19,8 @@ limit was reachable: the turn ends with its end id within ``max_tokens``.
   only when it can close; after a call, the turn's end is always among the choices and another
   call is counted against what is left;
 - free text (think, ``auto``): the think delimiter is forced early enough for the most expensive
-  call; under ``auto``, text after which a call could no longer close ends.
+  call; under ``auto``, once a call could no longer close, the text goes on but may not open
+  one (the trigger is taken out of the mask).
 
 A plan over more than :data:`EXACT_TOOLS` tools costs an unknown tool's arguments
 :data:`ARGS_GUESS` tokens (building every automaton of a 100,000-tool registry to size them is
@@ -279,6 +280,7 @@ class TurnCloser:
         self._names = names
         self._sized: OrderedDict[int, _Sized] = OrderedDict()
         self._costs: dict[int, tuple[dict[int, int], int]] = {}
+        self._no_trigger: dict[tuple[int, int], I32] = {}
 
     # -- sizes -----------------------------------------------------------------------------------
     def sized(self, tool: int) -> _Sized:
@@ -376,13 +378,29 @@ class TurnCloser:
                 ok.append(t)
         return pack_ids(ok, self.plan.width)
 
+    def _without_trigger(self, stage: int, k: int) -> I32:
+        """The free-text row at trigger progress ``k`` less every token completing the trigger
+        (``auto`` once no call fits: the answer stays text, as free as before)."""
+        row = self._no_trigger.get((stage, k))
+        if row is None:
+            plan = self.plan
+            trig = plan._frees[stage].trigger
+            head = trig[:k]
+            matchable = plan.vocabulary.matchable
+            bad = [i for i, t in enumerate(plan._tokens) if matchable[i] and trig in head + t]
+            row = plan._free_row(stage, k, False).copy()
+            if bad:
+                row &= ~pack_ids(bad, plan.width)
+            self._no_trigger[(stage, k)] = row
+        return row
+
     def _free(self, stage: int, k: int, left: int) -> I32 | None:
         plan = self.plan
         fr = plan._frees[stage]
         need = self.counter.count(fr.trigger[k:]) + self.node_costs(plan.names)[1]
         if fr.forbid or left >= need:
             return None
-        if fr.allow_end:  # auto: a call could no longer close; the text ends
-            return pack_ids(list(plan.end_ids), plan.width)
+        if fr.allow_end:  # auto: a call could no longer close; the text goes on without one
+            return self._without_trigger(stage, k)
         forced: I32 = plan._free_row(stage, k, True)  # think: the rest of the delimiter now
         return forced
