@@ -1848,6 +1848,51 @@ struct I32View {
     }
 };
 
+// A C-contiguous buffer of any item type read as bytes, released when the view goes.
+struct ByteView {
+    Py_buffer b;
+    bool held = false;
+    const uint8_t* p = nullptr;
+    int64_t n = 0;
+    ~ByteView() {
+        if (held) PyBuffer_Release(&b);
+    }
+    bool open(PyObject* o) {
+        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS) < 0) return false;
+        held = true;
+        p = static_cast<const uint8_t*>(b.buf);
+        n = b.len;
+        return true;
+    }
+};
+
+// The (table, byte_class, states) arguments of dfa_masks / dfa_list_masks: a 2-D table whose
+// targets are states or negative (no edge), 256 classes naming its columns, states from
+// min_state (-1: "no state" allowed) to the last. False with a ValueError set otherwise.
+bool check_dfa(const I32View& tab, const I32View& cls, const I64View& st, int64_t min_state) {
+    if (cls.n != 256 || tab.b.ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
+        return false;
+    }
+    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+    for (int64_t i = 0; i < 256; ++i)
+        if (cls.p[i] < 0 || cls.p[i] >= nc) {
+            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
+            return false;
+        }
+    for (int64_t i = 0; i < st.n; ++i)
+        if (st.p[i] < min_state || st.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "states: out of range");
+            return false;
+        }
+    for (int64_t i = 0; i < ns * nc; ++i)
+        if (tab.p[i] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
+            return false;
+        }
+    return true;
+}
+
 // (a, b), stealing both references; nullptr (and both released) if either is nullptr
 PyObject* pair_result(PyObject* a, PyObject* b) {
     if (!a || !b) {
@@ -1883,47 +1928,22 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     I64View st;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
         return nullptr;
-    Py_buffer altb;
+    ByteView altv;
     const uint8_t* alt = nullptr;
     if (alt_tri) {
         if (!alt_o || words != 0) {
             PyErr_SetString(PyExc_ValueError, "alt_trie needs alt (one flag per state) and words=0");
             return nullptr;
         }
-        if (PyObject_GetBuffer(alt_o, &altb, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
-        if (altb.len != st.n || altb.itemsize != 1) {
-            PyBuffer_Release(&altb);
+        if (!altv.open(alt_o)) return nullptr;
+        if (altv.n != st.n || altv.b.itemsize != 1) {
             PyErr_SetString(PyExc_ValueError, "alt: one byte per state");
             return nullptr;
         }
-        alt = static_cast<const uint8_t*>(altb.buf);
+        alt = altv.p;
     }
-    struct RelAlt {
-        Py_buffer* b;
-        ~RelAlt() {
-            if (b) PyBuffer_Release(b);
-        }
-    } rel_alt{alt ? &altb : nullptr};
-    if (cls.n != 256 || tab.b.ndim != 2) {
-        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
-        return nullptr;
-    }
+    if (!check_dfa(tab, cls, st, -1)) return nullptr;
     const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
-    for (int64_t i = 0; i < 256; ++i)
-        if (cls.p[i] < 0 || cls.p[i] >= nc) {
-            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
-            return nullptr;
-        }
-    for (int64_t i = 0; i < st.n; ++i)
-        if (st.p[i] < -1 || st.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "states: out of range");
-            return nullptr;
-        }
-    for (int64_t i = 0; i < ns * nc; ++i)
-        if (tab.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
-            return nullptr;
-        }
     Buf<int64_t> ptr;
     Buf<int32_t> ids;
     bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
@@ -2059,43 +2079,20 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     if (!PyArg_ParseTuple(args, "OOOOOO", &tab_o, &cls_o, &st_o, &cand_o, &buf_o, &off_o)) return nullptr;
     I32View tab, cls, cand;
     I64View st, off;
-    Py_buffer buf;
+    ByteView buf;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states") ||
-        !cand.open(cand_o, "cand") || !off.open(off_o, "offsets"))
+        !cand.open(cand_o, "cand") || !off.open(off_o, "offsets") || !buf.open(buf_o))
         return nullptr;
-    if (PyObject_GetBuffer(buf_o, &buf, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
-    struct Rel {
-        Py_buffer* b;
-        ~Rel() { PyBuffer_Release(b); }
-    } rel{&buf};
-    if (cls.n != 256 || tab.b.ndim != 2) {
-        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
-        return nullptr;
-    }
-    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
-    const uint8_t* bytes = static_cast<const uint8_t*>(buf.buf);
-    for (int64_t i = 0; i < 256; ++i)
-        if (cls.p[i] < 0 || cls.p[i] >= nc) {
-            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
-            return nullptr;
-        }
-    for (int64_t i = 0; i < st.n; ++i)
-        if (st.p[i] < 0 || st.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "states: out of range");
-            return nullptr;
-        }
+    if (!check_dfa(tab, cls, st, 0)) return nullptr;
+    const int64_t nc = tab.b.shape[1];
+    const uint8_t* bytes = buf.p;
     for (int64_t i = 0; i < cand.n; ++i) {
         const int32_t t = cand.p[i];
-        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.len) {
+        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.n) {
             PyErr_SetString(PyExc_ValueError, "cand / offsets: out of range");
             return nullptr;
         }
     }
-    for (int64_t i = 0; i < ns * nc; ++i)
-        if (tab.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
-            return nullptr;
-        }
     Buf<int64_t> ptr;
     Buf<int32_t> ids;
     bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
@@ -2216,14 +2213,10 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
     if (!es.open(es_o, "edge_src") || !ed.open(ed_o, "edge_dst") || !xs.open(xs_o, "eps_src") ||
         !xd.open(xd_o, "eps_dst"))
         return nullptr;
-    Py_buffer eb;
-    if (PyObject_GetBuffer(eb_o, &eb, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
-    struct Rel {
-        Py_buffer* b;
-        ~Rel() { PyBuffer_Release(b); }
-    } rel{&eb};
+    ByteView eb;
+    if (!eb.open(eb_o)) return nullptr;
     const int64_t n = n_ll;
-    if (n <= 0 || n > (int64_t{1} << 24) || es.n != ed.n || xs.n != xd.n || eb.len != es.n * 32 ||
+    if (n <= 0 || n > (int64_t{1} << 24) || es.n != ed.n || xs.n != xd.n || eb.n != es.n * 32 ||
         start_ll < 0 || start_ll >= n || final_ll < 0 || final_ll >= n) {
         PyErr_SetString(PyExc_ValueError, "nfa_determinize: bad sizes");
         return nullptr;
@@ -2238,7 +2231,7 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
             PyErr_SetString(PyExc_ValueError, "nfa_determinize: an epsilon edge out of range");
             return nullptr;
         }
-    const uint8_t* bits = static_cast<const uint8_t*>(eb.buf);
+    const uint8_t* bits = eb.p;
     const size_t W = static_cast<size_t>((n + 63) / 64);
     std::vector<int32_t> rows;
     std::vector<uint8_t> acc;
@@ -2353,21 +2346,16 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
         return nullptr;
     I32View tab, ids;
     I64View st, off;
-    Py_buffer buf;
+    ByteView buf;
     if (!tab.open(tab_o, "table") || !st.open(st_o, "starts") || !ids.open(ids_o, "ids") ||
-        !off.open(off_o, "offsets"))
+        !off.open(off_o, "offsets") || !buf.open(buf_o))
         return nullptr;
-    if (PyObject_GetBuffer(buf_o, &buf, PyBUF_C_CONTIGUOUS) < 0) return nullptr;
-    struct Rel {
-        Py_buffer* b;
-        ~Rel() { PyBuffer_Release(b); }
-    } rel{&buf};
     if (tab.b.ndim != 2 || tab.b.shape[1] != 256) {
         PyErr_SetString(PyExc_ValueError, "table must be (n_states, 256)");
         return nullptr;
     }
     const int64_t ns = tab.b.shape[0];
-    const uint8_t* bytes = static_cast<const uint8_t*>(buf.buf);
+    const uint8_t* bytes = buf.p;
     for (int64_t i = 0; i < st.n; ++i)
         if (st.p[i] < 0 || st.p[i] >= ns) {
             PyErr_SetString(PyExc_ValueError, "starts: out of range");
@@ -2380,7 +2368,7 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
         }
     for (int64_t i = 0; i < ids.n; ++i) {
         const int32_t t = ids.p[i];
-        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.len) {
+        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.n) {
             PyErr_SetString(PyExc_ValueError, "ids / offsets: out of range");
             return nullptr;
         }

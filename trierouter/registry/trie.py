@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from typing import Any
 
@@ -357,10 +357,7 @@ class ChoiceSet:
             self._core.apply_sparse(st, view, rw, bits, size)
             return
         targets = np.arange(len(st)) if rw is None else rw
-        for s, r in zip(st.tolist(), targets.tolist(), strict=True):
-            ok = s if 0 <= s < len(self.row_ptr) - 1 else self.DEAD
-            ids = self.tokens[self.row_ptr[ok] : self.row_ptr[ok + 1]]
-            ids = ids[ids < view.shape[1]]
+        for r, ids in self._rows_ids(st, targets, view.shape[1]):
             kept = view[r, ids].copy()
             view[r] = bits
             view[r, ids] = kept
@@ -394,11 +391,18 @@ class ChoiceSet:
         targets = np.arange(len(st)) if rw is None else rw
         if len(targets) and (targets.min() < 0 or targets.max() >= len(out)):
             raise IndexError(f"rows out of range for {len(out)} dst rows")
-        for s, r in zip(st.tolist(), targets.tolist(), strict=True):
+        for r, ids in self._rows_ids(st, targets, out.shape[1]):
+            out[r, ids] = bits if view is None else view[r, ids]
+
+    def _rows_ids(
+        self, states: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], width: int
+    ) -> Iterator[tuple[int, I32]]:
+        """The numpy paths of the sparse logits writers: per ``(states[i], rows[i])`` the row
+        and the ids allowed at the state below ``width`` (a state out of range: ``DEAD``'s)."""
+        for s, r in zip(states.tolist(), rows.tolist(), strict=True):
             ok = s if 0 <= s < len(self.row_ptr) - 1 else self.DEAD
             ids = self.tokens[self.row_ptr[ok] : self.row_ptr[ok + 1]]
-            ids = ids[ids < out.shape[1]]
-            out[r, ids] = bits if view is None else view[r, ids]
+            yield r, ids[ids < width]
 
     def __repr__(self) -> str:
         term = f", terminator={self.terminator!r}" if self.terminator is not None else ""

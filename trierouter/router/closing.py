@@ -280,7 +280,6 @@ class TurnCloser:
         self._names = names
         self._sized: OrderedDict[int, _Sized] = OrderedDict()
         self._costs: dict[int, tuple[dict[int, int], int]] = {}
-        self._no_trigger: dict[tuple[int, int], I32] = {}
 
     # -- sizes -----------------------------------------------------------------------------------
     def sized(self, tool: int) -> _Sized:
@@ -378,22 +377,6 @@ class TurnCloser:
                 ok.append(t)
         return pack_ids(ok, self.plan.width)
 
-    def _without_trigger(self, stage: int, k: int) -> I32:
-        """The free-text row at trigger progress ``k`` less every token completing the trigger
-        (``auto`` once no call fits: the answer stays text, as free as before)."""
-        row = self._no_trigger.get((stage, k))
-        if row is None:
-            plan = self.plan
-            trig = plan._frees[stage].trigger
-            head = trig[:k]
-            matchable = plan.vocabulary.matchable
-            bad = [i for i, t in enumerate(plan._tokens) if matchable[i] and trig in head + t]
-            row = plan._free_row(stage, k, False).copy()
-            if bad:
-                row &= ~pack_ids(bad, plan.width)
-            self._no_trigger[(stage, k)] = row
-        return row
-
     def _free(self, stage: int, k: int, left: int) -> I32 | None:
         plan = self.plan
         fr = plan._frees[stage]
@@ -401,6 +384,7 @@ class TurnCloser:
         if fr.forbid or left >= need:
             return None
         if fr.allow_end:  # auto: a call could no longer close; the text goes on without one
-            return self._without_trigger(stage, k)
+            without: I32 = plan._free_row(stage, k, False, forbid=True)
+            return without
         forced: I32 = plan._free_row(stage, k, True)  # think: the rest of the delimiter now
         return forced

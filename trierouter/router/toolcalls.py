@@ -180,7 +180,7 @@ class ToolCallPlan:
         words = (self.width + 31) // 32
         self._end_row = pack_ids(list(self.end_ids), self.width)
         self._words = words
-        self._free_rows: dict[tuple[int, int, bool], npt.NDArray[np.int32]] = {}
+        self._free_rows: dict[tuple[int, int, bool, bool], npt.NDArray[np.int32]] = {}
         self._safe_row: npt.NDArray[np.int32] | None = None
 
     def _walk_bytes(self, names: ChoiceSet, data: bytes) -> int:
@@ -359,12 +359,17 @@ class ToolCallPlan:
         fr = self._frees[stage]
         return fr.max_tokens is not None and steps >= fr.max_tokens
 
-    def _free_row(self, stage: int, k: int, forcing: bool) -> npt.NDArray[np.int32]:
-        key = (stage, k, forcing)
+    def _free_row(
+        self, stage: int, k: int, forcing: bool, forbid: bool = False
+    ) -> npt.NDArray[np.int32]:
+        """The free-text row at delimiter progress ``k``; ``forbid``: the trigger may not
+        complete here even where the stage allows it (``auto`` once no call can close)."""
+        key = (stage, k, forcing, forbid)
         row = self._free_rows.get(key)
         if row is not None:
             return row
         fr = self._frees[stage]
+        forbid = forbid or fr.forbid
         trig = fr.trigger
         ok: list[int] = []
         bad: list[int] = []
@@ -386,7 +391,7 @@ class ToolCallPlan:
                 pos = text.find(trig)
                 if pos < 0:
                     continue
-                if fr.forbid:
+                if forbid:
                     bad.append(i)
                 elif pos + len(trig) != len(text):
                     crosses = fr.allow_end and stage + 1 == self.NAME  # the auto trigger
