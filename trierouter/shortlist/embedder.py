@@ -2,7 +2,7 @@
 
 It runs in torch (``backend="torch"``) or, exported locally from the same weights, in
 onnxruntime (``"onnx"``: the same vectors, cosine 1.0000; ``"onnx-int8"``: int8 weights, BERT
-layers fused, about 7x less CPU per one-text query than torch, cosine ≈ 0.99 to it).
+layers fused, the cheapest per query, cosine ≈ 0.99 to torch).
 ``"auto"`` (the default) is ``onnx-int8`` when onnxruntime and onnx are installed, else
 ``torch`` (logged once). Each backend has its own fingerprint, so cached vectors and saved
 indexes never mix backends. Embeddings are cached on disk by default under
