@@ -248,6 +248,49 @@ def test_embedding_cache_reuses_disk(tmp_path: Path, embedder: Embedder) -> None
     assert len(list(tmp_path.rglob("shard-*.npz"))) == 1
 
 
+def test_queries_bypass_the_cache(
+    tmp_path: Path, embedder: Embedder, icd: tuple[list[str], list[str]], icd_vectors: np.ndarray
+) -> None:
+    """Searching never reads or writes the embedding cache (a shard per query otherwise), and
+    returns what the cached path would."""
+    codes, descs = icd
+    cached = Embedder(cache_dir=tmp_path)
+    idx = EmbeddingIndex.build(codes, descs, embedder=cached, vectors=icd_vectors)
+    before = sorted(tmp_path.rglob("*"))
+    qs = ["broken hip", "heart attack"]
+    got = [idx.search(q, 5) for q in qs] + [r.tolist() for r in idx.search_ids(qs, 5)]
+    assert sorted(tmp_path.rglob("*")) == before
+    want = [r.tolist() for r in idx.search_ids(qs, 5)]
+    assert got[2:] == want
+    np.testing.assert_allclose(cached.encode_queries(qs), embedder.encode(qs), atol=1e-6)
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        cached.encode_queries("broken hip")
+
+
+def test_incomplete_search_is_the_first_pass(
+    embedder: Embedder, icd: tuple[list[str], list[str]], icd_vectors: np.ndarray, queries: tuple
+) -> None:
+    """complete=False: the distinct values of one search of 2k + 16 rows, in the complete
+    search's order; complete (default) goes on to k values. Oracle: exact inner products."""
+    codes, descs = icd
+    idx = EmbeddingIndex.build(codes, descs, embedder=embedder, vectors=icd_vectors)
+    # crowd the query's neighbourhood: 60 rows near the first query, all owned by one value
+    q = queries[1][:1]
+    noise = np.random.default_rng(0).normal(size=(60, 384)).astype(np.float32) * 0.01
+    near = q + noise
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    idx.add([codes[0]] * 60, [f"near {i}" for i in range(60)], vectors=near)
+    k = 20
+    rows = np.concatenate([icd_vectors, near])
+    owner = np.concatenate([np.arange(N_CODES), np.zeros(60, np.int64)])
+    want = exact_topk(rows, owner, q, k)[0]
+    [(full, _)] = idx.search_vectors(q, k)
+    [(part, _)] = idx.search_vectors(q, k, complete=False)
+    assert full.tolist() == want
+    # 2k + 16 = 56 rows fetched, all near rows of one value: the first pass finds 1 value
+    assert part.tolist() == want[: len(part)] and len(part) == 1
+
+
 def _mrr(query_vecs: np.ndarray, doc_vecs: np.ndarray, gold: list[int]) -> float:
     """Mean reciprocal rank of each query's gold document (exact cosine ranking)."""
     sims = query_vecs @ doc_vecs.T

@@ -301,7 +301,7 @@ class Shortlist:
         depth = max(k, self.depth)
         if f.method == "score" and f.bm25 and f.embedding:
             assert self.embedding is not None
-            qv = self.embedding.embedder.encode(list(queries))
+            qv = self.embedding.embedder.encode_queries(list(queries))
             return [self._score_search(q, v, k, depth) for q, v in zip(queries, qv, strict=True)]
         b = self.bm25.search_ids(queries, depth) if f.bm25 else None
         e = None
@@ -325,7 +325,8 @@ class Shortlist:
         hit = np.flatnonzero(b_all > 0)
         if len(hit) > depth:
             hit = hit[np.argpartition(-b_all[hit], depth - 1)[:depth]]
-        [(e_ids, e_cos)] = self.embedding.search_vectors(vector[None, :], depth)
+        # one search: every candidate of the union is rescored by both methods below
+        [(e_ids, e_cos)] = self.embedding.search_vectors(vector[None, :], depth, complete=False)
         cand = np.union1d(hit, e_ids)
         cos = np.empty(len(cand), np.float64)
         at = np.searchsorted(cand, e_ids)

@@ -5,8 +5,10 @@ onnxruntime (``"onnx"``: the same vectors, cosine 1.0000; ``"onnx-int8"``: int8 
 layers fused, the cheapest per query, cosine ≈ 0.99 to torch).
 ``"auto"`` (the default) is ``onnx-int8`` when onnxruntime and onnx are installed, else
 ``torch`` (logged once). Each backend has its own fingerprint, so cached vectors and saved
-indexes never mix backends. Embeddings are cached on disk by default under
-``<cache>/embeddings`` (``cache_dir=False``: no cache).
+indexes never mix backends. Embeddings of indexed texts are cached on disk by default under
+``<cache>/embeddings`` (``cache_dir=False``: no cache); queries (:meth:`Embedder.encode_queries`,
+what every search calls) are not: a cache write per query would cost more than it saves and grow
+without bound.
 """
 
 from __future__ import annotations
@@ -213,6 +215,14 @@ class Embedder:
             show_progress_bar=progress,
         )
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    def encode_queries(self, texts: Sequence[str]) -> F32:
+        """Unit vectors for search queries, never read from or written to the cache."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of str, got a single str; wrap it in a list")
+        if not len(texts):
+            return np.zeros((0, self.dim), np.float32)
+        return self._encode(texts, False)
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> F32:
         """Unit vectors for ``texts``, shape ``(len(texts), dim)`` (cached when configured)."""

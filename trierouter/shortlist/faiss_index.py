@@ -242,16 +242,22 @@ class EmbeddingIndex(ValueRows):
         """Value ids of the best ``k`` values per query."""
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of str; use search() for one query")
-        q = self.embedder.encode(queries) if len(queries) else np.zeros((0, 1), np.float32)
+        q = self.embedder.encode_queries(queries) if len(queries) else np.zeros((0, 1), np.float32)
         return [ids for ids, _ in self.search_vectors(q, k)]
 
     def search_vectors(
-        self, queries: F32, k: int = 64, *, threads: int | None = None
+        self, queries: F32, k: int = 64, *, threads: int | None = None, complete: bool = True
     ) -> list[tuple[I64, F32]]:
         """(value ids, scores) of the best ``k`` values for each query vector.
 
         A single query runs on one OpenMP thread unless ``threads`` says otherwise: at this
-        size threads cost more than they save.
+        size threads cost more than they save. With several rows per value (synonyms,
+        examples), the first search fetches ``2k + 16`` rows; ``complete`` (default) searches
+        again, four times deeper each time, until ``k`` distinct values are found, while
+        ``complete=False`` returns what the first search found (possibly fewer than ``k``):
+        what a caller that rescores its candidates exactly wants, since a query whose best rows
+        crowd into a few values (a code with dozens of synonyms) otherwise pays for searches
+        of thousands of rows.
         """
         check_k(k)
         if self._index is None or not len(queries):
@@ -275,7 +281,7 @@ class EmbeddingIndex(ValueRows):
                 again = []
                 for j, i in enumerate(todo):
                     ids, sc = best_per_owner(rows[j].astype(np.int64), scores[j], self._owner, k)
-                    if len(ids) < k and fetch < self.n_rows:
+                    if complete and len(ids) < k and fetch < self.n_rows:
                         again.append(i)
                     results[i] = (ids, sc)
                 todo = np.array(again, np.int64)
