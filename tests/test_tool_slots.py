@@ -104,9 +104,9 @@ def _compare(
             if taken >= budget:
                 closer = a.toward_end(state)
                 if a.accept[state]:
-                    ids = np.asarray(vocab.end_ids)
+                    ids = np.asarray(vocab.end_ids, dtype=np.int64)
                 elif closer is not None:
-                    ids = closer
+                    ids = closer.astype(np.int64)
             t = int(rng.choice(ids.tolist()))
             for _ in range(3 if taken < budget < 1 << 30 else 0):
                 if t in vocab.end_ids or not (a.table[a.advance(state, t)] >= 0).any():
