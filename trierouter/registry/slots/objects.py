@@ -14,10 +14,16 @@ same keys left are one state: they accept the same rest (that key's text, its va
 follows it); in particular once a key is determined the state is that key's own. The states are
 O(total key bytes + n): for a window starting at ``i``, only the nodes where key ``i`` is still
 possible are new.
+
+Built in two passes: the windows walk a trie of the keys' prefixes up to where each key is the
+only one left (its first byte past the longest prefix it shares); then each key's own chain, from
+the shallowest depth any window reaches it alone, is laid out as one run of states.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
@@ -29,23 +35,38 @@ from trierouter.registry.slots.fragment import Fragment
 __all__ = ["key_automaton"]
 
 
-def key_automaton(keys: Sequence[str], required: Collection[str]) -> tuple[Fragment, list[int]]:
+def key_automaton(keys: Sequence[str], required: Collection[str]) -> tuple[Fragment, tuple[int, ...]]:
     """The keys of an object and its braces, values left out: ``(fragment, entries)``.
 
     State 0 is before ``{``. The state after key ``j``'s text (``"key": ``) is an exit labelled
     ``("v", j)``: value ``j`` goes there. ``entries[i]`` (``1 <= i <= n``) is the state after
     value ``i - 1``: what may follow it (``, `` and the next key, or ``}``). After ``}`` is an
-    exit labelled ``("end",)``."""
+    exit labelled ``("end",)``. Cached (objects of one key list recur across tools); the
+    fragment is shared, as every fragment is: the builder copies it."""
+    return _key_automaton(tuple(keys), tuple(k in required for k in keys))
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_automaton(keys: tuple[str, ...], required: tuple[bool, ...]) -> tuple[Fragment, tuple[int, ...]]:
     n = len(keys)
     texts = [json.dumps(k, ensure_ascii=False).encode() + b": " for k in keys]
-    # one trie over the key texts; through[node]: the keys through the node, in schema order
+    # unique[j]: the depth where key j is the only key left (one past its longest shared prefix;
+    # no text is a prefix of another: each ends with the closing quote and ": ")
+    unique = [1] * n
+    order = sorted(range(n), key=texts.__getitem__)
+    for x, y in itertools.pairwise(order):
+        k = 0
+        while texts[x][k] == texts[y][k]:
+            k += 1
+        unique[x] = max(unique[x], k + 1)
+        unique[y] = max(unique[y], k + 1)
+    # a trie of those prefixes; through[node]: the keys through the node, in schema order
     children: list[dict[int, int]] = [{}]
-    through: list[list[int]] = [[]]
+    through: list[list[int]] = [list(range(n))]
     depth = [0]
     for j, text in enumerate(texts):
         node = 0
-        through[0].append(j)
-        for b in text:
+        for b in text[: unique[j]]:
             nxt = children[node].get(b)
             if nxt is None:
                 nxt = len(children)
@@ -60,76 +81,90 @@ def key_automaton(keys: Sequence[str], required: Collection[str]) -> tuple[Fragm
     optional_from = [True] * (n + 1)
     r = n
     for i in range(n - 1, -1, -1):
-        if keys[i] in required:
+        if required[i]:
             r = i
         last[i] = min(r, n - 1)
         optional_from[i] = r == n
     src: list[int] = []
     byte: list[int] = []
     dst: list[int] = []
-    exits: dict[int, object] = {}
-    count = 0
-
-    def new() -> int:
-        nonlocal count
-        count += 1
-        return count - 1
-
-    def edge(a: int, b: int, c: int) -> None:
-        src.append(a)
-        byte.append(b)
-        dst.append(c)
-
-    start, opened, end = new(), new(), new()
-    exits[end] = ("end",)
-    edge(start, ord("{"), opened)
-    entries = [start] + [new() for _ in range(n)]
+    count = 3
+    start, opened, end = 0, 1, 2
+    src.append(start)
+    byte.append(ord("{"))
+    dst.append(opened)
+    entries = (start, *range(count, count + n))
+    count += n
     ids: dict[tuple[int, int, int], int] = {}
     todo: list[tuple[int, int, int]] = []
-
-    def state(node: int, a: int, b: int) -> int:
-        s = ids.get((node, a, b))
-        if s is None:
-            s = ids[(node, a, b)] = new()
-            todo.append((node, a, b))
-        return s
-
+    alone: list[tuple[int, int, int, int]] = []  # (from, byte, key, depth): into a key's chain
     for i in range(n + 1):
         at = opened if i == 0 else entries[i]
         if optional_from[i]:
-            edge(at, ord("}"), end)
+            src.append(at)
+            byte.append(ord("}"))
+            dst.append(end)
         if i == n:
             continue
         if i == 0:
             ids[(0, 0, last[0])] = opened  # after "{": the keys of window 0 (and "}" above)
             todo.append((0, 0, last[0]))
-        else:
-            comma = new()
-            edge(at, ord(","), comma)
-            edge(comma, ord(" "), state(0, i, last[i]))
+            continue
+        comma = count
+        count += 1
+        src.append(at)
+        byte.append(ord(","))
+        dst.append(comma)
+        if i == last[i]:
+            alone.append((comma, ord(" "), i, 0))
+            continue
+        s = ids[(0, i, last[i])] = count  # a = i: no other window starts here
+        count += 1
+        todo.append((0, i, last[i]))
+        src.append(comma)
+        byte.append(ord(" "))
+        dst.append(s)
     while todo:
         node, a, b = todo.pop()
         s = ids[(node, a, b)]
-        if a == b:  # key a is determined: its own chain to the end of its text
-            text = texts[a]
-            for k in range(depth[node], len(text)):
-                node = children[node][text[k]]
-                t = ids.get((node, a, a))
-                if t is not None:
-                    edge(s, text[k], t)
-                    break
-                t = ids[(node, a, a)] = new()
-                edge(s, text[k], t)
-                s = t
-            else:
-                exits[s] = ("v", a)
-            continue
         for c, child in children[node].items():
-            keys_here = through[child]
-            lo = bisect_left(keys_here, a)
-            hi = bisect_right(keys_here, b)
-            if lo < hi:
-                edge(s, c, state(child, keys_here[lo], keys_here[hi - 1]))
+            here = through[child]
+            lo = bisect_left(here, a)
+            hi = bisect_right(here, b) - 1
+            if lo > hi:
+                continue
+            if here[lo] == here[hi]:
+                alone.append((s, c, here[lo], depth[child]))
+                continue
+            t = ids.get((child, here[lo], here[hi]))
+            if t is None:
+                t = ids[(child, here[lo], here[hi])] = count
+                count += 1
+                todo.append((child, here[lo], here[hi]))
+            src.append(s)
+            byte.append(c)
+            dst.append(t)
+    # each key's chain, from the shallowest depth a window reaches it alone, as one run
+    shallow = [1 << 30] * n
+    for _, _, j, d in alone:
+        shallow[j] = min(shallow[j], d)
+    base = [0] * n
+    exits: dict[int, object] = {end: ("end",)}
+    for j in range(n):
+        d = shallow[j]
+        if d > len(texts[j]):
+            continue
+        base[j] = count - d  # the state at depth x of key j's chain is base[j] + x
+        tail = texts[j][d:]
+        src += range(count, count + len(tail))
+        byte += tail
+        dst += range(count + 1, count + len(tail) + 1)
+        count += len(tail) + 1
+        exits[count - 1] = ("v", j)
+    for s, c, j, d in alone:
+        src.append(s)
+        byte.append(c)
+        dst.append(base[j] + d)
     frag = Fragment(
         np.asarray(src, dtype=np.int32),
         np.asarray(byte, dtype=np.int32),
