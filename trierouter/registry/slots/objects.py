@@ -35,7 +35,9 @@ from trierouter.registry.slots.fragment import Fragment
 __all__ = ["key_automaton"]
 
 
-def key_automaton(keys: Sequence[str], required: Collection[str]) -> tuple[Fragment, tuple[int, ...]]:
+def key_automaton(
+    keys: Sequence[str], required: Collection[str]
+) -> tuple[Fragment, tuple[int, ...]]:
     """The keys of an object and its braces, values left out: ``(fragment, entries)``.
 
     State 0 is before ``{``. The state after key ``j``'s text (``"key": ``) is an exit labelled
@@ -47,7 +49,9 @@ def key_automaton(keys: Sequence[str], required: Collection[str]) -> tuple[Fragm
 
 
 @functools.lru_cache(maxsize=4096)
-def _key_automaton(keys: tuple[str, ...], required: tuple[bool, ...]) -> tuple[Fragment, tuple[int, ...]]:
+def _key_automaton(
+    keys: tuple[str, ...], required: tuple[bool, ...]
+) -> tuple[Fragment, tuple[int, ...]]:
     n = len(keys)
     texts = [json.dumps(k, ensure_ascii=False).encode() + b": " for k in keys]
     # unique[j]: the depth where key j is the only key left (one past its longest shared prefix;
