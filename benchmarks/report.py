@@ -388,12 +388,18 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"{r['eager_total_cpu_s']:.2f} | {f['median']:.2f} / {f['p99']:.1f} / "
             f"{f['max']:.0f} | {x['median']:.1f} / {x['max']:.0f} |"
         )
+    kinds = regs[-1].get("xgrammar_slot_schemas")
+    which = (
+        f" (at {regs[-1]['tools']:,} tools: " + ", ".join(f"`{k}`" for k in kinds) + ")"
+        if kinds
+        else ""
+    )
     out += [
         "",
-        "XGrammar slots: sub-schemas no automaton serves (in these registries, objects of more "
-        "than 32 properties, served whole), one XGrammar grammar per distinct slot, compiled on "
-        "a tool's first call by default (`eager_xgrammar=True`: at compile), counted in the "
-        "eager total here.",
+        f"XGrammar slots: sub-schemas no automaton serves{which}, one XGrammar grammar per "
+        "distinct slot, compiled on a tool's first call by default (`eager_xgrammar=True`: at "
+        "compile), counted in the eager total here. Objects of any number of properties are "
+        "automata (one key automaton for every window of skippable keys).",
     ]
     slow = [
         f"{r['tools']:,} tools: {w['first_ms']:.0f} ms, alone {w['alone_ms']:.0f} ms "
@@ -410,11 +416,22 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
         ]
     if (b := d.get("before")) is not None:
         f = b["first_call_ms"]
+        eager = (
+            f"compile {b['compile_cpu_s']:.2f} s, {b['xgrammar_slots']} XGrammar slots "
+            f"{b['xgrammar_slots_cpu_s']:.1f} s, "
+            if "eager_total_cpu_s" in b
+            else ""
+        )
+        total = (
+            f", eager total {b['eager_total_cpu_s']:.1f} s CPU (load average {b['loadavg'][0]:.0f})"
+            if "eager_total_cpu_s" in b
+            else ""
+        )
         out += [
             "",
-            f"Before ({b['label']}), the same loop over the same {b['tools']:,} tools: automata "
-            f"{b['automata_cpu_s']:.1f} s CPU, first call median {f['median']:.1f} ms, p99 "
-            f"{f['p99']:.0f} ms, max {f['max']:.0f} ms.",
+            f"Before ({b['label']}), the same loop over the same {b['tools']:,} tools: {eager}"
+            f"automata {b['automata_cpu_s']:.1f} s CPU{total}; first call median "
+            f"{f['median']:.1f} ms, p99 {f['p99']:.0f} ms, max {f['max']:.0f} ms.",
         ]
     out += [
         "",

@@ -56,7 +56,7 @@ from tool_registry_load import _openai  # MCP listings as OpenAI tools
 from trierouter.registry.compiler import _normalized
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
-from trierouter.registry.slots import dispatch, formats, fragment, nfa, pieces, regex
+from trierouter.registry.slots import dispatch, formats, fragment, nfa, objects, pieces, regex
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.tools import ToolRegistry
@@ -101,7 +101,7 @@ def _best(fn: Any, n: int = 3) -> tuple[float, float]:
 
 def _cold(tables: VocabTables, fragments: bool = True) -> None:
     """Empty the vocabulary's shared piece rows and (``fragments``) every fragment cache."""
-    for mod in (dispatch, formats, fragment, nfa, regex, pieces) if fragments else ():
+    for mod in (dispatch, formats, fragment, nfa, objects, regex, pieces) if fragments else ():
         for v in vars(mod).values():
             if isinstance(v, functools._lru_cache_wrapper):
                 v.cache_clear()
@@ -147,6 +147,7 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
         tools.grammar(key)
         grammar_ms.append(time.perf_counter() - a)
     r["xgrammar_slots"] = len(grammar_ms)
+    r["xgrammar_slot_schemas"] = sorted(tools.xgrammar_schemas)  # canonical JSON, one a slot
     r["xgrammar_slots_s"] = time.perf_counter() - g
     r["xgrammar_slots_cpu_s"] = time.process_time() - gcpu
     r["xgrammar_slot_ms"] = _ms(grammar_ms) if grammar_ms else None

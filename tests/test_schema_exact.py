@@ -57,8 +57,8 @@ def _distances(frag: Fragment) -> list[int]:
     return dist
 
 
-def _samples(frag: Fragment, n: int, seed: int) -> list[bytes]:
-    """``n`` random strings of ``frag``, steered to an end once past 40 bytes."""
+def _samples(frag: Fragment, n: int, seed: int, budget: int = 40) -> list[bytes]:
+    """``n`` random strings of ``frag``, steered to an end once past ``budget`` bytes."""
     edges: dict[int, list[tuple[int, int]]] = {}
     for a, b, c in zip(frag.src.tolist(), frag.byte.tolist(), frag.dst.tolist(), strict=True):
         edges.setdefault(a, []).append((b, c))
@@ -67,12 +67,15 @@ def _samples(frag: Fragment, n: int, seed: int) -> list[bytes]:
     out = []
     for _ in range(n):
         s, text = 0, bytearray()
-        while not (frag.accept[s] and (s not in edges or rng.random() < 0.15 or len(text) > 40)):
+        while not (
+            frag.accept[s] and (s not in edges or rng.random() < 0.15 or len(text) > budget)
+        ):
             opts = edges[s]
-            if len(text) > 40:
+            if len(text) > budget:
                 opts = [e for e in opts if dist[e[1]] < dist[s]] or opts
             b, s = rng.choice(opts)
             text.append(b)
+            assert len(text) < 2 * budget + 1000, f"no end in reach: {bytes(text[:80])!r}"
         out.append(bytes(text))
     return out
 
@@ -157,6 +160,47 @@ def test_served_exactly(case: tuple[str, dict[str, Any], list[Any], list[Any]]) 
     for text in _samples(frag, 300, seed=len(case[0])):
         value = json.loads(text)
         assert _valid(schema, value), (text, schema)
+
+
+def test_objects_of_many_properties_are_exact() -> None:
+    """70 properties (every fifth required, the last one too; keys sharing prefixes) are one
+    automaton, and its strings are valid: each key's value is that key's, none required is
+    missing. Walks pick keys byte by byte, so they skip a random part of each window."""
+    kinds: list[dict[str, Any]] = [
+        {"type": "string", "format": "date"},
+        {"type": "string", "maxLength": 3},
+        {"type": "integer", "minimum": -5, "maximum": 40},
+        {"type": "number"},
+        {"enum": ["a", 1, None]},
+        {"type": "array", "items": {"type": "string", "format": "uuid"}, "maxItems": 2},
+        _obj({"x": {"type": "boolean"}, "y": {"type": "string", "pattern": "^[A-Z]{2}$"}}, ["y"]),
+        {"anyOf": [{"type": "string", "format": "ipv4"}, {"type": "null"}]},
+        {"type": "boolean"},
+        {"type": "string", "pattern": "^[a-z]{1,4}$"},
+    ]
+    stems = ["id", "name", "site", "tenant", "created", "q", "é", "a", "ab", "abc"]
+    keys = [s + e for e in ["", "__n", "__gte", "_id", "__ic", "__nic", "s"] for s in stems]
+    props = {k: kinds[i % len(kinds)] for i, k in enumerate(keys)}
+    required = [k for i, k in enumerate(keys) if i % 5 == 4]
+    schema = _obj(props, required, additionalProperties=False)
+    assert len(keys) == 70 and required[-1] == keys[-1]
+    assert all(e != "xgrammar" for _, e in _engines(schema))
+    frag, _ = SlotCompiler().tool(schema, b"")
+    seen: set[str] = set()
+    for text in _samples(frag, 60, seed=7, budget=4000):
+        value = json.loads(text)
+        assert _valid(schema, value), text
+        assert list(value) == [k for k in keys if k in value]  # schema order
+        seen |= set(value)
+    assert len(seen) > 60
+    sample = ["2024-02-29", "ab", 7, 1.5, None, [], {"y": "AB"}, None, True, "ab"]
+    every = {k: sample[i % len(sample)] for i, k in enumerate(keys)}
+    least = {k: every[k] for k in required}
+    missing = {k: v for k, v in least.items() if k != required[3]}
+    for value, ok in [(every, True), (least, True), (missing, False),
+                      ({**every, "zz": 1}, False), ({keys[0]: 7, **least}, False)]:  # fmt: skip
+        line = json.dumps(value, ensure_ascii=False, separators=(", ", ": ")).encode()
+        assert _valid(schema, value) is ok and frag.matches(line) is ok, line
 
 
 REFUSED: list[tuple[str, dict[str, Any], str, str]] = [

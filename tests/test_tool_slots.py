@@ -1,12 +1,14 @@
-"""Slot engines against XGrammar: for enum / const / boolean / null slots (trie) and fixed formats
-(position automata), the mask equals XGrammar's for the same JSON schema at every step of random
-token paths, the end step included (a format as XGrammar's grammar for the format's pattern:
-XGrammar 0.2.8's own format rules are looser than the formats); plus the languages against the
-oracle validators use: ``jsonschema``'s format checker and Python's ``re``."""
+"""Slot engines against XGrammar: for enum / const / boolean / null slots (trie), fixed formats
+(position automata) and objects of many properties (the key automaton), the mask equals
+XGrammar's for the same JSON schema at every step of random token paths, the end step included
+(a format as XGrammar's grammar for the format's pattern: XGrammar 0.2.8's own format rules are
+looser than the formats); plus the languages against the oracle validators use:
+``jsonschema``'s format checker and Python's ``re``."""
 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import random
 import re
@@ -58,7 +60,17 @@ def _as_xgrammar(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _compare(vocab: Vocabulary, schema: dict[str, Any], paths: int, seed: int) -> int:
+def _compare(
+    vocab: Vocabulary,
+    schema: dict[str, Any],
+    paths: int,
+    seed: int,
+    automaton: ToolAutomaton | None = None,
+    budget: int = 1 << 30,
+) -> int:
+    """Steps compared. With a ``budget``, a token that ends the text (or closes it: no edge
+    left) is drawn again, up to 3 times, so that paths go deep into long objects; past ``budget``
+    steps a path ends as soon as it can, else takes a token that brings the end closer."""
     info = xgr.TokenizerInfo(
         [b"" if i in vocab.special_ids else t for i, t in enumerate(vocab.tokens)],
         xgr.VocabType.RAW,
@@ -68,7 +80,7 @@ def _compare(vocab: Vocabulary, schema: dict[str, Any], paths: int, seed: int) -
     compiled = xgr.GrammarCompiler(info, cache_enabled=False).compile_json_schema(
         json.dumps(_as_xgrammar(schema)), any_whitespace=False
     )
-    a = _slot_automaton(schema, vocab)
+    a = automaton or _slot_automaton(schema, vocab)
     end_row = pack_ids(list(vocab.end_ids), vocab.width)
     rng = random.Random(seed)
     words = (vocab.width + 31) // 32
@@ -77,7 +89,7 @@ def _compare(vocab: Vocabulary, schema: dict[str, Any], paths: int, seed: int) -
         m = xgr.GrammarMatcher(compiled)
         bm = xgr.allocate_token_bitmask(1, vocab.width)
         state = 0
-        while True:
+        for taken in itertools.count():
             m.fill_next_token_bitmask(bm, 0)
             theirs = bm[0].numpy()
             ours = np.zeros(words, dtype=np.int32)
@@ -89,7 +101,16 @@ def _compare(vocab: Vocabulary, schema: dict[str, Any], paths: int, seed: int) -
             ids = np.flatnonzero(np.unpackbits(ours.view(np.uint8), bitorder="little"))
             if len(ids) == 0:
                 break
+            if taken >= budget:
+                closer = a.toward_end(state)
+                if a.accept[state]:
+                    ids = np.asarray(vocab.end_ids, dtype=np.int64)
+                elif closer is not None:
+                    ids = closer.astype(np.int64)
             t = int(rng.choice(ids.tolist()))
+            for _ in range(3 if taken < budget < 1 << 30 else 0):
+                if t in vocab.end_ids or not (a.table[a.advance(state, t)] >= 0).any():
+                    t = int(rng.choice(ids.tolist()))
             if t in vocab.end_ids:
                 assert a.accept[state]
                 break
@@ -110,6 +131,49 @@ def test_slot_masks_equal_xgrammar_gpt2(schema: dict[str, Any]) -> None:
 
     # GPT-2 merges digits ("2024", "12"): tokens cross format positions
     assert _compare(shipped_vocabulary("gpt2"), schema, paths=15, seed=2) > 15
+
+
+def _many_properties(n: int, every: int) -> dict[str, Any]:
+    """An object of ``n`` properties, every ``every``-th one required (0: none): keys that share
+    long prefixes, one a prefix of another, a quote and a non-ASCII letter in keys; values of
+    each kind XGrammar serves as we do, a nested object among them (not free or bounded strings:
+    XGrammar 0.2.8 lets them hold encoded surrogates, and raw control bytes but no escapes)."""
+    stems = ["id", "name", "tenant_id", "created", 'q"uo', "é"]
+    ends = ["", "__n", "__ic", "__nic", "__gte", "__lte", "_x", "__ie", "__nie", "__iew", "__gt"]
+    ends += ["__lt", "__isw", "__nisw"]
+    keys = [s + e for e in ends for s in stems][:n]
+    values: list[dict[str, Any]] = [
+        {"type": "integer"},
+        {"type": "boolean"},
+        {"enum": ["asc", "desc", None]},
+        {"type": "string", "pattern": "^[a-z0-9-]{1,8}$"},
+        {"type": "object", "properties": {"limit": {"type": "integer"}, "c": {"type": "null"}},
+         "required": ["limit"]},
+        {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+        {"type": "integer", "minimum": 0, "maximum": 99},
+    ]  # fmt: skip
+    return {
+        "type": "object",
+        "properties": {k: values[i % len(values)] for i, k in enumerate(keys)},
+        "required": [k for i, k in enumerate(keys) if every and i % every == every - 1],
+    }
+
+
+@pytest.mark.parametrize(("n", "every"), [(40, 3), (42, 0), (70, 7)])
+def test_many_properties_masks_equal_xgrammar(qwen2: Vocabulary, n: int, every: int) -> None:
+    """An object of more properties than one trie per window affords (O(n²) key states when
+    optional) is one automaton: XGrammar's mask at every step of random token paths."""
+    schema = _many_properties(n, every)
+    assert len(schema["properties"]) == n
+    frag, slots = SlotCompiler().tool(schema, b"")
+    assert {s.engine for s in slots} <= {"trie", "format", "automaton"}, slots
+    a = ToolAutomaton(frag, VocabTables.get(qwen2))
+    # the key states grow with the key bytes: fewer than a trie per window would hold
+    key_bytes = sum(
+        len(json.dumps(k, ensure_ascii=False).encode()) + 2 for k in schema["properties"]
+    )
+    assert a.n_states < 3 * key_bytes + 40 * n
+    assert _compare(qwen2, schema, paths=12, seed=n, automaton=a, budget=150) > 12 * 40
 
 
 def _accepts(node: Any, text: str) -> bool:

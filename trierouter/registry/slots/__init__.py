@@ -4,6 +4,7 @@
 - :mod:`.fragment`: deterministic byte automata and the builder that wires them per tool;
 - :mod:`.formats`: fixed formats (dates, UUIDs, IPv4, integer ranges, numbers, bounded strings);
 - :mod:`.regex`: the ``pattern`` subset served exactly;
+- :mod:`.objects`: the keys of an object, one automaton for every window of skippable keys;
 - :mod:`.dispatch`: JSON Schema → engine per slot (trie, format, automaton, xgrammar);
 - :mod:`.masks`: the per-state token masks of a tool's automaton over a vocabulary.
 """

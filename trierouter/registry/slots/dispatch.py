@@ -51,6 +51,7 @@ from trierouter.registry.slots.fragment import (
 )
 from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
 from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
+from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
 from trierouter.registry.slots.regex import pattern_node
 
@@ -66,10 +67,6 @@ __all__ = [
 
 MAX_UNROLL = 8
 """Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
-
-
-MAX_PROPERTIES = 32
-"""Objects with more properties go to XGrammar (a DFA over skippable keys grows as n²)."""
 
 
 def canonical(schema: Any) -> str:
@@ -521,9 +518,7 @@ class SlotCompiler:
         required = set(schema.get("required") or [])
         if not required <= set(props):
             return None
-        keys = list(props)
-        if len(keys) > MAX_PROPERTIES:
-            return None
+        keys = list(props)  # no limit: the key automaton grows as the key bytes (.objects)
         values: list[Fragment] = []
         for k in keys:
             frag, _, _ = self._piece(props[k], root, f"{path}.{k}" if path else k, slots, depth + 1)
@@ -531,27 +526,13 @@ class SlotCompiler:
         n = len(keys)
         if self.dry:
             return _DUMMY, "automaton", f"object of {n} properties"
+        shape, entries = key_automaton(keys, required)
         b = Builder()
-        tries: list[int] = []
-        for i in range(n + 1):
-            head = b"{" if i == 0 else b", "
-            options: list[bytes] = []
-            labels: list[Any] = []
-            all_optional = True
-            for j in range(i, n):
-                options.append(head + json.dumps(keys[j], ensure_ascii=False).encode() + b": ")
-                labels.append(("v", j))
-                if keys[j] in required:
-                    all_optional = False
-                    break
-            if all_optional:
-                options.append(b"{}" if i == 0 else b"}")
-                labels.append(("end",))
-            tries.append(b.add(trie_fragment(options, labels=labels)))
+        at = b.add(shape, entries[1:])
         starts = [b.add(v) for v in values]
         close = b.add(_accepting())
         for j, v in enumerate(values):
-            b.link(b.accepting(starts[j], v), tries[j + 1])
+            b.link(b.accepting(starts[j], v), at + entries[j + 1])
         for s, label in list(b.exits.items()):
             if isinstance(label, tuple) and label[0] == "v":
                 b.link([s], starts[label[1]])
@@ -698,8 +679,6 @@ def _why(schema: dict[str, Any]) -> str:
         if k in schema:
             return k
     t = schema.get("type")
-    if t == "object" and len(schema.get("properties") or {}) > MAX_PROPERTIES:
-        return f"object of more than {MAX_PROPERTIES} properties"
     if t == "object":
         return "free-form object"
     if t == "string" and "format" in schema:

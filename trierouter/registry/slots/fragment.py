@@ -254,8 +254,9 @@ class Builder:
         self.exits: dict[int, Any] = {}
         self.n = 0
 
-    def add(self, frag: Fragment) -> int:
-        """Copy ``frag`` in; return the offset of its state 0."""
+    def add(self, frag: Fragment, entries: Sequence[int] = ()) -> int:
+        """Copy ``frag`` in; return the offset of its state 0. ``link`` may target its state 0
+        and the states ``entries`` (plus the offset)."""
         off = self.n
         self._src.append(frag.src + off)
         self._byte.append(frag.byte)
@@ -265,6 +266,14 @@ class Builder:
         self._origin.append(frag.origin)
         b, d = frag.start_edges()
         self._starts[off] = (b, d + off)
+        if len(entries):
+            order = np.argsort(frag.src, kind="stable")
+            at = np.asarray(entries, dtype=np.int32)
+            lo = np.searchsorted(frag.src[order], at)
+            hi = np.searchsorted(frag.src[order], at + 1)
+            for e, a, z in zip(at.tolist(), lo.tolist(), hi.tolist(), strict=True):
+                edges = order[a:z]
+                self._starts[off + e] = (frag.byte[edges], frag.dst[edges] + off)
         for s, label in frag.exits.items():
             self.exits[s + off] = label.shifted(off) if isinstance(label, Exit) else label
         self.n += frag.n
