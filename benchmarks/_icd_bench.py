@@ -279,3 +279,44 @@ def bench_icd_sources(quick: bool, cache: Path, fine_tune: bool = True) -> dict[
     }
     log("embed all", res["embed_all_descriptions"])
     return res
+
+
+def bench_icd_latency(cache: Path) -> dict[str, Any]:
+    """Single-query latency of the default ``Shortlist.build`` on ICD-10-CM alone (the same
+    training synonyms, sources and sample as :func:`bench_icd_sources`), for a run on a quiet
+    machine: the full section also fine-tunes and embeds for an hour beside it. The built
+    shortlist is saved under ``<cache>/shortlist-icd10cm`` and reused."""
+    import faiss
+    import torch
+
+    data = icd_data(2000)
+    path = cache / "shortlist-icd10cm"
+    if (path / "shortlist.json").is_file():
+        sl = Shortlist.load(path, values=data.codes)
+    else:
+        sl = Shortlist.build(data.codes, descriptions=data.descs, synonyms=data.synonyms)
+        sl.save(path)
+    assert sl.embedding is not None
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    sample = {s: q.queries[:: max(1, len(q) // 40)][:40] for s, q in data.sources.items()}
+    emb = sl.embedding
+    torch_emb = Embedder(backend="torch", cache_dir=False)
+    res: dict[str, Any] = {"loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    for s, qs in sample.items():
+        vecs = {q: emb.embedder.encode_queries([q]) for q in qs}
+        res[s] = {
+            "bm25+syn": timed_each(lambda q: sl.bm25.value_scores(q), qs),
+            "minilm_encode(onnx-int8)": timed_each(lambda q: emb.embedder.encode_queries([q]), qs),
+            "minilm_encode(torch)": timed_each(lambda q: torch_emb.encode_queries([q]), qs),
+            f"faiss_{emb.index_kind}_search": timed_each(
+                lambda q, vecs=vecs: emb.search_vectors(vecs[q], DEPTH), qs
+            ),
+            "shortlist(total)": timed_each(lambda q: sl.search_ids([q], 100), qs),
+        }
+        log("latency", s, {k: v["cpu"]["median_ms"] for k, v in res[s].items()})
+    res["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    res["index_kind"] = emb.index_kind
+    res["rows"] = emb.n_rows
+    res["fusion"] = sl.fusion.name
+    return res

@@ -1,6 +1,7 @@
 """Shortlists and √K grouping for large sets: recall, latency, build cost, end-to-end validity.
 
     python benchmarks/shortlist.py [--sections icd,bfcl,openapi,synthetic,e2e] [--no-fine-tune]
+    python benchmarks/shortlist.py --sections latency   # ICD query latency alone (quiet machine)
 
 1. ICD-10-CM (74,731 billable codes), every method on five query sources (``_icd_bench.py``):
    the held-out half of the inclusion terms, CMS short titles, Excludes-note cross-references,
@@ -481,6 +482,10 @@ def main() -> None:
         t0 = time.perf_counter()
         if section == "icd":
             results["icd10cm"] = bench_icd(args.quick, not args.no_fine_tune)
+        elif section == "latency":
+            from _icd_bench import bench_icd_latency
+
+            results["icd10cm_latency"] = bench_icd_latency(CACHE)
         elif section == "bfcl":
             from _bfcl_bench import bench_bfcl
 
