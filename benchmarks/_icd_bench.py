@@ -108,7 +108,6 @@ def tuned_embedder(data: Any, cache: Path, epochs: int = 1, n_pairs: int = 6000)
 
 
 def bench_icd_sources(quick: bool, cache: Path, fine_tune: bool = True) -> dict[str, Any]:
-    import faiss
     import torch
 
     data = icd_data(300 if quick else 2000)
@@ -215,39 +214,17 @@ def bench_icd_sources(quick: bool, cache: Path, fine_tune: bool = True) -> dict[
     res["default_vs_best_single"] = check
 
     # latency: one query at a time, one thread
-    torch.set_num_threads(1)
-    faiss.omp_set_num_threads(1)
-    sample = {s: q.queries[:: max(1, len(q) // 40)][:40] for s, q in srcs.items()}
     sl = shortlists["minilm"]
     assert sl.embedding is not None
-    live = Embedder()  # the default: queries are never cached, every query is encoded
-    torch_emb = Embedder(backend="torch", cache_dir=False)
-    sl.embedding.embedder = live
-    lat: dict[str, Any] = {"loadavg_before": [round(x, 2) for x in os.getloadavg()]}
-    emb_idx = sl.embedding
-    for s, qs in sample.items():
-        vecs = {q: live.encode_queries([q]) for q in qs}
-        lat[s] = {
-            "bm25+syn": timed_each(lambda q: b_syn.search_ids([q], 100), qs),
-            "minilm_encode(onnx-int8)": timed_each(lambda q: live.encode_queries([q]), qs),
-            "minilm_encode(torch)": timed_each(lambda q: torch_emb.encode_queries([q]), qs),
-            f"faiss_{emb_idx.index_kind}_search": timed_each(
-                lambda q, vecs=vecs: emb_idx.search_vectors(vecs[q], DEPTH), qs
-            ),
-            "minilm+syn(total)": timed_each(lambda q: emb_idx.search_ids([q], 100), qs),
-            "shortlist(total)": timed_each(lambda q: sl.search_ids([q], 100), qs),
-        }
-        log("latency", s, {k: v["cpu"]["median_ms"] for k, v in lat[s].items()})
-    lat["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    lat["index_kind"] = emb_idx.index_kind
-    lat["rows"] = emb_idx.n_rows
-    res["latency"] = lat
+    sl.embedding.embedder = Embedder()  # the default: queries are never cached
+    sample = {s: q.queries[:: max(1, len(q) // 40)][:40] for s, q in srcs.items()}
+    res["latency"] = time_queries(sl, b_syn, sample)
 
     # agreement of the int8 and fp32 ONNX graphs with the torch model (cosine), on a sample
     rng = np.random.default_rng(0)
     texts = [descs[i] for i in rng.choice(len(descs), 500, replace=False)]
     texts += [q for qs in sample.values() for q in qs]
-    ref = torch_emb.encode(texts)
+    ref = Embedder(backend="torch", cache_dir=False).encode(texts)
     agree = {}
     for backend in ("onnx", "onnx-int8"):
         v = Embedder(backend=backend, cache_dir=False).encode(texts)
@@ -286,9 +263,6 @@ def bench_icd_latency(cache: Path) -> dict[str, Any]:
     training synonyms, sources and sample as :func:`bench_icd_sources`), for a run on a quiet
     machine: the full section also fine-tunes and embeds for an hour beside it. The built
     shortlist is saved under ``<cache>/shortlist-icd10cm`` and reused."""
-    import faiss
-    import torch
-
     data = icd_data(2000)
     path = cache / "shortlist-icd10cm"
     if (path / "shortlist.json").is_file():
@@ -297,26 +271,40 @@ def bench_icd_latency(cache: Path) -> dict[str, Any]:
         sl = Shortlist.build(data.codes, descriptions=data.descs, synonyms=data.synonyms)
         sl.save(path)
     assert sl.embedding is not None
+    sample = {s: q.queries[:: max(1, len(q) // 40)][:40] for s, q in data.sources.items()}
+    res = time_queries(sl, sl.bm25, sample)
+    res["fusion"] = sl.fusion.name
+    return res
+
+
+def time_queries(sl: Shortlist, bm25: BM25Index, sample: dict[str, list[str]]) -> dict[str, Any]:
+    """Per source, each part of a query and the whole, one query at a time on one thread:
+    BM25 top 100, the int8 and torch encodes, the embedding search given the encoded query, the
+    embedding's and the shortlist's whole search."""
+    import faiss
+    import torch
+
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
-    sample = {s: q.queries[:: max(1, len(q) // 40)][:40] for s, q in data.sources.items()}
     emb = sl.embedding
+    assert emb is not None
+    live = emb.embedder
     torch_emb = Embedder(backend="torch", cache_dir=False)
     res: dict[str, Any] = {"loadavg_before": [round(x, 2) for x in os.getloadavg()]}
     for s, qs in sample.items():
-        vecs = {q: emb.embedder.encode_queries([q]) for q in qs}
+        vecs = {q: live.encode_queries([q]) for q in qs}
         res[s] = {
-            "bm25+syn": timed_each(lambda q: sl.bm25.value_scores(q), qs),
-            "minilm_encode(onnx-int8)": timed_each(lambda q: emb.embedder.encode_queries([q]), qs),
+            "bm25+syn": timed_each(lambda q: bm25.search_ids([q], 100), qs),
+            "minilm_encode(onnx-int8)": timed_each(lambda q: live.encode_queries([q]), qs),
             "minilm_encode(torch)": timed_each(lambda q: torch_emb.encode_queries([q]), qs),
             f"faiss_{emb.index_kind}_search": timed_each(
                 lambda q, vecs=vecs: emb.search_vectors(vecs[q], DEPTH), qs
             ),
+            "minilm+syn(total)": timed_each(lambda q: emb.search_ids([q], 100), qs),
             "shortlist(total)": timed_each(lambda q: sl.search_ids([q], 100), qs),
         }
         log("latency", s, {k: v["cpu"]["median_ms"] for k, v in res[s].items()})
     res["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     res["index_kind"] = emb.index_kind
     res["rows"] = emb.n_rows
-    res["fusion"] = sl.fusion.name
     return res
