@@ -1350,21 +1350,36 @@ PyObject* Core_fill(CoreObject* self, PyObject* const* args, Py_ssize_t nargs, P
     Py_RETURN_NONE;
 }
 
-struct I64View {
+// A Python buffer held for the life of a view: acquired by get(), released by the destructor.
+struct HeldBuffer {
     Py_buffer b;
     bool held = false;
-    const int64_t* p = nullptr;
-    int64_t n = 0;
-    ~I64View() {
+    HeldBuffer() = default;
+    HeldBuffer(const HeldBuffer&) = delete;
+    HeldBuffer& operator=(const HeldBuffer&) = delete;
+    ~HeldBuffer() {
         if (held) PyBuffer_Release(&b);
     }
-    bool open(PyObject* o, const char* what, bool writable = false) {
-        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
-            return false;
+    bool get(PyObject* o, int flags) {
+        if (PyObject_GetBuffer(o, &b, flags) < 0) return false;
         held = true;
+        return true;
+    }
+    // The struct-module item code, byte-order prefix skipped ("B" when none is given).
+    char item_code() const {
         const char* f = b.format ? b.format : "B";
         if (*f == '<' || *f == '=' || *f == '@') ++f;
-        if (b.itemsize != 8 || !(*f == 'q' || *f == 'l') || b.ndim != 1) {
+        return *f;
+    }
+};
+
+struct I64View : HeldBuffer {
+    const int64_t* p = nullptr;
+    int64_t n = 0;
+    bool open(PyObject* o, const char* what, bool writable = false) {
+        if (!get(o, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0))) return false;
+        const char f = item_code();
+        if (b.itemsize != 8 || !(f == 'q' || f == 'l') || b.ndim != 1) {
             PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D int64 array", what);
             return false;
         }
@@ -1825,20 +1840,13 @@ PyGetSetDef Matcher_getset[] = {
 
 // -- tool-argument automata: per-state token masks of a byte DFA -----------------------------------
 
-struct I32View {
-    Py_buffer b;
-    bool held = false;
+struct I32View : HeldBuffer {
     const int32_t* p = nullptr;
     int64_t n = 0;
-    ~I32View() {
-        if (held) PyBuffer_Release(&b);
-    }
     bool open(PyObject* o, const char* what) {
-        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
-        held = true;
-        const char* f = b.format ? b.format : "B";
-        if (*f == '<' || *f == '=' || *f == '@') ++f;
-        if (b.itemsize != 4 || !(*f == 'i' || *f == 'l')) {
+        if (!get(o, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) return false;
+        const char f = item_code();
+        if (b.itemsize != 4 || !(f == 'i' || f == 'l')) {
             PyErr_Format(PyExc_TypeError, "%s: expected a contiguous int32 array", what);
             return false;
         }
@@ -1849,17 +1857,11 @@ struct I32View {
 };
 
 // A C-contiguous buffer of any item type read as bytes, released when the view goes.
-struct ByteView {
-    Py_buffer b;
-    bool held = false;
+struct ByteView : HeldBuffer {
     const uint8_t* p = nullptr;
     int64_t n = 0;
-    ~ByteView() {
-        if (held) PyBuffer_Release(&b);
-    }
     bool open(PyObject* o) {
-        if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS) < 0) return false;
-        held = true;
+        if (!get(o, PyBUF_C_CONTIGUOUS)) return false;
         p = static_cast<const uint8_t*>(b.buf);
         n = b.len;
         return true;
