@@ -491,7 +491,9 @@ def test_openai_agents_two_step_loop(server: str) -> None:
                 instructions="Answer with the weather tool.",
                 tools=[weather],
                 model=agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client),
-                model_settings=agents.ModelSettings(tool_choice="required", max_tokens=64),
+                model_settings=agents.ModelSettings(
+                    tool_choice="required", parallel_tool_calls=False, max_tokens=64
+                ),
             )
             return await agents.Runner.run(agent, "Weather in Paris?", max_turns=4)
 
