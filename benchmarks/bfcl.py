@@ -29,7 +29,9 @@ Arms, same prompts, same engine (one vLLM engine, prefix caching on):
   as in the XGrammar arm; opt-in variants, each recorded under its own name:
   ``tr_required_single`` (one call), ``tr_required_json`` (a bare object),
   ``tr_required_fence`` / ``tr_auto_fence`` (the ``json_fence`` format: the ```` ```json ````
-  fence the 0.5B model writes in free text, and under ``auto`` that fence as the trigger);
+  fence the 0.5B model writes in free text, and under ``auto`` that fence as the trigger),
+  ``tr_required_array`` (the ``json_array`` format: the layout of the XGrammar arm, an array
+  of ``{"name", "parameters"}`` objects, compact; read by the XGrammar arm's reader);
 - ``tr_think``: think-then-answer: a system line asks for brief reasoning ending in
   ``</think>``; free text (at most ``--think-tokens``) then the constrained call.
 
@@ -78,6 +80,7 @@ FORMATS = {
     "tr_required_json": "json",
     "tr_required_fence": "json_fence",
     "tr_auto_fence": "json_fence",
+    "tr_required_array": "json_array",
 }
 """Opt-in variants, recorded as such: ``json_fence`` is the Markdown ```` ```json ```` fence the
 0.5B model writes in free text instead of its template's ``<tool_call>`` tags."""
@@ -363,7 +366,7 @@ def parse_for(
         return parsers.free(text, tools)
     if arm == "free_lenient":
         return lenient_calls(text) or []
-    if arm == "xgrammar":
+    if arm in ("xgrammar", "tr_required_array"):
         return parsers.xgrammar(text)
     choice = "auto" if arm.startswith("tr_auto") else "required"
     fmt = FORMATS.get(arm, parsers.fmt)
@@ -491,6 +494,24 @@ def _shortlisters(
     return out
 
 
+def native_wrong(judge: Any, parsers: Parsers, args: argparse.Namespace) -> list[str] | None:
+    """The scale questions the native ``tr_required`` run (each question's own tools, texts in
+    ``<out>_texts.json``) answers wrong, re-judged by the official checker; ``None`` when that
+    run's texts are missing."""
+    texts_file = Path(args.out).with_name(Path(args.out).stem + "_texts.json")
+    texts = json.loads(texts_file.read_text()) if texts_file.is_file() else {}
+    native = texts.get("tr_required", {})
+    entries = [e for c in ("simple_python", "multiple") for e in sample(c, args.n, args.seed)]
+    if not entries or any(e.id not in native for e in entries):
+        return None
+    wrong = []
+    for e in entries:
+        calls = parsers.trierouter(native[e.id], tools_of(e), "required", False, args.format)
+        if not judge_row(judge, e, calls, tools_of(e), text_allowed=False)["correct"]:
+            wrong.append(e.id)
+    return wrong
+
+
 def scale(
     llm: Any, tok: Any, judge: Any, parsers: Parsers, args: argparse.Namespace,
     result: dict[str, Any],
@@ -520,6 +541,7 @@ def scale(
     base = pools([0], own)  # the questions' own + every BFCL function
     n_bfcl = len([t for t in base if t["function"]["name"] not in removed])
     sizes = [n_bfcl if x == "bfcl" else int(x) for x in args.sizes.split(",")]
+    out["native_wrong"] = native_wrong(judge, parsers, args)
     out |= {"questions": len(entries), "runs": sorted({*out.get("runs", []),
             *(f"{m}@{k}" for m, k in runs)})}  # fmt: skip
     out["sizes"] = sorted({*out["sizes"], *sizes})
@@ -693,6 +715,8 @@ def main() -> None:
                     help="--scale without BFCL's near-duplicates of the evaluated functions "
                     "(benchmarks/_bfcl_distinct.py; results under 'scale_distinct')")  # fmt: skip
     ap.add_argument("--merge", action="store_true", help="add to the results in --out")
+    ap.add_argument("--native-wrong", action="store_true",
+                    help="record the scale questions the native run answers wrong")  # fmt: skip
     ap.add_argument("--only", default="",
                     help="ARM:cat+cat,...: run those arms on these categories only")  # fmt: skip
     ap.add_argument("--transformers", type=int, default=0, help="questions through transformers")
@@ -803,6 +827,10 @@ def main() -> None:
         save(result, Path(args.out))
     if args.scale and "scale" not in arms:
         scale(llm, tok, judge, parsers, args, result)
+    if args.native_wrong:
+        for key in ("scale", "scale_distinct"):
+            if key in result:
+                result[key]["native_wrong"] = native_wrong(judge, parsers, args)
     if args.transformers:
         del llm
         result["transformers"] = transformers_subset(model_dir, tok, index, judge, parsers, args)
