@@ -5,6 +5,10 @@ A model is trained to write its calls one way: Qwen 2.5 / Hermes wrap each call 
 ``"parameters"``, ... Constraining in the model's own syntax keeps it on text it was trained on.
 ``json_fence`` (opt-in, never detected from a template) is what small chat models write when
 their template's tags are not followed: a Markdown ```` ```json ```` fence around the object.
+Some formats also wrap the whole turn: Mistral writes ``[TOOL_CALLS][{...}, {...}]`` (one
+opening, calls separated by ``, ``, one closing), vLLM's ``tool_choice="required"`` schema a bare
+JSON array (``json_array``, opt-in); :attr:`CallFormat.open` and :attr:`CallFormat.close` say so,
+and the decoder ends such a turn only after its closing text.
 A :class:`CallFormat` says where a call's JSON object sits in the output; the compiler builds the
 names trie and each tool's automaton around it (so tokens may cross from the wrapper into the
 JSON exactly as the model's tokenizer splits them), the decoder uses it for ``auto``, parallel
@@ -49,6 +53,21 @@ class CallFormat:
     a closing fence that the tokenizer writes as one ```` ``` ```` token."""
     models: tuple[str, ...] = ()
     """Model families trained on it (documentation)."""
+    open: str = ""
+    """Text before the first call of a turn (Mistral: ``"[TOOL_CALLS]["``); under ``auto`` it
+    starts with :attr:`trigger` or follows it."""
+    close: str = ""
+    """Text after the last call of a turn (``"]"``), before the end of the output. A format
+    with a closing text lets tokens cross from a call's ``}`` into what follows (``}}]``,
+    ``},``) instead of holding characters back."""
+
+    def __post_init__(self) -> None:
+        if self.close and (self.separator + self.prefix + CALL_HEAD).startswith(self.close[:1]):
+            raise ValueError(
+                f"CallFormat {self.name!r}: close={self.close!r} and the next call "
+                f"({self.separator!r}...) start alike; the decoder tells them apart by the "
+                "first character"
+            )
 
     # -- text the compiled tries and automata hold ---------------------------------------------
     @property
@@ -73,13 +92,18 @@ class CallFormat:
         """The characters :meth:`tail` held back (empty when none)."""
         return self.suffix[-self.hold :] if hold and self.suffix else ""
 
+    def ending(self, *, held: str = "") -> str:
+        """What closes the turn after its last call's :meth:`tail`: the held characters and
+        :attr:`close` (then only the end of the output)."""
+        return held + self.close
+
     def lead(self, *, after_trigger: bool = False, following: bool = False, held: str = "") -> str:
         """The text before a tool name: the whole call head, or what is left of it once
         :attr:`trigger` was written (``auto``), or (``following``) the held characters, the
-        separator and the head of a next call."""
-        head = self.prefix + CALL_HEAD
+        separator and the head of a next call. The first call starts with :attr:`open`."""
         if following:
-            return held + self.separator + head
+            return held + self.separator + self.prefix + CALL_HEAD
+        head = self.open + self.prefix + CALL_HEAD
         if after_trigger:
             return head[len(self.trigger) :] if head.startswith(self.trigger) else head
         return head
@@ -94,21 +118,30 @@ class CallFormat:
         that is not in the format is content with no calls.
         """
         content, rest = "", text
+        head = self.open + self.prefix + CALL_HEAD
         if auto:
             cut = text.find(self.trigger)
             if cut < 0:
                 return text, []
             content = text[:cut]
-            if (self.prefix + CALL_HEAD).startswith(self.trigger):
-                rest = text[cut:]
-            else:
-                rest = text[cut + len(self.trigger) :]
+            rest = text[cut if head.startswith(self.trigger) else cut + len(self.trigger) :]
         calls: list[str] = []
         decoder = json.JSONDecoder()
         pos = 0
+        opening = self.open.strip()
+        if opening:
+            pos = _skip_ws(rest, pos)
+            if not rest.startswith(opening, pos):
+                return (content, []) if auto else (text, [])
+            pos += len(opening)
+        closing = self.close.strip()
+        closed = False
         while True:
             pos = _skip_ws(rest, pos)
             if calls:
+                if closing and rest.startswith(closing, pos):
+                    closed = True
+                    break
                 sep = self.separator.strip()
                 if sep and rest.startswith(sep, pos):
                     pos = _skip_ws(rest, pos + len(sep))
@@ -123,7 +156,7 @@ class CallFormat:
                 _, end = decoder.raw_decode(rest, pos)
             except json.JSONDecodeError:
                 calls.append(rest[pos:])  # the caller reports what is wrong with it
-                break
+                return content, calls
             calls.append(rest[pos:end])
             pos = end
             suffix = self.suffix.strip()
@@ -133,6 +166,8 @@ class CallFormat:
                     pos += len(suffix)
                 elif pos < len(rest):
                     break
+        if closing and calls and not closed:  # an unclosed turn: the caller reports it
+            calls.append(f"the turn does not end with {closing!r}: {rest[-40:]!r}")
         if not calls and not auto:
             return text, []
         return content, calls
@@ -173,6 +208,29 @@ CALL_FORMATS: dict[str, CallFormat] = {
             arguments_key="parameters",
             trigger=CALL_HEAD,
             models=("Llama 3.1", "Llama 3.2", "Llama 3.3"),
+        ),
+        CallFormat(
+            "mistral",
+            separator=", ",
+            trigger="[TOOL_CALLS]",
+            open="[TOOL_CALLS][",
+            close="]",
+            models=(
+                "Mistral 7B Instruct v0.3",
+                "Mistral Nemo",
+                "Ministral 8B",
+                "Mistral Small 3 / 3.1",
+                "Mistral Large 2",
+            ),
+        ),
+        CallFormat(
+            "json_array",
+            separator=", ",
+            arguments_key="parameters",
+            trigger="[" + CALL_HEAD,
+            open="[",
+            close="]",
+            models=("opt-in: vLLM's tool_choice='required' JSON schema (an array of calls)",),
         ),
     )
 }

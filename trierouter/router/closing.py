@@ -273,8 +273,10 @@ class TurnCloser:
         self.plan = plan
         self.counter = _counter(plan.vocabulary)
         self.held = plan.format.held(hold=plan._hold).encode()
-        self.close = self.counter.count(self.held) + 1
-        """Tokens after an accepted call: the held characters and the end id."""
+        self.ending = plan.format.ending(held=self.held.decode()).encode()
+        self.close = self.counter.count(self.ending) + 1
+        """Tokens after an accepted call: the held characters, the turn's closing text (``]``)
+        and the end id."""
         names = subset if subset is not None else [s.name for s in plan.tools.specs]
         self.exact = len(names) <= EXACT_TOOLS
         self._names = names
@@ -325,10 +327,10 @@ class TurnCloser:
                     c = count(path[depth:]) + args + self.close
                     most = max(most, c)
                     costs[n] = min(c, costs.get(n, _INF))
-        if following:  # the held characters, then the end id
+        if following:  # the held characters (the closing text), then the end id
             node = names.root
             for depth in range(len(self.held) + 1):
-                costs[node] = min(count(self.held[depth:]) + 1, costs.get(node, _INF))
+                costs[node] = min(count(self.ending[depth:]) + 1, costs.get(node, _INF))
                 if depth < len(self.held):
                     node = names.advance(node, singles[self.held[depth]])
         hit = self._costs[key] = (costs, most)
@@ -370,11 +372,17 @@ class TurnCloser:
         costs, most = self.node_costs(names)
         if most <= left:
             return None
-        ends = set(self.plan.end_ids)
+        plan = self.plan
+        ends = set(plan.end_ids)
+        fork = plan._finish if names is plan.next_names and node == plan._fork else None
         ok = []
-        for t in bitmask_to_ids(row, self.plan.width).tolist():
+        for t in bitmask_to_ids(row, plan.width).tolist():
             if t in ends or costs.get(names.advance(node, t), _INF) <= left:
                 ok.append(t)
+            elif fork is not None and fork.advance(fork.root, t) != fork.DEAD:  # the close
+                rest = self.ending[len(plan.vocabulary.tokens[t]) :]
+                if self.counter.count(rest) + 1 <= left:
+                    ok.append(t)
         return pack_ids(ok, self.plan.width)
 
     def _free(self, stage: int, k: int, left: int) -> I32 | None:

@@ -20,9 +20,9 @@ matcher of a slot being generated, so a state must not be advanced twice.
 - ``"none"``: free text in which the format's trigger never appears.
 
 The syntax is the compiled tools' :class:`~trierouter.registry.call_formats.CallFormat`
-(``compile_tools(..., format="hermes")``): Qwen / Hermes ``<tool_call>`` tags, Llama 3.x JSON,
-or a bare object. ``parallel_tool_calls=True`` lets a call be followed by the format's separator
-and another call (up to ``max_calls``) instead of the end.
+(``compile_tools(..., format="hermes")``): Qwen / Hermes tags, Llama 3.x JSON, Mistral's
+``[TOOL_CALLS][...]``, ... ``parallel_tool_calls=True`` lets a call be followed by the format's
+separator and another call (up to ``max_calls``) instead of the end (or the turn's closing text).
 
 ``think=True`` puts free text up to ``think_end`` (at most ``think_max_tokens`` tokens, then the
 rest of the delimiter is forced) before all of that.
@@ -50,6 +50,7 @@ from trierouter.router.tool_call import (
     parse_tool_call,
     tool_choice_name,
 )
+from trierouter.router.turns import TurnEnd
 
 __all__ = ["ToolCallPlan", "ToolState"]
 
@@ -162,10 +163,12 @@ class ToolCallPlan:
         self.names: ChoiceSet = tools.names_for(self._subset, lead=lead)
         self._closer: TurnCloser | None = None
         self.next_names: ChoiceSet | None = None
-        self._hold = self.max_calls > 1
+        # a turn's closing text (``]``): tokens cross from a call's ``}`` into it (turns.py)
+        self._hold = self.max_calls > 1 and not self.format.close
         held = self.format.held(hold=self._hold)
-        self._next_end = -1
+        self._next_end = self._fork = -1
         self._finish: ChoiceSet | None = None
+        self._turn = TurnEnd(self) if self.format.close else None
         self.FINISH = self.NAME + 4
         if self.max_calls > 1:
             following = self.format.lead(following=True, held=held)
@@ -177,6 +180,9 @@ class ToolCallPlan:
                 from trierouter.registry.trie import compile_choices
 
                 self._finish = compile_choices([held], tools.index)
+        if self._turn is not None:  # another call or the close; the end only after it
+            self._finish = self._turn.finish
+            self._fork, self._next_end = self._next_end, -1
         words = (self.width + 31) // 32
         self._end_row = pack_ids(list(self.end_ids), self.width)
         self._words = words
@@ -186,8 +192,6 @@ class ToolCallPlan:
     def _walk_bytes(self, names: ChoiceSet, data: bytes) -> int:
         """The node of ``names`` after ``data`` written one single-byte token at a time."""
         node = names.root
-        if not data:
-            return node
         for b in data:
             node = names.advance(node, self._single_bytes()[b])
         return node
@@ -237,6 +241,8 @@ class ToolCallPlan:
             if stage == self.NEXT and node == self._next_end and token in self.end_ids:
                 return ToolState(self.TERMINATED, 0)
             nxt = names.advance(node, token)
+            if stage == self.NEXT and node == self._fork and nxt in (names.DEAD, names.END):
+                return self._turn.closing(token)  # type: ignore[union-attr]
             if nxt in (names.DEAD, names.END):
                 return ToolState(self.DEAD, 0)
             if names.is_terminal(nxt):
@@ -248,6 +254,10 @@ class ToolCallPlan:
         if stage == self.ARGS:
             nxt = a.advance(node, token)
             if nxt < 0:
+                if self._turn is not None:  # a token crossing into the next call or the close
+                    after = self._turn.after(a, node, token, self._more(calls), calls)
+                    if after is not None:
+                        return after  # type: ignore[no-any-return]
                 return ToolState(self.DEAD, 0)
             # ``steps``: tokens since this free string opened (0 outside strings); ``aux``: tokens
             # in the arguments so far
@@ -280,12 +290,16 @@ class ToolCallPlan:
             matcher = xgr.GrammarMatcher(self.tools.grammar(ex.key))
             return ToolState(self.XG, ex.reentry, 0, tool, [matcher, None, total], calls)
         if a.accept[state]:
-            if self.next_names is not None and calls + 1 < self.max_calls:
+            if self._more(calls):
                 return ToolState(self.NEXT, self.next_names.root, 0, -1, None, calls + 1)
             if self._finish is not None:
                 return ToolState(self.FINISH, self._finish.root)
             return ToolState(self.DONE, 0)
         return ToolState(self.ARGS, state, steps, tool, total, calls)
+
+    def _more(self, calls: int) -> bool:
+        """Another call may follow the current one."""
+        return self.next_names is not None and calls + 1 < self.max_calls
 
     def _xg_row(self, state: Any) -> npt.NDArray[np.int32]:
         box = state[4]
@@ -437,6 +451,8 @@ class ToolCallPlan:
             self.next_names.fill_next_token_bitmask(node, bitmask, index)
             if node == self._next_end:  # another call, or the end of the turn
                 row |= self._end_row
+            elif node == self._fork:  # another call, or the turn's closing text
+                row |= self._turn.close_row  # type: ignore[union-attr]
             return
         if stage == self.FINISH:
             assert self._finish is not None
@@ -453,6 +469,8 @@ class ToolCallPlan:
                     row[:] = pack_ids(toward, self.width)
                     return
             a.fill(node, row)
+            if self._turn is not None:  # tokens crossing from the call's end into what follows
+                self._turn.widen(a, node, self._more(int(state[5]) if len(state) > 5 else 0), row)
             return
         xrow = self._xg_row(state)
         row[:] = xrow & self._json_safe()
