@@ -68,6 +68,10 @@ def _native(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
         )
     if fmt == "llama3_json":
         return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
+    if fmt == "mistral":  # mistral-common's v3+ tool-call encoding: the marker, then json.dumps
+        return "[TOOL_CALLS]" + json.dumps([{"name": n, "arguments": a} for n, a in calls])
+    if fmt == "json_array":  # vLLM's tool_choice="required" schema: an array of calls
+        return json.dumps([{"name": n, "parameters": a} for n, a in calls])
     return "\n".join(json.dumps({"name": n, "arguments": a}) for n, a in calls)
 
 
@@ -101,7 +105,7 @@ def test_the_models_own_tokenization_is_accepted(
     assert _accepts(required, one, qwen2)
     assert not _accepts(required, two, qwen2)  # one call unless parallel calls are allowed
     parallel = ToolCallPlan(tools, tool_choice="required", parallel_tool_calls=True)
-    if not CALL_FORMATS[fmt].suffix:
+    if not CALL_FORMATS[fmt].suffix and not CALL_FORMATS[fmt].close:
         # no suffix to hold back: a token joining the last "}" and the separator ("}}\n") is
         # not allowed, so the model's text is tokenized with the call's end as a boundary
         first = _native(fmt, CALLS[:1])
@@ -140,6 +144,14 @@ def _independent_parse(fmt: str, text: str) -> list[tuple[str, dict[str, Any]]]:
         assert "\n".join(f"```json\n{b}\n```" for b in bodies) == text
         objs = [json.loads(b) for b in bodies]
         return [(o["name"], o["arguments"]) for o in objs]
+    if fmt in ("mistral", "json_array"):  # as vLLM's pre-v11 Mistral parser: the array
+        marker = "[TOOL_CALLS]" if fmt == "mistral" else ""
+        assert text.startswith(marker)
+        objs = json.loads(text[len(marker) :])
+        assert isinstance(objs, list) and objs
+        key = "arguments" if fmt == "mistral" else "parameters"
+        assert all(set(o) == {"name", key} for o in objs)
+        return [(o["name"], o[key]) for o in objs]
     sep = "; " if fmt == "llama3_json" else "\n"
     key = "parameters" if fmt == "llama3_json" else "arguments"
     objs = json.loads("[" + text.replace("}" + sep + '{"name"', '}, {"name"') + "]")

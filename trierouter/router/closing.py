@@ -355,6 +355,8 @@ class TurnCloser:
             keep = self._names_row(names, int(state[1]), row, left)
         elif stage == plan.ARGS:
             keep = self.sized(int(state[3])).within(int(state[1]), left - self.close, plan.width)
+            if plan._turn is not None:
+                keep = self._crossing(state, left, keep)
         elif stage == plan.XG:
             rest = self.sized(int(state[3])).tokens(int(state[1])) + self.close + SLOT_RESERVE
             if left < rest:
@@ -367,6 +369,37 @@ class TurnCloser:
             row[:] = narrowed
         elif keep.any():  # the plan's own steering went elsewhere: closing wins
             row[:] = keep
+
+    def _crossing(self, state: Any, left: int, keep: I32 | None) -> I32 | None:
+        """``keep`` with the tokens crossing from a call's end (``}},``, ``}]``) kept only where
+        the turn still closes after them."""
+        plan, tool, node = self.plan, int(state[3]), int(state[1])
+        turn = plan._turn
+        assert turn is not None
+        calls = int(state[5]) if len(state) > 5 else 0
+        a = plan.tools.automaton(tool, hold=plan._hold)
+        cross = turn.crossing(a, node, plan._more(calls))
+        if not cross:
+            return keep
+        costs = self.node_costs(plan.next_names)[0] if plan.next_names is not None else {}
+        fits = []
+        for t, cut in cross:
+            after = turn.after(a, node, t, plan._more(calls), calls)
+            if after is None:  # pragma: no cover - crossing() listed it
+                continue
+            if after[0] == plan.FINISH:
+                rest = plan.vocabulary.tokens[t][cut:]
+                cost = self.counter.count(self.ending[len(rest) :]) + 1
+            else:
+                cost = costs.get(int(after[1]), _INF)
+            if cost <= left:
+                fits.append(t)
+        if keep is None:
+            if len(fits) == len(cross):
+                return None
+            keep = np.zeros_like(turn.close_row)
+            a.fill(node, keep)
+        return keep | pack_ids(fits, plan.width)
 
     def _names_row(self, names: ChoiceSet, node: int, row: I32, left: int) -> I32 | None:
         costs, most = self.node_costs(names)
