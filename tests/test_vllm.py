@@ -310,6 +310,54 @@ def test_tool_format_and_parallel_args() -> None:
         parse_request({"trierouter_choices": ["a"], "trierouter_tool_format": "hermes"})
 
 
+class _MistralVocab:
+    """What vLLM's Mistral parser asks of a tokenizer: the id of ``[TOOL_CALLS]`` (Tekken's)."""
+
+    def get_vocab(self) -> dict[str, int]:
+        return {"[TOOL_CALLS]": 9}
+
+
+@pytest.mark.parametrize("fmt", ["mistral", "json_array"])
+def test_vllm_parsers_read_turn_formats(fmt: str) -> None:
+    """Random walks in the Mistral and JSON-array formats (Tekken and Qwen2 tokens), read by
+    vLLM's own readers: its Mistral tool parser (``[TOOL_CALLS][...]``, under ``auto`` after
+    text) and the ``list[FunctionDefinition]`` reading it applies to ``tool_choice="required"``
+    output: the same calls as the independent JSON reader, every time."""
+    import json
+    import random
+
+    from pydantic import TypeAdapter
+    from vllm.entrypoints.generate.base.protocol import FunctionDefinition
+    from vllm.tool_parsers.mistral_tool_parser import MistralToolParser
+
+    from tests.test_turn_formats import TOOLS, _walk, read_turn
+    from trierouter.registry.compiler import compile_tools
+    from trierouter.registry.shipped import shipped_vocabulary
+    from trierouter.router.toolcalls import ToolCallPlan
+
+    vocab = shipped_vocabulary("tekken" if fmt == "mistral" else "qwen2")
+    tools = compile_tools(TOOLS, TokenIndex.get(vocab), format=fmt)
+    parser = MistralToolParser(_MistralVocab())
+    rng = random.Random(3)
+    for choice in ("required", "auto") if fmt == "mistral" else ("required",):
+        plan = ToolCallPlan(tools, tool_choice=choice, parallel_tool_calls=True, max_calls=3)
+        called = 0
+        for _ in range(6):
+            text = _walk(plan, vocab, rng)
+            content, calls = read_turn(fmt, text, auto=choice == "auto")
+            if fmt == "mistral":
+                got = parser.extract_tool_calls(text, None)  # type: ignore[arg-type]
+                assert got.tools_called == bool(calls)
+                assert (got.content or "").strip() == content.strip()
+                theirs = [(c.function.name, c.function.arguments) for c in got.tool_calls]
+            else:
+                defs = TypeAdapter(list[FunctionDefinition]).validate_json(text)
+                theirs = [(d.name, json.dumps(d.parameters)) for d in defs]
+            assert [(n, json.loads(a)) for n, a in theirs] == calls, text
+            called += bool(calls)
+        assert called >= 3
+
+
 # -- batch bookkeeping without an engine: removed, added, moved (one-way and swaps) -------------
 class _FakeModelConfig:
     def __init__(self, path: Path, width: int) -> None:
