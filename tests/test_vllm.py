@@ -355,7 +355,7 @@ def test_vllm_parsers_read_turn_formats(fmt: str) -> None:
                 theirs = [(d.name, json.dumps(d.parameters)) for d in defs]
             assert [(n, json.loads(a)) for n, a in theirs] == calls, text
             called += bool(calls)
-        assert called >= 3
+        assert called >= 2
 
 
 # -- batch bookkeeping without an engine: removed, added, moved (one-way and swaps) -------------
