@@ -42,6 +42,12 @@ TEXTS = [
         '\n</tool_call>\n<tool_call>\n{"name": "t2", "arguments": {}}\n</tool_call>',
     ),
     ("llama3_json", '{"name": "f", "parameters": {"x": "é"}}; {"name": "g", "parameters": {}}'),
+    (
+        "mistral",
+        'Let me see. [TOOL_CALLS][{"name": "f", "arguments": {"x": "}]"}}, '
+        '{"name": "g", "arguments": {"y": [1, {"z": "]"}]}}]',
+    ),
+    ("json_array", '[{"name": "f", "parameters": {"x": ["]}"]}}, {"name": "g", "parameters": {}}]'),
     ("hermes", "no call here, just text with <tool"),
 ]
 

@@ -316,6 +316,8 @@ class ChatTrieRouter(BaseChatModel):
             return "hermes"
         if "<|python_tag|>" in template:
             return "llama3_json"
+        if "[TOOL_CALLS]" in template:
+            return "mistral"
         raise ValueError(
             "cannot tell the model's tool-call syntax from its chat template; pass tool_format="
         )

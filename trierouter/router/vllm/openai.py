@@ -95,7 +95,11 @@ ENV_MAX_INLINE_TOOLS = "TRIEROUTER_MAX_INLINE_TOOLS"
 _DEFAULT_MAX_INLINE_TOOLS = 4096
 
 # what in a chat template (or a tokenizer's special tokens) names the native call syntax
-_MARKERS = (("<tool_call>", "hermes"), ("<|python_tag|>", "llama3_json"))
+_MARKERS = (
+    ("<tool_call>", "hermes"),
+    ("<|python_tag|>", "llama3_json"),
+    ("[TOOL_CALLS]", "mistral"),
+)
 
 
 def detect_format(tokenizer: Any) -> str:
@@ -355,3 +359,5 @@ def _subclass(fmt: str) -> type[TrieRouterToolParser]:
 TrieRouterHermesToolParser = _subclass("hermes")
 TrieRouterLlama3ToolParser = _subclass("llama3_json")
 TrieRouterJsonToolParser = _subclass("json")
+TrieRouterMistralToolParser = _subclass("mistral")
+TrieRouterJsonArrayToolParser = _subclass("json_array")

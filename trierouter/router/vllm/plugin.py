@@ -14,6 +14,8 @@ PARSERS: dict[str, str] = {
     "trierouter_hermes": "TrieRouterHermesToolParser",
     "trierouter_llama3_json": "TrieRouterLlama3ToolParser",
     "trierouter_json": "TrieRouterJsonToolParser",
+    "trierouter_mistral": "TrieRouterMistralToolParser",
+    "trierouter_json_array": "TrieRouterJsonArrayToolParser",
 }
 """``--tool-call-parser`` name -> class in :mod:`trierouter.router.vllm.openai`."""
 
