@@ -234,3 +234,19 @@ def test_masks_equal_xgrammar_over_the_whole_turn(
                 assert m.accept_token(t)
                 st = plan.advance(st, t)
     assert steps > 100
+
+
+def test_an_unclosed_or_unopened_turn_is_not_a_call(
+    turn_tools: tuple[Vocabulary, dict[str, CompiledTools]],
+) -> None:
+    from trierouter.router.tool_call import ToolCallError
+
+    plan = ToolCallPlan(turn_tools[1]["mistral"], parallel_tool_calls=True)
+    ok = '[TOOL_CALLS][{"name": "ping", "arguments": {}}, {"name": "ping", "arguments": {}}]'
+    assert [c.name for c in plan.parse_calls(ok).calls] == ["ping", "ping"]
+    with pytest.raises(ToolCallError, match="does not end with"):
+        plan.parse_calls(ok[:-1])
+    with pytest.raises(ToolCallError, match="no mistral tool call"):
+        plan.parse_calls(ok[len("[TOOL_CALLS]") :])
+    auto = ToolCallPlan(turn_tools[1]["mistral"], tool_choice="auto")
+    assert auto.parse_calls("Hi [TOOL_CALLS]" + ok[12:]).content == "Hi "

@@ -114,8 +114,10 @@ class CallFormat:
 
         Strict, as a server-side parser for the format is: under ``auto`` the calls start at
         :attr:`trigger` (before it: content); each call is its prefix, one JSON object and its
-        suffix, calls separated by :attr:`separator` (whitespace around it is tolerated). Text
-        that is not in the format is content with no calls.
+        suffix, calls separated by :attr:`separator` (whitespace around it is tolerated), all of
+        them after :attr:`open` and before :attr:`close` where the format has them (a turn left
+        open comes back as a last entry naming the problem). Text that is not in the format is
+        content with no calls.
         """
         content, rest = "", text
         head = self.open + self.prefix + CALL_HEAD

@@ -257,7 +257,7 @@ class ToolCallPlan:
                 if self._turn is not None:  # a token crossing into the next call or the close
                     after = self._turn.after(a, node, token, self._more(calls), calls)
                     if after is not None:
-                        return after  # type: ignore[no-any-return]
+                        return after
                 return ToolState(self.DEAD, 0)
             # ``steps``: tokens since this free string opened (0 outside strings); ``aux``: tokens
             # in the arguments so far
@@ -290,7 +290,7 @@ class ToolCallPlan:
             matcher = xgr.GrammarMatcher(self.tools.grammar(ex.key))
             return ToolState(self.XG, ex.reentry, 0, tool, [matcher, None, total], calls)
         if a.accept[state]:
-            if self._more(calls):
+            if self.next_names is not None and self._more(calls):
                 return ToolState(self.NEXT, self.next_names.root, 0, -1, None, calls + 1)
             if self._finish is not None:
                 return ToolState(self.FINISH, self._finish.root)

@@ -13,7 +13,7 @@ whole turn allows at a call's end.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,7 @@ from trierouter.registry.slots.masks import ToolAutomaton
 from trierouter.registry.trie import ChoiceSet, compile_choices
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.toolcalls import ToolCallPlan, ToolState
 
 __all__ = ["TurnEnd"]
 
@@ -46,7 +46,7 @@ class TurnEnd:
         self.close_row: I32 = row[0]
         """The tokens that start the closing text (where a next call could start too)."""
 
-    def closing(self, token: int) -> Any:
+    def closing(self, token: int) -> ToolState:
         """The plan state after ``token`` starts the closing text (dead when it does not)."""
         from trierouter.router.toolcalls import ToolState
 
@@ -123,7 +123,9 @@ class TurnEnd:
         for i, _ in self.crossing(a, state, more):
             row[i >> 5] |= np.array(1 << (i & 31), dtype=np.uint32).view(np.int32)
 
-    def after(self, a: ToolAutomaton, state: int, token: int, more: bool, calls: int) -> Any:
+    def after(
+        self, a: ToolAutomaton, state: int, token: int, more: bool, calls: int
+    ) -> ToolState | None:
         """The plan state after crossing ``token`` from automaton ``state`` (``None``: it does
         not cross)."""
         from trierouter.router.toolcalls import ToolState
