@@ -242,7 +242,7 @@ class ToolCallPlan:
                 return ToolState(self.TERMINATED, 0)
             nxt = names.advance(node, token)
             if stage == self.NEXT and node == self._fork and nxt in (names.DEAD, names.END):
-                return self._turn.closing(token)  # type: ignore[union-attr]
+                return ToolState(*self._turn.closing(token))  # type: ignore[union-attr]
             if nxt in (names.DEAD, names.END):
                 return ToolState(self.DEAD, 0)
             if names.is_terminal(nxt):
@@ -257,7 +257,7 @@ class ToolCallPlan:
                 if self._turn is not None:  # a token crossing into the next call or the close
                     after = self._turn.after(a, node, token, self._more(calls), calls)
                     if after is not None:
-                        return after
+                        return ToolState(*after)
                 return ToolState(self.DEAD, 0)
             # ``steps``: tokens since this free string opened (0 outside strings); ``aux``: tokens
             # in the arguments so far

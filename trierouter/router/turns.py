@@ -13,7 +13,7 @@ whole turn allows at a call's end.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,13 +21,14 @@ import numpy.typing as npt
 from trierouter.registry.slots.masks import ToolAutomaton
 from trierouter.registry.trie import ChoiceSet, compile_choices
 
-if TYPE_CHECKING:  # pragma: no cover
-    from trierouter.router.toolcalls import ToolCallPlan, ToolState
-
 __all__ = ["TurnEnd"]
 
 _CACHE = 4096
 I32 = npt.NDArray[np.int32]
+ToolCallPlan = Any
+"""A :class:`~trierouter.router.toolcalls.ToolCallPlan` (not imported: it imports this)."""
+State = tuple[int, int, int, int, None, int]
+"""The fields of a :class:`~trierouter.router.toolcalls.ToolState`."""
 
 
 class TurnEnd:
@@ -46,14 +47,12 @@ class TurnEnd:
         self.close_row: I32 = row[0]
         """The tokens that start the closing text (where a next call could start too)."""
 
-    def closing(self, token: int) -> ToolState:
+    def closing(self, token: int) -> State:
         """The plan state after ``token`` starts the closing text (dead when it does not)."""
-        from trierouter.router.toolcalls import ToolState
-
         nxt = self.finish.advance(self.finish.root, token)
         if nxt in (self.finish.DEAD, self.finish.END):
-            return ToolState(self.plan.DEAD, 0)
-        return ToolState(self.plan.FINISH, nxt)
+            return (self.plan.DEAD, 0, 0, -1, None, 0)
+        return (self.plan.FINISH, nxt, 0, -1, None, 0)
 
     def walk(self, names: ChoiceSet | None, data: bytes) -> int:
         """The node of ``names`` after ``data`` (single-byte steps from the root), or -1 when it
@@ -125,11 +124,9 @@ class TurnEnd:
 
     def after(
         self, a: ToolAutomaton, state: int, token: int, more: bool, calls: int
-    ) -> ToolState | None:
+    ) -> State | None:
         """The plan state after crossing ``token`` from automaton ``state`` (``None``: it does
         not cross)."""
-        from trierouter.router.toolcalls import ToolState
-
         plan = self.plan
         for i, cut in self.crossing(a, state, more):
             if i != token:
@@ -137,8 +134,8 @@ class TurnEnd:
             rest = plan.vocabulary.tokens[i][cut:]
             node = self.walk(self.finish, rest)
             if node >= 0:
-                return ToolState(plan.FINISH, node)
+                return (plan.FINISH, node, 0, -1, None, 0)
             node = self.walk(plan.next_names if more else None, rest)
             if node >= 0:
-                return ToolState(plan.NEXT, node, len(rest), -1, None, calls + 1)
+                return (plan.NEXT, node, len(rest), -1, None, calls + 1)
         return None
