@@ -103,8 +103,8 @@ def _walk(
         toks.append(t)
         st = plan.advance(st, t)
         assert st[0] != plan.DEAD
-        if st[0] == plan.TERMINATED:
-            return vocab.decode(toks[:-1]).decode("utf-8")
+        if st[0] == plan.TERMINATED:  # special tokens as their text ([TOOL_CALLS])
+            return b"".join(vocab.tokens[t] for t in toks[:-1]).decode("utf-8")
     raise AssertionError(f"no end after {len(toks)} tokens: {vocab.decode(toks)[-80:]!r}")
 
 
@@ -195,8 +195,9 @@ def test_masks_equal_xgrammar_over_the_whole_turn(
     vocab = turn_tools[0]
     tools = compile_tools(XG_TOOLS, TokenIndex.get(vocab), format=fmt)
     key = FORMATS[fmt][1]
+    marker = b"[TOOL_CALLS]"  # Tekken's control token: XGrammar matches it as its text
     info = xgr.TokenizerInfo(
-        [b"" if i in vocab.special_ids else t for i, t in enumerate(vocab.tokens)],
+        [b"" if i in vocab.special_ids and t != marker else t for i, t in enumerate(vocab.tokens)],
         xgr.VocabType.RAW,
         vocab_size=vocab.width,
         stop_token_ids=list(vocab.end_ids),
@@ -250,3 +251,37 @@ def test_an_unclosed_or_unopened_turn_is_not_a_call(
         plan.parse_calls(ok[len("[TOOL_CALLS]") :])
     auto = ToolCallPlan(turn_tools[1]["mistral"], tool_choice="auto")
     assert auto.parse_calls("Hi [TOOL_CALLS]" + ok[12:]).content == "Hi "
+
+
+def test_mistral_commons_own_encoding_is_accepted() -> None:
+    """Tekken: a call turn as mistral-common encodes it for a Mistral model (the ``[TOOL_CALLS]``
+    control token, then ``json.dumps`` of the calls) is accepted token by token, alone
+    (``required``) and after text (``auto``); only the end id follows, and the plan reads the
+    calls back."""
+    tekken = pytest.importorskip("mistral_common.tokens.tokenizers.tekken")
+    from importlib.resources import files
+
+    tk = tekken.Tekkenizer.from_file(
+        str(files("mistral_common").joinpath("data/tekken_240911.json"))
+    )
+    vocab = shipped_vocabulary("tekken")
+    tools = compile_tools(TOOLS, TokenIndex.get(vocab), format="mistral")
+    calls = [
+        {"name": "book", "arguments": {"day": "2024-02-29", "seats": 2}},
+        {"name": "ping", "arguments": {}},
+    ]
+    turn = [tk.get_special_token("[TOOL_CALLS]"), *tk.encode(json.dumps(calls), False, False)]
+    for choice, before in (("required", ""), ("auto", "Let me book that.")):
+        plan = ToolCallPlan(tools, tool_choice=choice, parallel_tool_calls=True)
+        st: Any = plan.start()
+        tokens = (tk.encode(before, False, False) if before else []) + turn
+        for t in tokens:
+            assert t in plan.allowed_token_ids(st).tolist(), tk.id_to_piece(t)
+            st = plan.advance(st, t)
+        assert plan.allowed_token_ids(st).tolist() == list(vocab.end_ids)
+        text = b"".join(vocab.tokens[t] for t in tokens).decode()
+        out = plan.parse_calls(text)
+        assert out.content == before and [c.name for c in out.calls] == ["book", "ping"]
+        assert read_turn("mistral", text, auto=choice == "auto")[1] == [
+            (c["name"], c["arguments"]) for c in calls
+        ]

@@ -408,9 +408,11 @@ class TurnCloser:
         plan = self.plan
         ends = set(plan.end_ids)
         fork = plan._finish if names is plan.next_names and node == plan._fork else None
+        turn = plan._turn if names is plan.names else None
         ok = []
         for t in bitmask_to_ids(row, plan.width).tolist():
-            if t in ends or costs.get(names.advance(node, t), _INF) <= left:
+            mark = turn.marked(node, t) if turn is not None else -1  # [TOOL_CALLS] as one token
+            if t in ends or costs.get(names.advance(node, t) if mark < 0 else mark, _INF) <= left:
                 ok.append(t)
             elif fork is not None and fork.advance(fork.root, t) != fork.DEAD:  # the close
                 rest = self.ending[len(plan.vocabulary.tokens[t]) :]

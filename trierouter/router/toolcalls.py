@@ -157,7 +157,6 @@ class ToolCallPlan:
         self.ARGS = self.NAME + 1
         self.XG = self.NAME + 2
         self.NEXT = self.NAME + 3
-        self._text_only = tool_choice == "none"
         lead = self.format.lead(after_trigger=tool_choice == "auto")
         self._subset = None if subset is None else list(subset)
         self.names: ChoiceSet = tools.names_for(self._subset, lead=lead)
@@ -183,9 +182,8 @@ class ToolCallPlan:
         if self._turn is not None:  # another call or the close; the end only after it
             self._finish = self._turn.finish
             self._fork, self._next_end = self._next_end, -1
-        words = (self.width + 31) // 32
         self._end_row = pack_ids(list(self.end_ids), self.width)
-        self._words = words
+        self._words = (self.width + 31) // 32
         self._free_rows: dict[tuple[int, int, bool, bool], npt.NDArray[np.int32]] = {}
         self._safe_row: npt.NDArray[np.int32] | None = None
 
@@ -197,10 +195,8 @@ class ToolCallPlan:
         return node
 
     def __repr__(self) -> str:
-        return (
-            f"ToolCallPlan({len(self.names)} tools, tool_choice={self.tool_choice!r}, "
-            f"free stages={len(self._frees)})"
-        )
+        n, choice, free = len(self.names), self.tool_choice, len(self._frees)
+        return f"ToolCallPlan({n} tools, tool_choice={choice!r}, free stages={free})"
 
     # -- states ----------------------------------------------------------------------------------
     def start(self) -> ToolState:
@@ -240,7 +236,8 @@ class ToolCallPlan:
             assert names is not None
             if stage == self.NEXT and node == self._next_end and token in self.end_ids:
                 return ToolState(self.TERMINATED, 0)
-            nxt = names.advance(node, token)
+            mark = self._turn.marked(node, token) if self._turn and stage == self.NAME else -1
+            nxt = names.advance(node, token) if mark < 0 else mark
             if stage == self.NEXT and node == self._fork and nxt in (names.DEAD, names.END):
                 return ToolState(*self._turn.closing(token))  # type: ignore[union-attr]
             if nxt in (names.DEAD, names.END):
@@ -418,6 +415,8 @@ class ToolCallPlan:
                 row &= ~clear
             if fr.allow_end:
                 row |= self._end_row
+            if self._turn is not None and fr.allow_end and not forbid:
+                row |= self._turn.marker_row  # the trigger as one special token ([TOOL_CALLS])
         self._free_rows[key] = row
         return row
 
@@ -445,6 +444,8 @@ class ToolCallPlan:
             return
         if stage == self.NAME:
             self.names.fill_next_token_bitmask(node, bitmask, index)
+            if self._turn is not None and self._turn.marker_node >= 0 and node == self.names.root:
+                row |= self._turn.marker_row  # the opening's marker as one special token
             return
         if stage == self.NEXT:
             assert self.next_names is not None

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from trierouter.registry.slots.masks import ToolAutomaton
+from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet, compile_choices
 
 __all__ = ["TurnEnd"]
@@ -46,6 +46,26 @@ class TurnEnd:
         self.finish.fill_next_token_bitmask(self.finish.root, row, 0)
         self.close_row: I32 = row[0]
         """The tokens that start the closing text (where a next call could start too)."""
+        # the opening's marker as the model writes it: one special token ([TOOL_CALLS])
+        vocab, trig = plan.vocabulary, fmt.trigger.encode()
+        opens = bool(trig) and fmt.open.startswith(fmt.trigger)
+        special = sorted(vocab.special_ids - set(plan.end_ids)) if opens else []
+        self.markers = [i for i in special if vocab.tokens[i] == trig]
+        """Special ids whose text is the trigger that opens the turn (Mistral's control token
+        ``[TOOL_CALLS]``; a SentencePiece file read directly gives control pieces no text)."""
+        self.marker_row: I32 = np.zeros_like(row[0])
+        if self.markers:
+            self.marker_row = pack_ids(self.markers, plan.width)
+        self.marker_node = -1
+        """Names-trie node after the marker (the whole head is in the trie: not ``auto``)."""
+        if self.marker_row.any() and plan.tool_choice != "auto":
+            self.marker_node = plan._walk_bytes(plan.names, trig)
+
+    def marked(self, node: int, token: int) -> int:
+        """The names-trie node after ``token`` when it is the marker written at the root."""
+        if node == self.plan.names.root and token in self.markers:
+            return self.marker_node
+        return -1
 
     def closing(self, token: int) -> State:
         """The plan state after ``token`` starts the closing text (dead when it does not)."""
