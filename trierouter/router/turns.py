@@ -103,9 +103,13 @@ class TurnEnd:
         matchable = vocab.matchable
         nxt = self.plan.next_names if more else None
         out: dict[int, list[tuple[int, int]]] = {}
-        last = self.tail[-1:]
-        for i, t in enumerate(vocab.tokens):
-            if len(t) < 2 or last not in t[:-1] or not matchable[i]:
+        # tokens with the tail's last byte before their own last byte (numpy: a few thousand)
+        pos = np.flatnonzero(vocab.buffer == self.tail[-1])
+        ids = np.searchsorted(vocab.offsets, pos, side="right") - 1
+        ids = np.unique(ids[pos + 1 < vocab.offsets[ids + 1]])
+        for i in ids.tolist():
+            t = vocab.tokens[i]
+            if not matchable[i]:
                 continue
             for cut in range(1, len(t)):
                 if not t[:cut].endswith(self.tail[-cut:] if cut < len(self.tail) else self.tail):
