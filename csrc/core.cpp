@@ -2400,6 +2400,159 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     return pair_result(a, to_numpy(cnt, NPY_INT16));
 }
 
+// dfa_wire(srcs, bytes, dsts, offsets, n, links, extra) -> (src, byte, dst): the edges of fragments
+//   wired into one automaton of n states (what slots/fragment.py's Builder.finish computes).
+//   Fragment i's edges (lists of int32 arrays) are shifted by offsets[i] (int64); links (int64,
+//   flat triples state, i, local) copy fragment i's own edges leaving its state ``local`` to
+//   ``state``; extra (int64, flat triples src, byte, dst) are single edges. The result is sorted
+//   by (src, byte), a repeated identical edge kept once; ValueError ("ambiguous continuation on
+//   byte B at state S", the first such (S, B)) when two edges leave S on B to different states.
+PyObject* py_dfa_wire(PyObject*, PyObject* args) {
+    PyObject *srcs_o, *bytes_o, *dsts_o, *offs_o, *links_o, *extra_o;
+    long long n_ll;
+    if (!PyArg_ParseTuple(args, "O!O!O!OLOO", &PyList_Type, &srcs_o, &PyList_Type, &bytes_o,
+                          &PyList_Type, &dsts_o, &offs_o, &n_ll, &links_o, &extra_o))
+        return nullptr;
+    const Py_ssize_t nf = PyList_GET_SIZE(srcs_o);
+    I64View offs, links, extra;
+    if (!offs.open(offs_o, "offsets") || !links.open(links_o, "links") || !extra.open(extra_o, "extra"))
+        return nullptr;
+    if (PyList_GET_SIZE(bytes_o) != nf || PyList_GET_SIZE(dsts_o) != nf || offs.n != nf ||
+        links.n % 3 || extra.n % 3 || n_ll < 0 || n_ll > (int64_t{1} << 31) - 1) {
+        PyErr_SetString(PyExc_ValueError, "dfa_wire: bad sizes");
+        return nullptr;
+    }
+    const int64_t n = n_ll;
+    std::vector<I32View> fs(static_cast<size_t>(nf)), fb(static_cast<size_t>(nf)), fd(static_cast<size_t>(nf));
+    for (Py_ssize_t i = 0; i < nf; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        if (!fs[k].open(PyList_GET_ITEM(srcs_o, i), "src") || !fb[k].open(PyList_GET_ITEM(bytes_o, i), "byte") ||
+            !fd[k].open(PyList_GET_ITEM(dsts_o, i), "dst"))
+            return nullptr;
+        if (fb[k].n != fs[k].n || fd[k].n != fs[k].n) {
+            PyErr_SetString(PyExc_ValueError, "dfa_wire: a fragment's edge arrays differ in length");
+            return nullptr;
+        }
+    }
+    auto bad = [](const char* what) {
+        PyErr_Format(PyExc_ValueError, "dfa_wire: %s out of range", what);
+        return nullptr;
+    };
+    // every edge as (src, byte, dst), checked in range
+    int64_t total = extra.n / 3;
+    for (size_t k = 0; k < fs.size(); ++k) total += fs[k].n;
+    std::vector<int32_t> es, eb, ed;
+    // per linked fragment, its edges grouped by local source (counting sort), built once
+    std::vector<std::vector<int32_t>> by_src(static_cast<size_t>(nf)), first(static_cast<size_t>(nf));
+    try {
+        es.reserve(static_cast<size_t>(total));
+        eb.reserve(static_cast<size_t>(total));
+        ed.reserve(static_cast<size_t>(total));
+        for (size_t k = 0; k < fs.size(); ++k) {
+            const int64_t off = offs.p[k];
+            for (int64_t e = 0; e < fs[k].n; ++e) {
+                const int64_t s = fs[k].p[e] + off, b = fb[k].p[e], d = fd[k].p[e] + off;
+                if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("a fragment edge");
+                es.push_back(static_cast<int32_t>(s));
+                eb.push_back(static_cast<int32_t>(b));
+                ed.push_back(static_cast<int32_t>(d));
+            }
+        }
+        for (int64_t j = 0; j < links.n; j += 3) {
+            const int64_t s = links.p[j], f = links.p[j + 1], local = links.p[j + 2];
+            if (s < 0 || s >= n || f < 0 || f >= nf) return bad("a link");
+            const size_t k = static_cast<size_t>(f);
+            const int64_t m = fs[k].n;
+            if (first[k].empty()) {  // local state -> its edges, in edge order
+                int64_t top = 0;
+                for (int64_t e = 0; e < m; ++e) top = std::max<int64_t>(top, fs[k].p[e] + 1);
+                first[k].assign(static_cast<size_t>(top) + 1, 0);
+                for (int64_t e = 0; e < m; ++e) first[k][static_cast<size_t>(fs[k].p[e]) + 1]++;
+                for (size_t x = 1; x < first[k].size(); ++x) first[k][x] += first[k][x - 1];
+                by_src[k].resize(static_cast<size_t>(m));
+                std::vector<int32_t> at(first[k].begin(), first[k].end() - 1);
+                for (int64_t e = 0; e < m; ++e)
+                    by_src[k][static_cast<size_t>(at[static_cast<size_t>(fs[k].p[e])]++)] = static_cast<int32_t>(e);
+            }
+            if (local < 0 || local + 1 >= static_cast<int64_t>(first[k].size())) continue;  // no edges
+            const int64_t off = offs.p[k];
+            for (int32_t x = first[k][static_cast<size_t>(local)]; x < first[k][static_cast<size_t>(local) + 1]; ++x) {
+                const int32_t e = by_src[k][static_cast<size_t>(x)];
+                es.push_back(static_cast<int32_t>(s));
+                eb.push_back(fb[k].p[e]);
+                ed.push_back(static_cast<int32_t>(fd[k].p[e] + off));
+            }
+        }
+        for (int64_t j = 0; j < extra.n; j += 3) {
+            const int64_t s = extra.p[j], b = extra.p[j + 1], d = extra.p[j + 2];
+            if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("an edge");
+            es.push_back(static_cast<int32_t>(s));
+            eb.push_back(static_cast<int32_t>(b));
+            ed.push_back(static_cast<int32_t>(d));
+        }
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    // group by source (counting sort), then each source's edges by byte through a 256 slot row
+    const size_t m = es.size();
+    Buf<int32_t> os, ob, od;
+    std::vector<int64_t> start;
+    std::vector<int32_t> order;
+    try {
+        start.assign(static_cast<size_t>(n) + 1, 0);
+        order.resize(m);
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    if (!os.reserve(m) || !ob.reserve(m) || !od.reserve(m)) return PyErr_NoMemory();
+    for (size_t e = 0; e < m; ++e) start[static_cast<size_t>(es[e]) + 1]++;
+    for (size_t s = 0; s < static_cast<size_t>(n); ++s) start[s + 1] += start[s];
+    {
+        std::vector<int64_t> at(start.begin(), start.end() - 1);
+        for (size_t e = 0; e < m; ++e) order[static_cast<size_t>(at[static_cast<size_t>(es[e])]++)] = static_cast<int32_t>(e);
+    }
+    int32_t slot[256];
+    std::fill(slot, slot + 256, -1);
+    int64_t bad_src = -1, bad_byte = 256;
+    for (int64_t s = 0; s < n && bad_src < 0; ++s) {
+        uint64_t seen[4] = {0, 0, 0, 0};
+        for (int64_t x = start[static_cast<size_t>(s)]; x < start[static_cast<size_t>(s) + 1]; ++x) {
+            const int32_t e = order[static_cast<size_t>(x)];
+            const int32_t b = eb[static_cast<size_t>(e)], d = ed[static_cast<size_t>(e)];
+            if (slot[b] < 0) {
+                slot[b] = d;
+                seen[b >> 6] |= uint64_t{1} << (b & 63);
+            } else if (slot[b] != d && b < bad_byte) {
+                bad_src = s;
+                bad_byte = b;
+            }
+        }
+        for (int w = 0; w < 4; ++w)
+            for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+                const int b = w * 64 + __builtin_ctzll(bits);
+                os.p[os.n++] = static_cast<int32_t>(s);
+                ob.p[ob.n++] = b;
+                od.p[od.n++] = slot[b];
+                slot[b] = -1;
+            }
+    }
+    if (bad_src >= 0) {
+        PyErr_Format(PyExc_ValueError, "ambiguous continuation on byte %d at state %lld",
+                     static_cast<int>(bad_byte), static_cast<long long>(bad_src));
+        return nullptr;
+    }
+    PyObject* a = to_numpy(os, NPY_INT32);
+    PyObject* b = to_numpy(ob, NPY_INT32);
+    PyObject* d = to_numpy(od, NPY_INT32);
+    if (!a || !b || !d) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(d);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNN)", a, b, d);
+}
+
 PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
     // memset_bandwidth(buffer, repeats) -> seconds for ``repeats`` memsets of the whole buffer
     Py_buffer b;
@@ -2424,6 +2577,8 @@ PyMethodDef module_methods[] = {
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
     {"dfa_compress", py_dfa_compress, METH_VARARGS,
      "dfa_compress(src, byte, dst, n) -> (table, byte_class)"},
+    {"dfa_wire", py_dfa_wire, METH_VARARGS,
+     "dfa_wire(srcs, bytes, dsts, offsets, n, links, extra) -> (src, byte, dst)"},
     {"nfa_determinize", py_nfa_determinize, METH_VARARGS,
      "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,

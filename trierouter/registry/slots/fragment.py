@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry import core as _backend
+
 __all__ = ["NO_EDGE", "Fragment"]
 
 
@@ -332,6 +334,88 @@ class Builder:
             dict(self.exits),
             np.concatenate(self._origin),
         )
+
+
+class NativeBuilder(Builder):
+    """:class:`Builder` with the same results, the edges wired by the compiled core in one call
+    at :meth:`finish` (``add`` / ``link`` / ``edge`` only record what to copy): the reference
+    builds numpy arrays at every call, which dominated building a registry's automata."""
+
+    def __init__(self) -> None:
+        self._frags: list[Fragment] = []
+        self._offs: list[int] = []
+        self._where: dict[int, tuple[int, int]] = {}
+        """Linkable state -> (index of its fragment, its state there)."""
+        self._links: list[int] = []  # flat (state, fragment, local state)
+        self._extra: list[int] = []  # flat (src, byte, dst)
+        self._acc: dict[int, bool] = {}  # acceptance set by link
+        self.exits = {}
+        self.n = 0
+
+    def add(self, frag: Fragment, entries: Sequence[int] = ()) -> int:
+        off = self.n
+        i = len(self._frags)
+        self._frags.append(frag)
+        self._offs.append(off)
+        self._where[off] = (i, 0)
+        for e in entries:
+            self._where[off + int(e)] = (i, int(e))
+        for s, label in frag.exits.items():
+            self.exits[s + off] = label.shifted(off) if isinstance(label, Exit) else label
+        self.n += frag.n
+        return off
+
+    def _accepts(self, state: int) -> bool:
+        hit = self._acc.get(state)
+        if hit is not None:
+            return hit
+        i, local = self._where[state]
+        return bool(self._frags[i].accept[local])
+
+    def link(self, states: Iterable[int], target: int) -> None:
+        i, local = self._where[target]
+        exits = self.exits
+        for s in states:
+            self._links += (s, i, local)
+            self._acc[s] = self._accepts(target)
+            exits.pop(s, None)
+            if target in exits:
+                exits[s] = exits[target]
+
+    def edge(self, state: int, byte: int, target: int) -> None:
+        self._extra += (state, byte, target)
+
+    def finish(self) -> Fragment:
+        frags = self._frags
+        src, byte, dst = _backend.native_core().dfa_wire(
+            [f.src for f in frags],
+            [f.byte for f in frags],
+            [f.dst for f in frags],
+            np.asarray(self._offs, dtype=np.int64),
+            self.n,
+            np.asarray(self._links, dtype=np.int64),
+            np.asarray(self._extra, dtype=np.int64),
+        )
+        accept = np.concatenate([f.accept for f in frags])
+        if self._acc:
+            accept[np.fromiter(self._acc, np.int64, len(self._acc))] = np.fromiter(
+                self._acc.values(), bool, len(self._acc)
+            )
+        return Fragment(
+            src,
+            byte,
+            dst,
+            self.n,
+            accept,
+            np.concatenate([f.klass for f in frags]),
+            dict(self.exits),
+            np.concatenate([f.origin for f in frags]),
+        )
+
+
+def builder() -> Builder:
+    """A :class:`NativeBuilder` with the native backend, else the numpy :class:`Builder`."""
+    return NativeBuilder() if _backend.default_backend() == "native" else Builder()
 
 
 # -- per-vocabulary tables -------------------------------------------------------------------
