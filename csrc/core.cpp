@@ -2400,25 +2400,31 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     return pair_result(a, to_numpy(cnt, NPY_INT16));
 }
 
-// dfa_wire(srcs, bytes, dsts, offsets, n, links, extra) -> (src, byte, dst): the edges of fragments
-//   wired into one automaton of n states (what slots/fragment.py's Builder.finish computes).
-//   Fragment i's edges (lists of int32 arrays) are shifted by offsets[i] (int64); links (int64,
-//   flat triples state, i, local) copy fragment i's own edges leaving its state ``local`` to
-//   ``state``; extra (int64, flat triples src, byte, dst) are single edges. The result is sorted
-//   by (src, byte), a repeated identical edge kept once; ValueError ("ambiguous continuation on
-//   byte B at state S", the first such (S, B)) when two edges leave S on B to different states.
+// dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst): the
+//   edges of fragments wired into one automaton of n states (what slots/fragment.py's
+//   Builder.finish computes). Fragment i's edges (lists of int32 arrays) are shifted by
+//   offsets[i] (int64); link j (int64 arrays; link_from[j] = i << 32 | local) copies fragment
+//   i's own edges leaving its state ``local`` to state link_state[j]; extra (int64, flat triples
+//   src, byte, dst) are single edges. The result is sorted by (src, byte), a repeated identical
+//   edge kept once; ValueError ("ambiguous continuation on byte B at state S", the first such
+//   (S, B)) when two edges leave S on B to different states.
+//   A fragment whose edges are already strictly sorted by (src, byte), above the previous such
+//   fragment's, is copied as a run (the common case: fragments come out of this function
+//   sorted); the other edges (links, extra, unsorted fragments) are grouped by source and
+//   merged in state by state.
 PyObject* py_dfa_wire(PyObject*, PyObject* args) {
-    PyObject *srcs_o, *bytes_o, *dsts_o, *offs_o, *links_o, *extra_o;
+    PyObject *srcs_o, *bytes_o, *dsts_o, *offs_o, *lstate_o, *lfrom_o, *extra_o;
     long long n_ll;
-    if (!PyArg_ParseTuple(args, "O!O!O!OLOO", &PyList_Type, &srcs_o, &PyList_Type, &bytes_o,
-                          &PyList_Type, &dsts_o, &offs_o, &n_ll, &links_o, &extra_o))
+    if (!PyArg_ParseTuple(args, "O!O!O!OLOOO", &PyList_Type, &srcs_o, &PyList_Type, &bytes_o,
+                          &PyList_Type, &dsts_o, &offs_o, &n_ll, &lstate_o, &lfrom_o, &extra_o))
         return nullptr;
     const Py_ssize_t nf = PyList_GET_SIZE(srcs_o);
-    I64View offs, links, extra;
-    if (!offs.open(offs_o, "offsets") || !links.open(links_o, "links") || !extra.open(extra_o, "extra"))
+    I64View offs, lstate, lfrom, extra;
+    if (!offs.open(offs_o, "offsets") || !lstate.open(lstate_o, "link_state") ||
+        !lfrom.open(lfrom_o, "link_from") || !extra.open(extra_o, "extra"))
         return nullptr;
     if (PyList_GET_SIZE(bytes_o) != nf || PyList_GET_SIZE(dsts_o) != nf || offs.n != nf ||
-        links.n % 3 || extra.n % 3 || n_ll < 0 || n_ll > (int64_t{1} << 31) - 1) {
+        lstate.n != lfrom.n || extra.n % 3 || n_ll < 0 || n_ll > (int64_t{1} << 31) - 1) {
         PyErr_SetString(PyExc_ValueError, "dfa_wire: bad sizes");
         return nullptr;
     }
@@ -2438,62 +2444,78 @@ PyObject* py_dfa_wire(PyObject*, PyObject* args) {
         PyErr_Format(PyExc_ValueError, "dfa_wire: %s out of range", what);
         return nullptr;
     };
-    // every edge as (src, byte, dst), checked in range
-    int64_t total = extra.n / 3;
-    for (size_t k = 0; k < fs.size(); ++k) total += fs[k].n;
+    // which fragments are runs: edges in range, keys strictly increasing, above the last run
+    std::vector<uint8_t> run(static_cast<size_t>(nf), 0);
+    int64_t total = 0, last_key = -1;
+    for (size_t k = 0; k < fs.size(); ++k) {
+        const int64_t off = offs.p[k], m = fs[k].n;
+        bool sorted = true;
+        int64_t prev = last_key;
+        for (int64_t e = 0; e < m; ++e) {
+            const int64_t s = fs[k].p[e] + off, b = fb[k].p[e], d = fd[k].p[e] + off;
+            if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("a fragment edge");
+            const int64_t key = s * 256 + b;
+            if (key <= prev) sorted = false;
+            prev = key;
+        }
+        total += m;
+        if (sorted) {
+            run[k] = 1;
+            if (m) last_key = prev;
+        }
+    }
+    // the other edges, as (src, byte, dst)
     std::vector<int32_t> es, eb, ed;
-    // per linked fragment, its edges grouped by local source (counting sort), built once
     std::vector<std::vector<int32_t>> by_src(static_cast<size_t>(nf)), first(static_cast<size_t>(nf));
     try {
-        es.reserve(static_cast<size_t>(total));
-        eb.reserve(static_cast<size_t>(total));
-        ed.reserve(static_cast<size_t>(total));
-        for (size_t k = 0; k < fs.size(); ++k) {
-            const int64_t off = offs.p[k];
-            for (int64_t e = 0; e < fs[k].n; ++e) {
-                const int64_t s = fs[k].p[e] + off, b = fb[k].p[e], d = fd[k].p[e] + off;
-                if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("a fragment edge");
-                es.push_back(static_cast<int32_t>(s));
-                eb.push_back(static_cast<int32_t>(b));
-                ed.push_back(static_cast<int32_t>(d));
-            }
-        }
-        for (int64_t j = 0; j < links.n; j += 3) {
-            const int64_t s = links.p[j], f = links.p[j + 1], local = links.p[j + 2];
+        auto put = [&](int64_t s, int64_t b, int64_t d) {
+            es.push_back(static_cast<int32_t>(s));
+            eb.push_back(static_cast<int32_t>(b));
+            ed.push_back(static_cast<int32_t>(d));
+        };
+        for (size_t k = 0; k < fs.size(); ++k)
+            if (!run[k])
+                for (int64_t e = 0; e < fs[k].n; ++e) put(fs[k].p[e] + offs.p[k], fb[k].p[e], fd[k].p[e] + offs.p[k]);
+        for (int64_t j = 0; j < lstate.n; ++j) {
+            const int64_t s = lstate.p[j], f = lfrom.p[j] >> 32, local = lfrom.p[j] & 0xFFFFFFFF;
             if (s < 0 || s >= n || f < 0 || f >= nf) return bad("a link");
             const size_t k = static_cast<size_t>(f);
-            const int64_t m = fs[k].n;
+            const int64_t off = offs.p[k], m = fs[k].n;
+            const int32_t* src = fs[k].p;
+            if (run[k]) {  // sorted by source: the local state's edges are one range
+                const int32_t* lo = std::lower_bound(src, src + m, static_cast<int32_t>(local));
+                for (const int32_t* it = lo; it < src + m && *it == local; ++it) {
+                    const int64_t e = it - src;
+                    put(s, fb[k].p[e], fd[k].p[e] + off);
+                }
+                continue;
+            }
             if (first[k].empty()) {  // local state -> its edges, in edge order
                 int64_t top = 0;
-                for (int64_t e = 0; e < m; ++e) top = std::max<int64_t>(top, fs[k].p[e] + 1);
+                for (int64_t e = 0; e < m; ++e) top = std::max<int64_t>(top, src[e] + 1);
                 first[k].assign(static_cast<size_t>(top) + 1, 0);
-                for (int64_t e = 0; e < m; ++e) first[k][static_cast<size_t>(fs[k].p[e]) + 1]++;
+                for (int64_t e = 0; e < m; ++e) first[k][static_cast<size_t>(src[e]) + 1]++;
                 for (size_t x = 1; x < first[k].size(); ++x) first[k][x] += first[k][x - 1];
                 by_src[k].resize(static_cast<size_t>(m));
                 std::vector<int32_t> at(first[k].begin(), first[k].end() - 1);
                 for (int64_t e = 0; e < m; ++e)
-                    by_src[k][static_cast<size_t>(at[static_cast<size_t>(fs[k].p[e])]++)] = static_cast<int32_t>(e);
+                    by_src[k][static_cast<size_t>(at[static_cast<size_t>(src[e])]++)] = static_cast<int32_t>(e);
             }
             if (local < 0 || local + 1 >= static_cast<int64_t>(first[k].size())) continue;  // no edges
-            const int64_t off = offs.p[k];
             for (int32_t x = first[k][static_cast<size_t>(local)]; x < first[k][static_cast<size_t>(local) + 1]; ++x) {
                 const int32_t e = by_src[k][static_cast<size_t>(x)];
-                es.push_back(static_cast<int32_t>(s));
-                eb.push_back(fb[k].p[e]);
-                ed.push_back(static_cast<int32_t>(fd[k].p[e] + off));
+                put(s, fb[k].p[e], fd[k].p[e] + off);
             }
         }
         for (int64_t j = 0; j < extra.n; j += 3) {
             const int64_t s = extra.p[j], b = extra.p[j + 1], d = extra.p[j + 2];
             if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("an edge");
-            es.push_back(static_cast<int32_t>(s));
-            eb.push_back(static_cast<int32_t>(b));
-            ed.push_back(static_cast<int32_t>(d));
+            put(s, b, d);
         }
     } catch (const std::bad_alloc&) {
         return PyErr_NoMemory();
     }
-    // group by source (counting sort), then each source's edges by byte through a 256 slot row
+    // the other edges grouped by source (counting sort)
     const size_t m = es.size();
     Buf<int32_t> os, ob, od;
     std::vector<int64_t> start;
@@ -2504,21 +2526,52 @@ PyObject* py_dfa_wire(PyObject*, PyObject* args) {
     } catch (const std::bad_alloc&) {
         return PyErr_NoMemory();
     }
-    if (!os.reserve(m) || !ob.reserve(m) || !od.reserve(m)) return PyErr_NoMemory();
+    const size_t cap = m + static_cast<size_t>(total);
+    if (!os.reserve(cap) || !ob.reserve(cap) || !od.reserve(cap)) return PyErr_NoMemory();
     for (size_t e = 0; e < m; ++e) start[static_cast<size_t>(es[e]) + 1]++;
     for (size_t s = 0; s < static_cast<size_t>(n); ++s) start[s + 1] += start[s];
     {
         std::vector<int64_t> at(start.begin(), start.end() - 1);
         for (size_t e = 0; e < m; ++e) order[static_cast<size_t>(at[static_cast<size_t>(es[e])]++)] = static_cast<int32_t>(e);
     }
+    auto emit = [&](int64_t s, int32_t b, int32_t d) {
+        os.p[os.n++] = static_cast<int32_t>(s);
+        ob.p[ob.n++] = b;
+        od.p[od.n++] = d;
+    };
+    // the runs' edges in (src, byte) order: a cursor over the run fragments
+    size_t rk = 0;
+    int64_t re = 0;
+    auto run_src = [&]() -> int64_t {  // source of the run cursor's edge, n when none is left
+        while (rk < fs.size() && (!run[rk] || re >= fs[rk].n)) {
+            ++rk;
+            re = 0;
+        }
+        return rk < fs.size() ? fs[rk].p[re] + offs.p[rk] : n;
+    };
     int32_t slot[256];
     std::fill(slot, slot + 256, -1);
     int64_t bad_src = -1, bad_byte = 256;
+    int64_t rs = run_src();
     for (int64_t s = 0; s < n && bad_src < 0; ++s) {
+        const int64_t g0 = start[static_cast<size_t>(s)], g1 = start[static_cast<size_t>(s) + 1];
+        if (rs > s && g0 == g1) {  // nothing leaves s: skip to the next source with edges
+            continue;
+        }
+        if (g0 == g1) {  // only run edges (keys strictly increasing): copied as they are
+            while (rs == s) {
+                const int64_t off = offs.p[rk];
+                const int32_t* src = fs[rk].p;
+                while (re < fs[rk].n && src[re] + off == s) {
+                    emit(s, fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
+                    ++re;
+                }
+                rs = run_src();
+            }
+            continue;
+        }
         uint64_t seen[4] = {0, 0, 0, 0};
-        for (int64_t x = start[static_cast<size_t>(s)]; x < start[static_cast<size_t>(s) + 1]; ++x) {
-            const int32_t e = order[static_cast<size_t>(x)];
-            const int32_t b = eb[static_cast<size_t>(e)], d = ed[static_cast<size_t>(e)];
+        auto add = [&](int32_t b, int32_t d) {
             if (slot[b] < 0) {
                 slot[b] = d;
                 seen[b >> 6] |= uint64_t{1} << (b & 63);
@@ -2526,13 +2579,24 @@ PyObject* py_dfa_wire(PyObject*, PyObject* args) {
                 bad_src = s;
                 bad_byte = b;
             }
+        };
+        while (rs == s) {
+            const int64_t off = offs.p[rk];
+            const int32_t* src = fs[rk].p;
+            while (re < fs[rk].n && src[re] + off == s) {
+                add(fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
+                ++re;
+            }
+            rs = run_src();
+        }
+        for (int64_t x = g0; x < g1; ++x) {
+            const int32_t e = order[static_cast<size_t>(x)];
+            add(eb[static_cast<size_t>(e)], ed[static_cast<size_t>(e)]);
         }
         for (int w = 0; w < 4; ++w)
             for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
                 const int b = w * 64 + __builtin_ctzll(bits);
-                os.p[os.n++] = static_cast<int32_t>(s);
-                ob.p[ob.n++] = b;
-                od.p[od.n++] = slot[b];
+                emit(s, b, slot[b]);
                 slot[b] = -1;
             }
     }
@@ -2578,7 +2642,7 @@ PyMethodDef module_methods[] = {
     {"dfa_compress", py_dfa_compress, METH_VARARGS,
      "dfa_compress(src, byte, dst, n) -> (table, byte_class)"},
     {"dfa_wire", py_dfa_wire, METH_VARARGS,
-     "dfa_wire(srcs, bytes, dsts, offsets, n, links, extra) -> (src, byte, dst)"},
+     "dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst)"},
     {"nfa_determinize", py_nfa_determinize, METH_VARARGS,
      "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,

@@ -66,6 +66,13 @@ class Fragment:
     origin: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per state, ``piece << 32 | local state`` when the state is a copy of a registered quoted
     piece's state (:mod:`~trierouter.registry.slots.pieces`), else ``-1``."""
+    _accepting: list[int] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def accepting_states(self) -> list[int]:
+        """The accepting states (computed once: a fragment is never changed once built)."""
+        if self._accepting is None:
+            self._accepting = np.flatnonzero(self.accept).tolist()
+        return self._accepting
 
     def __post_init__(self) -> None:
         if len(self.klass) != self.n:
@@ -287,7 +294,7 @@ class Builder:
         return self._accept[0]
 
     def accepting(self, off: int, frag: Fragment) -> list[int]:
-        return [int(s) + off for s in np.flatnonzero(frag.accept)]
+        return [s + off for s in frag.accepting_states()]
 
     def link(self, states: Iterable[int], target: int) -> None:
         """From each of ``states`` (accepting, or an exit), continue as from fragment start
@@ -346,7 +353,8 @@ class NativeBuilder(Builder):
         self._offs: list[int] = []
         self._where: dict[int, tuple[int, int]] = {}
         """Linkable state -> (index of its fragment, its state there)."""
-        self._links: list[int] = []  # flat (state, fragment, local state)
+        self._lstate: list[int] = []  # linked states
+        self._lfrom: list[int] = []  # what each copies: fragment << 32 | its state there
         self._extra: list[int] = []  # flat (src, byte, dst)
         self._acc: dict[int, bool] = {}  # acceptance set by link
         self.exits = {}
@@ -374,13 +382,25 @@ class NativeBuilder(Builder):
 
     def link(self, states: Iterable[int], target: int) -> None:
         i, local = self._where[target]
-        exits = self.exits
+        states = list(states)
+        self._lstate += states
+        self._lfrom += [i << 32 | local] * len(states)
+        exits, acc = self.exits, self._acc
+        if target in states:  # the reference's order matters: state by state
+            for s in states:
+                acc[s] = self._accepts(target)
+                exits.pop(s, None)
+                if target in exits:
+                    exits[s] = exits[target]
+            return
+        a = self._accepts(target)
+        label = exits.get(target)
         for s in states:
-            self._links += (s, i, local)
-            self._acc[s] = self._accepts(target)
-            exits.pop(s, None)
-            if target in exits:
-                exits[s] = exits[target]
+            acc[s] = a
+            if label is None:
+                exits.pop(s, None)
+            else:
+                exits[s] = label
 
     def edge(self, state: int, byte: int, target: int) -> None:
         self._extra += (state, byte, target)
@@ -393,7 +413,8 @@ class NativeBuilder(Builder):
             [f.dst for f in frags],
             np.asarray(self._offs, dtype=np.int64),
             self.n,
-            np.asarray(self._links, dtype=np.int64),
+            np.asarray(self._lstate, dtype=np.int64),
+            np.asarray(self._lfrom, dtype=np.int64),
             np.asarray(self._extra, dtype=np.int64),
         )
         accept = np.concatenate([f.accept for f in frags])

@@ -480,18 +480,20 @@ class ToolAutomaton:
         blocks: list[npt.NDArray[np.int32]] = []
         # states inside a free string: the per-class row, and the quote tokens walked here
         quoted = live & (self.klass >= 0)
-        free = -1
-        for kl in np.unique(self.klass[quoted]).tolist():
-            u, left = string_class(kl)
-            on = quoted & (self.klass == kl)
-            if left < 0:
-                if free < 0:
-                    blocks.append(t.string_rows())
-                    free = len(blocks) - 1
-                bblock[on], brow[on] = free, u
-            else:
-                blocks.append(t.counted_row(u, left)[None])
-                bblock[on], brow[on] = len(blocks) - 1, 0
+        on = np.flatnonzero(quoted)
+        if len(on):  # the free rows as one block, each counted row its own (shared, no copy)
+            kls, inv = np.unique(self.klass[on], return_inverse=True)
+            block = np.zeros(len(kls), dtype=np.int32)
+            row = np.zeros(len(kls), dtype=np.int32)
+            blocks.append(t.string_rows())
+            for j, kl in enumerate(kls.tolist()):
+                u, left = string_class(kl)
+                if left < 0:
+                    row[j] = u
+                else:
+                    blocks.append(t.counted_row(u, left)[None])
+                    block[j] = len(blocks) - 1
+            bblock[on], brow[on] = block[inv], row[inv]
         # wide states of a shared quoted piece: its standalone row, and the quote tokens
         piece = live & (self.klass < 0) & (self.origin >= 0)
         if piece.any():
