@@ -2148,12 +2148,15 @@ PyObject* py_dfa_compress(PyObject*, PyObject* args) {
         for (int64_t i = 0; i < src.n; ++i) start[static_cast<size_t>(byte.p[i]) + 1]++;
         for (int b = 0; b < 256; ++b) start[static_cast<size_t>(b) + 1] += start[static_cast<size_t>(b)];
         std::vector<int64_t> fill(start.begin(), start.end() - 1);
-        for (int64_t i = 0; i < src.n; ++i)
+        bool by_src = true;  // edges in src order (a stable grouping keeps each group sorted)
+        for (int64_t i = 0; i < src.n; ++i) {
             ed[static_cast<size_t>(fill[static_cast<size_t>(byte.p[i])]++)] = {src.p[i], dst.p[i]};
+            if (i && src.p[i] < src.p[i - 1]) by_src = false;
+        }
         std::vector<uint64_t> h(256);
         for (int b = 0; b < 256; ++b) {
             auto lo = ed.begin() + start[static_cast<size_t>(b)], hi = ed.begin() + start[static_cast<size_t>(b) + 1];
-            std::sort(lo, hi);
+            if (!by_src) std::sort(lo, hi);
             uint64_t x = 1469598103934665603ull ^ static_cast<uint64_t>(hi - lo);
             for (auto it = lo; it != hi; ++it)
                 x = (x ^ (static_cast<uint64_t>(static_cast<uint32_t>(it->first)) << 32 |

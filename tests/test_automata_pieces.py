@@ -130,6 +130,10 @@ def test_native_byte_classes_equal_numpy(schema: Any) -> None:
     assert np.array_equal(ta[:, ca], tb[:, cb])  # the same dense [state, byte] table
     assert np.array_equal(ta[:, ca], frag.table)
     assert ta.shape == tb.shape  # the same partition of the bytes
+    o = np.random.default_rng(len(frag.src)).permutation(len(frag.src))  # edges in any order
+    shuffled = Fragment(frag.src[o], frag.byte[o], frag.dst[o], frag.n, frag.accept)
+    tc, cc = compress(shuffled, native=True)
+    assert np.array_equal(tc, ta) and np.array_equal(cc, ca)
 
 
 def test_toward_end_equals_stepping_each_token(qwen2: Vocabulary) -> None:
