@@ -195,7 +195,6 @@ def _both_ways(monkeypatch: pytest.MonkeyPatch, schema: Any) -> tuple[Fragment, 
         with monkeypatch.context() as m:
             m.setattr(dispatch, "builder", make)
             out.append(SlotCompiler(strict=False).tool(schema, b"}", b'{"f": ')[0])
-    assert dispatch.builder is builder
     return out[0], out[1]
 
 
@@ -280,7 +279,7 @@ def test_native_builder_equals_reference_on_random_operations() -> None:
             else:
                 ops.append(("edge", int(rng.integers(0, off)), int(rng.choice([97, 98])),
                             int(rng.integers(0, off))))  # fmt: skip
-        results = []
+        results: list[Fragment | str] = []
         for make in (Builder, NativeBuilder):
             b = make()
             for op in ops:

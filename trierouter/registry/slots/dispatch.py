@@ -638,7 +638,9 @@ _TYPE_FIRST: dict[str, set[int]] = {
 }
 
 
+@functools.lru_cache(maxsize=1)
 def _accepting() -> Fragment:
+    """One accepting state (shared: fragments are copied when wired, never changed)."""
     return Fragment.empty([True])
 
 
