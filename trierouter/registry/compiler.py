@@ -34,7 +34,7 @@ from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
-from trierouter.registry.slots.normalize import Normalized, Problem, normalize_schema
+from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -181,13 +181,10 @@ class CompiledTools:
             _schema_key(s.parameters, i) for i, s in enumerate(self.specs)
         ]
         seen_schemas: dict[str, tuple[list[Slot], list[Problem]]] = {}
-        self._norms: dict[str, Normalized] = {}
-        """Normalized schemas, each kept until its automaton is first built."""
         for s, skey in zip(self.specs, self._schema_keys, strict=True):
             hit = seen_schemas.get(skey)
             if hit is None:
-                norm = self._norms[skey] = normalize_schema(_normalized(s.parameters))
-                hit = seen_schemas[skey] = dry.analyze(_normalized(s.parameters), norm)
+                hit = seen_schemas[skey] = dry.analyze(_normalized(s.parameters))
             slots, problems = list(hit[0]), list(hit[1])
             self.slots.append(slots)
             if problems:
@@ -239,7 +236,6 @@ class CompiledTools:
         twin._lock = threading.Lock()
         twin._key_locks = {}
         twin._grammars = dict(self._grammars)
-        twin._norms = dict(self._norms)
         twin.names = twin._set_format(fmt)
         return twin
 
@@ -317,7 +313,6 @@ class CompiledTools:
                 _normalized(spec.parameters),
                 self.format.tail(hold=hold).encode(),
                 self.format.ARGS_HEAD.encode(),
-                self._norms.pop(key[0], None),
             )
             a = ToolAutomaton(frag, self._tables)
             self._automata[key] = a

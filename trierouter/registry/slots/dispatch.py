@@ -50,12 +50,7 @@ from trierouter.registry.slots.fragment import (
     trie_fragment,
 )
 from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
-from trierouter.registry.slots.normalize import (
-    Normalized,
-    Problem,
-    normalize_schema,
-    regex_problem,
-)
+from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
 from trierouter.registry.slots.regex import pattern_node
@@ -138,39 +133,26 @@ class SlotCompiler:
         self._refs: list[str] = []
         self._problems: list[Problem] = []
 
-    def analyze(
-        self, schema: dict[str, Any], norm: Normalized | None = None
-    ) -> tuple[list[Slot], list[Problem]]:
-        """The slots of a tool's argument schema and the problems relaxed (strict: raises);
-        ``norm``: the schema's :func:`normalize_schema`, when already computed."""
+    def analyze(self, schema: dict[str, Any]) -> tuple[list[Slot], list[Problem]]:
+        """The slots of a tool's argument schema and the problems relaxed (strict: raises)."""
         saved, self.dry = self.dry, True
         try:
-            _, slots, problems = self._tool(schema, b"", norm=norm)
+            _, slots, problems = self._tool(schema, b"")
         finally:
             self.dry = saved
         return slots, problems
 
     def tool(
-        self,
-        schema: dict[str, Any],
-        tail: bytes,
-        head: bytes = b"",
-        norm: Normalized | None = None,
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
     ) -> tuple[Fragment, list[Slot]]:
-        """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots
-        (``norm``: as in :meth:`analyze`)."""
-        frag, slots, _ = self._tool(schema, tail, head, norm)
+        """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots."""
+        frag, slots, _ = self._tool(schema, tail, head)
         return frag, slots
 
     def _tool(
-        self,
-        schema: dict[str, Any],
-        tail: bytes,
-        head: bytes = b"",
-        norm: Normalized | None = None,
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
     ) -> tuple[Fragment, list[Slot], list[Problem]]:
-        if norm is None:
-            norm = normalize_schema(schema)
+        norm = normalize_schema(schema)
         self._problems = list(norm.problems)
         root = dict(norm.schema)
         if norm.defs:
