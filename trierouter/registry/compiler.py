@@ -82,15 +82,6 @@ def _normalized(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _schema_key(schema: dict[str, Any], i: int) -> str:
-    """Tool ``i``'s parameter schema as a key: tools with equal keys share an analysis and an
-    automaton (key order kept: properties are written in schema order)."""
-    try:
-        return json.dumps(_normalized(schema), ensure_ascii=False)
-    except (TypeError, ValueError):  # not plain JSON: not shared
-        return f"#{i}"
-
-
 _INFOS: OrderedDict[tuple[str, int, tuple[int, ...]], Any] = OrderedDict()
 _INFOS_LOCK = threading.Lock()
 
@@ -176,16 +167,8 @@ class CompiledTools:
         self.slots: list[list[Slot]] = []
         self.relaxed: dict[str, list[Problem]] = {}
         """Per tool, what ``strict=False`` served without (empty when strict)."""
-        # tools with one parameter schema share its analysis (and later its automaton)
-        self._schema_keys: list[str] = [
-            _schema_key(s.parameters, i) for i, s in enumerate(self.specs)
-        ]
-        seen_schemas: dict[str, tuple[list[Slot], list[Problem]]] = {}
-        for s, skey in zip(self.specs, self._schema_keys, strict=True):
-            hit = seen_schemas.get(skey)
-            if hit is None:
-                hit = seen_schemas[skey] = dry.analyze(_normalized(s.parameters))
-            slots, problems = list(hit[0]), list(hit[1])
+        for s in self.specs:
+            slots, problems = dry.analyze(_normalized(s.parameters))
             self.slots.append(slots)
             if problems:
                 self.relaxed[s.name] = problems
@@ -203,6 +186,7 @@ class CompiledTools:
         self._builder = SlotCompiler(strict=False)
         self._tables = VocabTables.get(self.vocabulary)
         self._automata: OrderedDict[tuple[str, bool], ToolAutomaton] = OrderedDict()
+        self._schema_keys: list[str | None] = [None] * len(self.specs)
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
@@ -303,7 +287,15 @@ class CompiledTools:
         without the suffix's last character, see :meth:`CallFormat.tail`), built on first use;
         tools with the same parameter schema share one."""
         with self._lock:
-            key = (self._schema_keys[i], hold)
+            skey = self._schema_keys[i]
+            if skey is None:
+                # key order kept: properties are written in schema order
+                try:
+                    skey = json.dumps(_normalized(self.specs[i].parameters), ensure_ascii=False)
+                except (TypeError, ValueError):  # not plain JSON: not shared
+                    skey = f"#{i}"
+                self._schema_keys[i] = skey
+            key = (skey, hold)
             a = self._automata.get(key)
             if a is not None:
                 self._automata.move_to_end(key)
