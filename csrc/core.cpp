@@ -2403,12 +2403,45 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     return pair_result(a, to_numpy(cnt, NPY_INT16));
 }
 
+// A list of Python ints, or a contiguous 1-D int64 array, read as int64 (dfa_wire's small
+// arguments: converting lists in C saves an array per argument and call).
+struct I64Seq {
+    I64View view;
+    std::vector<int64_t> own;
+    const int64_t* p = nullptr;
+    int64_t n = 0;
+    bool open(PyObject* o, const char* what) {
+        if (!PyList_Check(o)) {
+            if (!view.open(o, what)) return false;
+            p = view.p;
+            n = view.n;
+            return true;
+        }
+        const Py_ssize_t m = PyList_GET_SIZE(o);
+        try {
+            own.resize(static_cast<size_t>(m));
+        } catch (const std::bad_alloc&) {
+            PyErr_NoMemory();
+            return false;
+        }
+        for (Py_ssize_t i = 0; i < m; ++i) {
+            const long long v = PyLong_AsLongLong(PyList_GET_ITEM(o, i));
+            if (v == -1 && PyErr_Occurred()) return false;
+            own[static_cast<size_t>(i)] = v;
+        }
+        p = own.data();
+        n = m;
+        return true;
+    }
+};
+
 // dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst): the
 //   edges of fragments wired into one automaton of n states (what slots/fragment.py's
 //   Builder.finish computes). Fragment i's edges (lists of int32 arrays) are shifted by
-//   offsets[i] (int64); link j (int64 arrays; link_from[j] = i << 32 | local) copies fragment
-//   i's own edges leaving its state ``local`` to state link_state[j]; extra (int64, flat triples
-//   src, byte, dst) are single edges. The result is sorted by (src, byte), a repeated identical
+//   offsets[i]; link j (link_from[j] = i << 32 | local) copies fragment
+//   i's own edges leaving its state ``local`` to state link_state[j]; extra (flat triples src,
+//   byte, dst) are single edges. offsets, link_state, link_from and extra: lists of ints or
+//   int64 arrays. The result is sorted by (src, byte), a repeated identical
 //   edge kept once; ValueError ("ambiguous continuation on byte B at state S", the first such
 //   (S, B)) when two edges leave S on B to different states.
 //   A fragment whose edges are already strictly sorted by (src, byte), above the previous such
@@ -2422,7 +2455,7 @@ PyObject* py_dfa_wire(PyObject*, PyObject* args) {
                           &PyList_Type, &dsts_o, &offs_o, &n_ll, &lstate_o, &lfrom_o, &extra_o))
         return nullptr;
     const Py_ssize_t nf = PyList_GET_SIZE(srcs_o);
-    I64View offs, lstate, lfrom, extra;
+    I64Seq offs, lstate, lfrom, extra;
     if (!offs.open(offs_o, "offsets") || !lstate.open(lstate_o, "link_state") ||
         !lfrom.open(lfrom_o, "link_from") || !extra.open(extra_o, "extra"))
         return nullptr;

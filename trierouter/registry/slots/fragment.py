@@ -411,11 +411,11 @@ class NativeBuilder(Builder):
             [f.src for f in frags],
             [f.byte for f in frags],
             [f.dst for f in frags],
-            np.asarray(self._offs, dtype=np.int64),
+            self._offs,
             self.n,
-            np.asarray(self._lstate, dtype=np.int64),
-            np.asarray(self._lfrom, dtype=np.int64),
-            np.asarray(self._extra, dtype=np.int64),
+            self._lstate,
+            self._lfrom,
+            self._extra,
         )
         accept = np.concatenate([f.accept for f in frags])
         if self._acc:
