@@ -439,6 +439,19 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             + "; ".join(slow)
             + ".",
         ]
+    if (p := d.get("profile")) is not None:
+        core, sh = p["core_cpu_s"], p["share"]
+        out += [
+            "",
+            f"Where the automata stage's CPU goes at {p['tools']:,} tools (a second, profiled "
+            f"pass: {p['automata_cpu_s']:.1f} s CPU): the compiled core's calls, masks "
+            f"{core['dfa_masks']:.2f} s, fragment wiring {core['dfa_wire']:.2f} s, byte classes "
+            f"{core['dfa_compress']:.2f} s; sampled share of the stage: building each tool's "
+            f"fragment {sh['build']:.0%} (normalization {sh['normalize']:.0%}, key automata "
+            f"{sh['key automata']:.0%}, wiring with its Python {sh['wiring']:.0%}), the "
+            f"automaton {sh['automaton']:.0%} (byte classes {sh['byte classes']:.0%}, masks with "
+            f"their Python {sh['masks']:.0%}); the rest is dispatch and per-call Python.",
+        ]
     if (b := d.get("before")) is not None:
         f = b["first_call_ms"]
         eager = (

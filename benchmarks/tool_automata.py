@@ -32,6 +32,9 @@ Method (Qwen2 tokenizer, one process, same run for both engines):
   ``trierouter_ms``: the piece's rows and fragment already cached (what a registry pays for a
   format or pattern that another tool already uses); XGrammar's figure is cold in both columns.
 
+* profile: the largest registry's automata stage run again from empty caches, the compiled
+  core's calls timed and the rest sampled (``profile``; not the timed figures);
+
     python benchmarks/tool_automata.py [--tools 1000 10000] [--before FILE --before-label TEXT]
 
 Writes ``benchmarks/results/tool_automata.json``.
@@ -76,6 +79,11 @@ NOTES = {
     "again alone (fragment and masks; shared rows kept); gc_full_collections: full "
     "collections of Python's cyclic collector during the loop (the process holds every tool's "
     "JSON schema and automaton)",
+    "profile": "a second, untimed pass of the largest registry's automata stage: the compiled "
+    "core's calls timed (process CPU), the rest sampled every 2 ms of CPU; share = fraction of "
+    "samples with that function on the stack (build: a tool's fragment, incl. normalize, key "
+    "automata, wiring; automaton: byte classes and masks); the run is slower than the timed "
+    "one by the timers' overhead",
 }
 FORMATS: list[dict[str, Any]] = [
     {"type": "string", "format": "date"},
@@ -200,6 +208,85 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
     return r
 
 
+PROFILED = {
+    "build": "_tool",
+    "normalize": "normalize_schema",
+    "key automata": "_key_automaton",
+    "wiring": "finish",
+    "automaton": "ToolAutomaton",
+    "byte classes": "compress",
+    "masks": "materialize",
+}
+"""Profile categories: a sample counts in a category when the function is on its stack."""
+
+
+def profile_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any]:
+    """Where the automata stage's CPU goes, on a second pass from empty caches (not the timed
+    one): the compiled core's calls timed exactly, the rest sampled (CPU timer, 2 ms)."""
+    import collections
+    import signal
+
+    from trierouter.registry.core import native_core
+
+    _cold(tables)
+    registry = ToolRegistry(_openai(server_tools(n)))
+    tools = registry.compile(index, cache_size=len(registry))
+    for key in tools.xgrammar_schemas:
+        tools.grammar(key)
+    core = native_core()
+    spent = dict.fromkeys(("dfa_masks", "dfa_wire", "dfa_compress"), 0.0)
+    saved = {name: getattr(core, name) for name in spent}
+
+    def timed(name: str) -> Any:
+        fn = saved[name]
+
+        def call(*args: Any) -> Any:
+            c = time.process_time()
+            try:
+                return fn(*args)
+            finally:
+                spent[name] += time.process_time() - c
+
+        return call
+
+    hits: collections.Counter[str] = collections.Counter()
+    total = [0]
+
+    def sample(_sig: int, frame: Any) -> None:
+        names = set()
+        while frame is not None:
+            code = frame.f_code
+            names.add(
+                "ToolAutomaton" if code.co_qualname == "ToolAutomaton.__init__" else code.co_name
+            )
+            frame = frame.f_back
+        total[0] += 1
+        hits.update(k for k, fn in PROFILED.items() if fn in names)
+
+    old = signal.signal(signal.SIGPROF, sample)
+    for name in spent:
+        setattr(core, name, timed(name))
+    c = time.process_time()
+    signal.setitimer(signal.ITIMER_PROF, 0.002, 0.002)
+    try:
+        for i in range(len(registry)):
+            tools.automaton(i)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, old)
+        for name, fn in saved.items():
+            setattr(core, name, fn)
+    out = {
+        "tools": n,
+        "automata_cpu_s": time.process_time() - c,
+        "core_cpu_s": spent,
+        "samples": total[0],
+        "share": {k: hits[k] / max(total[0], 1) for k in PROFILED},
+    }
+    print(json.dumps(out, indent=1))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tools", type=int, nargs="+", default=[1_000, 10_000])
@@ -228,6 +315,7 @@ def main() -> None:
     res["vocab_tables_s"] = time.perf_counter() - t
     res["vocab_tables_cpu_s"] = time.process_time() - c
     res["registries"] = [registry_run(n, index, tables) for n in args.tools]
+    res["profile"] = profile_run(max(args.tools), index, tables)
 
     compiler = xgr.GrammarCompiler(xgrammar_tokenizer_info(vocab), cache_enabled=False)
     rows: list[dict[str, Any]] = []

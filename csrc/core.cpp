@@ -2148,12 +2148,15 @@ PyObject* py_dfa_compress(PyObject*, PyObject* args) {
         for (int64_t i = 0; i < src.n; ++i) start[static_cast<size_t>(byte.p[i]) + 1]++;
         for (int b = 0; b < 256; ++b) start[static_cast<size_t>(b) + 1] += start[static_cast<size_t>(b)];
         std::vector<int64_t> fill(start.begin(), start.end() - 1);
-        for (int64_t i = 0; i < src.n; ++i)
+        bool by_src = true;  // edges in src order (a stable grouping keeps each group sorted)
+        for (int64_t i = 0; i < src.n; ++i) {
             ed[static_cast<size_t>(fill[static_cast<size_t>(byte.p[i])]++)] = {src.p[i], dst.p[i]};
+            if (i && src.p[i] < src.p[i - 1]) by_src = false;
+        }
         std::vector<uint64_t> h(256);
         for (int b = 0; b < 256; ++b) {
             auto lo = ed.begin() + start[static_cast<size_t>(b)], hi = ed.begin() + start[static_cast<size_t>(b) + 1];
-            std::sort(lo, hi);
+            if (!by_src) std::sort(lo, hi);
             uint64_t x = 1469598103934665603ull ^ static_cast<uint64_t>(hi - lo);
             for (auto it = lo; it != hi; ++it)
                 x = (x ^ (static_cast<uint64_t>(static_cast<uint32_t>(it->first)) << 32 |
@@ -2400,6 +2403,256 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     return pair_result(a, to_numpy(cnt, NPY_INT16));
 }
 
+// A list of Python ints, or a contiguous 1-D int64 array, read as int64 (dfa_wire's small
+// arguments: converting lists in C saves an array per argument and call).
+struct I64Seq {
+    I64View view;
+    std::vector<int64_t> own;
+    const int64_t* p = nullptr;
+    int64_t n = 0;
+    bool open(PyObject* o, const char* what) {
+        if (!PyList_Check(o)) {
+            if (!view.open(o, what)) return false;
+            p = view.p;
+            n = view.n;
+            return true;
+        }
+        const Py_ssize_t m = PyList_GET_SIZE(o);
+        try {
+            own.resize(static_cast<size_t>(m));
+        } catch (const std::bad_alloc&) {
+            PyErr_NoMemory();
+            return false;
+        }
+        for (Py_ssize_t i = 0; i < m; ++i) {
+            const long long v = PyLong_AsLongLong(PyList_GET_ITEM(o, i));
+            if (v == -1 && PyErr_Occurred()) return false;
+            own[static_cast<size_t>(i)] = v;
+        }
+        p = own.data();
+        n = m;
+        return true;
+    }
+};
+
+// dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst): the
+//   edges of fragments wired into one automaton of n states (what slots/fragment.py's
+//   Builder.finish computes). Fragment i's edges (lists of int32 arrays) are shifted by
+//   offsets[i]; link j (link_from[j] = i << 32 | local) copies fragment
+//   i's own edges leaving its state ``local`` to state link_state[j]; extra (flat triples src,
+//   byte, dst) are single edges. offsets, link_state, link_from and extra: lists of ints or
+//   int64 arrays. The result is sorted by (src, byte), a repeated identical
+//   edge kept once; ValueError ("ambiguous continuation on byte B at state S", the first such
+//   (S, B)) when two edges leave S on B to different states.
+//   A fragment whose edges are already strictly sorted by (src, byte), above the previous such
+//   fragment's, is copied as a run (the common case: fragments come out of this function
+//   sorted); the other edges (links, extra, unsorted fragments) are grouped by source and
+//   merged in state by state.
+PyObject* py_dfa_wire(PyObject*, PyObject* args) {
+    PyObject *srcs_o, *bytes_o, *dsts_o, *offs_o, *lstate_o, *lfrom_o, *extra_o;
+    long long n_ll;
+    if (!PyArg_ParseTuple(args, "O!O!O!OLOOO", &PyList_Type, &srcs_o, &PyList_Type, &bytes_o,
+                          &PyList_Type, &dsts_o, &offs_o, &n_ll, &lstate_o, &lfrom_o, &extra_o))
+        return nullptr;
+    const Py_ssize_t nf = PyList_GET_SIZE(srcs_o);
+    I64Seq offs, lstate, lfrom, extra;
+    if (!offs.open(offs_o, "offsets") || !lstate.open(lstate_o, "link_state") ||
+        !lfrom.open(lfrom_o, "link_from") || !extra.open(extra_o, "extra"))
+        return nullptr;
+    if (PyList_GET_SIZE(bytes_o) != nf || PyList_GET_SIZE(dsts_o) != nf || offs.n != nf ||
+        lstate.n != lfrom.n || extra.n % 3 || n_ll < 0 || n_ll > (int64_t{1} << 31) - 1) {
+        PyErr_SetString(PyExc_ValueError, "dfa_wire: bad sizes");
+        return nullptr;
+    }
+    const int64_t n = n_ll;
+    std::vector<I32View> fs(static_cast<size_t>(nf)), fb(static_cast<size_t>(nf)), fd(static_cast<size_t>(nf));
+    for (Py_ssize_t i = 0; i < nf; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        if (!fs[k].open(PyList_GET_ITEM(srcs_o, i), "src") || !fb[k].open(PyList_GET_ITEM(bytes_o, i), "byte") ||
+            !fd[k].open(PyList_GET_ITEM(dsts_o, i), "dst"))
+            return nullptr;
+        if (fb[k].n != fs[k].n || fd[k].n != fs[k].n) {
+            PyErr_SetString(PyExc_ValueError, "dfa_wire: a fragment's edge arrays differ in length");
+            return nullptr;
+        }
+    }
+    auto bad = [](const char* what) {
+        PyErr_Format(PyExc_ValueError, "dfa_wire: %s out of range", what);
+        return nullptr;
+    };
+    // which fragments are runs: edges in range, keys strictly increasing, above the last run
+    std::vector<uint8_t> run(static_cast<size_t>(nf), 0);
+    int64_t total = 0, last_key = -1;
+    for (size_t k = 0; k < fs.size(); ++k) {
+        const int64_t off = offs.p[k], m = fs[k].n;
+        bool sorted = true;
+        int64_t prev = last_key;
+        for (int64_t e = 0; e < m; ++e) {
+            const int64_t s = fs[k].p[e] + off, b = fb[k].p[e], d = fd[k].p[e] + off;
+            if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("a fragment edge");
+            const int64_t key = s * 256 + b;
+            if (key <= prev) sorted = false;
+            prev = key;
+        }
+        total += m;
+        if (sorted) {
+            run[k] = 1;
+            if (m) last_key = prev;
+        }
+    }
+    // the other edges, as (src, byte, dst)
+    std::vector<int32_t> es, eb, ed;
+    std::vector<std::vector<int32_t>> by_src(static_cast<size_t>(nf)), first(static_cast<size_t>(nf));
+    try {
+        auto put = [&](int64_t s, int64_t b, int64_t d) {
+            es.push_back(static_cast<int32_t>(s));
+            eb.push_back(static_cast<int32_t>(b));
+            ed.push_back(static_cast<int32_t>(d));
+        };
+        for (size_t k = 0; k < fs.size(); ++k)
+            if (!run[k])
+                for (int64_t e = 0; e < fs[k].n; ++e) put(fs[k].p[e] + offs.p[k], fb[k].p[e], fd[k].p[e] + offs.p[k]);
+        for (int64_t j = 0; j < lstate.n; ++j) {
+            const int64_t s = lstate.p[j], f = lfrom.p[j] >> 32, local = lfrom.p[j] & 0xFFFFFFFF;
+            if (s < 0 || s >= n || f < 0 || f >= nf) return bad("a link");
+            const size_t k = static_cast<size_t>(f);
+            const int64_t off = offs.p[k], m = fs[k].n;
+            const int32_t* src = fs[k].p;
+            if (run[k]) {  // sorted by source: the local state's edges are one range
+                const int32_t* lo = std::lower_bound(src, src + m, static_cast<int32_t>(local));
+                for (const int32_t* it = lo; it < src + m && *it == local; ++it) {
+                    const int64_t e = it - src;
+                    put(s, fb[k].p[e], fd[k].p[e] + off);
+                }
+                continue;
+            }
+            if (first[k].empty()) {  // local state -> its edges, in edge order
+                int64_t top = 0;
+                for (int64_t e = 0; e < m; ++e) top = std::max<int64_t>(top, src[e] + 1);
+                first[k].assign(static_cast<size_t>(top) + 1, 0);
+                for (int64_t e = 0; e < m; ++e) first[k][static_cast<size_t>(src[e]) + 1]++;
+                for (size_t x = 1; x < first[k].size(); ++x) first[k][x] += first[k][x - 1];
+                by_src[k].resize(static_cast<size_t>(m));
+                std::vector<int32_t> at(first[k].begin(), first[k].end() - 1);
+                for (int64_t e = 0; e < m; ++e)
+                    by_src[k][static_cast<size_t>(at[static_cast<size_t>(src[e])]++)] = static_cast<int32_t>(e);
+            }
+            if (local < 0 || local + 1 >= static_cast<int64_t>(first[k].size())) continue;  // no edges
+            for (int32_t x = first[k][static_cast<size_t>(local)]; x < first[k][static_cast<size_t>(local) + 1]; ++x) {
+                const int32_t e = by_src[k][static_cast<size_t>(x)];
+                put(s, fb[k].p[e], fd[k].p[e] + off);
+            }
+        }
+        for (int64_t j = 0; j < extra.n; j += 3) {
+            const int64_t s = extra.p[j], b = extra.p[j + 1], d = extra.p[j + 2];
+            if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("an edge");
+            put(s, b, d);
+        }
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    // the other edges grouped by source (counting sort)
+    const size_t m = es.size();
+    Buf<int32_t> os, ob, od;
+    std::vector<int64_t> start;
+    std::vector<int32_t> order;
+    try {
+        start.assign(static_cast<size_t>(n) + 1, 0);
+        order.resize(m);
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    const size_t cap = m + static_cast<size_t>(total);
+    if (!os.reserve(cap) || !ob.reserve(cap) || !od.reserve(cap)) return PyErr_NoMemory();
+    for (size_t e = 0; e < m; ++e) start[static_cast<size_t>(es[e]) + 1]++;
+    for (size_t s = 0; s < static_cast<size_t>(n); ++s) start[s + 1] += start[s];
+    {
+        std::vector<int64_t> at(start.begin(), start.end() - 1);
+        for (size_t e = 0; e < m; ++e) order[static_cast<size_t>(at[static_cast<size_t>(es[e])]++)] = static_cast<int32_t>(e);
+    }
+    auto emit = [&](int64_t s, int32_t b, int32_t d) {
+        os.p[os.n++] = static_cast<int32_t>(s);
+        ob.p[ob.n++] = b;
+        od.p[od.n++] = d;
+    };
+    // the runs' edges in (src, byte) order: a cursor over the run fragments
+    size_t rk = 0;
+    int64_t re = 0;
+    auto run_src = [&]() -> int64_t {  // source of the run cursor's edge, n when none is left
+        while (rk < fs.size() && (!run[rk] || re >= fs[rk].n)) {
+            ++rk;
+            re = 0;
+        }
+        return rk < fs.size() ? fs[rk].p[re] + offs.p[rk] : n;
+    };
+    int32_t slot[256];
+    std::fill(slot, slot + 256, -1);
+    int64_t bad_src = -1, bad_byte = 256;
+    int64_t rs = run_src();
+    for (int64_t s = 0; s < n && bad_src < 0; ++s) {
+        const int64_t g0 = start[static_cast<size_t>(s)], g1 = start[static_cast<size_t>(s) + 1];
+        if (rs > s && g0 == g1) {  // nothing leaves s: skip to the next source with edges
+            continue;
+        }
+        if (g0 == g1) {  // only run edges (keys strictly increasing): copied as they are
+            while (rs == s) {
+                const int64_t off = offs.p[rk];
+                const int32_t* src = fs[rk].p;
+                while (re < fs[rk].n && src[re] + off == s) {
+                    emit(s, fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
+                    ++re;
+                }
+                rs = run_src();
+            }
+            continue;
+        }
+        uint64_t seen[4] = {0, 0, 0, 0};
+        auto add = [&](int32_t b, int32_t d) {
+            if (slot[b] < 0) {
+                slot[b] = d;
+                seen[b >> 6] |= uint64_t{1} << (b & 63);
+            } else if (slot[b] != d && b < bad_byte) {
+                bad_src = s;
+                bad_byte = b;
+            }
+        };
+        while (rs == s) {
+            const int64_t off = offs.p[rk];
+            const int32_t* src = fs[rk].p;
+            while (re < fs[rk].n && src[re] + off == s) {
+                add(fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
+                ++re;
+            }
+            rs = run_src();
+        }
+        for (int64_t x = g0; x < g1; ++x) {
+            const int32_t e = order[static_cast<size_t>(x)];
+            add(eb[static_cast<size_t>(e)], ed[static_cast<size_t>(e)]);
+        }
+        for (int w = 0; w < 4; ++w)
+            for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+                const int b = w * 64 + __builtin_ctzll(bits);
+                emit(s, b, slot[b]);
+                slot[b] = -1;
+            }
+    }
+    if (bad_src >= 0) {
+        PyErr_Format(PyExc_ValueError, "ambiguous continuation on byte %d at state %lld",
+                     static_cast<int>(bad_byte), static_cast<long long>(bad_src));
+        return nullptr;
+    }
+    PyObject* a = to_numpy(os, NPY_INT32);
+    PyObject* b = to_numpy(ob, NPY_INT32);
+    PyObject* d = to_numpy(od, NPY_INT32);
+    if (!a || !b || !d) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(d);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNN)", a, b, d);
+}
+
 PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
     // memset_bandwidth(buffer, repeats) -> seconds for ``repeats`` memsets of the whole buffer
     Py_buffer b;
@@ -2424,6 +2677,8 @@ PyMethodDef module_methods[] = {
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
     {"dfa_compress", py_dfa_compress, METH_VARARGS,
      "dfa_compress(src, byte, dst, n) -> (table, byte_class)"},
+    {"dfa_wire", py_dfa_wire, METH_VARARGS,
+     "dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst)"},
     {"nfa_determinize", py_nfa_determinize, METH_VARARGS,
      "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,

@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trierouter.registry.shipped import shipped_vocabulary
+from trierouter.registry.slots import dispatch
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes
+from trierouter.registry.slots.fragment import Builder, Fragment, NativeBuilder, builder
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.nfa import nfa_fragment
 from trierouter.registry.slots.packing import compress
@@ -128,6 +130,10 @@ def test_native_byte_classes_equal_numpy(schema: Any) -> None:
     assert np.array_equal(ta[:, ca], tb[:, cb])  # the same dense [state, byte] table
     assert np.array_equal(ta[:, ca], frag.table)
     assert ta.shape == tb.shape  # the same partition of the bytes
+    o = np.random.default_rng(len(frag.src)).permutation(len(frag.src))  # edges in any order
+    shuffled = Fragment(frag.src[o], frag.byte[o], frag.dst[o], frag.n, frag.accept)
+    tc, cc = compress(shuffled, native=True)
+    assert np.array_equal(tc, ta) and np.array_equal(cc, ca)
 
 
 def test_toward_end_equals_stepping_each_token(qwen2: Vocabulary) -> None:
@@ -170,3 +176,122 @@ def test_native_subset_construction_equals_python(pattern: str) -> None:
     native, python = nfa_fragment(node, native=True), nfa_fragment(node, native=False)
     assert native.n == python.n  # both are the subset automaton, numbered differently
     assert _includes(native, python) and _includes(python, native)  # the same language
+
+
+# -- fragment wiring: the compiled core's Builder against the numpy reference ----------------
+
+
+def _same_fragment(a: Fragment, b: Fragment) -> None:
+    assert a.n == b.n
+    for f in ("src", "byte", "dst", "accept", "klass", "origin"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.exits == b.exits
+
+
+def _both_ways(monkeypatch: pytest.MonkeyPatch, schema: Any) -> tuple[Fragment, Fragment]:
+    """The tool automaton of ``schema`` wired by the reference Builder, then natively."""
+    out = []
+    for make in (Builder, builder):
+        with monkeypatch.context() as m:
+            m.setattr(dispatch, "builder", make)
+            out.append(SlotCompiler(strict=False).tool(schema, b"}", b'{"f": ')[0])
+    return out[0], out[1]
+
+
+NESTED = st.recursive(
+    st.sampled_from(LEAVES),
+    lambda inner: st.one_of(
+        st.builds(
+            lambda it, hi: {"type": "array", "items": it, "maxItems": hi},
+            inner,
+            st.sampled_from([None, 1, 3]),
+        ),
+        st.lists(inner, min_size=0, max_size=5).flatmap(
+            lambda ps: st.lists(st.booleans(), min_size=len(ps), max_size=len(ps)).map(
+                lambda req: {
+                    "type": "object",
+                    "properties": {f"k{i % 3}{'x' * i}": p for i, p in enumerate(ps)},
+                    "required": [f"k{i % 3}{'x' * i}" for i, r in enumerate(req) if r],
+                }
+            )
+        ),
+        st.just({"type": "object", "additionalProperties": True, "properties": {}}),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[FIXTURE])
+@given(schema=NESTED)
+def test_native_wiring_equals_reference_builder(
+    monkeypatch: pytest.MonkeyPatch, schema: Any
+) -> None:
+    """Nested objects, arrays (looped, unrolled), unions, XGrammar exits: state for state."""
+    ref, nat = _both_ways(
+        monkeypatch, {"type": "object", "properties": {"a": schema, "b": {"type": "integer"}}}
+    )
+    _same_fragment(ref, nat)
+
+
+def test_native_wiring_equals_reference_on_registry_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trierouter.testing.mcp_server import server_tools
+
+    for tool in server_tools(150):
+        ref, nat = _both_ways(monkeypatch, tool.get("inputSchema") or {"type": "object"})
+        _same_fragment(ref, nat)
+
+
+def _random_fragment(rng: np.random.Generator) -> Fragment:
+    n = int(rng.integers(1, 6))
+    k = int(rng.integers(0, 9))
+    src = rng.integers(0, n, k).astype(np.int32)
+    byte = rng.choice(np.frombuffer(b'ab",}', np.uint8), k).astype(np.int32)
+    dst = rng.integers(0, n, k).astype(np.int32)
+    if rng.random() < 0.5:  # most fragments come sorted out of an earlier wiring
+        o = np.lexsort((byte, src))
+        src, byte, dst = src[o], byte[o], dst[o]
+    frag = Fragment(src, byte, dst, n, rng.random(n) < 0.4)
+    if rng.random() < 0.3:
+        frag.exits[int(rng.integers(0, n))] = ("x", int(rng.integers(0, 3)))
+    return frag
+
+
+def test_native_builder_equals_reference_on_random_operations() -> None:
+    """Random fragments (unsorted, repeated and conflicting edges), entries, links (also into
+    linked states and from a state to itself) and single edges: the same fragment or the
+    same ``ambiguous continuation`` error."""
+    rng = np.random.default_rng(13)
+    errors = 0
+    for _ in range(400):
+        ops: list[tuple[Any, ...]] = []
+        frags = [_random_fragment(rng) for _ in range(int(rng.integers(1, 5)))]
+        starts: list[int] = []
+        off = 0
+        for f in frags:
+            entries = sorted(set(rng.integers(0, f.n, int(rng.integers(0, 3))).tolist()))
+            ops.append(("add", f, entries))
+            starts += [off] + [off + e for e in entries]
+            off += f.n
+        for _ in range(int(rng.integers(0, 6))):
+            if rng.random() < 0.8:
+                states = rng.integers(0, off, int(rng.integers(1, 4))).tolist()
+                ops.append(("link", states, int(rng.choice(starts))))
+            else:
+                ops.append(("edge", int(rng.integers(0, off)), int(rng.choice([97, 98])),
+                            int(rng.integers(0, off))))  # fmt: skip
+        results: list[Fragment | str] = []
+        for make in (Builder, NativeBuilder):
+            b = make()
+            for op in ops:
+                getattr(b, op[0])(*op[1:])
+            try:
+                results.append(b.finish())
+            except ValueError as e:
+                results.append(str(e))
+        ref, nat = results
+        if isinstance(ref, str) or isinstance(nat, str):
+            assert ref == nat
+            errors += 1
+        else:
+            _same_fragment(ref, nat)
+    assert 20 < errors < 380  # both outcomes are exercised

@@ -43,8 +43,8 @@ from trierouter.registry.slots.formats import (
 )
 from trierouter.registry.slots.fragment import (
     MAX_COUNTED,
-    Builder,
     Fragment,
+    builder,
     exit_fragment,
     string_fragment,
     trie_fragment,
@@ -164,7 +164,7 @@ class SlotCompiler:
             raise SchemaRefused(problems)
         if self.dry:
             return frag, slots, problems
-        b = Builder()
+        b = builder()
         if head:
             lead = _literal(head)
             b.add(lead)
@@ -458,7 +458,7 @@ class SlotCompiler:
         slots.extend(sub)
         if self.dry:
             return _DUMMY, "automaton", f"array of {engine}"
-        b = Builder()
+        b = builder()
         opened = b.add(_literal(b"["))
         close = b.add(_accepting())
         if hi is None and lo <= 1:
@@ -527,7 +527,7 @@ class SlotCompiler:
         if self.dry:
             return _DUMMY, "automaton", f"object of {n} properties"
         shape, entries = key_automaton(keys, required)
-        b = Builder()
+        b = builder()
         at = b.add(shape, entries[1:])
         starts = [b.add(v) for v in values]
         close = b.add(_accepting())
@@ -620,13 +620,15 @@ _TYPE_FIRST: dict[str, set[int]] = {
 }
 
 
+@functools.lru_cache(maxsize=1)
 def _accepting() -> Fragment:
+    """One accepting state (shared: fragments are copied when wired, never changed)."""
     return Fragment.empty([True])
 
 
 def _union(frags: list[Fragment]) -> Fragment | None:
     """One fragment accepting any of ``frags`` if their first bytes are disjoint, else None."""
-    b = Builder()
+    b = builder()
     start = b.add(Fragment.empty([False]))
     seen: set[int] = set()
     for f in frags:

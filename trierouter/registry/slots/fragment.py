@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry import core as _backend
+
 __all__ = ["NO_EDGE", "Fragment"]
 
 
@@ -64,6 +66,13 @@ class Fragment:
     origin: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per state, ``piece << 32 | local state`` when the state is a copy of a registered quoted
     piece's state (:mod:`~trierouter.registry.slots.pieces`), else ``-1``."""
+    _accepting: list[int] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def accepting_states(self) -> list[int]:
+        """The accepting states (computed once: a fragment is never changed once built)."""
+        if self._accepting is None:
+            self._accepting = np.flatnonzero(self.accept).tolist()
+        return self._accepting
 
     def __post_init__(self) -> None:
         if len(self.klass) != self.n:
@@ -285,7 +294,7 @@ class Builder:
         return self._accept[0]
 
     def accepting(self, off: int, frag: Fragment) -> list[int]:
-        return [int(s) + off for s in np.flatnonzero(frag.accept)]
+        return [s + off for s in frag.accepting_states()]
 
     def link(self, states: Iterable[int], target: int) -> None:
         """From each of ``states`` (accepting, or an exit), continue as from fragment start
@@ -332,6 +341,102 @@ class Builder:
             dict(self.exits),
             np.concatenate(self._origin),
         )
+
+
+class NativeBuilder(Builder):
+    """:class:`Builder` with the same results, the edges wired by the compiled core in one call
+    at :meth:`finish` (``add`` / ``link`` / ``edge`` only record what to copy): the reference
+    builds numpy arrays at every call, which dominated building a registry's automata."""
+
+    def __init__(self) -> None:
+        self._frags: list[Fragment] = []
+        self._offs: list[int] = []
+        self._where: dict[int, tuple[int, int]] = {}
+        """Linkable state -> (index of its fragment, its state there)."""
+        self._lstate: list[int] = []  # linked states
+        self._lfrom: list[int] = []  # what each copies: fragment << 32 | its state there
+        self._extra: list[int] = []  # flat (src, byte, dst)
+        self._acc: dict[int, bool] = {}  # acceptance set by link
+        self.exits = {}
+        self.n = 0
+
+    def add(self, frag: Fragment, entries: Sequence[int] = ()) -> int:
+        off = self.n
+        i = len(self._frags)
+        self._frags.append(frag)
+        self._offs.append(off)
+        self._where[off] = (i, 0)
+        for e in entries:
+            self._where[off + int(e)] = (i, int(e))
+        for s, label in frag.exits.items():
+            self.exits[s + off] = label.shifted(off) if isinstance(label, Exit) else label
+        self.n += frag.n
+        return off
+
+    def _accepts(self, state: int) -> bool:
+        hit = self._acc.get(state)
+        if hit is not None:
+            return hit
+        i, local = self._where[state]
+        return bool(self._frags[i].accept[local])
+
+    def link(self, states: Iterable[int], target: int) -> None:
+        i, local = self._where[target]
+        states = list(states)
+        self._lstate += states
+        self._lfrom += [i << 32 | local] * len(states)
+        exits, acc = self.exits, self._acc
+        if target in states:  # the reference's order matters: state by state
+            for s in states:
+                acc[s] = self._accepts(target)
+                exits.pop(s, None)
+                if target in exits:
+                    exits[s] = exits[target]
+            return
+        a = self._accepts(target)
+        label = exits.get(target)
+        for s in states:
+            acc[s] = a
+            if label is None:
+                exits.pop(s, None)
+            else:
+                exits[s] = label
+
+    def edge(self, state: int, byte: int, target: int) -> None:
+        self._extra += (state, byte, target)
+
+    def finish(self) -> Fragment:
+        frags = self._frags
+        src, byte, dst = _backend.native_core().dfa_wire(
+            [f.src for f in frags],
+            [f.byte for f in frags],
+            [f.dst for f in frags],
+            self._offs,
+            self.n,
+            self._lstate,
+            self._lfrom,
+            self._extra,
+        )
+        accept = np.concatenate([f.accept for f in frags])
+        if self._acc:
+            accept[np.fromiter(self._acc, np.int64, len(self._acc))] = np.fromiter(
+                self._acc.values(), bool, len(self._acc)
+            )
+        return Fragment(
+            src,
+            byte,
+            dst,
+            self.n,
+            accept,
+            np.concatenate([f.klass for f in frags]),
+            dict(self.exits),
+            np.concatenate([f.origin for f in frags]),
+        )
+
+
+def builder() -> Builder:
+    """A :class:`NativeBuilder` with the native backend, else the numpy :class:`Builder`."""
+    return NativeBuilder() if _backend.default_backend() == "native" else Builder()
 
 
 # -- per-vocabulary tables -------------------------------------------------------------------

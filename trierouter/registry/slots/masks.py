@@ -473,28 +473,37 @@ class ToolAutomaton:
         core = _backend.native_core()
         t = self.t
         n = self.n_states
-        live = np.ones(n, dtype=bool)
-        live[list(self.exits)] = False
+        live: npt.NDArray[np.bool_] | None = None  # None: every state (no exit)
+        if self.exits:
+            live = np.ones(n, dtype=bool)
+            live[np.fromiter(self.exits, np.int64, len(self.exits))] = False
         bblock = np.full(n, -1, dtype=np.int32)
         brow = np.zeros(n, dtype=np.int32)
         blocks: list[npt.NDArray[np.int32]] = []
         # states inside a free string: the per-class row, and the quote tokens walked here
-        quoted = live & (self.klass >= 0)
-        free = -1
-        for kl in np.unique(self.klass[quoted]).tolist():
-            u, left = string_class(kl)
-            on = quoted & (self.klass == kl)
-            if left < 0:
-                if free < 0:
-                    blocks.append(t.string_rows())
-                    free = len(blocks) - 1
-                bblock[on], brow[on] = free, u
-            else:
-                blocks.append(t.counted_row(u, left)[None])
-                bblock[on], brow[on] = len(blocks) - 1, 0
+        quoted = self.klass >= 0
+        if live is not None:
+            quoted &= live
+        on = np.flatnonzero(quoted)
+        if len(on):  # the free rows as one block, each counted row its own (shared, no copy)
+            kls, inv = np.unique(self.klass[on], return_inverse=True)
+            block = np.zeros(len(kls), dtype=np.int32)
+            row = np.zeros(len(kls), dtype=np.int32)
+            blocks.append(t.string_rows())
+            for j, kl in enumerate(kls.tolist()):
+                u, left = string_class(kl)
+                if left < 0:
+                    row[j] = u
+                else:
+                    blocks.append(t.counted_row(u, left)[None])
+                    block[j] = len(blocks) - 1
+            bblock[on], brow[on] = block[inv], row[inv]
         # wide states of a shared quoted piece: its standalone row, and the quote tokens
-        piece = live & (self.klass < 0) & (self.origin >= 0)
+        piece = self.origin >= 0
         if piece.any():
+            piece &= self.klass < 0
+            if live is not None:
+                piece &= live
             pid = self.origin >> 32
             local = (self.origin & 0xFFFFFFFF).astype(np.int64)
             for p in np.unique(pid[piece]).tolist():
@@ -507,7 +516,9 @@ class ToolAutomaton:
                     bblock[on], brow[on] = len(blocks) - 1, r[r >= 0]
                     quoted[on] = True
         # one walk per state, in state order: the quote tokens' trie where a row is shared
-        states = np.where(live, np.arange(n, dtype=np.int64), -1)
+        states = np.arange(n, dtype=np.int64)
+        if live is not None:
+            states[~live] = -1
         ptr, ids = core.dfa_masks(
             self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
         )
