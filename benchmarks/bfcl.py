@@ -31,7 +31,9 @@ Arms, same prompts, same engine (one vLLM engine, prefix caching on):
   ``tr_required_fence`` / ``tr_auto_fence`` (the ``json_fence`` format: the ```` ```json ````
   fence the 0.5B model writes in free text, and under ``auto`` that fence as the trigger),
   ``tr_required_array`` (the ``json_array`` format: the layout of the XGrammar arm, an array
-  of ``{"name", "parameters"}`` objects, compact; read by the XGrammar arm's reader);
+  of ``{"name", "parameters"}`` objects, compact; read by the XGrammar arm's reader),
+  ``tr_required_array_lines`` (``json_array_lines``: that array with one call per indented
+  line, as the model writes it in the XGrammar arm);
 - ``tr_think``: think-then-answer: a system line asks for brief reasoning ending in
   ``</think>``; free text (at most ``--think-tokens``) then the constrained call.
 
@@ -81,6 +83,7 @@ FORMATS = {
     "tr_required_fence": "json_fence",
     "tr_auto_fence": "json_fence",
     "tr_required_array": "json_array",
+    "tr_required_array_lines": "json_array_lines",
 }
 """Opt-in variants, recorded as such: ``json_fence`` is the Markdown ```` ```json ```` fence the
 0.5B model writes in free text instead of its template's ``<tool_call>`` tags."""
@@ -366,7 +369,7 @@ def parse_for(
         return parsers.free(text, tools)
     if arm == "free_lenient":
         return lenient_calls(text) or []
-    if arm in ("xgrammar", "tr_required_array"):
+    if arm in ("xgrammar", "tr_required_array", "tr_required_array_lines"):
         return parsers.xgrammar(text)
     choice = "auto" if arm.startswith("tr_auto") else "required"
     fmt = FORMATS.get(arm, parsers.fmt)

@@ -20,6 +20,7 @@ LABELS = {
     "tr_required_json": "trierouter required, bare JSON (opt-in)",
     "tr_required_fence": "trierouter required, ```json fence (opt-in)",
     "tr_required_array": "trierouter required, XGrammar's array layout (json_array)",
+    "tr_required_array_lines": "trierouter required, array one call per line (json_array_lines)",
     "tr_auto": "trierouter auto",
     "tr_auto_fence": "trierouter auto, ```json trigger (opt-in)",
     "tr_think": "trierouter think-then-answer",

@@ -72,6 +72,9 @@ def _native(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
         return "[TOOL_CALLS]" + json.dumps([{"name": n, "arguments": a} for n, a in calls])
     if fmt == "json_array":  # vLLM's tool_choice="required" schema: an array of calls
         return json.dumps([{"name": n, "parameters": a} for n, a in calls])
+    if fmt == "json_array_lines":  # the same array, one call per indented line
+        body = ",\n    ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
+        return "[\n    " + body + "\n]"
     return "\n".join(json.dumps({"name": n, "arguments": a}) for n, a in calls)
 
 
@@ -144,7 +147,7 @@ def _independent_parse(fmt: str, text: str) -> list[tuple[str, dict[str, Any]]]:
         assert "\n".join(f"```json\n{b}\n```" for b in bodies) == text
         objs = [json.loads(b) for b in bodies]
         return [(o["name"], o["arguments"]) for o in objs]
-    if fmt in ("mistral", "json_array"):  # as vLLM's pre-v11 Mistral parser: the array
+    if fmt in ("mistral", "json_array", "json_array_lines"):  # as vLLM's Mistral parser
         marker = "[TOOL_CALLS]" if fmt == "mistral" else ""
         assert text.startswith(marker)
         objs = json.loads(text[len(marker) :])

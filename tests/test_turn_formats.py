@@ -35,7 +35,17 @@ TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "ping", "parameters": {}}},
 ]  # fmt: skip
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] or {} for t in TOOLS}
-FORMATS = {"mistral": ("[TOOL_CALLS]", "arguments"), "json_array": ("", "parameters")}
+FORMATS = {
+    "mistral": ("[TOOL_CALLS]", "arguments"),
+    "json_array": ("", "parameters"),
+    "json_array_lines": ("", "parameters"),
+}
+CUTS = {
+    "mistral": "[TOOL_CALLS]",
+    "json_array": '[{"name": "',
+    "json_array_lines": '[\n    {"name": "',
+}
+"""Where a call starts in free text (``auto``), as a reader of each layout would look."""
 
 
 @pytest.fixture(scope="module", params=["qwen2", "mistral-v3", "tekken"])
@@ -51,7 +61,7 @@ def read_turn(fmt: str, text: str, *, auto: bool) -> tuple[str, list[tuple[str, 
     marker, key = FORMATS[fmt]
     content = ""
     if auto:
-        cut = text.find(marker or '[{"name": "')
+        cut = text.find(CUTS[fmt])
         if cut < 0:
             return text, []
         content, text = text[:cut], text[cut:]
@@ -104,7 +114,11 @@ def _walk(
         st = plan.advance(st, t)
         assert st[0] != plan.DEAD
         if st[0] == plan.TERMINATED:  # special tokens as their text ([TOOL_CALLS])
-            return b"".join(vocab.tokens[t] for t in toks[:-1]).decode("utf-8")
+            raw = b"".join(vocab.tokens[t] for t in toks[:-1])
+            # free text before a call (auto) may hold any bytes; the turn must be UTF-8
+            cut = raw.find(CUTS[plan.format.name].encode())
+            cut = len(raw) if cut < 0 else cut
+            return raw[:cut].decode("utf-8", "replace") + raw[cut:].decode("utf-8")
     raise AssertionError(f"no end after {len(toks)} tokens: {vocab.decode(toks)[-80:]!r}")
 
 
@@ -151,20 +165,26 @@ def test_after_the_last_call_only_the_close_then_the_end(
     the call's ``}``), never the end id before it; after it, only the end id."""
     vocab, compiled = turn_tools
     plan = ToolCallPlan(compiled[fmt], tool_choice="ping")
-    marker = FORMATS[fmt][0]
     key = FORMATS[fmt][1]
-    text = marker + f'[{{"name": "ping", "{key}": {{}}'
+    opening = {"mistral": "[TOOL_CALLS][", "json_array": "[", "json_array_lines": "[\n    "}[fmt]
+    close = {"mistral": b"]", "json_array": b"]", "json_array_lines": b"\n]"}[fmt]
+    text = opening + f'{{"name": "ping", "{key}": {{}}'
+
+    def prefixes(data: bytes) -> set[bytes]:
+        return {t for t in set(vocab.tokens) if t and data.startswith(t)}
+
     st: Any = plan.start()
     for b in text.encode():  # one byte at a time
         tok = next(i for i in plan.allowed_token_ids(st).tolist() if vocab.tokens[i] == bytes([b]))
         st = plan.advance(st, tok)
     ids = plan.allowed_token_ids(st).tolist()
     assert not set(ids) & set(vocab.end_ids)
-    assert {vocab.tokens[i] for i in ids} == {t for t in set(vocab.tokens) if t in (b"}", b"}]")}
+    assert {vocab.tokens[i] for i in ids} == prefixes(b"}" + close)
     st = plan.advance(st, next(i for i in ids if vocab.tokens[i] == b"}"))
-    ids = plan.allowed_token_ids(st).tolist()
-    assert [vocab.tokens[i] for i in ids] == [b"]"] * len(ids) and ids
-    st = plan.advance(st, ids[0])
+    for k in range(len(close)):  # the closing text, then only the end id
+        ids = plan.allowed_token_ids(st).tolist()
+        assert {vocab.tokens[i] for i in ids} == prefixes(close[k:]), k
+        st = plan.advance(st, next(i for i in ids if vocab.tokens[i] == close[k : k + 1]))
     assert plan.allowed_token_ids(st).tolist() == list(vocab.end_ids)
 
 
@@ -184,13 +204,19 @@ turn's close); the free string is a pattern (XGrammar 0.2.8 and trierouter diffe
 surrogate escapes in free strings, which is not what this test is about)."""
 
 
+OPEN_SEP_CLOSE = ("[\n    ", ",\n    ", "\n]")
+"""``json_array_lines``' layout, written out for XGrammar's grammar of the turn."""
+
+
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_masks_equal_xgrammar_over_the_whole_turn(
     turn_tools: tuple[Vocabulary, dict[str, CompiledTools]], fmt: str
 ) -> None:
     """At every step of random walks, the plan's mask equals XGrammar's matcher for the whole
     turn: vLLM's required array schema (``maxItems`` = the calls allowed), after the literal
-    ``[TOOL_CALLS]`` for Mistral: the joints (``}}]``, ``"}},``, ``]}]``) included."""
+    ``[TOOL_CALLS]`` for Mistral, one call per indented line for ``json_array_lines`` (a union
+    of 1..maxItems calls between the layout's literals): the joints (``}}]``, ``"}},``,
+    ``]}]``, ``}\n``) included."""
     xgr = pytest.importorskip("xgrammar")
     vocab = turn_tools[0]
     tools = compile_tools(XG_TOOLS, TokenIndex.get(vocab), format=fmt)
@@ -215,6 +241,20 @@ def test_masks_equal_xgrammar_over_the_whole_turn(
         grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
         if fmt == "mistral":
             grammar = xgr.Grammar.concat(xgr.Grammar.from_ebnf('root ::= "[TOOL_CALLS]"'), grammar)
+        if fmt == "json_array_lines":  # the same calls, one per indented line: 1..most of them
+            call = xgr.Grammar.from_json_schema(json.dumps({"anyOf": calls}), any_whitespace=False)
+            lit = {t: xgr.Grammar.from_ebnf(f"root ::= {json.dumps(t)}") for t in OPEN_SEP_CLOSE}
+            grammar = xgr.Grammar.union(
+                *(
+                    xgr.Grammar.concat(
+                        lit["[\n    "],
+                        call,
+                        *[g for _ in range(n - 1) for g in (lit[",\n    "], call)],
+                        lit["\n]"],
+                    )
+                    for n in range(1, most + 1)
+                )
+            )
         compiled = compiler.compile_grammar(grammar)
         plan = ToolCallPlan(tools, parallel_tool_calls=most > 1, max_calls=most)
         for _ in range(4):

@@ -234,6 +234,18 @@ CALL_FORMATS: dict[str, CallFormat] = {
             close="]",
             models=("opt-in: vLLM's tool_choice='required' JSON schema (an array of calls)",),
         ),
+        CallFormat(
+            "json_array_lines",
+            separator=",\n    ",
+            arguments_key="parameters",
+            trigger="[\n    " + CALL_HEAD,
+            open="[\n    ",
+            close="\n]",
+            models=(
+                "opt-in: json_array with one call per indented line, the layout Qwen2.5 "
+                "writes under vLLM's required schema when any whitespace is allowed",
+            ),
+        ),
     )
 }
 """The supported formats by name."""
