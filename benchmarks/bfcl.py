@@ -391,6 +391,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def saved_texts(out: str) -> tuple[Path, dict[str, Any]]:
+    """``<out>_texts.json`` (every output text, per arm and question) and what it holds."""
+    path = Path(out).with_name(Path(out).stem + "_texts.json")
+    return path, json.loads(path.read_text()) if path.is_file() else {}
+
+
 def save(result: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -497,14 +503,17 @@ def _shortlisters(
     return out
 
 
+def scale_entries(args: argparse.Namespace) -> list[Any]:
+    """The questions of the registry-size runs: the simple_python and multiple samples."""
+    return [e for c in ("simple_python", "multiple") for e in sample(c, args.n, args.seed)]
+
+
 def native_wrong(judge: Any, parsers: Parsers, args: argparse.Namespace) -> list[str] | None:
     """The scale questions the native ``tr_required`` run (each question's own tools, texts in
     ``<out>_texts.json``) answers wrong, re-judged by the official checker; ``None`` when that
     run's texts are missing."""
-    texts_file = Path(args.out).with_name(Path(args.out).stem + "_texts.json")
-    texts = json.loads(texts_file.read_text()) if texts_file.is_file() else {}
-    native = texts.get("tr_required", {})
-    entries = [e for c in ("simple_python", "multiple") for e in sample(c, args.n, args.seed)]
+    native = saved_texts(args.out)[1].get("tr_required", {})
+    entries = scale_entries(args)
     if not entries or any(e.id not in native for e in entries):
         return None
     wrong = []
@@ -523,7 +532,7 @@ def scale(
     docs: a same-named function of another question is not its function), a shortlist's top
     ``k`` in the prompt and the constraint; recall@k of every method measured separately."""
     runs = [(m, int(k)) for m, k in (r.split(":") for r in args.shortlists.split(","))]
-    entries = [e for c in ("simple_python", "multiple") for e in sample(c, args.n, args.seed)]
+    entries = scale_entries(args)
     own = [t for e in entries for t in tools_of(e)]
     key = "scale_distinct" if args.distinct else "scale"
     out: dict[str, Any] = result.get(key) or {"sizes": [], "by_size": {}}
@@ -642,8 +651,7 @@ def transformers_subset(
     model.eval()
     cat = args.transformers_category
     entries = sample(cat, args.n, args.seed)[: args.transformers]
-    texts_file = Path(args.out).with_name(Path(args.out).stem + "_texts.json")
-    vllm_texts = json.loads(texts_file.read_text()) if texts_file.is_file() else {}
+    vllm_texts = saved_texts(args.out)[1]
     out: dict[str, Any] = {"category": cat, "questions": [e.id for e in entries]}
     for arm in ("tr_required", "free"):
         rows, same, differ, vllm_correct = [], 0, [], 0
@@ -806,8 +814,7 @@ def main() -> None:
                 lrow = judge_row(judge, e, lc, j["tools"], text_allowed=True)
                 lrow.update(tokens=ntok, seconds=wall / len(jobs))
                 lenient[e.category].append(lrow)
-        texts_out = Path(args.out).with_name(Path(args.out).stem + "_texts.json")
-        texts = json.loads(texts_out.read_text()) if texts_out.is_file() else {}
+        texts_out, texts = saved_texts(args.out)
         texts.setdefault(arm, {}).update(
             {j["entry"].id: o.outputs[0].text for j, o in zip(jobs, outs, strict=True)}
         )
@@ -831,9 +838,10 @@ def main() -> None:
     if args.scale and "scale" not in arms:
         scale(llm, tok, judge, parsers, args, result)
     if args.native_wrong:
+        wrong = native_wrong(judge, parsers, args)
         for key in ("scale", "scale_distinct"):
             if key in result:
-                result[key]["native_wrong"] = native_wrong(judge, parsers, args)
+                result[key]["native_wrong"] = wrong
     if args.transformers:
         del llm
         result["transformers"] = transformers_subset(model_dir, tok, index, judge, parsers, args)

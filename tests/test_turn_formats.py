@@ -36,15 +36,13 @@ TOOLS: list[dict[str, Any]] = [
 ]  # fmt: skip
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] or {} for t in TOOLS}
 FORMATS = {
-    "mistral": ("[TOOL_CALLS]", "arguments"),
-    "json_array": ("", "parameters"),
-    "json_array_lines": ("", "parameters"),
+    "mistral": ("[TOOL_CALLS]", "arguments", "[TOOL_CALLS][", ", ", "]"),
+    "json_array": ("", "parameters", "[", ", ", "]"),
+    "json_array_lines": ("", "parameters", "[\n    ", ",\n    ", "\n]"),
 }
-CUTS = {
-    "mistral": "[TOOL_CALLS]",
-    "json_array": '[{"name": "',
-    "json_array_lines": '[\n    {"name": "',
-}
+"""Each layout written out independently of the CallFormat table: (marker, arguments key,
+opening, separator between calls, closing)."""
+CUTS = {fmt: layout[0] or layout[2] + '{"name": "' for fmt, layout in FORMATS.items()}
 """Where a call starts in free text (``auto``), as a reader of each layout would look."""
 
 
@@ -58,7 +56,7 @@ def turn_tools(request: pytest.FixtureRequest) -> tuple[Vocabulary, dict[str, Co
 def read_turn(fmt: str, text: str, *, auto: bool) -> tuple[str, list[tuple[str, Any]]]:
     """(content, calls): the marker, then the whole rest as one JSON array of
     ``{"name", <arguments key>}`` objects, arguments valid (format checker on)."""
-    marker, key = FORMATS[fmt]
+    marker, key = FORMATS[fmt][:2]
     content = ""
     if auto:
         cut = text.find(CUTS[fmt])
@@ -165,9 +163,8 @@ def test_after_the_last_call_only_the_close_then_the_end(
     the call's ``}``), never the end id before it; after it, only the end id."""
     vocab, compiled = turn_tools
     plan = ToolCallPlan(compiled[fmt], tool_choice="ping")
-    key = FORMATS[fmt][1]
-    opening = {"mistral": "[TOOL_CALLS][", "json_array": "[", "json_array_lines": "[\n    "}[fmt]
-    close = {"mistral": b"]", "json_array": b"]", "json_array_lines": b"\n]"}[fmt]
+    _, key, opening, _, closing = FORMATS[fmt]
+    close = closing.encode()
     text = opening + f'{{"name": "ping", "{key}": {{}}'
 
     def prefixes(data: bytes) -> set[bytes]:
@@ -202,10 +199,6 @@ XG_TOOLS: list[dict[str, Any]] = [
 """Values that end in ``]`` / ``}`` / ``"}]`` (tokens cross from them into the call's end and the
 turn's close); the free string is a pattern (XGrammar 0.2.8 and trierouter differ on lone
 surrogate escapes in free strings, which is not what this test is about)."""
-
-
-OPEN_SEP_CLOSE = ("[\n    ", ",\n    ", "\n]")
-"""``json_array_lines``' layout, written out for XGrammar's grammar of the turn."""
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -243,14 +236,16 @@ def test_masks_equal_xgrammar_over_the_whole_turn(
             grammar = xgr.Grammar.concat(xgr.Grammar.from_ebnf('root ::= "[TOOL_CALLS]"'), grammar)
         if fmt == "json_array_lines":  # the same calls, one per indented line: 1..most of them
             call = xgr.Grammar.from_json_schema(json.dumps({"anyOf": calls}), any_whitespace=False)
-            lit = {t: xgr.Grammar.from_ebnf(f"root ::= {json.dumps(t)}") for t in OPEN_SEP_CLOSE}
+            opening, sep, closing = (
+                xgr.Grammar.from_ebnf(f"root ::= {json.dumps(t)}") for t in FORMATS[fmt][2:]
+            )
             grammar = xgr.Grammar.union(
                 *(
                     xgr.Grammar.concat(
-                        lit["[\n    "],
+                        opening,
                         call,
-                        *[g for _ in range(n - 1) for g in (lit[",\n    "], call)],
-                        lit["\n]"],
+                        *[g for _ in range(n - 1) for g in (sep, call)],
+                        closing,
                     )
                     for n in range(1, most + 1)
                 )

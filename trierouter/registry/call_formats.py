@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from trierouter.errors import TrieRouterError
 
-__all__ = ["CALL_FORMATS", "CALL_HEAD", "CallFormat", "call_format"]
+__all__ = ["CALL_FORMATS", "CALL_HEAD", "TEMPLATE_MARKERS", "CallFormat", "call_format"]
 
 CALL_HEAD = '{"name": "'
 """How every call object starts: the tool name is the first key."""
@@ -249,6 +249,15 @@ CALL_FORMATS: dict[str, CallFormat] = {
     )
 }
 """The supported formats by name."""
+
+
+TEMPLATE_MARKERS: tuple[tuple[str, str], ...] = (
+    ("<tool_call>", "hermes"),
+    ("<|python_tag|>", "llama3_json"),
+    ("[TOOL_CALLS]", "mistral"),
+)
+"""``(marker, format)``: text in a model's chat template (or a special token of its vocabulary)
+that names its native call syntax, in the order they are looked for."""
 
 
 def call_format(fmt: str | CallFormat) -> CallFormat:

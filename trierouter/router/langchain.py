@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trierouter.errors import missing
+from trierouter.registry.call_formats import TEMPLATE_MARKERS
 from trierouter.registry.tools import ToolRegistry
 from trierouter.router.calls import envelope, native_plan, parse_calls
 
@@ -312,12 +313,9 @@ class ChatTrieRouter(BaseChatModel):
 
     def _format(self) -> str:
         template = getattr(self.tokenizer, "chat_template", None) or ""
-        if "<tool_call>" in template:
-            return "hermes"
-        if "<|python_tag|>" in template:
-            return "llama3_json"
-        if "[TOOL_CALLS]" in template:
-            return "mistral"
+        for marker, fmt in TEMPLATE_MARKERS:
+            if marker in template:
+                return fmt
         raise ValueError(
             "cannot tell the model's tool-call syntax from its chat template; pass tool_format="
         )

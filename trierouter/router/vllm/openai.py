@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trierouter.errors import missing
+from trierouter.registry.call_formats import TEMPLATE_MARKERS
 from trierouter.router.calls import (
     FORMAT_NAMES,
     ParsedCall,
@@ -94,13 +95,6 @@ ENV_TOOL_FORMAT = "TRIEROUTER_TOOL_FORMAT"
 ENV_MAX_INLINE_TOOLS = "TRIEROUTER_MAX_INLINE_TOOLS"
 _DEFAULT_MAX_INLINE_TOOLS = 4096
 
-# what in a chat template (or a tokenizer's special tokens) names the native call syntax
-_MARKERS = (
-    ("<tool_call>", "hermes"),
-    ("<|python_tag|>", "llama3_json"),
-    ("[TOOL_CALLS]", "mistral"),
-)
-
 
 def detect_format(tokenizer: Any) -> str:
     """The native call syntax of the served model: ``$TRIEROUTER_TOOL_FORMAT``, else the first
@@ -115,14 +109,14 @@ def detect_format(tokenizer: Any) -> str:
     if isinstance(template, dict):
         texts = [t for t in template.values() if isinstance(t, str)]
     for text in texts:
-        for marker, fmt in _MARKERS:
+        for marker, fmt in TEMPLATE_MARKERS:
             if marker in text:
                 return fmt
     try:
         vocab = tokenizer.get_vocab()
     except Exception:  # a tokenizer without a vocabulary view: only the variable can tell
         vocab = {}
-    for marker, fmt in _MARKERS:
+    for marker, fmt in TEMPLATE_MARKERS:
         if marker in vocab:
             return fmt
     raise ValueError(
