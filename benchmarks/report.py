@@ -297,7 +297,8 @@ def shortlist(d: dict[str, Any]) -> list[str]:
                 f"{lat['loadavg_after'][0]:.1f} after, on 2 cores): MiniLM encode "
                 f"{med(enc, 'cpu'):.1f} ms ({med(enc, 'wall'):.1f}) int8 vs "
                 f"{med('minilm_encode(torch)', 'cpu'):.1f} ms "
-                f"({med('minilm_encode(torch)', 'wall'):.1f}) torch; {search} at depth 200 "
+                f"({med('minilm_encode(torch)', 'wall'):.1f}) torch; {search} at depth "
+                f"{lat.get('hnsw_depth', 200)} "
                 f"(the encoded query given): {med(search, 'cpu'):.1f} ms; BM25 "
                 f"{med('bm25+syn', 'cpu'):.1f} ms; "
                 f"the whole default shortlist query {med('shortlist(total)', 'cpu'):.1f} ms "
@@ -334,16 +335,30 @@ def shortlist(d: dict[str, Any]) -> list[str]:
             ]
         ag = icd.get("agreement_with_torch", {})
         ea = icd.get("embed_all_descriptions", {})
-        if ag and ea:
-            out += [
-                "",
+        whole = (quiet or {}).get("embed_all_descriptions")
+        said = []
+        if ag:
+            said.append(
                 f"ONNX against the torch model (cosine, {ag['onnx']['texts']} texts): float32 "
                 f"min {ag['onnx']['cos_min']:.4f}; int8 mean {ag['onnx-int8']['cos_mean']:.4f}, "
-                f"min {ag['onnx-int8']['cos_min']:.4f}. Embedding all 74,731 descriptions, int8, "
-                f"2 threads: {ea['all_74731_cpu_seconds_per_core_scaled']:.0f} s of CPU per core "
-                f"(scaled from {ea['texts_timed']:,}; wall "
-                f"{ea['all_74731_wall_seconds_scaled']:.0f} s under load).",
-            ]
+                f"min {ag['onnx-int8']['cos_min']:.4f}."
+            )
+        if whole:
+            said.append(
+                f"Embedding all {whole['texts_timed']:,} descriptions from scratch (int8, "
+                f"batches by token count on 2 threads; `--sections latency`, load average "
+                f"{whole['loadavg_before'][0]:.1f} before): {whole['wall_seconds']:.0f} s wall, "
+                f"{whole['cpu_seconds']:.0f} s CPU."
+            )
+        elif ea:
+            said.append(
+                f"Embedding all 74,731 descriptions, int8, 2 threads: "
+                f"{ea['all_74731_cpu_seconds_per_core_scaled']:.0f} s of CPU per core (scaled "
+                f"from {ea['texts_timed']:,}; wall {ea['all_74731_wall_seconds_scaled']:.0f} s "
+                "under load)."
+            )
+        if said:
+            out += ["", " ".join(said)]
         h = icd.get("hierarchy")
         if h:
             out += [

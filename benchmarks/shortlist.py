@@ -2,6 +2,7 @@
 
     python benchmarks/shortlist.py [--sections icd,bfcl,openapi,synthetic,e2e] [--no-fine-tune]
     python benchmarks/shortlist.py --sections latency   # ICD query latency alone (quiet machine)
+    python benchmarks/shortlist.py --sections depth     # recall at half / full embedding depth
 
 1. ICD-10-CM (74,731 billable codes), every method on five query sources (``_icd_bench.py``):
    the held-out half of the inclusion terms, CMS short titles, Excludes-note cross-references,
@@ -486,6 +487,10 @@ def main() -> None:
             from _icd_bench import bench_icd_latency
 
             results["icd10cm_latency"] = bench_icd_latency(CACHE)
+        elif section == "depth":
+            from _icd_bench import bench_icd_depth
+
+            results["icd10cm_depth"] = bench_icd_depth(CACHE)
         elif section == "bfcl":
             from _bfcl_bench import bench_bfcl
 

@@ -122,21 +122,26 @@ class _Field:
         self.docs = d
         self.ptr = ptr
 
-    def score(self, features: Sequence[str], n_rows: int, out: F64, weight: float) -> None:
+    def postings(self, features: Sequence[str], weight: float) -> tuple[I64, F64]:
+        """The rows and weighted BM25 weights of ``features``' postings (a feature that
+        occurs ``c`` times counts ``c`` times), concatenated: one gather, whatever the
+        number of features."""
         assert self.ptr is not None
         ids = [t for t in (self.terms.get(f) for f in features) if t is not None]
         if not ids:
-            return
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
         uniq, counts = np.unique(np.array(ids, np.int64), return_counts=True)
-        ptr = self.ptr
-        parts_d = [self.docs[ptr[t] : ptr[t + 1]] for t in uniq]
-        parts_w = [
-            self.weights[ptr[t] : ptr[t + 1]] * (weight * c)
-            for t, c in zip(uniq, counts, strict=True)
-        ]
-        d = np.concatenate(parts_d)
-        w = np.concatenate(parts_w)
-        out += np.bincount(d, weights=w, minlength=n_rows)
+        first = self.ptr[uniq]
+        sizes = self.ptr[uniq + 1] - first
+        ends = np.cumsum(sizes)
+        at = np.repeat(first - (ends - sizes), sizes) + np.arange(int(ends[-1]), dtype=np.int64)
+        w = self.weights[at] * np.repeat(counts * weight, sizes)
+        return self.docs[at], w
+
+    def score(self, features: Sequence[str], n_rows: int, out: F64, weight: float) -> None:
+        d, w = self.postings(features, weight)
+        if len(d):
+            out += np.bincount(d, weights=w, minlength=n_rows)
 
 
 class BM25Index(ValueRows):
@@ -239,11 +244,11 @@ class BM25Index(ValueRows):
         for f in self._fields:
             f.finalize(self.k1, self.b)
         words, grams = analyze(query, ngram=self.ngram)
-        out = np.zeros(self.n_rows, np.float64)
-        self._fields[0].score(words, self.n_rows, out, 1.0)
-        if self.ngram and self.ngram_weight:
-            self._fields[1].score(grams, self.n_rows, out, self.ngram_weight)
-        return out
+        d, w = self._fields[0].postings(words, 1.0)
+        if self.ngram and self.ngram_weight:  # both fields in one bincount
+            dg, wg = self._fields[1].postings(grams, self.ngram_weight)
+            d, w = np.concatenate([d, dg]), np.concatenate([w, wg])
+        return np.asarray(np.bincount(d, weights=w, minlength=self.n_rows), np.float64)
 
     def value_scores(self, query: str) -> F64:
         """BM25 score of every value for ``query`` (its best row), indexed by value id."""

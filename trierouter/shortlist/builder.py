@@ -319,14 +319,18 @@ class Shortlist:
         ]
 
     def _score_search(self, query: str, vector: F32, k: int, depth: int) -> I64:
-        """The ``"score"`` rule: both methods' top ``depth`` values, each scored by both."""
+        """The ``"score"`` rule: BM25's top ``depth`` values and the embedding's top
+        ``max(k, depth // 2)``, each candidate scored by both methods. The embedding's half
+        depth halves its HNSW search; on ICD-10-CM's five query sources (400 queries each)
+        R@1, R@10 and R@100 were the same as at full depth."""
         assert self.embedding is not None
         b_all = self.bm25.value_scores(query)
         hit = np.flatnonzero(b_all > 0)
         if len(hit) > depth:
             hit = hit[np.argpartition(-b_all[hit], depth - 1)[:depth]]
         # one search: every candidate of the union is rescored by both methods below
-        [(e_ids, e_cos)] = self.embedding.search_vectors(vector[None, :], depth, complete=False)
+        e_depth = max(k, depth // 2)
+        [(e_ids, e_cos)] = self.embedding.search_vectors(vector[None, :], e_depth, complete=False)
         cand = np.union1d(hit, e_ids)
         cos = np.empty(len(cand), np.float64)
         at = np.searchsorted(cand, e_ids)

@@ -113,7 +113,7 @@ class Embedder:
     ``name`` and ``fingerprint`` identify it (and its backend) in saved indexes; vectors are
     L2-normalized, so inner product is cosine similarity. ``backend``: see the module
     docstring. ``cache_dir``: where embeddings are cached (default ``<cache>/embeddings``;
-    ``False`` for none); ``threads``: onnxruntime threads for batches (default 2).
+    ``False`` for none); ``threads``: batches embedded at once, one thread each (default 2).
     """
 
     def __init__(

@@ -5,7 +5,7 @@ honoured) into ``<cache>/onnx/<fingerprint>/`` with its mean pooling and L2 norm
 the graph, and for ``onnx-int8`` quantized there (onnxruntime's dynamic quantization, int8
 weights per output channel). Nothing is downloaded: the export reads the local model folder.
 Queries are tokenized with the model's own ``tokenizer.json`` (the ``tokenizers`` library), no
-padding for one text and batch-local padding otherwise, texts sorted by length.
+padding for one text, and batches of texts sorted by token count otherwise.
 
 On the shipped all-MiniLM-L6-v2, ``onnx`` (float32) matches the torch model to cosine 1.0000
 and ``onnx-int8`` to about 0.99 (``benchmarks/shortlist.py`` measures both). int8 activations
@@ -22,6 +22,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -220,8 +221,8 @@ def _quantize(src: Path, out: Path) -> None:
 class OnnxEncoder:
     """Unit vectors from an exported sentence-transformers graph (see the module docstring).
 
-    ``threads``: onnxruntime's intra-op threads for batches (single texts always run on one
-    thread: at that size threads cost more than they save). Thread spinning is off, so idle
+    ``threads``: how many batches run at once, each on one thread (a single text always runs
+    on one: at that size threads cost more than they save). Thread spinning is off, so idle
     pool threads do not take a shared core from other work.
     """
 
@@ -252,7 +253,6 @@ class OnnxEncoder:
         self.batch_size = batch_size
         self.threads = threads if threads is not None else min(2, os.cpu_count() or 1)
         self._one = self._session(1)
-        self._many: Any = None
         out = self._one.get_outputs()[0]
         self.dim = int(out.shape[-1])
 
@@ -265,30 +265,40 @@ class OnnxEncoder:
         opts.log_severity_level = 3
         return ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
 
-    def _run(self, session: Any, texts: Sequence[str]) -> F32:
-        enc = self._tok.encode_batch(list(texts))
-        width = max(len(e.ids) for e in enc)
-        ids = np.zeros((len(enc), width), np.int64)
-        mask = np.zeros((len(enc), width), np.int64)
-        for i, e in enumerate(enc):
+    def _run(self, session: Any, encodings: Sequence[Any]) -> F32:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), np.int64)
+        mask = np.zeros((len(encodings), width), np.int64)
+        for i, e in enumerate(encodings):
             ids[i, : len(e.ids)] = e.ids
             mask[i, : len(e.ids)] = 1
         out = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         return np.asarray(out, np.float32)
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> F32:
-        """Unit vectors for ``texts`` in order; batches of similar length."""
+        """Unit vectors for ``texts`` in order. All texts are tokenized first and batched in
+        order of token count (a batch pads almost nothing: +0.05% tokens on ICD-10-CM's
+        descriptions, +27% when sorted by characters); ``threads`` batches run at once, each on
+        one thread (onnxruntime runs one session from several threads)."""
         if len(texts) == 1:
-            return self._run(self._one, texts)
-        if self._many is None:
-            self._many = self._session(self.threads) if self.threads > 1 else self._one
+            return self._run(self._one, [self._tok.encode(texts[0])])
+        encodings = self._tok.encode_batch(list(texts))
+        lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+        order = np.argsort(lengths, kind="stable")
+        batches = [order[s : s + self.batch_size] for s in range(0, len(texts), self.batch_size)]
         out = np.zeros((len(texts), self.dim), np.float32)
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        starts = range(0, len(texts), self.batch_size)
+
+        def run(idx: npt.NDArray[np.int64]) -> None:
+            out[idx] = self._run(self._one, [encodings[i] for i in idx])
+
+        bar: Any = None
         if progress:
-            tqdm = _need("tqdm.auto", "tqdm").tqdm
-            starts = tqdm(starts, desc="embed", unit="batch")
-        for s in starts:
-            idx = order[s : s + self.batch_size]
-            out[idx] = self._run(self._many, [texts[i] for i in idx])
+            bar = _need("tqdm.auto", "tqdm").tqdm(total=len(texts), desc="embed", unit="text")
+        workers = max(1, min(self.threads, len(batches)))
+        with ThreadPoolExecutor(workers) as pool:
+            for idx, _ in zip(batches, pool.map(run, batches), strict=True):
+                if bar is not None:
+                    bar.update(len(idx))
+        if bar is not None:
+            bar.close()
         return out
