@@ -14,6 +14,7 @@ class TokenTrie:
     build_seconds: float
     single_byte: bytes
     def __init__(self, tokens: Sequence[bytes], matchable: bytes | npt.NDArray[Any]) -> None: ...
+    def tables(self) -> dict[str, bytes]: ...
 
 def compile(
     values: Sequence[str],
