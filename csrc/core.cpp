@@ -47,16 +47,29 @@ constexpr uint16_t FAR = 0xFFFE;
 
 // Large blocks are mapped directly and marked for transparent huge pages: a compile writes tens
 // of MB into fresh memory, and with 4 KB pages the page faults cost more than the work
-// (measured: 87 ms against 105 ms of CPU at K = 100,000). TRIEROUTER_NO_HUGEPAGES=1 turns it off.
+// (measured: 87 ms against 105 ms of CPU at K = 100,000; on this VM a 4 KB fault costs ~3 us).
+// TRIEROUTER_NO_HUGEPAGES=1 turns the advice off.
 constexpr size_t HUGE_PAGE = size_t(2) << 20;
 
+constexpr size_t HUGE_MIN = size_t(1) << 20;  // blocks from 1 MB get whole huge pages
+
+// The mapping of a block of ``bytes`` (0: malloc'd): 2 MB multiples, so that every page of it
+// can be a huge page (one fault instead of 512; faults are expensive on virtual machines).
+inline size_t big_mapping(size_t bytes) {
+    return bytes >= HUGE_MIN ? (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1) : 0;
+}
+
 void* big_alloc(size_t bytes, size_t* mapped) {
-    if (bytes >= 2 * HUGE_PAGE) {
-        // whole 2 MB blocks of the mapping get huge pages; the size is only rounded to 4 KB
-        // (smaller blocks stay with malloc, which reuses freed memory without new faults)
-        size_t size = (bytes + 4095) & ~size_t(4095);
-        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) return nullptr;
+    const size_t size = big_mapping(bytes);
+    if (size) {
+        // map one huge page more, keep the 2 MB aligned part
+        uint8_t* raw = static_cast<uint8_t*>(
+            mmap(nullptr, size + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        if (raw == MAP_FAILED) return nullptr;
+        const uintptr_t a = (reinterpret_cast<uintptr_t>(raw) + HUGE_PAGE - 1) & ~uintptr_t(HUGE_PAGE - 1);
+        uint8_t* p = reinterpret_cast<uint8_t*>(a);
+        if (p > raw) munmap(raw, static_cast<size_t>(p - raw));
+        if (raw + size + HUGE_PAGE > p + size) munmap(p + size, static_cast<size_t>(raw + size + HUGE_PAGE - (p + size)));
 #ifdef MADV_HUGEPAGE
         static const bool huge = std::getenv("TRIEROUTER_NO_HUGEPAGES") == nullptr;
         if (huge) madvise(p, size, MADV_HUGEPAGE);
@@ -134,8 +147,7 @@ struct BigAllocator {
         return static_cast<T*>(p);
     }
     void deallocate(T* p, size_t n) {
-        const size_t bytes = n * sizeof(T);  // big_alloc's choice depends on the size only
-        big_free(p, bytes >= 2 * HUGE_PAGE ? (bytes + 4095) & ~size_t(4095) : 0);
+        big_free(p, big_mapping(n * sizeof(T)));  // big_alloc's choice depends on the size only
     }
     template <class U>
     void construct(U* p) noexcept {
@@ -444,7 +456,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         return -1;
     }
     const uint8_t* match = static_cast<const uint8_t*>(mview.buf);
-    std::vector<Ent> ents;
+    BigVec<Ent> ents;
     ents.reserve(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
         if (!match[i]) continue;
@@ -474,8 +486,9 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     // preorder trie: path[d] = node at depth d on the previous string's path
     size_t total_bytes = 0;
     for (const Ent& e : ents) total_bytes += static_cast<size_t>(e.s.n);
-    std::vector<int32_t> parent, end_node(ents.size()), path{0};
-    std::vector<uint8_t> byte;
+    BigVec<int32_t> parent, end_node(ents.size());
+    std::vector<int32_t> path{0};
+    BigVec<uint8_t> byte;
     auto* depth = new BigVec<int32_t>;
     parent.reserve(total_bytes + 1);
     byte.reserve(total_bytes + 1);
@@ -510,7 +523,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     for (size_t v = 1; v < un; ++v) (*cptr)[static_cast<size_t>(parent[v]) + 1]++;
     for (size_t v = 0; v < un; ++v) (*cptr)[v + 1] += (*cptr)[v];
     {
-        std::vector<int32_t> fill(cptr->begin(), cptr->end() - 1);
+        BigVec<int32_t> fill(cptr->begin(), cptr->end() - 1);
         for (size_t v = 1; v < un; ++v) {  // preorder: children in byte order
             int32_t at = fill[static_cast<size_t>(parent[v])]++;
             (*cnode)[static_cast<size_t>(at)] = static_cast<int32_t>(v);
@@ -522,7 +535,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     for (size_t i = 0; i < ents.size(); ++i) (*tptr)[static_cast<size_t>(end_node[i]) + 1]++;
     for (size_t v = 0; v < un; ++v) (*tptr)[v + 1] += (*tptr)[v];
     {
-        std::vector<int32_t> fill(tptr->begin(), tptr->end() - 1);
+        BigVec<int32_t> fill(tptr->begin(), tptr->end() - 1);
         for (size_t i = 0; i < ents.size(); ++i)
             (*tids)[static_cast<size_t>(fill[static_cast<size_t>(end_node[i])]++)] = ents[i].id;
     }
@@ -541,7 +554,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     // preorder): the children of a state are then consecutive numbers, so a state is its first
     // child's number, its label and its link (9 bytes, 3 MB at 333K states) and the shallow
     // states that most links lead to sit together. Mapped back to preorder ids at the end.
-    std::vector<int32_t> order(un), bfs_of(un);
+    BigVec<int32_t> order(un), bfs_of(un);
     int32_t maxd = 0;
     for (size_t v = 0; v < un; ++v) maxd = std::max(maxd, (*depth)[v]);
     {
@@ -555,8 +568,8 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         }
     }
     const int32_t n1 = (*cptr)[1] - (*cptr)[0];  // depth-1 states: breadth-first ids 1..n1
-    std::vector<int32_t> bclo(un + 1), bfail(un, 0), bdict(un, -1), bntok(un);
-    std::vector<uint8_t> bbyte(un);
+    BigVec<int32_t> bclo(un + 1), bfail(un, 0), bdict(un, -1), bntok(un);
+    BigVec<uint8_t> bbyte(un);
     {
         int32_t at = 1;
         for (size_t x = 0; x < un; ++x) {
@@ -640,8 +653,8 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     // tokens of each state as (length, id) in breadth-first order first: the chains lead to
     // shallow states, whose entries then sit together at the front; the outputs are written in
     // preorder, in one sequential pass.
-    std::vector<int32_t> bown_ptr(un + 1);
-    std::vector<Out> bown(ents.size());
+    BigVec<int32_t> bown_ptr(un + 1);
+    BigVec<Out> bown(ents.size());
     {
         size_t at = 0;
         for (size_t x = 0; x < un; ++x) {
@@ -652,7 +665,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         }
         bown_ptr[un] = static_cast<int32_t>(at);
     }
-    std::vector<int32_t> bolen(un, 0);  // outputs per state: own tokens + those of its dict state
+    BigVec<int32_t> bolen(un, 0);  // outputs per state: own tokens + those of its dict state
     size_t total = 0;
     for (size_t x = 0; x < un; ++x) {
         bolen[x] = bntok[x] + (bdict[x] >= 0 ? bolen[static_cast<size_t>(bdict[x])] : 0);
@@ -775,28 +788,65 @@ inline void sort_row(Pair* a, size_t n) {
     }
 }
 
+inline void cswap(uint64_t& a, uint64_t& b) {  // branchless compare-exchange (cmov)
+    const uint64_t x = a < b ? a : b, y = a < b ? b : a;
+    a = x;
+    b = y;
+}
+
+// Sorts a row's (token, code) pairs by token. Rows come out of the walk in the byte order of the
+// tokens, so the order by id is a random permutation: small rows go through branchless sorting
+// networks (no mispredicted branches), large ones through an LSD radix sort on the id.
 inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
     if (n < 2) return;
     if (n == 2) {
-        if (tk[0] > tk[1]) {
-            std::swap(tk[0], tk[1]);
-            std::swap(ch[0], ch[1]);
+        const int32_t a = tk[0], b = tk[1];
+        const uint16_t ca = ch[0], cb = ch[1];
+        const bool sw = b < a;
+        tk[0] = sw ? b : a;
+        tk[1] = sw ? a : b;
+        ch[0] = sw ? cb : ca;
+        ch[1] = sw ? ca : cb;
+        return;
+    }
+    auto pack = [&](uint64_t* w) {
+        for (size_t i = 0; i < n; ++i) w[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
+    };
+    auto unpack = [&](const uint64_t* w) {
+        for (size_t i = 0; i < n; ++i) {
+            tk[i] = static_cast<int32_t>(w[i] >> 16);
+            ch[i] = static_cast<uint16_t>(w[i] & 0xFFFF);
         }
+    };
+    if (n <= 8) {
+        uint64_t w[8];
+        pack(w);
+        for (size_t i = n; i < 8; ++i) w[i] = ~uint64_t(0);  // padding sorts last
+        if (n <= 4) {
+            cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[1], w[2]);
+        } else {
+            cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[4], w[6]); cswap(w[5], w[7]);
+            cswap(w[0], w[4]); cswap(w[1], w[5]); cswap(w[2], w[6]); cswap(w[3], w[7]);
+            cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[4], w[5]); cswap(w[6], w[7]);
+            cswap(w[2], w[4]); cswap(w[3], w[5]);
+            cswap(w[1], w[4]); cswap(w[3], w[6]);
+            cswap(w[1], w[2]); cswap(w[3], w[4]); cswap(w[5], w[6]);
+        }
+        unpack(w);
         return;
     }
     size_t k = 1;
     while (k < n && tk[k - 1] <= tk[k]) ++k;
     if (k == n) return;
-    // (token, code) packed in one word: one comparison and one move per step
-    uint64_t local[256];
+    uint64_t local[512];
     std::vector<uint64_t> heap;
     uint64_t* w = local;
     if (n > 256) {
-        heap.resize(n);
+        heap.resize(2 * n);
         w = heap.data();
     }
-    for (size_t i = 0; i < n; ++i) w[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
-    if (n <= 16) {
+    pack(w);
+    if (n <= 24) {
         for (size_t i = 1; i < n; ++i) {
             const uint64_t x = w[i];
             size_t j = i;
@@ -806,13 +856,21 @@ inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
             }
             w[j] = x;
         }
-    } else {
-        std::sort(w, w + n);
+    } else {  // LSD radix on the id, 6 bits a pass (as many passes as the largest id needs)
+        uint64_t* a = w;
+        uint64_t* b = w + n;
+        uint32_t top = 0;
+        for (size_t i = 0; i < n; ++i) top |= static_cast<uint32_t>(tk[i]);
+        for (int shift = 16; shift < 48 && (static_cast<uint64_t>(top) << 16) >> shift; shift += 6) {
+            uint32_t cnt[65] = {0};
+            for (size_t i = 0; i < n; ++i) cnt[((a[i] >> shift) & 63) + 1]++;
+            for (int d = 0; d < 64; ++d) cnt[d + 1] += cnt[d];
+            for (size_t i = 0; i < n; ++i) b[cnt[(a[i] >> shift) & 63]++] = a[i];
+            std::swap(a, b);
+        }
+        w = a;
     }
-    for (size_t i = 0; i < n; ++i) {
-        tk[i] = static_cast<int32_t>(w[i] >> 16);
-        ch[i] = static_cast<uint16_t>(w[i] & 0xFFFF);
-    }
+    unpack(w);
 }
 
 // one remembered Aho-Corasick step: (state << 8 | byte) + 1, the next state and its outputs
@@ -2842,6 +2900,80 @@ PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
     return PyFloat_FromDouble(dt);
 }
 
+// pack_tokens(tokens: tuple[bytes, ...]) -> (buffer: uint8 array, offsets: int64 array): every
+// token's bytes concatenated and where each starts (Vocabulary.buffer / offsets)
+PyObject* py_pack_tokens(PyObject*, PyObject* args) {
+    PyObject* tokens;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &tokens)) return nullptr;
+    const Py_ssize_t n = PyTuple_GET_SIZE(tokens);
+    Buf<int64_t> off;
+    if (!off.resize(static_cast<size_t>(n) + 1)) return PyErr_NoMemory();
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        if (!PyBytes_Check(o)) return PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
+        off[static_cast<size_t>(i) + 1] = off[static_cast<size_t>(i)] + PyBytes_GET_SIZE(o);
+    }
+    Buf<uint8_t> buf;
+    if (!buf.resize(static_cast<size_t>(off[static_cast<size_t>(n)]))) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        const size_t at = static_cast<size_t>(off[static_cast<size_t>(i)]);
+        std::memcpy(buf.p + at, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
+    }
+    PyObject* b = to_numpy(buf, NPY_UINT8);
+    if (!b) return nullptr;
+    PyObject* f = to_numpy(off, NPY_INT64);
+    if (!f) {
+        Py_DECREF(b);
+        return nullptr;
+    }
+    return Py_BuildValue("(NN)", b, f);
+}
+
+// join_tokens(tokens: tuple[bytes, ...], selected: bool buffer) -> bytes: the selected tokens'
+// bytes joined by b"\0" (Vocabulary.content_hash)
+PyObject* py_join_tokens(PyObject*, PyObject* args) {
+    PyObject* tokens;
+    Py_buffer sel;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyTuple_Type, &tokens, &sel)) return nullptr;
+    const Py_ssize_t n = PyTuple_GET_SIZE(tokens);
+    if (sel.len != n) {
+        PyBuffer_Release(&sel);
+        return PyErr_Format(PyExc_ValueError, "selected has %zd entries for %zd tokens", sel.len, n);
+    }
+    const uint8_t* m = static_cast<const uint8_t*>(sel.buf);
+    Py_ssize_t total = 0, count = 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        if (!PyBytes_Check(o)) {
+            PyBuffer_Release(&sel);
+            return PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
+        }
+        if (m[i]) {
+            total += PyBytes_GET_SIZE(o);
+            ++count;
+        }
+    }
+    PyObject* out = PyBytes_FromStringAndSize(nullptr, count ? total + count - 1 : 0);
+    if (!out) {
+        PyBuffer_Release(&sel);
+        return nullptr;
+    }
+    char* w = PyBytes_AS_STRING(out);
+    bool first = true;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!m[i]) continue;
+        if (!first) *w++ = '\0';
+        first = false;
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        std::memcpy(w, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
+        w += PyBytes_GET_SIZE(o);
+    }
+    PyBuffer_Release(&sel);
+    return out;
+}
+
 PyMethodDef module_methods[] = {
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
@@ -2857,6 +2989,10 @@ PyMethodDef module_methods[] = {
      "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,
      "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
+    {"pack_tokens", py_pack_tokens, METH_VARARGS,
+     "pack_tokens(tokens) -> (buffer, offsets): the tokens' bytes concatenated, and where each starts"},
+    {"join_tokens", py_join_tokens, METH_VARARGS,
+     "join_tokens(tokens, selected) -> bytes: the selected tokens joined by NUL bytes"},
     {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,
      "memset_bandwidth(buffer, repeats) -> seconds"},
     {nullptr, nullptr, 0, nullptr}};
