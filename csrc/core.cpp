@@ -51,16 +51,17 @@ constexpr uint16_t FAR = 0xFFFE;
 // TRIEROUTER_NO_HUGEPAGES=1 turns the advice off.
 constexpr size_t HUGE_PAGE = size_t(2) << 20;
 
-constexpr size_t HUGE_MIN = size_t(1) << 20;  // blocks from 1 MB get whole huge pages
-
 // The mapping of a block of ``bytes`` (0: malloc'd): 2 MB multiples, so that every page of it
 // can be a huge page (one fault instead of 512; faults are expensive on virtual machines).
-inline size_t big_mapping(size_t bytes) {
-    return bytes >= HUGE_MIN ? (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1) : 0;
+// Blocks from ``min`` bytes: 4 MB for a compile's arrays (smaller ones stay with malloc, which
+// reuses freed memory without new faults from one compile to the next), 1 MB for the token
+// trie, built once per process.
+inline size_t big_mapping(size_t bytes, size_t min) {
+    return bytes >= min ? (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1) : 0;
 }
 
-void* big_alloc(size_t bytes, size_t* mapped) {
-    const size_t size = big_mapping(bytes);
+void* big_alloc(size_t bytes, size_t* mapped, size_t min = 2 * HUGE_PAGE) {
+    const size_t size = big_mapping(bytes, min);
     if (size) {
         // map one huge page more, keep the 2 MB aligned part
         uint8_t* raw = static_cast<uint8_t*>(
@@ -91,6 +92,7 @@ template <class T>
 struct Buf {
     T* p = nullptr;
     size_t n = 0, cap = 0, mapped = 0;
+    size_t huge_min = 2 * HUGE_PAGE;  // blocks from this size get huge pages (big_alloc)
     Buf() = default;
     Buf(const Buf&) = delete;
     Buf& operator=(const Buf&) = delete;
@@ -99,7 +101,7 @@ struct Buf {
         if (c <= cap) return true;
         size_t nc = std::max(c, cap * 2 + 16);
         size_t m;
-        T* q = static_cast<T*>(big_alloc(nc * sizeof(T), &m));
+        T* q = static_cast<T*>(big_alloc(nc * sizeof(T), &m, huge_min));
         if (!q) return false;
         if (n) std::memcpy(static_cast<void*>(q), p, n * sizeof(T));
         big_free(p, mapped);
@@ -134,6 +136,8 @@ struct Buf {
 // std::vector storage through big_alloc (huge pages for large blocks, as Buf), and elements
 // default-initialized: ``BigVec<int32_t>(n)`` leaves them unwritten (no pass zeroing fresh
 // memory that is filled right after); pass a value to fill.
+constexpr size_t BIG_VEC_MIN = size_t(1) << 20;
+
 template <class T>
 struct BigAllocator {
     using value_type = T;
@@ -142,12 +146,12 @@ struct BigAllocator {
     BigAllocator(const BigAllocator<U>&) {}
     T* allocate(size_t n) {
         size_t m;
-        void* p = big_alloc(n * sizeof(T), &m);
+        void* p = big_alloc(n * sizeof(T), &m, BIG_VEC_MIN);
         if (!p) throw std::bad_alloc();
         return static_cast<T*>(p);
     }
     void deallocate(T* p, size_t n) {
-        big_free(p, big_mapping(n * sizeof(T)));  // big_alloc's choice depends on the size only
+        big_free(p, big_mapping(n * sizeof(T), BIG_VEC_MIN));  // decided by the size alone
     }
     template <class U>
     void construct(U* p) noexcept {
@@ -288,7 +292,9 @@ void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr
         });
         return;
     }
-    Buf<KeyStr> ks;
+    Buf<KeyStr> ks, tmp;
+    Buf<T> sorted;
+    if (relocate) ks.huge_min = tmp.huge_min = sorted.huge_min = relocate->huge_min;
     if (!ks.resize(n)) throw std::bad_alloc();
     for (size_t i = 0; i < n; ++i) {
         uint32_t rem;
@@ -296,10 +302,8 @@ void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr
         ks[i].rem = rem;
         ks[i].idx = static_cast<uint32_t>(i);
     }
-    Buf<KeyStr> tmp;
     if (n > 64 && !tmp.resize(n)) throw std::bad_alloc();
     sort_keys(ks.p, n, 56, tmp.p);
-    Buf<T> sorted;
     if (!sorted.resize(n)) throw std::bad_alloc();
     for (size_t i = 0; i < n; ++i) sorted[i] = a[ks[i].idx];
     if (relocate) {
@@ -475,6 +479,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     PyBuffer_Release(&mview);
     lap.mark("collect");
     Buf<uint8_t> relocated;  // the token bytes in sorted order, read by the trie build below
+    relocated.huge_min = BIG_VEC_MIN;  // the sort's buffers too (built once per tokenizer)
     try {
         sort_values(ents.data(), ents.size(), 0, &relocated);
     } catch (const std::bad_alloc&) {
@@ -835,6 +840,24 @@ inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
         unpack(w);
         return;
     }
+    if (n <= 16) {  // Batcher's odd-even merge network, 63 compare-exchanges
+        uint64_t w[16];
+        pack(w);
+        for (size_t i = n; i < 16; ++i) w[i] = ~uint64_t(0);
+            cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[1], w[2]); cswap(w[4], w[5]);
+            cswap(w[6], w[7]); cswap(w[4], w[6]); cswap(w[5], w[7]); cswap(w[5], w[6]); cswap(w[0], w[4]); cswap(w[2], w[6]);
+            cswap(w[2], w[4]); cswap(w[1], w[5]); cswap(w[3], w[7]); cswap(w[3], w[5]); cswap(w[1], w[2]); cswap(w[3], w[4]);
+            cswap(w[5], w[6]); cswap(w[8], w[9]); cswap(w[10], w[11]); cswap(w[8], w[10]); cswap(w[9], w[11]); cswap(w[9], w[10]);
+            cswap(w[12], w[13]); cswap(w[14], w[15]); cswap(w[12], w[14]); cswap(w[13], w[15]); cswap(w[13], w[14]); cswap(w[8], w[12]);
+            cswap(w[10], w[14]); cswap(w[10], w[12]); cswap(w[9], w[13]); cswap(w[11], w[15]); cswap(w[11], w[13]); cswap(w[9], w[10]);
+            cswap(w[11], w[12]); cswap(w[13], w[14]); cswap(w[0], w[8]); cswap(w[4], w[12]); cswap(w[4], w[8]); cswap(w[2], w[10]);
+            cswap(w[6], w[14]); cswap(w[6], w[10]); cswap(w[2], w[4]); cswap(w[6], w[8]); cswap(w[10], w[12]); cswap(w[1], w[9]);
+            cswap(w[5], w[13]); cswap(w[5], w[9]); cswap(w[3], w[11]); cswap(w[7], w[15]); cswap(w[7], w[11]); cswap(w[3], w[5]);
+            cswap(w[7], w[9]); cswap(w[11], w[13]); cswap(w[1], w[2]); cswap(w[3], w[4]); cswap(w[5], w[6]); cswap(w[7], w[8]);
+            cswap(w[9], w[10]); cswap(w[11], w[12]); cswap(w[13], w[14]);
+        unpack(w);
+        return;
+    }
     size_t k = 1;
     while (k < n && tk[k - 1] <= tk[k]) ++k;
     if (k == n) return;
@@ -846,17 +869,7 @@ inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
         w = heap.data();
     }
     pack(w);
-    if (n <= 24) {
-        for (size_t i = 1; i < n; ++i) {
-            const uint64_t x = w[i];
-            size_t j = i;
-            while (j > 0 && w[j - 1] > x) {
-                w[j] = w[j - 1];
-                --j;
-            }
-            w[j] = x;
-        }
-    } else {  // LSD radix on the id, 6 bits a pass (as many passes as the largest id needs)
+    {  // LSD radix on the id, 6 bits a pass (as many passes as the largest id needs)
         uint64_t* a = w;
         uint64_t* b = w + n;
         uint32_t top = 0;
@@ -1157,6 +1170,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                 const int32_t m = id++;
                 path[static_cast<size_t>(d + 1)] = m;
                 pstart[static_cast<size_t>(d + 1)] = cur[m];
+                if (m + 8 < n) __builtin_prefetch(outs + (state_of[static_cast<size_t>(m) + 8] >> 32));
                 const uint64_t span = state_of[static_cast<size_t>(m)];
                 int32_t j = static_cast<int32_t>(span >> 32);
                 const int32_t hi = static_cast<int32_t>(span & 0xFFFFFFFFu);

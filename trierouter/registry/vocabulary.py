@@ -165,7 +165,9 @@ class Vocabulary:
         """All token bytes concatenated (use with :attr:`offsets`; read-only)."""
         core = _native()
         if core is not None:  # one pass in C++, which gives the offsets too
-            buf, offsets = core.pack_tokens(self._tokens)
+            packed: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]
+            packed = core.pack_tokens(self._tokens)
+            buf, offsets = packed
             buf.flags.writeable = False
             self.__dict__.setdefault("offsets", offsets)
             return buf
@@ -176,8 +178,9 @@ class Vocabulary:
         """``offsets[i]:offsets[i+1]`` slices token ``i`` out of :attr:`buffer`."""
         if _native() is not None:
             _ = self.buffer  # sets the offsets
-            if "offsets" in self.__dict__:
-                return self.__dict__["offsets"]  # type: ignore[no-any-return]
+            got: npt.NDArray[np.int64] | None = self.__dict__.get("offsets")
+            if got is not None:
+                return got
         lengths = np.fromiter(map(len, self._tokens), dtype=np.int64, count=len(self))
         out = np.zeros(len(self) + 1, dtype=np.int64)
         np.cumsum(lengths, out=out[1:])
