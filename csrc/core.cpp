@@ -890,8 +890,9 @@ inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
 struct GoMemo {
     uint32_t key;
     int32_t q, olo, ohi;
+    uint64_t lens;  // the outputs' lengths, one byte each, when there are at most 8 of < 256
 };
-constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 256 KB
+constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 384 KB
 
 // compile(values, trie, terminator: bytes, end_ids: tuple[int], allow_end: bool)
 //   -> (arrays: dict[str, ndarray], unreachable: list[int] | None)
@@ -1000,7 +1001,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     // at node m are the outputs of its state, and a token of length L ending at m starts at the
     // ancestor path[depth(m) - L]. This first pass counts each row's pairs; the second fills them.
     const TT tt(tri);
-    std::vector<GoMemo> memo(size_t(1) << GO_MEMO_BITS, GoMemo{0, 0, 0, 0});  // key 0: empty
+    std::vector<GoMemo> memo(size_t(1) << GO_MEMO_BITS, GoMemo{0, 0, 0, 0, 0});  // key 0: empty
     const bool use_memo = tri->n_nodes < (int32_t{1} << 24);  // the key holds state << 8
     size_t total_bytes = 0;
     int64_t max_len = 0;
@@ -1052,15 +1053,30 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             GoMemo& e = use_memo ? memo[(key * 0x9E3779B1u) >> (32 - GO_MEMO_BITS)] : own;
             if (!use_memo || e.key != key) {
                 const int32_t qq = tt.go(from, b);
-                e = {key, qq, tt.si[qq].olo, tt.si[qq].ohi};
+                const int32_t lo = tt.si[qq].olo, hi = tt.si[qq].ohi;
+                uint64_t lens = 0;
+                if (hi - lo <= 8) {
+                    for (int32_t j = lo; j < hi && lens != ~uint64_t(0); ++j) {
+                        const int32_t L = tt.outs[j].len;
+                        lens = L < 256 ? lens | static_cast<uint64_t>(L) << (8 * (j - lo)) : ~uint64_t(0);
+                    }
+                } else {
+                    lens = ~uint64_t(0);
+                }
+                e = {key, qq, lo, hi, lens};
             }
             const int32_t q = e.q, olo = e.olo, ohi = e.ohi;
             state_of[static_cast<size_t>(id)] =
                 (static_cast<uint64_t>(static_cast<uint32_t>(olo)) << 32) | static_cast<uint32_t>(ohi);
             path[static_cast<size_t>(d + 1)] = id;
             st[static_cast<size_t>(d + 1)] = q;
-            for (int32_t j = olo; j < ohi; ++j)
-                cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
+            if (e.lens != ~uint64_t(0)) {  // lengths from the memo: no read of the outputs table
+                for (uint64_t ls = e.lens; ls; ls >>= 8)
+                    cnt[path[static_cast<size_t>(d + 1 - static_cast<int64_t>(ls & 0xFF))]]++;
+            } else {
+                for (int32_t j = olo; j < ohi; ++j)
+                    cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
+            }
         }
         ends[i] = path[static_cast<size_t>(s.n)];
         int64_t vl = s.n - tl;
