@@ -273,6 +273,8 @@ void sort_keys(KeyStr* a, size_t n, int shift, KeyStr* tmp) {
     std::sort(a, a + n, key_less);
 }
 
+constexpr size_t LSD_MIN = 16384;  // from this many keys, LSD radix passes over all of them
+
 inline Str& skey_ref(Str& x) { return x; }
 inline Str& skey_ref(Ent& x) { return x.s; }
 
@@ -303,7 +305,31 @@ void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr
         ks[i].idx = static_cast<uint32_t>(i);
     }
     if (n > 64 && !tmp.resize(n)) throw std::bad_alloc();
-    sort_keys(ks.p, n, 56, tmp.p);
+    if (n < LSD_MIN) {
+        sort_keys(ks.p, n, 56, tmp.p);
+    } else {  // LSD radix: the remainder (least significant), then the key 11 bits at a time
+        std::vector<size_t> cnt(2049);
+        auto pass = [&](auto digit, size_t buckets) {
+            std::fill(cnt.begin(), cnt.begin() + static_cast<std::ptrdiff_t>(buckets) + 1, size_t(0));
+            for (size_t i = 0; i < n; ++i) cnt[digit(ks[i]) + 1]++;
+            for (size_t b = 0; b < buckets; ++b) cnt[b + 1] += cnt[b];
+            for (size_t i = 0; i < n; ++i) tmp[cnt[digit(ks[i])]++] = ks[i];
+            std::swap(ks.p, tmp.p);
+            std::swap(ks.mapped, tmp.mapped);
+            std::swap(ks.cap, tmp.cap);
+        };
+        pass([](const KeyStr& k) { return static_cast<size_t>(k.rem); }, 10);
+        uint64_t all_or = 0, all_and = ~uint64_t(0);
+        for (const KeyStr& k : ks) {
+            all_or |= k.key;
+            all_and &= k.key;
+        }
+        const uint64_t varying = all_or ^ all_and;  // digits where every key agrees are skipped
+        for (int shift = 0; shift < 64; shift += 11) {
+            if (((varying >> shift) & 0x7FF) == 0) continue;
+            pass([shift](const KeyStr& k) { return static_cast<size_t>((k.key >> shift) & 0x7FF); }, 2048);
+        }
+    }
     if (!sorted.resize(n)) throw std::bad_alloc();
     for (size_t i = 0; i < n; ++i) sorted[i] = a[ks[i].idx];
     if (relocate) {
