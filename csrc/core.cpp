@@ -925,6 +925,8 @@ constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 384 KB
 // On a value that is not a str or not encodable, raises TypeError / UnicodeEncodeError (the
 // Python caller turns them into the documented errors).
 PyObject* py_compile(PyObject*, PyObject* args) {
+    Lap lap;
+#define LAP(name) lap.mark(name)
     PyObject* values;
     TokenTrieObject* tri;
     Py_buffer term;
@@ -997,9 +999,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         }
     }
     // values stay alive (seq holds them) until the end of this function
+    LAP("collect");
     PyThreadState* save = PyEval_SaveThread();
-    Lap lap;
-#define LAP(name) lap.mark(name)
     Buf<uint8_t> relocated;  // the strings in sorted order (when they were not)
     bool sorted = true;
     for (size_t i = 1; i < strs.size() && sorted; ++i)
@@ -1340,7 +1341,6 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     }
     (void)dead_state;
     LAP("codes");
-
     {
         Buf<Pair> drop;
         std::swap(drop.p, pairs.p);
@@ -1370,6 +1370,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         return nullptr;
     }
     result = Py_BuildValue("(NO)", arrays, Py_None);
+    LAP("out");
     return result;
 }
 
