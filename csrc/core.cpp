@@ -57,11 +57,24 @@ constexpr size_t HUGE_PAGE = size_t(2) << 20;
 // reuses freed memory without new faults from one compile to the next), 1 MB for the token
 // trie, built once per process.
 inline size_t big_mapping(size_t bytes, size_t min) {
-    return bytes >= min ? (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1) : 0;
+    if (bytes < min) return 0;
+    if (min >= 2 * HUGE_PAGE) return (bytes + 4095) & ~size_t(4095);  // a compile's outputs: the
+    // whole 2 MB blocks inside get huge pages, the ends 4 KB pages (no RSS past the array)
+    return (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 }
 
 void* big_alloc(size_t bytes, size_t* mapped, size_t min = 2 * HUGE_PAGE) {
     const size_t size = big_mapping(bytes, min);
+    if (size && min >= 2 * HUGE_PAGE) {
+        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+        static const bool huge = std::getenv("TRIEROUTER_NO_HUGEPAGES") == nullptr;
+        if (huge) madvise(p, size, MADV_HUGEPAGE);
+#endif
+        *mapped = size;
+        return p;
+    }
     if (size) {
         // map one huge page more, keep the 2 MB aligned part
         uint8_t* raw = static_cast<uint8_t*>(
@@ -960,6 +973,9 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     PyObject** items = &PyTuple_GET_ITEM(seq, 0);
     Buf<Str> strs;
     Buf<uint8_t> joined;  // the values (+ terminator) in one buffer
+    // temporaries from 1 MB are mapped apart and returned when freed: from malloc's heap they
+    // would stay in the process's RSS after the compile
+    strs.huge_min = joined.huge_min = BIG_VEC_MIN;
     if (!strs.resize(static_cast<size_t>(k))) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
@@ -1002,6 +1018,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     LAP("collect");
     PyThreadState* save = PyEval_SaveThread();
     Buf<uint8_t> relocated;  // the strings in sorted order (when they were not)
+    relocated.huge_min = BIG_VEC_MIN;
     bool sorted = true;
     for (size_t i = 1; i < strs.size() && sorted; ++i)
         if (str_less(strs[i], strs[i - 1])) sorted = false;
@@ -1048,7 +1065,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     // row_ptr first counts the pairs of row v in row_ptr[v + 1]
     bool ok = ends.resize(nv) && vbytes.reserve(total_bytes - nv * static_cast<size_t>(tl) + 1) &&
               voff.resize(nv + 1) && state_of.resize(total_bytes + 1) && lcps.resize(nv) &&
-              row_ptr.assign(total_bytes + 4, 0);
+              row_ptr.resize(total_bytes + 4);  // zeroed per node as nodes are made
     std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), st(static_cast<size_t>(max_len) + 2, 0);
     if (!ok) {
         PyEval_RestoreThread(save);
@@ -1056,6 +1073,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         return PyErr_NoMemory();
     }
     int32_t* cnt = row_ptr.p + 1;
+    row_ptr[0] = 0;
+    cnt[0] = 0;
     int32_t next = 1;
     state_of[0] = 0;
     uint8_t used[256] = {0};
@@ -1070,6 +1089,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         lcps[i] = static_cast<int32_t>(l);
         for (int64_t d = l; d < s.n; ++d) {
             const int32_t id = next++;
+            cnt[id] = 0;
             const uint8_t b = s.p[d];
             used[b] = 1;
             // transition through a small direct-mapped memo: values repeat their words, so most
