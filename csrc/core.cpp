@@ -754,6 +754,27 @@ PyObject* TokenTrie_single(TokenTrieObject* self, void*) {
     return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->single), 256);
 }
 
+struct Named {
+    const char* name;
+    PyObject* obj;
+};
+
+// A dict of the items, taking their references; nullptr when one is missing or on an error.
+template <size_t N>
+PyObject* dict_of(Named (&items)[N]) {
+    PyObject* d = PyDict_New();
+    bool fail = d == nullptr;
+    for (auto& it : items) {
+        if (!fail && (!it.obj || PyDict_SetItemString(d, it.name, it.obj) < 0)) fail = true;
+        Py_XDECREF(it.obj);
+    }
+    if (fail) {
+        Py_XDECREF(d);
+        return nullptr;
+    }
+    return d;
+}
+
 template <class V>
 PyObject* vec_bytes(const V* v) {
     if (!v) return PyBytes_FromStringAndSize(nullptr, 0);
@@ -764,12 +785,7 @@ PyObject* vec_bytes(const V* v) {
 // tables() -> dict[str, bytes]: every array of the trie (native byte order), for tests that
 // check the structure against an independent construction
 PyObject* TokenTrie_tables(TokenTrieObject* self, PyObject*) {
-    PyObject* d = PyDict_New();
-    if (!d) return nullptr;
-    struct Item {
-        const char* name;
-        PyObject* b;
-    } items[] = {
+    Named items[] = {
         {"child_ptr", vec_bytes(self->child_ptr)}, {"child_node", vec_bytes(self->child_node)},
         {"child_label", vec_bytes(self->child_label)}, {"tok_ptr", vec_bytes(self->tok_ptr)},
         {"tok_ids", vec_bytes(self->tok_ids)},       {"fail", vec_bytes(self->fail)},
@@ -780,16 +796,7 @@ PyObject* TokenTrie_tables(TokenTrieObject* self, PyObject*) {
                                                  sizeof(self->root_child))},
         {"single", PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->single), 256)},
     };
-    bool fail = false;
-    for (auto& it : items) {
-        if (!it.b || PyDict_SetItemString(d, it.name, it.b) < 0) fail = true;
-        Py_XDECREF(it.b);
-    }
-    if (fail) {
-        Py_DECREF(d);
-        return nullptr;
-    }
-    return d;
+    return dict_of(items);
 }
 
 PyMethodDef TokenTrie_methods[] = {
@@ -1369,26 +1376,14 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     PyEval_RestoreThread(save);
     Py_DECREF(seq);
     if (!ok) return PyErr_NoMemory();
-    PyObject* arrays = PyDict_New();
-    if (!arrays) return nullptr;
-    struct Item {
-        const char* name;
-        PyObject* arr;
-    } out[] = {
+    Named out[] = {
         {"row_ptr", to_numpy(row_ptr, NPY_INT32)},   {"tokens", to_numpy(tokens, NPY_INT32)},
         {"children", to_numpy(children, NPY_UINT16)}, {"far_pos", to_numpy(far_pos, NPY_INT32)},
         {"far_child", to_numpy(far_child, NPY_INT32)}, {"ends", to_numpy(ends, NPY_INT32)},
         {"value_bytes", to_numpy(vbytes, NPY_UINT8)}, {"value_offsets", to_numpy(voff, NPY_INT64)},
     };
-    bool fail = false;
-    for (auto& it : out) {
-        if (!it.arr || PyDict_SetItemString(arrays, it.name, it.arr) < 0) fail = true;
-        Py_XDECREF(it.arr);
-    }
-    if (fail) {
-        Py_DECREF(arrays);
-        return nullptr;
-    }
+    PyObject* arrays = dict_of(out);
+    if (!arrays) return nullptr;
     result = Py_BuildValue("(NO)", arrays, Py_None);
     LAP("out");
     return result;
