@@ -873,8 +873,15 @@ inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
         uint64_t w[8];
         pack(w);
         for (size_t i = n; i < 8; ++i) w[i] = ~uint64_t(0);  // padding sorts last
-        if (n <= 4) {
+        // networks for 3, 4, 6 and 8 inputs (the smallest known), padded up to them
+        if (n == 3) {
+            cswap(w[0], w[2]); cswap(w[0], w[1]); cswap(w[1], w[2]);
+        } else if (n == 4) {
             cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[1], w[2]);
+        } else if (n <= 6) {
+            cswap(w[0], w[5]); cswap(w[1], w[3]); cswap(w[2], w[4]); cswap(w[1], w[2]); cswap(w[3], w[4]);
+            cswap(w[0], w[3]); cswap(w[2], w[5]); cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[4], w[5]);
+            cswap(w[1], w[2]); cswap(w[3], w[4]);
         } else {
             cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[4], w[6]); cswap(w[5], w[7]);
             cswap(w[0], w[4]); cswap(w[1], w[5]); cswap(w[2], w[6]); cswap(w[3], w[7]);
