@@ -30,6 +30,7 @@
 #include <ctime>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #ifndef TRIEROUTER_SOURCE_HASH
@@ -46,16 +47,43 @@ constexpr uint16_t FAR = 0xFFFE;
 
 // Large blocks are mapped directly and marked for transparent huge pages: a compile writes tens
 // of MB into fresh memory, and with 4 KB pages the page faults cost more than the work
-// (measured: 87 ms against 105 ms of CPU at K = 100,000). TRIEROUTER_NO_HUGEPAGES=1 turns it off.
+// (measured: 87 ms against 105 ms of CPU at K = 100,000; on this VM a 4 KB fault costs ~3 us).
+// TRIEROUTER_NO_HUGEPAGES=1 turns the advice off.
 constexpr size_t HUGE_PAGE = size_t(2) << 20;
 
-void* big_alloc(size_t bytes, size_t* mapped) {
-    if (bytes >= 2 * HUGE_PAGE) {
-        // whole 2 MB blocks of the mapping get huge pages; the size is only rounded to 4 KB
-        // (smaller blocks stay with malloc, which reuses freed memory without new faults)
-        size_t size = (bytes + 4095) & ~size_t(4095);
+// The mapping of a block of ``bytes`` (0: malloc'd): 2 MB multiples, so that every page of it
+// can be a huge page (one fault instead of 512; faults are expensive on virtual machines).
+// Blocks from ``min`` bytes: 4 MB for a compile's arrays (smaller ones stay with malloc, which
+// reuses freed memory without new faults from one compile to the next), 1 MB for the token
+// trie, built once per process.
+inline size_t big_mapping(size_t bytes, size_t min) {
+    if (bytes < min) return 0;
+    if (min >= 2 * HUGE_PAGE) return (bytes + 4095) & ~size_t(4095);  // a compile's outputs: the
+    // whole 2 MB blocks inside get huge pages, the ends 4 KB pages (no RSS past the array)
+    return (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+}
+
+void* big_alloc(size_t bytes, size_t* mapped, size_t min = 2 * HUGE_PAGE) {
+    const size_t size = big_mapping(bytes, min);
+    if (size && min >= 2 * HUGE_PAGE) {
         void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+        static const bool huge = std::getenv("TRIEROUTER_NO_HUGEPAGES") == nullptr;
+        if (huge) madvise(p, size, MADV_HUGEPAGE);
+#endif
+        *mapped = size;
+        return p;
+    }
+    if (size) {
+        // map one huge page more, keep the 2 MB aligned part
+        uint8_t* raw = static_cast<uint8_t*>(
+            mmap(nullptr, size + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        if (raw == MAP_FAILED) return nullptr;
+        const uintptr_t a = (reinterpret_cast<uintptr_t>(raw) + HUGE_PAGE - 1) & ~uintptr_t(HUGE_PAGE - 1);
+        uint8_t* p = reinterpret_cast<uint8_t*>(a);
+        if (p > raw) munmap(raw, static_cast<size_t>(p - raw));
+        if (raw + size + HUGE_PAGE > p + size) munmap(p + size, static_cast<size_t>(raw + size + HUGE_PAGE - (p + size)));
 #ifdef MADV_HUGEPAGE
         static const bool huge = std::getenv("TRIEROUTER_NO_HUGEPAGES") == nullptr;
         if (huge) madvise(p, size, MADV_HUGEPAGE);
@@ -77,6 +105,7 @@ template <class T>
 struct Buf {
     T* p = nullptr;
     size_t n = 0, cap = 0, mapped = 0;
+    size_t huge_min = 2 * HUGE_PAGE;  // blocks from this size get huge pages (big_alloc)
     Buf() = default;
     Buf(const Buf&) = delete;
     Buf& operator=(const Buf&) = delete;
@@ -85,7 +114,7 @@ struct Buf {
         if (c <= cap) return true;
         size_t nc = std::max(c, cap * 2 + 16);
         size_t m;
-        T* q = static_cast<T*>(big_alloc(nc * sizeof(T), &m));
+        T* q = static_cast<T*>(big_alloc(nc * sizeof(T), &m, huge_min));
         if (!q) return false;
         if (n) std::memcpy(static_cast<void*>(q), p, n * sizeof(T));
         big_free(p, mapped);
@@ -116,6 +145,42 @@ struct Buf {
     T* begin() { return p; }
     T* end() { return p + n; }
 };
+
+// std::vector storage through big_alloc (huge pages for large blocks, as Buf), and elements
+// default-initialized: ``BigVec<int32_t>(n)`` leaves them unwritten (no pass zeroing fresh
+// memory that is filled right after); pass a value to fill.
+constexpr size_t BIG_VEC_MIN = size_t(1) << 20;
+
+template <class T>
+struct BigAllocator {
+    using value_type = T;
+    BigAllocator() = default;
+    template <class U>
+    BigAllocator(const BigAllocator<U>&) {}
+    T* allocate(size_t n) {
+        size_t m;
+        void* p = big_alloc(n * sizeof(T), &m, BIG_VEC_MIN);
+        if (!p) throw std::bad_alloc();
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t n) {
+        big_free(p, big_mapping(n * sizeof(T), BIG_VEC_MIN));  // decided by the size alone
+    }
+    template <class U>
+    void construct(U* p) noexcept {
+        ::new (static_cast<void*>(p)) U;
+    }
+    template <class U, class... A>
+    void construct(U* p, A&&... a) {
+        ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+    }
+    template <class U>
+    bool operator==(const BigAllocator<U>&) const { return true; }
+    template <class U>
+    bool operator!=(const BigAllocator<U>&) const { return false; }
+};
+template <class T>
+using BigVec = std::vector<T, BigAllocator<T>>;
 
 void free_capsule(PyObject* cap) {
     big_free(PyCapsule_GetPointer(cap, "trierouter.buf"),
@@ -165,57 +230,6 @@ struct Ent {
 inline const Str& skey(const Str& x) { return x; }
 inline const Str& skey(const Ent& x) { return x.s; }
 
-// MSD radix sort on the byte at ``depth`` for large groups, std::sort below a cutoff. Equal
-// strings end up adjacent in an unspecified order.
-template <class T>
-void sort_strings(T* a, size_t n, int64_t depth, std::vector<T>& tmp) {
-    while (n > 64) {
-        size_t count[257] = {0};
-        for (size_t i = 0; i < n; ++i) {
-            const Str& k = skey(a[i]);
-            count[k.n > depth ? k.p[depth] + 1 : 0]++;
-        }
-        if (count[0] == n) return;  // all strings end here: equal
-        size_t start[257];
-        size_t s = 0;
-        for (int k = 0; k < 257; ++k) {
-            start[k] = s;
-            s += count[k];
-        }
-        if (tmp.size() < n) tmp.resize(n);
-        size_t pos[257];
-        std::memcpy(pos, start, sizeof(pos));
-        for (size_t i = 0; i < n; ++i) {
-            const Str& k = skey(a[i]);
-            tmp[pos[k.n > depth ? k.p[depth] + 1 : 0]++] = a[i];
-        }
-        std::copy(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(n), a);
-        // bucket 0 (strings of length == depth) holds equal strings
-        size_t biggest = 0;
-        int big_k = -1;
-        for (int k = 1; k < 257; ++k) {
-            if (count[k] > biggest) {
-                biggest = count[k];
-                big_k = k;
-            }
-        }
-        for (int k = 1; k < 257; ++k) {
-            if (k != big_k && count[k] > 1) sort_strings(a + start[k], count[k], depth + 1, tmp);
-        }
-        if (big_k < 0 || biggest < 2) return;
-        a += start[big_k];
-        n = biggest;
-        depth += 1;
-    }
-    std::sort(a, a + n, [depth](const T& x0, const T& y0) {
-        const Str& x = skey(x0);
-        const Str& y = skey(y0);
-        Str xs{x.p + std::min(depth, x.n), x.n - std::min(depth, x.n)};
-        Str ys{y.p + std::min(depth, y.n), y.n - std::min(depth, y.n)};
-        return str_less(xs, ys);
-    });
-}
-
 // Sorting values: 8 bytes at a time. Each string's next 8 bytes (big endian, zero padded) and
 // how many bytes remain (capped at 9: "more than 8") form a key; an LSD radix sort orders the
 // keys, and each group whose keys are equal and continue goes on with the next 8 bytes. The
@@ -240,59 +254,108 @@ inline uint64_t key_at(const Str& s, int64_t depth, uint32_t* rem) {
     return k;
 }
 
-// ``relocate``: after ordering the first 8 bytes, copy the strings into it in that order, so that
-// the deeper levels (and everything after the sort) read memory in order.
-void sort_values(Str* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr) {
+inline bool key_less(const KeyStr& x, const KeyStr& y) {
+    if (x.key != y.key) return x.key < y.key;
+    if (x.rem != y.rem) return x.rem < y.rem;
+    return x.idx < y.idx;
+}
+
+// MSD radix on the byte of the key at ``shift`` (56 = the first), a comparison sort below 64
+// keys; ties broken by the index, so the order is stable. ``tmp``: scratch of n keys.
+void sort_keys(KeyStr* a, size_t n, int shift, KeyStr* tmp) {
+    while (n > 64 && shift >= 0) {
+        size_t count[256] = {0};
+        for (size_t i = 0; i < n; ++i) count[(a[i].key >> shift) & 0xFF]++;
+        const uint64_t first = (a[0].key >> shift) & 0xFF;
+        if (count[first] == n) {  // every key has this byte: the next one
+            shift -= 8;
+            continue;
+        }
+        size_t start[256], pos[256];
+        size_t at = 0;
+        for (int b = 0; b < 256; ++b) {
+            start[b] = pos[b] = at;
+            at += count[b];
+        }
+        for (size_t i = 0; i < n; ++i) tmp[pos[(a[i].key >> shift) & 0xFF]++] = a[i];
+        std::memcpy(static_cast<void*>(a), tmp, n * sizeof(KeyStr));
+        for (int b = 0; b < 256; ++b)
+            if (count[b] > 1) sort_keys(a + start[b], count[b], shift - 8, tmp + start[b]);
+        return;
+    }
+    std::sort(a, a + n, key_less);
+}
+
+constexpr size_t LSD_MIN = 16384;  // from this many keys, LSD radix passes over all of them
+
+inline Str& skey_ref(Str& x) { return x; }
+inline Str& skey_ref(Ent& x) { return x.s; }
+
+// Stable: strings with equal bytes keep their input order (the token trie relies on it: equal
+// bytes under several ids come out in ascending ids). ``relocate``: after ordering the first 8
+// bytes, copy the strings into it in that order, so that the deeper levels (and everything after
+// the sort) read memory in order.
+template <class T>
+void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr) {
     if (n < 2) return;
-    if (n <= 48 && !relocate) {
-        std::sort(a, a + n, [depth](const Str& x, const Str& y) {
+    if (n <= 32 && !relocate) {  // whole remaining strings compared: no deeper levels
+        std::stable_sort(a, a + n, [depth](const T& x0, const T& y0) {
+            const Str& x = skey(x0);
+            const Str& y = skey(y0);
             const int64_t dx = std::min(depth, x.n), dy = std::min(depth, y.n);
             return str_less(Str{x.p + dx, x.n - dx}, Str{y.p + dy, y.n - dy});
         });
         return;
     }
     Buf<KeyStr> ks, tmp;
-    if (!ks.resize(n) || !tmp.resize(n)) throw std::bad_alloc();
+    Buf<T> sorted;
+    if (relocate) ks.huge_min = tmp.huge_min = sorted.huge_min = relocate->huge_min;
+    if (!ks.resize(n)) throw std::bad_alloc();
     for (size_t i = 0; i < n; ++i) {
         uint32_t rem;
-        ks[i].key = key_at(a[i], depth, &rem);
+        ks[i].key = key_at(skey(a[i]), depth, &rem);
         ks[i].rem = rem;
         ks[i].idx = static_cast<uint32_t>(i);
     }
-    // LSD radix: the remainder (least significant), then the key 11 bits at a time
-    auto pass = [&](auto digit, int buckets) {
-        std::vector<size_t> cnt(static_cast<size_t>(buckets) + 1, 0);
-        for (size_t i = 0; i < n; ++i) cnt[digit(ks[i]) + 1]++;
-        for (int b = 0; b < buckets; ++b) cnt[static_cast<size_t>(b) + 1] += cnt[static_cast<size_t>(b)];
-        for (size_t i = 0; i < n; ++i) tmp[cnt[digit(ks[i])]++] = ks[i];
-        std::swap(ks.p, tmp.p);
-        std::swap(ks.mapped, tmp.mapped);
-        std::swap(ks.cap, tmp.cap);
-    };
-    pass([](const KeyStr& k) { return static_cast<size_t>(k.rem); }, 10);
-    uint64_t all_or = 0, all_and = ~uint64_t(0);
-    for (const KeyStr& k : ks) {
-        all_or |= k.key;
-        all_and &= k.key;
+    if (n > 64 && !tmp.resize(n)) throw std::bad_alloc();
+    if (n < LSD_MIN) {
+        sort_keys(ks.p, n, 56, tmp.p);
+    } else {  // LSD radix: the remainder (least significant), then the key 11 bits at a time
+        std::vector<size_t> cnt(2049);
+        auto pass = [&](auto digit, size_t buckets) {
+            std::fill(cnt.begin(), cnt.begin() + static_cast<std::ptrdiff_t>(buckets) + 1, size_t(0));
+            for (size_t i = 0; i < n; ++i) cnt[digit(ks[i]) + 1]++;
+            for (size_t b = 0; b < buckets; ++b) cnt[b + 1] += cnt[b];
+            for (size_t i = 0; i < n; ++i) tmp[cnt[digit(ks[i])]++] = ks[i];
+            std::swap(ks.p, tmp.p);
+            std::swap(ks.mapped, tmp.mapped);
+            std::swap(ks.cap, tmp.cap);
+        };
+        pass([](const KeyStr& k) { return static_cast<size_t>(k.rem); }, 10);
+        uint64_t all_or = 0, all_and = ~uint64_t(0);
+        for (const KeyStr& k : ks) {
+            all_or |= k.key;
+            all_and &= k.key;
+        }
+        const uint64_t varying = all_or ^ all_and;  // digits where every key agrees are skipped
+        for (int shift = 0; shift < 64; shift += 11) {
+            if (((varying >> shift) & 0x7FF) == 0) continue;
+            pass([shift](const KeyStr& k) { return static_cast<size_t>((k.key >> shift) & 0x7FF); }, 2048);
+        }
     }
-    const uint64_t varying = all_or ^ all_and;  // digits where every key agrees are skipped
-    for (int shift = 0; shift < 64; shift += 11) {
-        if (((varying >> shift) & 0x7FF) == 0) continue;
-        pass([shift](const KeyStr& k) { return static_cast<size_t>((k.key >> shift) & 0x7FF); }, 2048);
-    }
-    Buf<Str> sorted;
     if (!sorted.resize(n)) throw std::bad_alloc();
     for (size_t i = 0; i < n; ++i) sorted[i] = a[ks[i].idx];
     if (relocate) {
         size_t total = 0;
-        for (size_t i = 0; i < n; ++i) total += static_cast<size_t>(sorted[i].n);
+        for (size_t i = 0; i < n; ++i) total += static_cast<size_t>(skey(sorted[i]).n);
         if (!relocate->resize(total + 1)) throw std::bad_alloc();
         uint8_t* out = relocate->data();
         for (size_t i = 0; i < n; ++i) {
-            if (i + 8 < n) __builtin_prefetch(sorted[i + 8].p);
-            if (sorted[i].n) std::memcpy(out, sorted[i].p, static_cast<size_t>(sorted[i].n));
-            sorted[i].p = out;
-            out += sorted[i].n;
+            if (i + 8 < n) __builtin_prefetch(skey(sorted[i + 8]).p);
+            Str& si = skey_ref(sorted[i]);
+            if (si.n) std::memcpy(out, si.p, static_cast<size_t>(si.n));
+            si.p = out;
+            out += si.n;
         }
     }
     std::copy(sorted.p, sorted.p + n, a);
@@ -323,21 +386,21 @@ struct TokenTrieObject {
     uint8_t single[256];
     // forward trie (preorder ids; root 0): children of u are child_node[child_ptr[u]..] with
     // bytes child_label[...]; tokens ending at u are tok_ids[tok_ptr[u]..tok_ptr[u+1]]
-    std::vector<int32_t>* child_ptr;
-    std::vector<int32_t>* child_node;
-    std::vector<uint8_t>* child_label;
-    std::vector<int32_t>* tok_ptr;
-    std::vector<int32_t>* tok_ids;
+    BigVec<int32_t>* child_ptr;
+    BigVec<int32_t>* child_node;
+    BigVec<uint8_t>* child_label;
+    BigVec<int32_t>* tok_ptr;
+    BigVec<int32_t>* tok_ids;
     // Aho-Corasick: failure link, dictionary link (nearest proper suffix state with tokens, -1),
     // depth (= token length at a token's node), and full transitions for the root and depth-1
     // states (row d1row[u] of goto1, -1 for deeper states)
-    std::vector<int32_t>* fail;
-    std::vector<int32_t>* dict;
-    std::vector<int32_t>* depth;
-    std::vector<int32_t>* d1row;
-    std::vector<int32_t>* goto1;
-    std::vector<StateInfo>* info;
-    std::vector<Out>* outs;
+    BigVec<int32_t>* fail;
+    BigVec<int32_t>* dict;
+    BigVec<int32_t>* depth;
+    BigVec<int32_t>* d1row;
+    BigVec<int32_t>* goto1;
+    BigVec<StateInfo>* info;
+    BigVec<Out>* outs;
     double build_seconds;
 };
 
@@ -436,7 +499,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         return -1;
     }
     const uint8_t* match = static_cast<const uint8_t*>(mview.buf);
-    std::vector<Ent> ents;
+    BigVec<Ent> ents;
     ents.reserve(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
         if (!match[i]) continue;
@@ -454,27 +517,29 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     }
     PyBuffer_Release(&mview);
     lap.mark("collect");
-    {
-        std::vector<Ent> tmp;
-        sort_strings(ents.data(), ents.size(), 0, tmp);
-        // equal bytes under several ids: ascending ids
-        for (size_t i = 0; i < ents.size();) {
-            size_t j = i + 1;
-            while (j < ents.size() && str_eq(ents[j].s, ents[i].s)) ++j;
-            if (j - i > 1)
-                std::sort(ents.begin() + static_cast<std::ptrdiff_t>(i),
-                          ents.begin() + static_cast<std::ptrdiff_t>(j),
-                          [](const Ent& x, const Ent& y) { return x.id < y.id; });
-            i = j;
-        }
+    Buf<uint8_t> relocated;  // the token bytes in sorted order, read by the trie build below
+    relocated.huge_min = BIG_VEC_MIN;  // the sort's buffers too (built once per tokenizer)
+    try {
+        sort_values(ents.data(), ents.size(), 0, &relocated);
+    } catch (const std::bad_alloc&) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
     }
     lap.mark("sort");
     // preorder trie: path[d] = node at depth d on the previous string's path
-    std::vector<int32_t> parent{-1};
-    std::vector<uint8_t> byte{0};
-    auto* depth = new std::vector<int32_t>{0};
-    std::vector<int32_t> end_node(ents.size());
+    size_t total_bytes = 0;
+    for (const Ent& e : ents) total_bytes += static_cast<size_t>(e.s.n);
+    BigVec<int32_t> parent, end_node(ents.size());
     std::vector<int32_t> path{0};
+    BigVec<uint8_t> byte;
+    auto* depth = new BigVec<int32_t>;
+    parent.reserve(total_bytes + 1);
+    byte.reserve(total_bytes + 1);
+    depth->reserve(total_bytes + 1);
+    parent.push_back(-1);
+    byte.push_back(0);
+    depth->push_back(0);
     Str prev{nullptr, 0};
     for (size_t i = 0; i < ents.size(); ++i) {
         const Str& s = ents[i].s;
@@ -496,25 +561,25 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     const int32_t nn = static_cast<int32_t>(parent.size());
     const size_t un = static_cast<size_t>(nn);
     self->n_nodes = nn;
-    auto* cptr = new std::vector<int32_t>(un + 1, 0);
-    auto* cnode = new std::vector<int32_t>(un - 1);
-    auto* clab = new std::vector<uint8_t>(un - 1);
+    auto* cptr = new BigVec<int32_t>(un + 1, 0);
+    auto* cnode = new BigVec<int32_t>(un - 1);
+    auto* clab = new BigVec<uint8_t>(un - 1);
     for (size_t v = 1; v < un; ++v) (*cptr)[static_cast<size_t>(parent[v]) + 1]++;
     for (size_t v = 0; v < un; ++v) (*cptr)[v + 1] += (*cptr)[v];
     {
-        std::vector<int32_t> fill(cptr->begin(), cptr->end() - 1);
+        BigVec<int32_t> fill(cptr->begin(), cptr->end() - 1);
         for (size_t v = 1; v < un; ++v) {  // preorder: children in byte order
             int32_t at = fill[static_cast<size_t>(parent[v])]++;
             (*cnode)[static_cast<size_t>(at)] = static_cast<int32_t>(v);
             (*clab)[static_cast<size_t>(at)] = byte[v];
         }
     }
-    auto* tptr = new std::vector<int32_t>(un + 1, 0);
-    auto* tids = new std::vector<int32_t>(ents.size());
+    auto* tptr = new BigVec<int32_t>(un + 1, 0);
+    auto* tids = new BigVec<int32_t>(ents.size());
     for (size_t i = 0; i < ents.size(); ++i) (*tptr)[static_cast<size_t>(end_node[i]) + 1]++;
     for (size_t v = 0; v < un; ++v) (*tptr)[v + 1] += (*tptr)[v];
     {
-        std::vector<int32_t> fill(tptr->begin(), tptr->end() - 1);
+        BigVec<int32_t> fill(tptr->begin(), tptr->end() - 1);
         for (size_t i = 0; i < ents.size(); ++i)
             (*tids)[static_cast<size_t>(fill[static_cast<size_t>(end_node[i])]++)] = ents[i].id;
     }
@@ -529,18 +594,95 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
             self->single[(*clab)[static_cast<size_t>(i)]] = 1;
     }
     lap.mark("trie");
-    // Aho-Corasick links, states in breadth-first order (counting sort by depth)
-    auto* fail = new std::vector<int32_t>(un, 0);
-    auto* dict = new std::vector<int32_t>(un, -1);
-    auto* d1row = new std::vector<int32_t>(un, -1);
-    int32_t n1 = (*cptr)[1] - (*cptr)[0];
-    auto* goto1 = new std::vector<int32_t>(static_cast<size_t>(n1 + 1) * 256, 0);
-    (*d1row)[0] = 0;
-    for (int k = 0; k < 256; ++k) (*goto1)[static_cast<size_t>(k)] = self->root_child[k] >= 0 ? self->root_child[k] : 0;
-    for (int32_t i = 0; i < n1; ++i) {
-        int32_t v = (*cnode)[static_cast<size_t>((*cptr)[0] + i)];
-        (*d1row)[static_cast<size_t>(v)] = i + 1;
+    // Aho-Corasick links, computed over a breadth-first numbering of the states (depth, then
+    // preorder): the children of a state are then consecutive numbers, so a state is its first
+    // child's number, its label and its link (9 bytes, 3 MB at 333K states) and the shallow
+    // states that most links lead to sit together. Mapped back to preorder ids at the end.
+    BigVec<int32_t> order(un), bfs_of(un);
+    int32_t maxd = 0;
+    for (size_t v = 0; v < un; ++v) maxd = std::max(maxd, (*depth)[v]);
+    {
+        std::vector<int32_t> cnt(static_cast<size_t>(maxd) + 2, 0);
+        for (size_t v = 0; v < un; ++v) cnt[static_cast<size_t>((*depth)[v]) + 1]++;
+        for (size_t d = 0; d + 1 < cnt.size(); ++d) cnt[d + 1] += cnt[d];
+        for (size_t v = 0; v < un; ++v) {
+            const int32_t x = cnt[static_cast<size_t>((*depth)[v])]++;
+            order[static_cast<size_t>(x)] = static_cast<int32_t>(v);
+            bfs_of[v] = x;
+        }
     }
+    const int32_t n1 = (*cptr)[1] - (*cptr)[0];  // depth-1 states: breadth-first ids 1..n1
+    BigVec<int32_t> bclo(un + 1), bfail(un, 0), bdict(un, -1), bntok(un);
+    BigVec<uint8_t> bbyte(un);
+    {
+        int32_t at = 1;
+        for (size_t x = 0; x < un; ++x) {
+            const size_t v = static_cast<size_t>(order[x]);
+            bclo[x] = at;
+            at += (*cptr)[v + 1] - (*cptr)[v];
+            bbyte[x] = byte[v];
+            bntok[x] = (*tptr)[v + 1] - (*tptr)[v];
+        }
+        bclo[un] = at;
+    }
+    std::vector<int32_t> bgoto1(static_cast<size_t>(n1 + 1) * 256, 0);
+    for (int32_t y = bclo[0]; y < bclo[1]; ++y) bgoto1[bbyte[static_cast<size_t>(y)]] = y;
+    auto bchild = [&](int32_t u, uint8_t b) -> int32_t {
+        const int32_t lo = bclo[static_cast<size_t>(u)], len = bclo[static_cast<size_t>(u) + 1] - lo;
+        const uint8_t* l = bbyte.data() + lo;
+        if (len <= 16) {
+            for (int32_t i = 0; i < len; ++i)
+                if (l[i] == b) return lo + i;
+            return -1;
+        }
+        const void* f = std::memchr(l, b, static_cast<size_t>(len));
+        return f ? lo + static_cast<int32_t>(static_cast<const uint8_t*>(f) - l) : -1;
+    };
+    for (int32_t u = 0; u < static_cast<int32_t>(un); ++u) {
+        const int32_t lo = bclo[static_cast<size_t>(u)], hi = bclo[static_cast<size_t>(u) + 1];
+        if (lo == hi) continue;
+        const uint8_t* l = bbyte.data() + lo;
+        for (int32_t y = lo; y < hi; ++y) {
+            const size_t uy = static_cast<size_t>(y);
+            int32_t f = 0;
+            if (u != 0) {  // fail(y) = go(fail(u), byte(y)); depth-1 states fail to the root
+                int32_t st = bfail[static_cast<size_t>(u)];
+                const uint8_t b = l[y - lo];
+                for (;;) {
+                    if (st <= n1) {
+                        f = bgoto1[(static_cast<size_t>(st) << 8) | b];
+                        break;
+                    }
+                    const int32_t c = bchild(st, b);
+                    if (c >= 0) {
+                        f = c;
+                        break;
+                    }
+                    st = bfail[static_cast<size_t>(st)];
+                }
+            }
+            bfail[uy] = f;
+            bdict[uy] = f != 0 && bntok[static_cast<size_t>(f)] > 0 ? f : bdict[static_cast<size_t>(f)];
+            if (y <= n1) {  // a depth-1 state: its full transition row (its failure is the root)
+                int32_t* row = bgoto1.data() + (static_cast<size_t>(y) << 8);
+                std::memcpy(row, bgoto1.data(), 256 * sizeof(int32_t));
+                for (int32_t c = bclo[uy]; c < bclo[uy + 1]; ++c) row[bbyte[static_cast<size_t>(c)]] = c;
+            }
+        }
+    }
+    lap.mark("links");
+    // back to preorder ids
+    auto* fail = new BigVec<int32_t>(un);
+    auto* dict = new BigVec<int32_t>(un);
+    auto* d1row = new BigVec<int32_t>(un, -1);
+    auto* goto1 = new BigVec<int32_t>(bgoto1.size());
+    for (size_t x = 0; x < un; ++x) {
+        const size_t v = static_cast<size_t>(order[x]);
+        (*fail)[v] = order[static_cast<size_t>(bfail[x])];
+        (*dict)[v] = bdict[x] >= 0 ? order[static_cast<size_t>(bdict[x])] : -1;
+    }
+    for (size_t i = 0; i < bgoto1.size(); ++i) (*goto1)[i] = order[static_cast<size_t>(bgoto1[i])];
+    for (int32_t x = 0; x <= n1; ++x) (*d1row)[static_cast<size_t>(order[static_cast<size_t>(x)])] = x;
     self->child_ptr = cptr;
     self->child_node = cnode;
     self->child_label = clab;
@@ -551,58 +693,45 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     self->depth = depth;
     self->d1row = d1row;
     self->goto1 = goto1;
-    auto* info = new std::vector<StateInfo>(un);
-    for (size_t v = 0; v < un; ++v)
-        (*info)[v] = {(*cptr)[v], (*cptr)[v + 1], 0, (*d1row)[v], 0, 0, -1, 0};
-    self->info = info;
+    // flattened outputs per state: the tokens of the state, then of its dictionary chain. The
+    // tokens of each state as (length, id) in breadth-first order first: the chains lead to
+    // shallow states, whose entries then sit together at the front; the outputs are written in
+    // preorder, in one sequential pass.
+    BigVec<int32_t> bown_ptr(un + 1);
+    BigVec<Out> bown(ents.size());
     {
-        int32_t maxd = 0;
-        for (size_t v = 0; v < un; ++v) maxd = std::max(maxd, (*depth)[v]);
-        std::vector<int32_t> cnt(static_cast<size_t>(maxd) + 2, 0);
-        for (size_t v = 0; v < un; ++v) cnt[static_cast<size_t>((*depth)[v]) + 1]++;
-        for (size_t d = 0; d + 1 < cnt.size(); ++d) cnt[d + 1] += cnt[d];
-        std::vector<int32_t> order(un);
-        for (size_t v = 0; v < un; ++v) order[static_cast<size_t>(cnt[static_cast<size_t>((*depth)[v])]++)] = static_cast<int32_t>(v);
-        TT tt(self);  // goto1 rows of depth-1 states are filled below, before any deeper use
-        for (size_t i = 1; i < un; ++i) {
-            int32_t v = order[i];
-            int32_t p = parent[static_cast<size_t>(v)];
-            int32_t f = p == 0 ? 0 : tt.go((*fail)[static_cast<size_t>(p)], byte[static_cast<size_t>(v)]);
-            (*fail)[static_cast<size_t>(v)] = f;
-            (*dict)[static_cast<size_t>(v)] = f != 0 && tt.has_tok(f) ? f : (*dict)[static_cast<size_t>(f)];
-            (*info)[static_cast<size_t>(v)].fail = f;
-            (*info)[static_cast<size_t>(v)].dict = (*dict)[static_cast<size_t>(v)];
-            int32_t r = (*d1row)[static_cast<size_t>(v)];
-            if (r > 0) {  // a depth-1 state: its full transition row (its failure is the root)
-                for (int k = 0; k < 256; ++k) {
-                    int32_t c = tt.child(v, static_cast<uint8_t>(k));
-                    (*goto1)[(static_cast<size_t>(r) << 8) | static_cast<size_t>(k)] = c >= 0 ? c : (*goto1)[static_cast<size_t>(k)];
-                }
-            }
-        }
-    }
-    lap.mark("links");
-    {
-        // flattened outputs per state: the tokens of the state, then of its dictionary chain
-        std::vector<int32_t> olen(un, 0);
-        size_t total = 0;
-        for (size_t v = 0; v < un; ++v) {
-            int32_t c = 0;
-            for (int32_t x = (*tptr)[v + 1] > (*tptr)[v] ? static_cast<int32_t>(v) : (*dict)[v]; x >= 0; x = (*dict)[static_cast<size_t>(x)])
-                c += (*tptr)[static_cast<size_t>(x) + 1] - (*tptr)[static_cast<size_t>(x)];
-            olen[v] = c;
-            total += static_cast<size_t>(c);
-        }
-        auto* outs = new std::vector<Out>(total);
         size_t at = 0;
-        for (size_t v = 0; v < un; ++v) {
-            (*info)[v].olo = static_cast<int32_t>(at);
-            for (int32_t x = (*tptr)[v + 1] > (*tptr)[v] ? static_cast<int32_t>(v) : (*dict)[v]; x >= 0; x = (*dict)[static_cast<size_t>(x)])
-                for (int32_t j = (*tptr)[static_cast<size_t>(x)]; j < (*tptr)[static_cast<size_t>(x) + 1]; ++j)
-                    (*outs)[at++] = {(*depth)[static_cast<size_t>(x)], (*tids)[static_cast<size_t>(j)]};
-            (*info)[v].ohi = static_cast<int32_t>(at);
+        for (size_t x = 0; x < un; ++x) {
+            bown_ptr[x] = static_cast<int32_t>(at);
+            const size_t v = static_cast<size_t>(order[x]);
+            const int32_t dv = (*depth)[v];
+            for (int32_t j = (*tptr)[v]; j < (*tptr)[v + 1]; ++j) bown[at++] = {dv, (*tids)[static_cast<size_t>(j)]};
         }
-        self->outs = outs;
+        bown_ptr[un] = static_cast<int32_t>(at);
+    }
+    BigVec<int32_t> bolen(un, 0);  // outputs per state: own tokens + those of its dict state
+    size_t total = 0;
+    for (size_t x = 0; x < un; ++x) {
+        bolen[x] = bntok[x] + (bdict[x] >= 0 ? bolen[static_cast<size_t>(bdict[x])] : 0);
+        total += static_cast<size_t>(bolen[x]);
+    }
+    lap.mark("spans");
+    auto* info = new BigVec<StateInfo>(un);
+    auto* outs = new BigVec<Out>(total);
+    self->info = info;
+    self->outs = outs;
+    {
+        Out* o = outs->data();
+        const Out* own = bown.data();
+        for (size_t v = 0; v < un; ++v) {
+            const int32_t olo = static_cast<int32_t>(o - outs->data());
+            const size_t x = static_cast<size_t>(bfs_of[v]);
+            for (int32_t c = bntok[x] > 0 ? static_cast<int32_t>(x) : bdict[x]; c >= 0; c = bdict[static_cast<size_t>(c)]) {
+                const size_t uc = static_cast<size_t>(c);
+                for (int32_t j = bown_ptr[uc]; j < bown_ptr[uc + 1]; ++j) *o++ = own[j];
+            }
+            (*info)[v] = {(*cptr)[v], (*cptr)[v + 1], (*fail)[v], (*d1row)[v], olo, static_cast<int32_t>(o - outs->data()), (*dict)[v], 0};
+        }
     }
     lap.mark("outputs");
     self->build_seconds = now_seconds() - t0;
@@ -624,6 +753,56 @@ PyObject* TokenTrie_build_seconds(TokenTrieObject* self, void*) {
 PyObject* TokenTrie_single(TokenTrieObject* self, void*) {
     return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->single), 256);
 }
+
+struct Named {
+    const char* name;
+    PyObject* obj;
+};
+
+// A dict of the items, taking their references; nullptr when one is missing or on an error.
+template <size_t N>
+PyObject* dict_of(Named (&items)[N]) {
+    PyObject* d = PyDict_New();
+    bool fail = d == nullptr;
+    for (auto& it : items) {
+        if (!fail && (!it.obj || PyDict_SetItemString(d, it.name, it.obj) < 0)) fail = true;
+        Py_XDECREF(it.obj);
+    }
+    if (fail) {
+        Py_XDECREF(d);
+        return nullptr;
+    }
+    return d;
+}
+
+template <class V>
+PyObject* vec_bytes(const V* v) {
+    if (!v) return PyBytes_FromStringAndSize(nullptr, 0);
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(v->data()),
+                                     static_cast<Py_ssize_t>(v->size() * sizeof((*v)[0])));
+}
+
+// tables() -> dict[str, bytes]: every array of the trie (native byte order), for tests that
+// check the structure against an independent construction
+PyObject* TokenTrie_tables(TokenTrieObject* self, PyObject*) {
+    Named items[] = {
+        {"child_ptr", vec_bytes(self->child_ptr)}, {"child_node", vec_bytes(self->child_node)},
+        {"child_label", vec_bytes(self->child_label)}, {"tok_ptr", vec_bytes(self->tok_ptr)},
+        {"tok_ids", vec_bytes(self->tok_ids)},       {"fail", vec_bytes(self->fail)},
+        {"dict", vec_bytes(self->dict)},             {"depth", vec_bytes(self->depth)},
+        {"d1row", vec_bytes(self->d1row)},           {"goto1", vec_bytes(self->goto1)},
+        {"info", vec_bytes(self->info)},             {"outs", vec_bytes(self->outs)},
+        {"root_child", PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->root_child),
+                                                 sizeof(self->root_child))},
+        {"single", PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->single), 256)},
+    };
+    return dict_of(items);
+}
+
+PyMethodDef TokenTrie_methods[] = {
+    {"tables", reinterpret_cast<PyCFunction>(TokenTrie_tables), METH_NOARGS,
+     "every array of the trie as bytes (native byte order), by name"},
+    {nullptr, nullptr, 0, nullptr}};
 
 PyGetSetDef TokenTrie_getset[] = {
     {"nbytes", reinterpret_cast<getter>(TokenTrie_nbytes), nullptr, "bytes held", nullptr},
@@ -660,53 +839,121 @@ inline void sort_row(Pair* a, size_t n) {
     }
 }
 
+inline void cswap(uint64_t& a, uint64_t& b) {  // branchless compare-exchange (cmov)
+    const uint64_t x = a < b ? a : b, y = a < b ? b : a;
+    a = x;
+    b = y;
+}
+
+// Sorts a row's (token, code) pairs by token. Rows come out of the walk in the byte order of the
+// tokens, so the order by id is a random permutation: small rows go through branchless sorting
+// networks (no mispredicted branches), large ones through an LSD radix sort on the id.
 inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
     if (n < 2) return;
     if (n == 2) {
-        if (tk[0] > tk[1]) {
-            std::swap(tk[0], tk[1]);
-            std::swap(ch[0], ch[1]);
-        }
+        const int32_t a = tk[0], b = tk[1];
+        const uint16_t ca = ch[0], cb = ch[1];
+        const bool sw = b < a;
+        tk[0] = sw ? b : a;
+        tk[1] = sw ? a : b;
+        ch[0] = sw ? cb : ca;
+        ch[1] = sw ? ca : cb;
         return;
     }
-    // (token, code) packed in one word: one comparison and one move per step
-    uint64_t local[256];
+    auto pack = [&](uint64_t* w) {
+        for (size_t i = 0; i < n; ++i) w[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
+    };
+    auto unpack = [&](const uint64_t* w) {
+        for (size_t i = 0; i < n; ++i) {
+            tk[i] = static_cast<int32_t>(w[i] >> 16);
+            ch[i] = static_cast<uint16_t>(w[i] & 0xFFFF);
+        }
+    };
+    if (n <= 8) {
+        uint64_t w[8];
+        pack(w);
+        for (size_t i = n; i < 8; ++i) w[i] = ~uint64_t(0);  // padding sorts last
+        // networks for 3, 4, 6 and 8 inputs (the smallest known), padded up to them
+        if (n == 3) {
+            cswap(w[0], w[2]); cswap(w[0], w[1]); cswap(w[1], w[2]);
+        } else if (n == 4) {
+            cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[1], w[2]);
+        } else if (n <= 6) {
+            cswap(w[0], w[5]); cswap(w[1], w[3]); cswap(w[2], w[4]); cswap(w[1], w[2]); cswap(w[3], w[4]);
+            cswap(w[0], w[3]); cswap(w[2], w[5]); cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[4], w[5]);
+            cswap(w[1], w[2]); cswap(w[3], w[4]);
+        } else {
+            cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[4], w[6]); cswap(w[5], w[7]);
+            cswap(w[0], w[4]); cswap(w[1], w[5]); cswap(w[2], w[6]); cswap(w[3], w[7]);
+            cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[4], w[5]); cswap(w[6], w[7]);
+            cswap(w[2], w[4]); cswap(w[3], w[5]);
+            cswap(w[1], w[4]); cswap(w[3], w[6]);
+            cswap(w[1], w[2]); cswap(w[3], w[4]); cswap(w[5], w[6]);
+        }
+        unpack(w);
+        return;
+    }
+    if (n <= 16) {  // Batcher's odd-even merge network, 63 compare-exchanges
+        uint64_t w[16];
+        pack(w);
+        for (size_t i = n; i < 16; ++i) w[i] = ~uint64_t(0);
+            cswap(w[0], w[1]); cswap(w[2], w[3]); cswap(w[0], w[2]); cswap(w[1], w[3]); cswap(w[1], w[2]); cswap(w[4], w[5]);
+            cswap(w[6], w[7]); cswap(w[4], w[6]); cswap(w[5], w[7]); cswap(w[5], w[6]); cswap(w[0], w[4]); cswap(w[2], w[6]);
+            cswap(w[2], w[4]); cswap(w[1], w[5]); cswap(w[3], w[7]); cswap(w[3], w[5]); cswap(w[1], w[2]); cswap(w[3], w[4]);
+            cswap(w[5], w[6]); cswap(w[8], w[9]); cswap(w[10], w[11]); cswap(w[8], w[10]); cswap(w[9], w[11]); cswap(w[9], w[10]);
+            cswap(w[12], w[13]); cswap(w[14], w[15]); cswap(w[12], w[14]); cswap(w[13], w[15]); cswap(w[13], w[14]); cswap(w[8], w[12]);
+            cswap(w[10], w[14]); cswap(w[10], w[12]); cswap(w[9], w[13]); cswap(w[11], w[15]); cswap(w[11], w[13]); cswap(w[9], w[10]);
+            cswap(w[11], w[12]); cswap(w[13], w[14]); cswap(w[0], w[8]); cswap(w[4], w[12]); cswap(w[4], w[8]); cswap(w[2], w[10]);
+            cswap(w[6], w[14]); cswap(w[6], w[10]); cswap(w[2], w[4]); cswap(w[6], w[8]); cswap(w[10], w[12]); cswap(w[1], w[9]);
+            cswap(w[5], w[13]); cswap(w[5], w[9]); cswap(w[3], w[11]); cswap(w[7], w[15]); cswap(w[7], w[11]); cswap(w[3], w[5]);
+            cswap(w[7], w[9]); cswap(w[11], w[13]); cswap(w[1], w[2]); cswap(w[3], w[4]); cswap(w[5], w[6]); cswap(w[7], w[8]);
+            cswap(w[9], w[10]); cswap(w[11], w[12]); cswap(w[13], w[14]);
+        unpack(w);
+        return;
+    }
+    size_t k = 1;
+    while (k < n && tk[k - 1] <= tk[k]) ++k;
+    if (k == n) return;
+    uint64_t local[512];
     std::vector<uint64_t> heap;
     uint64_t* w = local;
     if (n > 256) {
-        heap.resize(n);
+        heap.resize(2 * n);
         w = heap.data();
     }
-    bool sorted = true;
-    for (size_t i = 0; i < n; ++i) {
-        w[i] = (static_cast<uint64_t>(static_cast<uint32_t>(tk[i])) << 16) | ch[i];
-        if (i && tk[i] < tk[i - 1]) sorted = false;
-    }
-    if (sorted) return;
-    if (n <= 16) {
-        for (size_t i = 1; i < n; ++i) {
-            const uint64_t x = w[i];
-            size_t j = i;
-            while (j > 0 && w[j - 1] > x) {
-                w[j] = w[j - 1];
-                --j;
-            }
-            w[j] = x;
+    pack(w);
+    {  // LSD radix on the id, 6 bits a pass (as many passes as the largest id needs)
+        uint64_t* a = w;
+        uint64_t* b = w + n;
+        uint32_t top = 0;
+        for (size_t i = 0; i < n; ++i) top |= static_cast<uint32_t>(tk[i]);
+        for (int shift = 16; shift < 48 && (static_cast<uint64_t>(top) << 16) >> shift; shift += 6) {
+            uint32_t cnt[65] = {0};
+            for (size_t i = 0; i < n; ++i) cnt[((a[i] >> shift) & 63) + 1]++;
+            for (int d = 0; d < 64; ++d) cnt[d + 1] += cnt[d];
+            for (size_t i = 0; i < n; ++i) b[cnt[(a[i] >> shift) & 63]++] = a[i];
+            std::swap(a, b);
         }
-    } else {
-        std::sort(w, w + n);
+        w = a;
     }
-    for (size_t i = 0; i < n; ++i) {
-        tk[i] = static_cast<int32_t>(w[i] >> 16);
-        ch[i] = static_cast<uint16_t>(w[i] & 0xFFFF);
-    }
+    unpack(w);
 }
+
+// one remembered Aho-Corasick step: (state << 8 | byte) + 1, the next state and its outputs
+struct GoMemo {
+    uint32_t key;
+    int32_t q, olo, ohi;
+    uint64_t lens;  // the outputs' lengths, one byte each, when there are at most 8 of < 256
+};
+constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 384 KB
 
 // compile(values, trie, terminator: bytes, end_ids: tuple[int], allow_end: bool)
 //   -> (arrays: dict[str, ndarray], unreachable: list[int] | None)
 // On a value that is not a str or not encodable, raises TypeError / UnicodeEncodeError (the
 // Python caller turns them into the documented errors).
 PyObject* py_compile(PyObject*, PyObject* args) {
+    Lap lap;
+#define LAP(name) lap.mark(name)
     PyObject* values;
     TokenTrieObject* tri;
     Py_buffer term;
@@ -740,6 +987,9 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     PyObject** items = &PyTuple_GET_ITEM(seq, 0);
     Buf<Str> strs;
     Buf<uint8_t> joined;  // the values (+ terminator) in one buffer
+    // temporaries from 1 MB are mapped apart and returned when freed: from malloc's heap they
+    // would stay in the process's RSS after the compile
+    strs.huge_min = joined.huge_min = BIG_VEC_MIN;
     if (!strs.resize(static_cast<size_t>(k))) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
@@ -779,10 +1029,10 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         }
     }
     // values stay alive (seq holds them) until the end of this function
+    LAP("collect");
     PyThreadState* save = PyEval_SaveThread();
-    Lap lap;
-#define LAP(name) lap.mark(name)
     Buf<uint8_t> relocated;  // the strings in sorted order (when they were not)
+    relocated.huge_min = BIG_VEC_MIN;
     bool sorted = true;
     for (size_t i = 1; i < strs.size() && sorted; ++i)
         if (str_less(strs[i], strs[i - 1])) sorted = false;
@@ -809,6 +1059,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     // at node m are the outputs of its state, and a token of length L ending at m starts at the
     // ancestor path[depth(m) - L]. This first pass counts each row's pairs; the second fills them.
     const TT tt(tri);
+    std::vector<GoMemo> memo(size_t(1) << GO_MEMO_BITS, GoMemo{0, 0, 0, 0, 0});  // key 0: empty
+    const bool use_memo = tri->n_nodes < (int32_t{1} << 24);  // the key holds state << 8
     size_t total_bytes = 0;
     int64_t max_len = 0;
     for (auto& s : strs) {
@@ -827,7 +1079,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     // row_ptr first counts the pairs of row v in row_ptr[v + 1]
     bool ok = ends.resize(nv) && vbytes.reserve(total_bytes - nv * static_cast<size_t>(tl) + 1) &&
               voff.resize(nv + 1) && state_of.resize(total_bytes + 1) && lcps.resize(nv) &&
-              row_ptr.assign(total_bytes + 4, 0);
+              row_ptr.resize(total_bytes + 4);  // zeroed per node as nodes are made
     std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), st(static_cast<size_t>(max_len) + 2, 0);
     if (!ok) {
         PyEval_RestoreThread(save);
@@ -835,6 +1087,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         return PyErr_NoMemory();
     }
     int32_t* cnt = row_ptr.p + 1;
+    row_ptr[0] = 0;
+    cnt[0] = 0;
     int32_t next = 1;
     state_of[0] = 0;
     uint8_t used[256] = {0};
@@ -849,16 +1103,41 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         lcps[i] = static_cast<int32_t>(l);
         for (int64_t d = l; d < s.n; ++d) {
             const int32_t id = next++;
+            cnt[id] = 0;
             const uint8_t b = s.p[d];
             used[b] = 1;
-            const int32_t q = tt.go(st[static_cast<size_t>(d)], b);
-            const int32_t olo = tt.si[q].olo, ohi = tt.si[q].ohi;
+            // transition through a small direct-mapped memo: values repeat their words, so most
+            // (state, byte) steps were taken before, and a hit reads no trie state
+            const int32_t from = st[static_cast<size_t>(d)];
+            const uint32_t key = (static_cast<uint32_t>(from) << 8 | b) + 1u;
+            GoMemo own;
+            GoMemo& e = use_memo ? memo[(key * 0x9E3779B1u) >> (32 - GO_MEMO_BITS)] : own;
+            if (!use_memo || e.key != key) {
+                const int32_t qq = tt.go(from, b);
+                const int32_t lo = tt.si[qq].olo, hi = tt.si[qq].ohi;
+                uint64_t lens = 0;
+                if (hi - lo <= 8) {
+                    for (int32_t j = lo; j < hi && lens != ~uint64_t(0); ++j) {
+                        const int32_t L = tt.outs[j].len;
+                        lens = L < 256 ? lens | static_cast<uint64_t>(L) << (8 * (j - lo)) : ~uint64_t(0);
+                    }
+                } else {
+                    lens = ~uint64_t(0);
+                }
+                e = {key, qq, lo, hi, lens};
+            }
+            const int32_t q = e.q, olo = e.olo, ohi = e.ohi;
             state_of[static_cast<size_t>(id)] =
                 (static_cast<uint64_t>(static_cast<uint32_t>(olo)) << 32) | static_cast<uint32_t>(ohi);
             path[static_cast<size_t>(d + 1)] = id;
             st[static_cast<size_t>(d + 1)] = q;
-            for (int32_t j = olo; j < ohi; ++j)
-                cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
+            if (e.lens != ~uint64_t(0)) {  // lengths from the memo: no read of the outputs table
+                for (uint64_t ls = e.lens; ls; ls >>= 8)
+                    cnt[path[static_cast<size_t>(d + 1 - static_cast<int64_t>(ls & 0xFF))]]++;
+            } else {
+                for (int32_t j = olo; j < ohi; ++j)
+                    cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
+            }
         }
         ends[i] = path[static_cast<size_t>(s.n)];
         int64_t vl = s.n - tl;
@@ -933,9 +1212,12 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         row_ptr[0] = 0;
     };
     if (!prune) {
+        // the same walk, written out for the common case: rows are sorted as soon as they are
+        // complete (when the walk leaves the node's subtree), while they are still in cache, and
+        // the end ids of a value go into its row when the walk reaches its end
         int32_t* tk = tokens.p;
         uint16_t* ch = children.p;
-        second_pass([&](int32_t nd, int32_t t, int32_t m) {
+        auto emit = [&](int32_t nd, int32_t t, int32_t m) {
             const int32_t at = cur[nd]++;
             tk[at] = t;
             if (m == end_state) {
@@ -946,11 +1228,52 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                 ch[at] = FAR;
                 fars.push_back({nd, t, m});
             }
-        });
+        };
+        // the node at depth d of the path: its row starts at pstart[d] (its cursor when the walk
+        // reached it: rows only receive pairs from nodes below them)
+        std::vector<int32_t> pstart(path.size(), 0);
+        auto finish = [&](int64_t dd) {
+            const int32_t v = path[static_cast<size_t>(dd)], lo = pstart[static_cast<size_t>(dd)];
+            sort_row2(tk + lo, ch + lo, static_cast<size_t>(cur[v] - lo));
+        };
+        const Out* outs = tt.outs;
+        int32_t id = 1;
+        int64_t prev_len = 0;
+        for (size_t i = 0; i < nv; ++i) {
+            const int64_t len = strs[i].n;
+            const int64_t l = lcps[i];
+            for (int64_t dd = prev_len; dd > l; --dd) finish(dd);
+            for (int64_t d = l; d < len; ++d) {
+                const int32_t m = id++;
+                path[static_cast<size_t>(d + 1)] = m;
+                pstart[static_cast<size_t>(d + 1)] = cur[m];
+                if (m + 8 < n) __builtin_prefetch(outs + (state_of[static_cast<size_t>(m) + 8] >> 32));
+                const uint64_t span = state_of[static_cast<size_t>(m)];
+                int32_t j = static_cast<int32_t>(span >> 32);
+                const int32_t hi = static_cast<int32_t>(span & 0xFFFFFFFFu);
+                if (j >= hi) continue;
+                // outputs come longest first: the farthest ancestor decides whether any is FAR
+                if (m - path[static_cast<size_t>(d + 1 - outs[j].len)] < FAR) {
+                    for (; j < hi; ++j) {
+                        const int32_t nd = path[static_cast<size_t>(d + 1 - outs[j].len)];
+                        const int32_t at = cur[nd]++;
+                        tk[at] = outs[j].token;
+                        ch[at] = static_cast<uint16_t>(m - nd);
+                    }
+                } else {
+                    for (; j < hi; ++j) emit(path[static_cast<size_t>(d + 1 - outs[j].len)], outs[j].token, m);
+                }
+            }
+            if (allow_end)
+                for (int32_t e : eos) emit(ends[i], e, end_state);
+            prev_len = len;
+        }
+        for (int64_t dd = prev_len; dd >= 0; --dd) finish(dd);
+        for (int32_t e : eos) emit(n, e, end_state);
+        for (int32_t e : eos) emit(n + 1, e, end_state);
+        std::memmove(row_ptr.p + 1, row_ptr.p, (static_cast<size_t>(n) + 2) * sizeof(int32_t));
+        row_ptr[0] = 0;
         LAP("emit");
-        for (int32_t v = 0; v < n; ++v)
-            sort_row2(tk + row_ptr[static_cast<size_t>(v)], ch + row_ptr[static_cast<size_t>(v)],
-                      static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
     } else {
         Pair* out = pairs.p;
         second_pass([&](int32_t nd, int32_t t, int32_t m) { out[cur[nd]++] = {t, m}; });
@@ -1052,7 +1375,6 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     }
     (void)dead_state;
     LAP("codes");
-
     {
         Buf<Pair> drop;
         std::swap(drop.p, pairs.p);
@@ -1061,27 +1383,16 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     PyEval_RestoreThread(save);
     Py_DECREF(seq);
     if (!ok) return PyErr_NoMemory();
-    PyObject* arrays = PyDict_New();
-    if (!arrays) return nullptr;
-    struct Item {
-        const char* name;
-        PyObject* arr;
-    } out[] = {
+    Named out[] = {
         {"row_ptr", to_numpy(row_ptr, NPY_INT32)},   {"tokens", to_numpy(tokens, NPY_INT32)},
         {"children", to_numpy(children, NPY_UINT16)}, {"far_pos", to_numpy(far_pos, NPY_INT32)},
         {"far_child", to_numpy(far_child, NPY_INT32)}, {"ends", to_numpy(ends, NPY_INT32)},
         {"value_bytes", to_numpy(vbytes, NPY_UINT8)}, {"value_offsets", to_numpy(voff, NPY_INT64)},
     };
-    bool fail = false;
-    for (auto& it : out) {
-        if (!it.arr || PyDict_SetItemString(arrays, it.name, it.arr) < 0) fail = true;
-        Py_XDECREF(it.arr);
-    }
-    if (fail) {
-        Py_DECREF(arrays);
-        return nullptr;
-    }
+    PyObject* arrays = dict_of(out);
+    if (!arrays) return nullptr;
     result = Py_BuildValue("(NO)", arrays, Py_None);
+    LAP("out");
     return result;
 }
 
@@ -2668,6 +2979,80 @@ PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
     return PyFloat_FromDouble(dt);
 }
 
+// pack_tokens(tokens: tuple[bytes, ...]) -> (buffer: uint8 array, offsets: int64 array): every
+// token's bytes concatenated and where each starts (Vocabulary.buffer / offsets)
+PyObject* py_pack_tokens(PyObject*, PyObject* args) {
+    PyObject* tokens;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &tokens)) return nullptr;
+    const Py_ssize_t n = PyTuple_GET_SIZE(tokens);
+    Buf<int64_t> off;
+    if (!off.resize(static_cast<size_t>(n) + 1)) return PyErr_NoMemory();
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        if (!PyBytes_Check(o)) return PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
+        off[static_cast<size_t>(i) + 1] = off[static_cast<size_t>(i)] + PyBytes_GET_SIZE(o);
+    }
+    Buf<uint8_t> buf;
+    if (!buf.resize(static_cast<size_t>(off[static_cast<size_t>(n)]))) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        const size_t at = static_cast<size_t>(off[static_cast<size_t>(i)]);
+        std::memcpy(buf.p + at, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
+    }
+    PyObject* b = to_numpy(buf, NPY_UINT8);
+    if (!b) return nullptr;
+    PyObject* f = to_numpy(off, NPY_INT64);
+    if (!f) {
+        Py_DECREF(b);
+        return nullptr;
+    }
+    return Py_BuildValue("(NN)", b, f);
+}
+
+// join_tokens(tokens: tuple[bytes, ...], selected: bool buffer) -> bytes: the selected tokens'
+// bytes joined by b"\0" (Vocabulary.content_hash)
+PyObject* py_join_tokens(PyObject*, PyObject* args) {
+    PyObject* tokens;
+    Py_buffer sel;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyTuple_Type, &tokens, &sel)) return nullptr;
+    const Py_ssize_t n = PyTuple_GET_SIZE(tokens);
+    if (sel.len != n) {
+        PyBuffer_Release(&sel);
+        return PyErr_Format(PyExc_ValueError, "selected has %zd entries for %zd tokens", sel.len, n);
+    }
+    const uint8_t* m = static_cast<const uint8_t*>(sel.buf);
+    Py_ssize_t total = 0, count = 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        if (!PyBytes_Check(o)) {
+            PyBuffer_Release(&sel);
+            return PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
+        }
+        if (m[i]) {
+            total += PyBytes_GET_SIZE(o);
+            ++count;
+        }
+    }
+    PyObject* out = PyBytes_FromStringAndSize(nullptr, count ? total + count - 1 : 0);
+    if (!out) {
+        PyBuffer_Release(&sel);
+        return nullptr;
+    }
+    char* w = PyBytes_AS_STRING(out);
+    bool first = true;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!m[i]) continue;
+        if (!first) *w++ = '\0';
+        first = false;
+        PyObject* o = PyTuple_GET_ITEM(tokens, i);
+        std::memcpy(w, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
+        w += PyBytes_GET_SIZE(o);
+    }
+    PyBuffer_Release(&sel);
+    return out;
+}
+
 PyMethodDef module_methods[] = {
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
@@ -2683,6 +3068,10 @@ PyMethodDef module_methods[] = {
      "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
     {"walk_counts", py_walk_counts, METH_VARARGS,
      "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
+    {"pack_tokens", py_pack_tokens, METH_VARARGS,
+     "pack_tokens(tokens) -> (buffer, offsets): the tokens' bytes concatenated, and where each starts"},
+    {"join_tokens", py_join_tokens, METH_VARARGS,
+     "join_tokens(tokens, selected) -> bytes: the selected tokens joined by NUL bytes"},
     {"memset_bandwidth", py_memset_bandwidth, METH_VARARGS,
      "memset_bandwidth(buffer, repeats) -> seconds"},
     {nullptr, nullptr, 0, nullptr}};
@@ -2702,6 +3091,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     TokenTrieType.tp_init = reinterpret_cast<initproc>(TokenTrie_init);
     TokenTrieType.tp_dealloc = reinterpret_cast<destructor>(TokenTrie_dealloc);
     TokenTrieType.tp_getset = TokenTrie_getset;
+    TokenTrieType.tp_methods = TokenTrie_methods;
     TokenTrieType.tp_doc = "Forward trie of a vocabulary's matchable token bytes.";
     CoreType.tp_name = "trierouter.registry._core.Core";
     CoreType.tp_basicsize = sizeof(CoreObject);

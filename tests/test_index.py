@@ -123,3 +123,76 @@ def test_unwritable_cache_still_builds(tmp_path: Path) -> None:
 def test_single_byte_table(qwen2_index: TokenIndex) -> None:
     # byte-level BPE: every byte has a token
     assert np.all(qwen2_index.can_spell_bytes())
+
+
+def _tables(trie: object) -> dict[str, np.ndarray]:
+    """The native token trie's arrays, decoded (info: clo, chi, fail, d1row, olo, ohi, dict)."""
+    raw = trie.tables()  # type: ignore[attr-defined]
+    out = {
+        k: np.frombuffer(raw[k], dtype=np.int32) for k in raw if k not in ("child_label", "single")
+    }
+    out["child_label"] = np.frombuffer(raw["child_label"], dtype=np.uint8)
+    out["single"] = np.frombuffer(raw["single"], dtype=np.uint8)
+    out["info"] = out["info"].reshape(-1, 8)
+    out["outs"] = out["outs"].reshape(-1, 2)
+    return out
+
+
+@pytest.mark.parametrize("name", ["qwen2", "gpt2"])
+def test_native_token_trie_equals_a_plain_construction(name: str) -> None:
+    """Forward trie, Aho-Corasick links and flattened outputs of the C++ token trie against a
+    construction from their definitions (dicts of byte strings), on real tokenizers: every node
+    on a sample and every transition of the root and depth-1 rows."""
+    from trierouter.registry.shipped import shipped_vocabulary
+
+    vocab = shipped_vocabulary(name)
+    t = _tables(TokenIndex.build(vocab, backend="native").native_trie)
+    ptr, node, label = t["child_ptr"], t["child_node"], t["child_label"]
+    n = len(ptr) - 1
+    paths: list[bytes] = [b""] * n
+    for u in range(n):  # preorder: a parent comes before its children
+        for i in range(int(ptr[u]), int(ptr[u + 1])):
+            paths[int(node[i])] = paths[u] + bytes([int(label[i])])
+    assert sorted(node.tolist()) == list(range(1, n)) and sorted(paths) == paths  # preorder
+    of = {p: i for i, p in enumerate(paths)}
+    # nodes: exactly the prefixes of the matchable tokens; tokens listed at their node, ids sorted
+    ids = np.flatnonzero(vocab.matchable).tolist()
+    assert set(paths) == {vocab.tokens[i][:k] for i in ids for k in range(len(vocab.tokens[i]) + 1)}
+    by_node: dict[int, list[int]] = {}
+    for i in ids:
+        by_node.setdefault(of[vocab.tokens[i]], []).append(i)
+    tptr, tids = t["tok_ptr"], t["tok_ids"]
+    assert {u: tids[tptr[u] : tptr[u + 1]].tolist() for u in range(n) if tptr[u + 1] > tptr[u]} == (
+        by_node
+    )
+    has_tok = tptr[1:] > tptr[:-1]
+
+    def state(s: bytes, first: int) -> int:  # the longest suffix s[k:], k >= first, in the trie
+        return next(of[s[k:]] for k in range(first, len(s) + 1) if s[k:] in of)
+
+    def dict_state(s: bytes) -> int:  # the longest proper non-empty suffix with tokens, or -1
+        hits = (of[s[k:]] for k in range(1, len(s)) if s[k:] in of and has_tok[of[s[k:]]])
+        return next(hits, -1)
+
+    info, outs = t["info"], t["outs"]
+    rng = np.random.default_rng(0)
+    for u in [0, *rng.choice(n, size=3000, replace=False).tolist()]:
+        p = paths[u]
+        assert int(t["fail"][u]) == (state(p, 1) if u else 0)
+        assert int(t["dict"][u]) == dict_state(p)
+        assert int(t["depth"][u]) == len(p)
+        want = [(len(p) - k, i) for k in range(len(p)) for i in by_node.get(of.get(p[k:], -1), [])]
+        assert [tuple(o) for o in outs[info[u, 4] : info[u, 5]].tolist()] == want
+        assert info[u, :4].tolist() == [ptr[u], ptr[u + 1], t["fail"][u], t["d1row"][u]]
+        assert int(info[u, 6]) == int(t["dict"][u])
+    goto1 = t["goto1"].reshape(-1, 256)
+    for u in range(n):
+        r = int(t["d1row"][u])
+        if r < 0:
+            assert len(paths[u]) > 1
+            continue
+        for b in range(256):
+            assert int(goto1[r, b]) == state(paths[u] + bytes([b]), 0)
+    assert [b for b in range(256) if t["single"][b]] == [
+        b for b in range(256) if has_tok[of.get(bytes([b]), 0)] and bytes([b]) in of
+    ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -595,3 +596,26 @@ def test_unknown_shipped_name_lists_the_valid_ones() -> None:
 def test_missing_package_names_the_extra() -> None:
     with pytest.raises(MissingDependencyError, match=r"trierouter\[tokenizers\]"):
         shipped._package_file("no_such_tokenizer_package_xyz", "data", "x.json")
+
+
+@pytest.mark.parametrize("name", ["qwen2", "mistral-v3", "tekken"])
+def test_native_byte_layout_and_hashes_equal_numpy(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled core's pack_tokens / join_tokens give the numpy code's buffer, offsets and
+    hashes (a fresh Vocabulary per backend, so nothing cached is shared)."""
+    base = shipped_vocabulary(name)
+
+    def fresh() -> Vocabulary:
+        return Vocabulary(
+            base.tokens, end_ids=base.end_ids, special_ids=base.special_ids, width=base.width
+        )
+
+    got = {}
+    for backend in ("native", "numpy"):
+        monkeypatch.setenv("TRIEROUTER_BACKEND", backend)
+        v = fresh()
+        got[backend] = (v.buffer.tobytes(), v.offsets.tolist(), v.hash, v.content_hash)
+        assert not v.buffer.flags.writeable and v.offsets.dtype == np.int64
+    assert got["native"] == got["numpy"]
+    assert got["numpy"][0] == b"".join(base.tokens)

@@ -12,14 +12,22 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import VocabularyError
+from trierouter.registry import core as _backend
 from trierouter.registry import loaders
 
 __all__ = ["Vocabulary"]
+
+
+def _native() -> ModuleType | None:
+    """The compiled core when it is the default backend: it builds the byte layout of the
+    tokens in one pass (the same arrays as the numpy code below, which the numpy backend keeps)."""
+    return _backend.native_core() if _backend.default_backend() == "native" else None
 
 
 class Vocabulary:
@@ -135,28 +143,45 @@ class Vocabulary:
         ids = np.flatnonzero(self.matchable).astype("<i8")
         h.update(np.array([len(ids)], dtype="<i8").tobytes())
         h.update(ids.tobytes())
-        # the bytes of those tokens joined by b"\0", built with array operations
+        # the bytes of those tokens joined by b"\0"
         lengths = np.diff(self.offsets)
-        sel = lengths[ids]
-        joined = np.zeros(max(int(sel.sum()) + len(ids) - 1, 0), dtype=np.uint8)
-        before = np.repeat(np.arange(len(ids), dtype=np.int64), sel)  # separators before a byte
-        joined[np.arange(len(before), dtype=np.int64) + before] = self.buffer[
-            np.repeat(self.matchable, lengths)
-        ]
-        h.update(joined.tobytes())
-        h.update(np.diff(self.offsets)[ids].astype("<i8").tobytes())
+        core = _native()
+        if core is not None:
+            h.update(core.join_tokens(self._tokens, self.matchable.view(np.uint8)))
+        else:  # with array operations
+            sel = lengths[ids]
+            joined = np.zeros(max(int(sel.sum()) + len(ids) - 1, 0), dtype=np.uint8)
+            before = np.repeat(np.arange(len(ids), dtype=np.int64), sel)  # separators before
+            joined[np.arange(len(before), dtype=np.int64) + before] = self.buffer[
+                np.repeat(self.matchable, lengths)
+            ]
+            h.update(joined.tobytes())
+        h.update(lengths[ids].astype("<i8").tobytes())
         h.update(np.array(self._end_ids, dtype="<i8").tobytes())
         return h.hexdigest()
 
     @cached_property
     def buffer(self) -> npt.NDArray[np.uint8]:
-        """All token bytes concatenated (use with :attr:`offsets`)."""
+        """All token bytes concatenated (use with :attr:`offsets`; read-only)."""
+        core = _native()
+        if core is not None:  # one pass in C++, which gives the offsets too
+            packed: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]
+            packed = core.pack_tokens(self._tokens)
+            buf, offsets = packed
+            buf.flags.writeable = False
+            self.__dict__.setdefault("offsets", offsets)
+            return buf
         return np.frombuffer(b"".join(self._tokens), dtype=np.uint8)
 
     @cached_property
     def offsets(self) -> npt.NDArray[np.int64]:
         """``offsets[i]:offsets[i+1]`` slices token ``i`` out of :attr:`buffer`."""
-        lengths = np.fromiter((len(t) for t in self._tokens), dtype=np.int64, count=len(self))
+        if _native() is not None:
+            _ = self.buffer  # sets the offsets
+            got: npt.NDArray[np.int64] | None = self.__dict__.get("offsets")
+            if got is not None:
+                return got
+        lengths = np.fromiter(map(len, self._tokens), dtype=np.int64, count=len(self))
         out = np.zeros(len(self) + 1, dtype=np.int64)
         np.cumsum(lengths, out=out[1:])
         return out
