@@ -124,13 +124,23 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         + series("reported_mb", ".2f")
         + " MB (RSS does not grow where the set fits in pages its compile's temporaries had "
         "already touched). Tokenizer index (C++ forward token trie with Aho-Corasick links, "
-        "built once per tokenizer, not cached on disk): "
-        + series("tokenizer_prep_s", ".0f", 1e3, t[:1])
+        "built once per tokenizer, not cached on disk), each K's fresh worker builds it: "
+        + _median_range(t, "tokenizer_prep_s")
         + " ms wall, "
-        + series("tokenizer_prep_cpu_s", ".0f", 1e3, t[:1])
-        + " ms CPU."
+        + _median_range(t, "tokenizer_prep_cpu_s")
+        + " ms CPU (median, range over the workers)."
     )
     return out
+
+
+def _median_range(rows: list[Any], key: str) -> str:
+    """``median (min-max)`` in ms of a seconds field over the rows that have it."""
+    xs = sorted(1e3 * float(r[key]) for r in rows if r is not None and r.get(key) is not None)
+    if not xs:
+        return "-"
+    mid = len(xs) // 2
+    med = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return f"{med:.0f} ({xs[0]:.0f}-{xs[-1]:.0f})"
 
 
 def vllm(d: dict[str, Any], big: dict[str, Any] | None = None) -> list[str]:
