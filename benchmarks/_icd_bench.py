@@ -299,20 +299,16 @@ def bench_icd_depth(cache: Path) -> dict[str, Any]:
     emb = sl.embedding
     assert emb is not None
     ids = {c: i for i, c in enumerate(sl.values)}
-    half = emb.search_vectors
-
-    def full(v: np.ndarray, k: int = 64, **kw: Any) -> Any:  # the old depth: max(k, 200)
-        return half(v, max(k, sl.depth), **kw)
-
-    res: dict[str, Any] = {"depth": sl.depth}
+    res: dict[str, Any] = {"depth": sl.depth, "half_depth": sl.embedding_depth(100)}
     for s, q in data.sources.items():
         gold = [{ids[c] for c in g if c in ids} for g in q.gold]
         row = {"queries": len(q), "half": recall(sl.search_ids(q.queries, 100), gold)}
-        emb.search_vectors = full  # type: ignore[method-assign, assignment]
+        # the rule before: the embedding's top max(k, depth), as BM25's
+        sl.embedding_depth = lambda k: max(k, sl.depth)  # type: ignore[method-assign]
         try:
             row["full"] = recall(sl.search_ids(q.queries, 100), gold)
         finally:
-            del emb.search_vectors
+            del sl.embedding_depth
         res[s] = row
         log("depth", s, row)
     return res
@@ -332,7 +328,7 @@ def time_queries(sl: Shortlist, bm25: BM25Index, sample: dict[str, list[str]]) -
     live = emb.embedder
     torch_emb = Embedder(backend="torch", cache_dir=False)
     res: dict[str, Any] = {"loadavg_before": [round(x, 2) for x in os.getloadavg()]}
-    e_depth = max(100, sl.depth // 2)  # the embedding side of a top-100 shortlist query
+    e_depth = sl.embedding_depth(100)  # the embedding side of a top-100 shortlist query
     res["hnsw_depth"] = e_depth
     for s, qs in sample.items():
         vecs = {q: live.encode_queries([q]) for q in qs}

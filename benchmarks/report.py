@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -135,12 +136,10 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
 
 def _median_range(rows: list[Any], key: str) -> str:
     """``median (min-max)`` in ms of a seconds field over the rows that have it."""
-    xs = sorted(1e3 * float(r[key]) for r in rows if r is not None and r.get(key) is not None)
+    xs = [1e3 * float(r[key]) for r in rows if r is not None and r.get(key) is not None]
     if not xs:
         return "-"
-    mid = len(xs) // 2
-    med = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-    return f"{med:.0f} ({xs[0]:.0f}-{xs[-1]:.0f})"
+    return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
 
 
 def vllm(d: dict[str, Any], big: dict[str, Any] | None = None) -> list[str]:
@@ -325,7 +324,8 @@ def shortlist(d: dict[str, Any]) -> list[str]:
             ]
             out += [
                 "",
-                f"The fused query searches the embedding for its top {dep['depth'] // 2} values "
+                f"The fused query searches the embedding for its top "
+                f"{dep['half_depth']} values "
                 f"(half of BM25's {dep['depth']}; every candidate is rescored by both methods): "
                 "on every query of the five sources (`--sections depth`, the saved default "
                 "shortlist) R@1 / R@10 / R@100 equal those at full depth except "

@@ -318,18 +318,24 @@ class Shortlist:
             for bb, ee in zip(b, e, strict=True)
         ]
 
+    def embedding_depth(self, k: int) -> int:
+        """How many values the ``"score"`` rule takes from the embedding for a top-``k``
+        query: ``max(k, depth // 2)`` (BM25 gives ``max(k, depth)``; every candidate is then
+        scored by both methods). Half depth halves the HNSW search; on every query of
+        ICD-10-CM's five query sources R@1 / R@10 / R@100 moved by at most 0.0015
+        (``benchmarks/shortlist.py --sections depth``)."""
+        return max(k, self.depth // 2)
+
     def _score_search(self, query: str, vector: F32, k: int, depth: int) -> I64:
         """The ``"score"`` rule: BM25's top ``depth`` values and the embedding's top
-        ``max(k, depth // 2)``, each candidate scored by both methods. The embedding's half
-        depth halves its HNSW search; on ICD-10-CM's five query sources (400 queries each)
-        R@1, R@10 and R@100 were the same as at full depth."""
+        :meth:`embedding_depth`, each candidate scored by both methods."""
         assert self.embedding is not None
         b_all = self.bm25.value_scores(query)
         hit = np.flatnonzero(b_all > 0)
         if len(hit) > depth:
             hit = hit[np.argpartition(-b_all[hit], depth - 1)[:depth]]
         # one search: every candidate of the union is rescored by both methods below
-        e_depth = max(k, depth // 2)
+        e_depth = self.embedding_depth(k)
         [(e_ids, e_cos)] = self.embedding.search_vectors(vector[None, :], e_depth, complete=False)
         cand = np.union1d(hit, e_ids)
         cos = np.empty(len(cand), np.float64)
