@@ -24,6 +24,7 @@ from trierouter import TokenIndex
 from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description
 from trierouter.data.icd10cm_queries import icd10cm_inclusion_terms, icd10cm_queries
 from trierouter.shortlist import (
+    BM25Index,
     Embedder,
     EmbeddingIndex,
     IndexMismatchError,
@@ -211,7 +212,7 @@ def test_search_is_the_fusion_of_bm25_and_exact_embedding_search(
         idx_ids = built.embedding.search_ids([q], 200)[0]
         best = {i: float(s[owner == i].max()) for i in idx_ids.tolist()}
         np.testing.assert_allclose([best[i] for i in idx_ids.tolist()], e_sc, rtol=0, atol=1e-6)
-        b_ids = built.bm25.search_ids([q], 200)[0]
+        b_ids = built.bm25.search_ids([q], 200, ngram_weight=f.ngram_weight)[0]
         score: dict[int, float] = {}
         for w, ranking in ((1.0, b_ids), (2.0, idx_ids)):
             for r, i in enumerate(ranking.tolist(), 1):
@@ -239,7 +240,7 @@ def test_adaptive_score_fusion_by_hand(
     owner = [*range(len(codes)), *(codes.index(c) for c, ts in syn.items() for _ in ts)]
     vecs = built.embedding._index.reconstruct_n(0, built.embedding.n_rows)
     for q in ["heart attack", "Nondisp fx of femur", "asthma", "chr kidney dis"]:
-        rows_b = built.bm25.scores(q)
+        rows_b = built.bm25.scores(q, ngram_weight=1.0)
         rows_e = vecs @ built.embedding.embedder.encode([q])[0]
         b: dict[int, float] = {}
         e: dict[int, float] = {}
@@ -260,9 +261,31 @@ def test_adaptive_score_fusion_by_hand(
         assert len(set(got) ^ set(expect)) <= 2, q  # float32 vectors vs float64 sums
 
 
+def test_shortlists_sharing_one_bm25_index_keep_their_own_ngram_weight(
+    icd_set: tuple[list[str], list[str], dict[str, list[str]]],
+) -> None:
+    """Oracle: a BM25 index built afresh with each weight. Two shortlists over one shared index
+    with other n-gram weights rank as their own fresh index does, whichever was made last."""
+    from trierouter.shortlist import Fusion
+
+    codes, descs, syn = icd_set
+    texts = [*descs, *(t for ts in syn.values() for t in ts)]
+    values = [*codes, *(c for c, ts in syn.items() for _ in ts)]
+    shared = BM25Index.build(values, texts, ngram_weight=0.5)
+    light = Shortlist(shared, None, Fusion(1.0, 0.0, ngram_weight=0.25))
+    heavy = Shortlist(shared, None, Fusion(1.0, 0.0, ngram_weight=1.0))
+    fresh = {w: BM25Index.build(values, texts, ngram_weight=w) for w in (0.25, 1.0)}
+    queries = ["chr kidney dis", "heart attack", "fx femur", "asthmatic bronchitis"]
+    moved = 0
+    for q in queries:
+        a, b = fresh[0.25].search(q, 20), fresh[1.0].search(q, 20)
+        moved += a != b
+        assert light.search(q, 20) == a and heavy.search(q, 20) == b, q
+        assert shared.search(q, 20) == BM25Index.build(values, texts).search(q, 20), q
+    assert moved, "the two weights rank these queries alike: the test would not see a mix-up"
+
+
 def test_save_load_keeps_weights_and_results(built: Shortlist, tmp_path: Path) -> None:
-    # tests above wrap built.bm25 in Shortlists of other fusions, which set its n-gram weight
-    built.bm25.ngram_weight = built.fusion.ngram_weight
     built.save(tmp_path / "sl")
     back = Shortlist.load(tmp_path / "sl", embedder=built.embedding.embedder if built.embedding
                           else None)  # fmt: skip

@@ -239,20 +239,24 @@ class BM25Index(ValueRows):
             gid = [grams.terms.setdefault(g, len(grams.terms)) for g in _grams(w, self.ngram)]
         return wid, gid
 
-    def scores(self, query: str) -> F64:
-        """BM25 score of every indexed text (row) for ``query``."""
+    def scores(self, query: str, *, ngram_weight: float | None = None) -> F64:
+        """BM25 score of every indexed text (row) for ``query``: the word field's score plus
+        ``ngram_weight`` (default: the index's own :attr:`ngram_weight`) times the n-gram
+        field's. The weight is an argument, not state, so indexes shared by several
+        shortlists of other weights score each query with the weight its caller passes."""
+        weight = self.ngram_weight if ngram_weight is None else ngram_weight
         for f in self._fields:
             f.finalize(self.k1, self.b)
         words, grams = analyze(query, ngram=self.ngram)
         d, w = self._fields[0].postings(words, 1.0)
-        if self.ngram and self.ngram_weight:  # both fields in one bincount
-            dg, wg = self._fields[1].postings(grams, self.ngram_weight)
+        if self.ngram and weight:  # both fields in one bincount
+            dg, wg = self._fields[1].postings(grams, weight)
             d, w = np.concatenate([d, dg]), np.concatenate([w, wg])
         return np.asarray(np.bincount(d, weights=w, minlength=self.n_rows), np.float64)
 
-    def value_scores(self, query: str) -> F64:
+    def value_scores(self, query: str, *, ngram_weight: float | None = None) -> F64:
         """BM25 score of every value for ``query`` (its best row), indexed by value id."""
-        return self.best_per_value(self.scores(query))
+        return self.best_per_value(self.scores(query, ngram_weight=ngram_weight))
 
     def field_scores(self, query: str) -> tuple[F64, F64]:
         """Per row, the word field's and the n-gram field's BM25 scores (unweighted), so a
@@ -271,14 +275,17 @@ class BM25Index(ValueRows):
         """Up to ``k`` values that share features with ``query``, best first."""
         return [self._values[i] for i in self.search_ids([query], k)[0]]
 
-    def search_ids(self, queries: Sequence[str], k: int = 64) -> list[I64]:
-        """Value ids of the (up to) ``k`` best values per query; values scoring 0 are left out."""
+    def search_ids(
+        self, queries: Sequence[str], k: int = 64, *, ngram_weight: float | None = None
+    ) -> list[I64]:
+        """Value ids of the (up to) ``k`` best values per query; values scoring 0 are left out.
+        ``ngram_weight`` as in :meth:`scores`."""
         check_k(k)
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of str; use search() for one query")
         out = []
         for q in queries:
-            s = self.scores(q)
+            s = self.scores(q, ngram_weight=ngram_weight)
             hit = np.flatnonzero(s > 0)
             fetch = min(len(hit), k if self.n_rows == len(self._values) else 4 * k + 16)
             while True:

@@ -123,7 +123,6 @@ class Shortlist:
         self.fusion = fusion
         self.depth = depth
         self.report: dict[str, Any] = report or {}
-        self.bm25.ngram_weight = fusion.ngram_weight
 
     def __repr__(self) -> str:
         kind = self.embedding.index_kind if self.embedding is not None else "none"
@@ -279,6 +278,7 @@ class Shortlist:
                         "kind='flat' keeps it exact"
                     )
             job.step(0.2 * len(row_text), "index")
+        bm25.ngram_weight = fusion.ngram_weight  # its own index: bm25.search agrees with it
         report["fusion"] = asdict(fusion)
         report["fusion_name"] = fusion.name
         report["build_seconds"] = round(time.perf_counter() - t_start, 2)
@@ -303,7 +303,7 @@ class Shortlist:
             assert self.embedding is not None
             qv = self.embedding.embedder.encode_queries(list(queries))
             return [self._score_search(q, v, k, depth) for q, v in zip(queries, qv, strict=True)]
-        b = self.bm25.search_ids(queries, depth) if f.bm25 else None
+        b = self.bm25.search_ids(queries, depth, ngram_weight=f.ngram_weight) if f.bm25 else None
         e = None
         if f.embedding:
             assert self.embedding is not None
@@ -330,7 +330,7 @@ class Shortlist:
         """The ``"score"`` rule: BM25's top ``depth`` values and the embedding's top
         :meth:`embedding_depth`, each candidate scored by both methods."""
         assert self.embedding is not None
-        b_all = self.bm25.value_scores(query)
+        b_all = self.bm25.value_scores(query, ngram_weight=self.fusion.ngram_weight)
         hit = np.flatnonzero(b_all > 0)
         if len(hit) > depth:
             hit = hit[np.argpartition(-b_all[hit], depth - 1)[:depth]]
