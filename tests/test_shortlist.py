@@ -405,6 +405,37 @@ def test_bm25_scores_match_direct_formula(icd: tuple[list[str], list[str]]) -> N
         assert [want[i] for i in top] == pytest.approx([want[i] for i in order[:10]], rel=1e-5)
 
 
+def test_bm25_native_kernel_equals_numpy_reference(
+    icd: tuple[list[str], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled accumulation adds the numpy reference's products in its order: the same
+    float64 scores bit for bit (words and n-grams, repeated query terms, unknown terms)."""
+    codes, descs = icd
+    idx = BM25Index.build(codes, descs, ngram=4, ngram_weight=0.5)
+    queries = ["fracture of femur femur", "Parkinson's disease", "zzqx", "typhoid fever heart"]
+    native = [idx.scores(q, ngram_weight=w) for q in queries for w in (0.0, 0.5, 2.0)]
+    monkeypatch.setenv("TRIEROUTER_BACKEND", "numpy")
+    ref = [idx.scores(q, ngram_weight=w) for q in queries for w in (0.0, 0.5, 2.0)]
+    for a, b in zip(native, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert sum(bool(a.any()) for a in native) >= 8  # "zzqx" scores nothing
+
+
+@pytest.mark.parametrize("backend", ["native", "numpy"])
+def test_top_positive_is_the_sorted_top_k(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Oracle: sort by (-score, id), keep positive scores, take k, ids ascending."""
+    from trierouter.shortlist._common import top_positive
+
+    monkeypatch.setenv("TRIEROUTER_BACKEND", backend)
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n = int(rng.integers(0, 300))
+        s = rng.integers(-3, 6, n).astype(np.float64) * 0.5  # many ties and non-positives
+        k = int(rng.integers(0, 40)) if trial % 7 else n + 1
+        want = sorted(i for i in sorted(range(n), key=lambda i: (-s[i], i))[:k] if s[i] > 0)
+        assert top_positive(s, k).tolist() == want, (n, k)
+
+
 def test_bm25_analyzer_splits_camel_case_and_stems() -> None:
     words, grams = analyze("listInvoiceAttachments get_user_by_id Fractures of HTTPServer")
     assert words == [

@@ -25,6 +25,23 @@ def compile(
     /,
 ) -> tuple[dict[str, npt.NDArray[Any]], list[int] | None]: ...
 def memset_bandwidth(buffer: Any, repeats: int, /) -> float: ...
+def bm25_accumulate(
+    ptr: npt.NDArray[np.int64],
+    docs: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float32],
+    terms: npt.NDArray[np.int64],
+    coefs: npt.NDArray[np.float64],
+    out: npt.NDArray[np.float64],
+    /,
+) -> None: ...
+def scatter_max(
+    out: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float64],
+    rows: npt.NDArray[np.int64],
+    owners: npt.NDArray[np.int64],
+    /,
+) -> None: ...
+def top_positive(scores: npt.NDArray[np.float64], k: int, /) -> npt.NDArray[np.int64]: ...
 def pack_tokens(
     tokens: tuple[bytes, ...], /
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]: ...

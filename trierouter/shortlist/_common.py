@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import IndexMismatchError
+from trierouter.registry.core import default_backend, native_core
 
 __all__ = [
     "THREADS_LOCK",
@@ -18,6 +19,8 @@ __all__ = [
     "Retriever",
     "ValueRows",
     "best_per_owner",
+    "native_kernels",
+    "top_positive",
     "values_hash",
 ]
 
@@ -26,7 +29,34 @@ THREADS_LOCK = threading.RLock()
 concurrent searches (or a search and a fine-tune) cannot leave it at the other's value."""
 
 F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+
+
+def native_kernels() -> Any | None:
+    """The compiled core when the backend is ``native`` (the default; it refuses with
+    :class:`~trierouter.errors.CoreBuildError` when the extension is missing or stale), None
+    under ``TRIEROUTER_BACKEND=numpy``, which selects the numpy reference of each kernel."""
+    return native_core() if default_backend() == "native" else None
+
+
+def top_positive(scores: F64, k: int) -> I64:
+    """Ids of the (up to) ``k`` best positive ``scores``, best by (score, then lower id), in
+    ascending id order: a deterministic top-k (``argpartition`` breaks ties arbitrarily)."""
+    core = native_kernels()
+    if core is not None:
+        out: I64 = core.top_positive(np.ascontiguousarray(scores, np.float64), k)
+        return out
+    hit = np.flatnonzero(scores > 0)
+    if len(hit) <= k:
+        return hit
+    if k <= 0:
+        return hit[:0]
+    s = scores[hit]
+    kth = np.partition(s, len(s) - k)[len(s) - k]  # the k-th largest
+    above = hit[s > kth]
+    tied = hit[s == kth][: k - len(above)]
+    return np.sort(np.concatenate([above, tied]))
 
 
 class ValueRows:
@@ -78,7 +108,10 @@ class ValueRows:
         """Per value id, the best score among its rows (every value has at least one row)."""
         _, _, first, others, owners = self._grouping()
         out = row_scores[: len(self._values)].copy() if first is None else row_scores[first]
-        if len(others):
+        core = native_kernels() if row_scores.dtype == np.float64 else None
+        if core is not None and len(others):
+            core.scatter_max(out, np.ascontiguousarray(row_scores), others, owners)
+        elif len(others):
             # only rows that beat their value's first row (few for one query: most score 0)
             # go through the slow unbuffered maximum.at
             cand = row_scores[others]

@@ -20,6 +20,7 @@ from trierouter.shortlist._common import (
     as_texts,
     best_per_owner,
     check_k,
+    native_kernels,
     values_hash,
 )
 
@@ -122,15 +123,22 @@ class _Field:
         self.docs = d
         self.ptr = ptr
 
+    def term_counts(self, features: Sequence[str]) -> tuple[I64, I64]:
+        """The known features' term ids, ascending, and how often each occurs."""
+        ids = [t for t in (self.terms.get(f) for f in features) if t is not None]
+        if not ids:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        uniq, counts = np.unique(np.array(ids, np.int64), return_counts=True)
+        return uniq, counts
+
     def postings(self, features: Sequence[str], weight: float) -> tuple[I64, F64]:
         """The rows and weighted BM25 weights of ``features``' postings (a feature that
         occurs ``c`` times counts ``c`` times), concatenated: one gather, whatever the
         number of features."""
         assert self.ptr is not None
-        ids = [t for t in (self.terms.get(f) for f in features) if t is not None]
-        if not ids:
+        uniq, counts = self.term_counts(features)
+        if not len(uniq):
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        uniq, counts = np.unique(np.array(ids, np.int64), return_counts=True)
         first = self.ptr[uniq]
         sizes = self.ptr[uniq + 1] - first
         ends = np.cumsum(sizes)
@@ -248,6 +256,19 @@ class BM25Index(ValueRows):
         for f in self._fields:
             f.finalize(self.k1, self.b)
         words, grams = analyze(query, ngram=self.ngram)
+        core = native_kernels()
+        if core is not None:  # the same products added in the same order, in C++
+            out = np.zeros(self.n_rows, np.float64)
+            fields = [(self._fields[0], words, 1.0)]
+            if self.ngram and weight:
+                fields.append((self._fields[1], grams, weight))
+            for field, feats, wt in fields:
+                terms, counts = field.term_counts(feats)
+                if len(terms):
+                    assert field.ptr is not None
+                    coefs = counts * wt
+                    core.bm25_accumulate(field.ptr, field.docs, field.weights, terms, coefs, out)
+            return out
         d, w = self._fields[0].postings(words, 1.0)
         if self.ngram and weight:  # both fields in one bincount
             dg, wg = self._fields[1].postings(grams, weight)

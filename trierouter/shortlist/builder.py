@@ -39,6 +39,7 @@ from trierouter.errors import CorruptFileError
 from trierouter.shortlist._common import (
     IndexMismatchError,
     check_k,
+    top_positive,
     values_hash,
 )
 from trierouter.shortlist.bm25 import BM25Index, analyze
@@ -331,9 +332,7 @@ class Shortlist:
         :meth:`embedding_depth`, each candidate scored by both methods."""
         assert self.embedding is not None
         b_all = self.bm25.value_scores(query, ngram_weight=self.fusion.ngram_weight)
-        hit = np.flatnonzero(b_all > 0)
-        if len(hit) > depth:
-            hit = hit[np.argpartition(-b_all[hit], depth - 1)[:depth]]
+        hit = top_positive(b_all, depth)
         # one search: every candidate of the union is rescored by both methods below
         e_depth = self.embedding_depth(k)
         [(e_ids, e_cos)] = self.embedding.search_vectors(vector[None, :], e_depth, complete=False)
