@@ -288,6 +288,7 @@ void sort_keys(KeyStr* a, size_t n, int shift, KeyStr* tmp) {
 }
 
 constexpr size_t LSD_MIN = 16384;  // from this many keys, LSD radix passes over all of them
+constexpr size_t WIDE_MIN = 4096;  // from this many, mostly longer than 8 bytes: sort_values16
 
 inline Str& skey_ref(Str& x) { return x; }
 inline Str& skey_ref(Ent& x) { return x.s; }
@@ -401,7 +402,7 @@ void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate) {
         }
         return;
     }
-    if (n >= LSD_MIN) {
+    if (n >= WIDE_MIN) {
         size_t longer = 0;  // strings that go on past the next 8 bytes
         for (size_t i = 0; i < n; ++i) longer += skey(a[i]).n > depth + 8;
         if (2 * longer > n) {
