@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <memory>
 #include <new>
 #include <cstdint>
 #include <cstdlib>
@@ -287,62 +288,17 @@ void sort_keys(KeyStr* a, size_t n, int shift, KeyStr* tmp) {
 }
 
 constexpr size_t LSD_MIN = 16384;  // from this many keys, LSD radix passes over all of them
+constexpr size_t WIDE_MIN = 4096;  // from this many, mostly longer than 8 bytes: sort_values16
 
 inline Str& skey_ref(Str& x) { return x; }
 inline Str& skey_ref(Ent& x) { return x.s; }
 
-// Stable: strings with equal bytes keep their input order (the token trie relies on it: equal
-// bytes under several ids come out in ascending ids). ``relocate``: after ordering the first 8
-// bytes, copy the strings into it in that order, so that the deeper levels (and everything after
-// the sort) read memory in order.
-template <class T>
-void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr) {
-    if (n < 2) return;
-    if (n <= 32 && !relocate) {  // whole remaining strings compared: no deeper levels
-        std::stable_sort(a, a + n, [depth](const T& x0, const T& y0) {
-            const Str& x = skey(x0);
-            const Str& y = skey(y0);
-            const int64_t dx = std::min(depth, x.n), dy = std::min(depth, y.n);
-            return str_less(Str{x.p + dx, x.n - dx}, Str{y.p + dy, y.n - dy});
-        });
-        return;
-    }
-    Buf<KeyStr> ks, tmp;
+// Puts a[] in the order of the keys' indices (``K``: KeyStr or KeyStr16); ``relocate``: see
+// sort_values.
+template <class T, class K>
+void reorder(T* a, const K* ks, size_t n, Buf<uint8_t>* relocate) {
     Buf<T> sorted;
-    if (relocate) ks.huge_min = tmp.huge_min = sorted.huge_min = relocate->huge_min;
-    if (!ks.resize(n)) throw std::bad_alloc();
-    for (size_t i = 0; i < n; ++i) {
-        uint32_t rem;
-        ks[i].key = key_at(skey(a[i]), depth, &rem);
-        ks[i].rem = rem;
-        ks[i].idx = static_cast<uint32_t>(i);
-    }
-    if (n > 64 && !tmp.resize(n)) throw std::bad_alloc();
-    if (n < LSD_MIN) {
-        sort_keys(ks.p, n, 56, tmp.p);
-    } else {  // LSD radix: the remainder (least significant), then the key 11 bits at a time
-        std::vector<size_t> cnt(2049);
-        auto pass = [&](auto digit, size_t buckets) {
-            std::fill(cnt.begin(), cnt.begin() + static_cast<std::ptrdiff_t>(buckets) + 1, size_t(0));
-            for (size_t i = 0; i < n; ++i) cnt[digit(ks[i]) + 1]++;
-            for (size_t b = 0; b < buckets; ++b) cnt[b + 1] += cnt[b];
-            for (size_t i = 0; i < n; ++i) tmp[cnt[digit(ks[i])]++] = ks[i];
-            std::swap(ks.p, tmp.p);
-            std::swap(ks.mapped, tmp.mapped);
-            std::swap(ks.cap, tmp.cap);
-        };
-        pass([](const KeyStr& k) { return static_cast<size_t>(k.rem); }, 10);
-        uint64_t all_or = 0, all_and = ~uint64_t(0);
-        for (const KeyStr& k : ks) {
-            all_or |= k.key;
-            all_and &= k.key;
-        }
-        const uint64_t varying = all_or ^ all_and;  // digits where every key agrees are skipped
-        for (int shift = 0; shift < 64; shift += 11) {
-            if (((varying >> shift) & 0x7FF) == 0) continue;
-            pass([shift](const KeyStr& k) { return static_cast<size_t>((k.key >> shift) & 0x7FF); }, 2048);
-        }
-    }
+    if (relocate) sorted.huge_min = relocate->huge_min;
     if (!sorted.resize(n)) throw std::bad_alloc();
     for (size_t i = 0; i < n; ++i) sorted[i] = a[ks[i].idx];
     if (relocate) {
@@ -359,6 +315,129 @@ void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr
         }
     }
     std::copy(sorted.p, sorted.p + n, a);
+}
+
+// One stable LSD radix pass over n keys by ``digit`` (< buckets <= 2048): ks into tmp, then the
+// two buffers swap.
+template <class K, class D>
+void lsd_pass(Buf<K>& ks, Buf<K>& tmp, size_t n, D digit, size_t buckets, std::vector<size_t>& cnt) {
+    std::fill(cnt.begin(), cnt.begin() + static_cast<std::ptrdiff_t>(buckets) + 1, size_t(0));
+    for (size_t i = 0; i < n; ++i) cnt[digit(ks[i]) + 1]++;
+    for (size_t b = 0; b < buckets; ++b) cnt[b + 1] += cnt[b];
+    for (size_t i = 0; i < n; ++i) tmp[cnt[digit(ks[i])]++] = ks[i];
+    std::swap(ks.p, tmp.p);
+    std::swap(ks.mapped, tmp.mapped);
+    std::swap(ks.cap, tmp.cap);
+}
+
+template <class T>
+void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate = nullptr);
+
+// Many strings that go on past 8 bytes (tool names: 27 bytes on average, their first 8 bytes
+// shared by ~100 each): the next 16 bytes as two keys and the remainder capped at 17 ("more than
+// 16"), all in one LSD radix sort, instead of 8 bytes and then a sort per group of equal first
+// 8 bytes (at K = 100,000 tool names: 985 such groups, and the groups cost twice the first level).
+struct KeyStr16 {
+    uint64_t hi, lo;
+    uint32_t rem, idx;
+};
+
+template <class T>
+void sort_values16(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate) {
+    Buf<KeyStr16> ks, tmp;
+    if (relocate) ks.huge_min = tmp.huge_min = relocate->huge_min;
+    if (!ks.resize(n) || !tmp.resize(n)) throw std::bad_alloc();
+    uint64_t or_hi = 0, and_hi = ~uint64_t(0), or_lo = 0, and_lo = ~uint64_t(0);
+    for (size_t i = 0; i < n; ++i) {
+        const Str& x = skey(a[i]);
+        uint32_t r1, r2 = 0;
+        const uint64_t hi = key_at(x, depth, &r1);
+        const uint64_t lo = r1 == 9 ? key_at(x, depth + 8, &r2) : 0;
+        ks[i] = {hi, lo, r1 == 9 ? 8 + r2 : r1, static_cast<uint32_t>(i)};  // 0 .. 17
+        or_hi |= hi;
+        and_hi &= hi;
+        or_lo |= lo;
+        and_lo &= lo;
+    }
+    std::vector<size_t> cnt(2049);
+    auto pass = [&](auto digit, size_t buckets) { lsd_pass(ks, tmp, n, digit, buckets, cnt); };
+    pass([](const KeyStr16& k) { return static_cast<size_t>(k.rem); }, 18);
+    const uint64_t vary_lo = or_lo ^ and_lo, vary_hi = or_hi ^ and_hi;
+    for (int shift = 0; shift < 64; shift += 11)
+        if ((vary_lo >> shift) & 0x7FF)
+            pass([shift](const KeyStr16& k) { return static_cast<size_t>((k.lo >> shift) & 0x7FF); }, 2048);
+    for (int shift = 0; shift < 64; shift += 11)
+        if ((vary_hi >> shift) & 0x7FF)
+            pass([shift](const KeyStr16& k) { return static_cast<size_t>((k.hi >> shift) & 0x7FF); }, 2048);
+    { Buf<KeyStr16> drop; std::swap(drop.p, tmp.p); std::swap(drop.mapped, tmp.mapped); }
+    reorder(a, ks.p, n, relocate);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && ks[j].hi == ks[i].hi && ks[j].lo == ks[i].lo && ks[j].rem == ks[i].rem) ++j;
+        if (j - i > 1 && ks[i].rem == 17) sort_values(a + i, j - i, depth + 16);
+        i = j;
+    }
+}
+
+// Stable: strings with equal bytes keep their input order (the token trie relies on it: equal
+// bytes under several ids come out in ascending ids). ``relocate``: after ordering the first 8
+// bytes, copy the strings into it in that order, so that the deeper levels (and everything after
+// the sort) read memory in order.
+template <class T>
+void sort_values(T* a, size_t n, int64_t depth, Buf<uint8_t>* relocate) {
+    if (n < 2) return;
+    if (n <= 32 && !relocate) {  // whole remaining strings compared: no deeper levels
+        // insertion sort (stable; std::stable_sort would allocate a buffer per group)
+        auto less = [depth](const T& x0, const T& y0) {
+            const Str& x = skey(x0);
+            const Str& y = skey(y0);
+            const int64_t dx = std::min(depth, x.n), dy = std::min(depth, y.n);
+            return str_less(Str{x.p + dx, x.n - dx}, Str{y.p + dy, y.n - dy});
+        };
+        for (size_t i = 1; i < n; ++i) {
+            T x = a[i];
+            size_t j = i;
+            for (; j > 0 && less(x, a[j - 1]); --j) a[j] = a[j - 1];
+            a[j] = x;
+        }
+        return;
+    }
+    if (n >= WIDE_MIN) {
+        size_t longer = 0;  // strings that go on past the next 8 bytes
+        for (size_t i = 0; i < n; ++i) longer += skey(a[i]).n > depth + 8;
+        if (2 * longer > n) {
+            sort_values16(a, n, depth, relocate);
+            return;
+        }
+    }
+    Buf<KeyStr> ks, tmp;
+    if (relocate) ks.huge_min = tmp.huge_min = relocate->huge_min;
+    if (!ks.resize(n)) throw std::bad_alloc();
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t rem;
+        ks[i].key = key_at(skey(a[i]), depth, &rem);
+        ks[i].rem = rem;
+        ks[i].idx = static_cast<uint32_t>(i);
+    }
+    if (n > 64 && !tmp.resize(n)) throw std::bad_alloc();
+    if (n < LSD_MIN) {
+        sort_keys(ks.p, n, 56, tmp.p);
+    } else {  // LSD radix: the remainder (least significant), then the key 11 bits at a time
+        std::vector<size_t> cnt(2049);
+        auto pass = [&](auto digit, size_t buckets) { lsd_pass(ks, tmp, n, digit, buckets, cnt); };
+        pass([](const KeyStr& k) { return static_cast<size_t>(k.rem); }, 10);
+        uint64_t all_or = 0, all_and = ~uint64_t(0);
+        for (const KeyStr& k : ks) {
+            all_or |= k.key;
+            all_and &= k.key;
+        }
+        const uint64_t varying = all_or ^ all_and;  // digits where every key agrees are skipped
+        for (int shift = 0; shift < 64; shift += 11) {
+            if (((varying >> shift) & 0x7FF) == 0) continue;
+            pass([shift](const KeyStr& k) { return static_cast<size_t>((k.key >> shift) & 0x7FF); }, 2048);
+        }
+    }
+    reorder(a, ks.p, n, relocate);
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         while (j < n && ks[j].key == ks[i].key && ks[j].rem == ks[i].rem) ++j;
@@ -382,6 +461,7 @@ struct Out {
 struct TokenTrieObject {
     PyObject_HEAD
     int32_t n_nodes;
+    int32_t n_ids;  // len(tokens)
     int32_t root_child[256];
     uint8_t single[256];
     // forward trie (preorder ids; root 0): children of u are child_node[child_ptr[u]..] with
@@ -492,6 +572,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         return -1;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    self->n_ids = static_cast<int32_t>(std::min<Py_ssize_t>(n, INT32_MAX));
     if (mview.len != n) {
         PyErr_Format(PyExc_ValueError, "matchable has %zd entries for %zd tokens", mview.len, n);
         PyBuffer_Release(&mview);
@@ -845,10 +926,69 @@ inline void cswap(uint64_t& a, uint64_t& b) {  // branchless compare-exchange (c
     b = y;
 }
 
+// Rows of more than 16 pairs: their ids set as bits (two levels: a word per 64 ids, a summary bit
+// per nonzero word), read back in order, the codes waiting in a table by id. About two passes
+// over the row and a scan of the summary (a word per 4,096 ids): under half the time of the
+// 6-bit radix below on the rows of 100,000 tool names (a 3x-pass radix over ~170 pairs each).
+struct IdBits {
+    size_t n_ids;
+    std::vector<uint64_t> bits, summary;
+    std::vector<uint16_t> code;
+    explicit IdBits(size_t ids)
+        : n_ids(ids), bits(ids / 64 + 1, 0), summary(ids / 4096 + 1, 0), code(ids + 1) {}
+    // false, leaving the row as it was, when an id repeats or is not below n_ids
+    bool sort(int32_t* tk, uint16_t* ch, size_t n) {
+        uint64_t seen = 0;
+        for (size_t i = 0; i < n; ++i) {
+            const size_t t = static_cast<uint32_t>(tk[i]);
+            if (t >= n_ids) {
+                clear(tk, i);
+                return false;
+            }
+            const uint64_t m = uint64_t(1) << (t & 63);
+            seen |= bits[t >> 6] & m;
+            bits[t >> 6] |= m;
+            summary[t >> 12] |= uint64_t(1) << ((t >> 6) & 63);
+            code[t] = ch[i];
+        }
+        if (seen) {
+            clear(tk, n);
+            return false;
+        }
+        size_t at = 0;
+        for (size_t s = 0; s < summary.size(); ++s) {
+            uint64_t sw = summary[s];
+            if (!sw) continue;
+            summary[s] = 0;
+            do {
+                const size_t wi = s * 64 + static_cast<size_t>(__builtin_ctzll(sw));
+                sw &= sw - 1;
+                uint64_t w = bits[wi];
+                bits[wi] = 0;
+                do {
+                    const size_t t = wi * 64 + static_cast<size_t>(__builtin_ctzll(w));
+                    w &= w - 1;
+                    tk[at] = static_cast<int32_t>(t);
+                    ch[at++] = code[t];
+                } while (w);
+            } while (sw);
+        }
+        return true;
+    }
+    void clear(const int32_t* tk, size_t n) {
+        for (size_t i = 0; i < n; ++i) {
+            const size_t t = static_cast<uint32_t>(tk[i]);
+            bits[t >> 6] = 0;
+            summary[t >> 12] = 0;
+        }
+    }
+};
+
 // Sorts a row's (token, code) pairs by token. Rows come out of the walk in the byte order of the
 // tokens, so the order by id is a random permutation: small rows go through branchless sorting
-// networks (no mispredicted branches), large ones through an LSD radix sort on the id.
-inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
+// networks (no mispredicted branches), large ones through ``big`` (IdBits) or else an LSD radix
+// sort on the id.
+inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n, IdBits* big = nullptr) {
     if (n < 2) return;
     if (n == 2) {
         const int32_t a = tk[0], b = tk[1];
@@ -914,6 +1054,7 @@ inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n) {
     size_t k = 1;
     while (k < n && tk[k - 1] <= tk[k]) ++k;
     if (k == n) return;
+    if (big && big->sort(tk, ch, n)) return;
     uint64_t local[512];
     std::vector<uint64_t> heap;
     uint64_t* w = local;
@@ -1232,9 +1373,15 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         // the node at depth d of the path: its row starts at pstart[d] (its cursor when the walk
         // reached it: rows only receive pairs from nodes below them)
         std::vector<int32_t> pstart(path.size(), 0);
+        std::unique_ptr<IdBits> big;  // made for the first row of more than 16 pairs
+        int64_t max_id = tri->n_ids;
+        for (int32_t e : eos) max_id = std::max(max_id, int64_t{e} + 1);
+        const bool bits_fit = max_id <= (int64_t{1} << 24);  // else the radix sort alone
         auto finish = [&](int64_t dd) {
             const int32_t v = path[static_cast<size_t>(dd)], lo = pstart[static_cast<size_t>(dd)];
-            sort_row2(tk + lo, ch + lo, static_cast<size_t>(cur[v] - lo));
+            const size_t len = static_cast<size_t>(cur[v] - lo);
+            if (len > 16 && !big && bits_fit) big.reset(new IdBits(static_cast<size_t>(max_id)));
+            sort_row2(tk + lo, ch + lo, len, big.get());
         };
         const Out* outs = tt.outs;
         int32_t id = 1;
