@@ -1609,14 +1609,28 @@ struct Mask2D {
     inline int32_t* row32(int64_t r) const { return reinterpret_cast<int32_t*>(base + r * row_stride); }
 };
 
+// A row is written 2 KB at a time: the stretch is zeroed, then the bits of its ids (a row's ids
+// are sorted) are set while its lines are still in L1. Measured A/B on this 2-core EPYC, in one
+// process, 256 Qwen2 rows (4.9 MB, ~80 ids a row): 7-10% faster than one memset of the whole
+// row before its ids (likely: glibc zeroes 19 KB with `rep stosb`, and the ids' words then come
+// from further out than L1); 1, 1.5, 4 and 8 KB stretches and 32-byte stores of our own were
+// slower; writing each word once (zero stretches between ids, words built in registers) 2x
+// slower (the stretches are short, the branches unpredictable); streaming stores 2-4x slower.
+constexpr int64_t FILL_STRETCH = 512;  // words
+
 inline void fill_row(const CoreObject* c, int64_t s, int32_t* row, int64_t words) {
-    std::memset(row, 0, static_cast<size_t>(words) * 4);
     s = valid_state(c, s);
     const int32_t* tk = c->tokens;
     uint32_t* w = reinterpret_cast<uint32_t*>(row);
-    for (int64_t j = c->row_ptr[s], hi = c->row_ptr[s + 1]; j < hi; ++j) {
-        uint32_t t = static_cast<uint32_t>(tk[j]);
-        w[t >> 5] |= 1u << (t & 31);
+    int64_t j = c->row_ptr[s];
+    const int64_t hi = c->row_ptr[s + 1];
+    for (int64_t p0 = 0; p0 < words; p0 += FILL_STRETCH) {
+        const int64_t p1 = std::min(words, p0 + FILL_STRETCH);
+        std::memset(w + p0, 0, static_cast<size_t>(p1 - p0) * 4);
+        for (const int64_t lim = p1 << 5; j < hi && tk[j] < lim; ++j) {
+            const uint32_t t = static_cast<uint32_t>(tk[j]);
+            w[t >> 5] |= 1u << (t & 31);
+        }
     }
 }
 
@@ -1761,9 +1775,11 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
     }
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < st.n; ++i) {
-        if (i + 1 < st.n) {  // the next row's ids load while this row is written
+        if (i + 1 < st.n) {  // the next row's ids (every line of them) load while this row is written
             const int64_t s2 = valid_state(self, st.p[i + 1]);
-            __builtin_prefetch(self->tokens + self->row_ptr[s2]);
+            const char* a = reinterpret_cast<const char*>(self->tokens + self->row_ptr[s2]);
+            const char* b = reinterpret_cast<const char*>(self->tokens + self->row_ptr[s2 + 1]);
+            for (; a < b; a += 64) __builtin_prefetch(a);
         }
         if (i + 2 < st.n) __builtin_prefetch(self->row_ptr + valid_state(self, st.p[i + 2]));
         int64_t r = has_rows ? rw.p[i] : i;
