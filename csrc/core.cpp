@@ -1481,27 +1481,25 @@ int Core_init(CoreObject* self, PyObject* args, PyObject*) {
 
 inline int64_t core_advance(const CoreObject* c, int64_t s, int64_t token) {
     if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(c->n_states)) return c->dead_state;
-    const int32_t* tk = c->tokens;
-    int64_t lo = c->row_ptr[s], hi = c->row_ptr[s + 1];
-    // lower bound
-    int64_t len = hi - lo;
-    while (len > 0) {
-        int64_t half = len >> 1;
-        if (tk[lo + half] < token) {
-            lo += half + 1;
-            len -= half + 1;
-        } else {
-            len = half;
-        }
+    const int64_t lo = c->row_ptr[s];
+    int64_t n = c->row_ptr[s + 1] - lo;
+    if (n == 0) return c->dead_state;
+    // The last id <= token in the sorted row, without branches on the ids (a conditional move):
+    // rows of a batch are random, and the branches of a plain binary search mispredicted (A/B on
+    // the 40 batch steps of compile_and_step, 256 rows: 15-30% less time for advance_batch).
+    const int32_t* base = c->tokens + lo;
+    while (n > 1) {
+        const int64_t half = n >> 1;
+        base = (base[half] <= token) ? base + half : base;
+        n -= half;
     }
-    if (lo < hi && tk[lo] == token) {
-        uint16_t d = c->children[lo];
-        if (d < FAR) return s + d;
-        if (d == TO_END) return c->end_state;
-        const int32_t* f = std::lower_bound(c->far_pos, c->far_pos + c->n_far, static_cast<int32_t>(lo));
-        return c->far_child[f - c->far_pos];
-    }
-    return c->dead_state;
+    if (*base != token) return c->dead_state;
+    const int64_t at = base - c->tokens;
+    const uint16_t d = c->children[at];
+    if (d < FAR) return s + d;
+    if (d == TO_END) return c->end_state;
+    const int32_t* f = std::lower_bound(c->far_pos, c->far_pos + c->n_far, static_cast<int32_t>(at));
+    return c->far_child[f - c->far_pos];
 }
 
 inline bool as_i64(PyObject* o, int64_t* out) {
