@@ -420,21 +420,25 @@ def measure_batches(
         state = {"s": np.zeros(BATCH, dtype=np.int64)}
         cs.fill_bitmask_batch(state["s"], bm)
         adv: list[int] = []
+        rst: list[int] = []
         fil: list[int] = []
 
         def vec(j: int) -> None:
             a = time.perf_counter_ns()
             nxt = cs.advance_batch(state["s"], toks[j])
-            nxt[resets[j]] = 0
             b = time.perf_counter_ns()
-            cs.fill_bitmask_batch(nxt, bm)
+            nxt[resets[j]] = 0  # the benchmark's requests ending: not the API's work
             c = time.perf_counter_ns()
+            cs.fill_bitmask_batch(nxt, bm)
+            d = time.perf_counter_ns()
             adv.append(b - a)
-            fil.append(c - b)
+            rst.append(c - b)
+            fil.append(d - c)
             state["s"] = nxt
 
         out["vectorized"] = time_batch(vec, steps, budget_s)
         out["vectorized_advance"] = stats_us(adv[1:])
+        out["vectorized_reset"] = stats_us(rst[1:])
         out["vectorized_fill"] = stats_us(fil[1:])
         fill_s = out["vectorized_fill"]["median_us"] / 1e6
         out["fill_gbps"] = nbytes / fill_s / 1e9 if fill_s > 0 else None
@@ -453,6 +457,8 @@ def measure_batches(
                 big.nbytes / min(native_core().memset_bandwidth(big, 1) for _ in range(3)) / 1e9
             )
             del big
+            if out["fill_gbps"]:
+                out["fill_fraction_of_dram"] = out["fill_gbps"] / out["dram_memset_gbps"]
     native = eng.has_native_batch and not isinstance(eng, TrieRouter)
     kinds = ["loop", "native"] if native else ["loop"]
     for kind in kinds:
@@ -770,6 +776,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paths", type=int, default=400, help="values walked for single steps")
     ap.add_argument("--batch-steps", type=int, default=40)
     ap.add_argument("--out", default=str(OUT_JSON))
+    ap.add_argument(
+        "--merge-batch-into",
+        metavar="JSON",
+        help="after the run, replace the batch entries of this run's (engine, vocab, K) cases in "
+        "JSON (an earlier full run) with this run's, and record this run in its config",
+    )
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--engine", help=argparse.SUPPRESS)
@@ -812,14 +824,20 @@ def main(argv: list[str] | None = None) -> int:
             "matcher_step": "trierouter step_matcher: Matcher.accept_token + allowed_token_ids, "
             "per path walk time / tokens, median over paths (no timer inside the loop)",
             "batch": "256 rows; trierouter advance_batch + fill_bitmask_batch; peers: loop over "
-            "matchers and, where they have one, their batch API (native)",
+            "matchers and, where they have one, their batch API (native); a step's time "
+            "includes resetting finished rows to the root (the benchmark's requests ending)",
+            "batch_parts": "trierouter batch.vectorized_advance: advance_batch alone (public API, "
+            "median over steps); batch.vectorized_reset: the benchmark's reset of finished rows "
+            "(numpy boolean indexing, not the API's work); batch.vectorized_fill: "
+            "fill_bitmask_batch alone",
             "memory": "reported_mb: ChoiceSet.nbytes / CompiledGrammar.memory_size_bytes; "
             "rss_compile_mb: RSS growth across compile in a fresh subprocess",
             "cpu": "compile_cpu_ms / compile_warm_cpu_ms / tokenizer_prep_cpu_s: process CPU "
             "time of the same work (the 2-core machine is shared; wall time includes waiting)",
             "bandwidth": "batch.memset_gbps: memset of the same 256-row bitmask buffer (best "
             "of 5x20; it stays in cache); batch.fill_fraction_of_memset: fill_bitmask_batch's "
-            "rate over it; batch.dram_memset_gbps: memset of 128 MB (main memory)",
+            "rate (median step) over it; batch.dram_memset_gbps: memset of 128 MB (main "
+            "memory, best of 3); batch.fill_fraction_of_dram: the fill's rate over it",
         },
         "results": [],
     }
@@ -855,8 +873,44 @@ def main(argv: list[str] | None = None) -> int:
     doc["ratios"] = ratios(results)
     out.write_text(json.dumps(doc, indent=1, default=_jsonable))
     print(f"\nwrote {out} ({time.time() - t_start:.0f} s)")
+    if args.merge_batch_into:
+        merged = merge_batches(doc, Path(args.merge_batch_into))
+        print(f"merged {merged} batch entries into {args.merge_batch_into}")
     print_ratios(doc["ratios"])
     return 0
+
+
+def merge_batches(doc: dict[str, Any], path: Path) -> int:
+    """Write ``doc``'s batch entries over those of the same cases in the run saved at ``path``.
+
+    For a rerun of the batch measurement alone (e.g. ``--engines trierouter``) after a change to
+    the batch path: the other fields of every case, the peers' batches included, stay from the
+    saved run; ``config.batch_reruns`` says which cases come from which run, and the ratios are
+    recomputed (a peer's batch ratio then compares two runs).
+    """
+    target = json.loads(path.read_text())
+    cases = {(r["engine"], r["vocab"], r["k"]): r for r in target["results"]}
+    merged = []
+    for r in doc["results"]:
+        t = cases.get((r["engine"], r["vocab"], r["k"]))
+        if r.get("status") == "ok" and "batch" in r and t is not None and t.get("status") == "ok":
+            t["batch"] = r["batch"]
+            merged.append(f"{r['engine']}/{r['vocab']}/{r['k']}")
+    m = doc["machine"]
+    target["config"].setdefault("batch_reruns", []).append(
+        {
+            "cases": merged,
+            "date": m.get("date"),
+            "loadavg_start": m.get("loadavg_start"),
+            "loadavg_end": m.get("loadavg_end"),
+            "wall_s": m.get("wall_s"),
+            "batch_steps": doc["config"]["batch_steps"],
+            "budget_s": doc["config"]["budget_s"],
+        }
+    )
+    target["ratios"] = ratios(target["results"])
+    path.write_text(json.dumps(target, indent=1, default=_jsonable))
+    return len(merged)
 
 
 def print_ratios(rat: dict[str, Any]) -> None:

@@ -111,13 +111,17 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         + series("step_matcher.median_us", ".2f")
         + " µs; advance + mask view "
         + series("step_ids.median_us", ".2f")
-        + " µs; batch of 256: advance "
+        + " µs; batch of 256: `advance_batch` "
         + series("batch.vectorized_advance.median_us", ".1f")
-        + " µs, bitmask fill "
+        + " µs (the benchmark's reset of finished rows apart), bitmask fill "
         + series("batch.fill_gbps", ".0f")
-        + " GB/s against a memset of the same buffer at "
+        + " GB/s = "
+        + series("batch.fill_fraction_of_memset", ".0%")
+        + " of a memset of the same buffer ("
         + series("batch.memset_gbps", ".0f")
-        + " GB/s (main memory: "
+        + " GB/s) and "
+        + series("batch.fill_fraction_of_dram", ".0%")
+        + " of a 128 MB memset (main memory: "
         + series("batch.dram_memset_gbps", ".0f")
         + " GB/s); RSS growth during compile "
         + series("rss_compile_mb", ".1f")
@@ -131,6 +135,17 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         + _median_range(t, "tokenizer_prep_cpu_s")
         + " ms CPU (median, range over the workers)."
     )
+    for rerun in d["config"].get("batch_reruns", []):
+        engines = sorted({c.split("/")[0] for c in rerun["cases"]})
+        out[-1] += (
+            f" The batch figures of {', '.join(engines)} ({len(rerun['cases'])} cases) are from a "
+            f"later run of the same script limited to {'them' if len(engines) > 1 else 'it'} "
+            f"({str(rerun.get('date', ''))[:16].replace('T', ' ')} UTC, load average "
+            f"{_num((rerun.get('loadavg_start') or [None])[0], '.1f')} at the start, "
+            f"{_num((rerun.get('loadavg_end') or [None])[0], '.1f')} at the end), after a change "
+            "to the batch path; every other figure, the peers' batches included, is from the run "
+            "above."
+        )
     return out
 
 

@@ -25,6 +25,7 @@ from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.matcher import Matcher
+from trierouter.testing.oracle import brute_force_allowed
 
 ARRAYS = (
     "row_ptr",
@@ -310,6 +311,53 @@ def test_stale_or_missing_core_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.undo()
         backend_mod.native_core.cache_clear()
     assert backend_mod.native_core() is core
+
+
+def _token_near(vocab: Vocabulary, start: int, step: int) -> tuple[int, str]:
+    """The first id from ``start`` (walking by ``step``) whose token is plain UTF-8 text."""
+    t = start
+    while True:
+        tb = vocab.tokens[t]
+        if tb and t not in vocab.special_ids and t not in vocab.end_ids:
+            try:
+                text = tb.decode("utf-8")
+            except UnicodeDecodeError:
+                text = ""
+            if text.isprintable() and text.strip():
+                return t, text
+        t += step
+
+
+def test_bitmask_rows_at_fill_stretch_edges(qwen2: Vocabulary, qwen2_index: TokenIndex) -> None:
+    """The native fill writes a row 512 words (16,384 ids) at a time: ids on both sides of every
+    stretch edge land in their bits, in rows wider than the set and with a stride, every other
+    bit of the row cleared (oracles: brute force over the vocabulary; ``END`` and ``DEAD`` allow
+    the end ids, which sit in the last stretch; the numpy backend, buffer for buffer)."""
+    edge = 512 * 32
+    picked = [
+        _token_near(qwen2, k * edge + d, step)
+        for k in range(1, qwen2.width // edge + 1)
+        for d, step in ((-1, -1), (0, 1))
+    ]
+    ids = {t for t, _ in picked}
+    assert any(t % edge == 0 for t in ids) and any(t % edge == edge - 1 for t in ids)
+    values = sorted({text for _, text in picked})
+    a, b = both(values, qwen2_index)
+    allowed = brute_force_allowed(qwen2, {v.encode() for v in values}, b"")
+    assert ids <= allowed
+    states = np.array([a.root, a.DEAD, a.root, a.END, a.root], dtype=np.int64)
+    buffers = []
+    for cs in (a, b):
+        base = np.full((len(states) + 1, cs.bitmask_words + 7), -1, dtype=np.int32)
+        view = base[:, 3:]  # rows with a stride, wider than the set
+        cs.fill_bitmask_batch(states, view[: len(states)])
+        cs.fill_next_token_bitmask(int(a.root), view, len(states))
+        buffers.append(base)
+    assert np.array_equal(buffers[0], buffers[1])
+    bits = np.unpackbits(buffers[0][:, 3:].view(np.uint8), axis=1, bitorder="little")
+    rows = [set(np.flatnonzero(r).tolist()) for r in bits]
+    assert rows == [allowed, set(qwen2.end_ids), allowed, set(qwen2.end_ids), allowed, allowed]
+    assert (buffers[0][:, :3] == -1).all()
 
 
 def test_bitmask_too_narrow_is_refused(toy_index: TokenIndex) -> None:

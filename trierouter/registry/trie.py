@@ -337,8 +337,10 @@ class ChoiceSet:
             bitmask.fill(0)
         else:
             bitmask[rw] = 0
-        flat = bitmask.reshape(-1)
-        flat[rw[grp] * nwords + widx[pos]] = wbits[pos]
+        if bitmask.flags.c_contiguous:
+            bitmask.reshape(-1)[rw[grp] * nwords + widx[pos]] = wbits[pos]
+        else:  # rows with a stride (a view): reshape would copy, and the bits would be lost
+            bitmask[rw[grp], widx[pos]] = wbits[pos]
 
     def apply_mask_inplace(
         self, states: npt.ArrayLike, logits: Any, rows: npt.ArrayLike | None = None
