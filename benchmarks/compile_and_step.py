@@ -776,12 +776,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paths", type=int, default=400, help="values walked for single steps")
     ap.add_argument("--batch-steps", type=int, default=40)
     ap.add_argument("--out", default=str(OUT_JSON))
-    ap.add_argument(
-        "--merge-batch-into",
-        metavar="JSON",
-        help="after the run, replace the batch entries of this run's (engine, vocab, K) cases in "
-        "JSON (an earlier full run) with this run's, and record this run in its config",
-    )
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--engine", help=argparse.SUPPRESS)
@@ -873,44 +867,8 @@ def main(argv: list[str] | None = None) -> int:
     doc["ratios"] = ratios(results)
     out.write_text(json.dumps(doc, indent=1, default=_jsonable))
     print(f"\nwrote {out} ({time.time() - t_start:.0f} s)")
-    if args.merge_batch_into:
-        merged = merge_batches(doc, Path(args.merge_batch_into))
-        print(f"merged {merged} batch entries into {args.merge_batch_into}")
     print_ratios(doc["ratios"])
     return 0
-
-
-def merge_batches(doc: dict[str, Any], path: Path) -> int:
-    """Write ``doc``'s batch entries over those of the same cases in the run saved at ``path``.
-
-    For a rerun of the batch measurement alone (e.g. ``--engines trierouter``) after a change to
-    the batch path: the other fields of every case, the peers' batches included, stay from the
-    saved run; ``config.batch_reruns`` says which cases come from which run, and the ratios are
-    recomputed (a peer's batch ratio then compares two runs).
-    """
-    target = json.loads(path.read_text())
-    cases = {(r["engine"], r["vocab"], r["k"]): r for r in target["results"]}
-    merged = []
-    for r in doc["results"]:
-        t = cases.get((r["engine"], r["vocab"], r["k"]))
-        if r.get("status") == "ok" and "batch" in r and t is not None and t.get("status") == "ok":
-            t["batch"] = r["batch"]
-            merged.append(f"{r['engine']}/{r['vocab']}/{r['k']}")
-    m = doc["machine"]
-    target["config"].setdefault("batch_reruns", []).append(
-        {
-            "cases": merged,
-            "date": m.get("date"),
-            "loadavg_start": m.get("loadavg_start"),
-            "loadavg_end": m.get("loadavg_end"),
-            "wall_s": m.get("wall_s"),
-            "batch_steps": doc["config"]["batch_steps"],
-            "budget_s": doc["config"]["budget_s"],
-        }
-    )
-    target["ratios"] = ratios(target["results"])
-    path.write_text(json.dumps(target, indent=1, default=_jsonable))
-    return len(merged)
 
 
 def print_ratios(rat: dict[str, Any]) -> None:

@@ -135,17 +135,6 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         + _median_range(t, "tokenizer_prep_cpu_s")
         + " ms CPU (median, range over the workers)."
     )
-    for rerun in d["config"].get("batch_reruns", []):
-        engines = sorted({c.split("/")[0] for c in rerun["cases"]})
-        out[-1] += (
-            f" The batch figures of {', '.join(engines)} ({len(rerun['cases'])} cases) are from a "
-            f"later run of the same script limited to {'them' if len(engines) > 1 else 'it'} "
-            f"({str(rerun.get('date', ''))[:16].replace('T', ' ')} UTC, load average "
-            f"{_num((rerun.get('loadavg_start') or [None])[0], '.1f')} at the start, "
-            f"{_num((rerun.get('loadavg_end') or [None])[0], '.1f')} at the end), after a change "
-            "to the batch path; every other figure, the peers' batches included, is from the run "
-            "above."
-        )
     return out
 
 
