@@ -30,6 +30,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -3125,6 +3126,197 @@ PyObject* py_dfa_wire(PyObject*, PyObject* args) {
     return Py_BuildValue("(NNN)", a, b, d);
 }
 
+// ---- eager tool registries (branch eager): an object's key automaton in one call ----------
+
+// key_automaton(texts: list[bytes], required: bytes) -> (src, byte, dst, count, exit_states,
+//   exit_keys): the key automaton of an object (slots/objects.py's _key_automaton, same states
+//   in the same numbering, same edge order): texts[j] is key j's JSON text and ": ", required[j]
+//   nonzero when key j is required. Exits in the reference's order: state 2 (after "}", key -1)
+//   then each key's chain end (key j). The trie's children are kept in insertion order and the
+//   windows' work list is a stack, as in the reference, so the numbering matches.
+PyObject* py_key_automaton(PyObject*, PyObject* args) {
+    PyObject *texts_o, *req_o;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &texts_o, &PyBytes_Type, &req_o)) return nullptr;
+    const Py_ssize_t n = PyList_GET_SIZE(texts_o);
+    if (PyBytes_GET_SIZE(req_o) != n || n >= (Py_ssize_t{1} << 20)) {
+        PyErr_SetString(PyExc_ValueError, "key_automaton: one required flag per key, < 2**20 keys");
+        return nullptr;
+    }
+    std::vector<std::string_view> texts(static_cast<size_t>(n));
+    for (Py_ssize_t j = 0; j < n; ++j) {
+        PyObject* o = PyList_GET_ITEM(texts_o, j);
+        if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) == 0) {
+            PyErr_SetString(PyExc_ValueError, "key_automaton: texts must be non-empty bytes");
+            return nullptr;
+        }
+        texts[static_cast<size_t>(j)] = std::string_view(PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
+    }
+    const char* req = PyBytes_AS_STRING(req_o);
+    Buf<int32_t> src, byte, dst, exs, exk;
+    bool ok = true;
+    int64_t count = 3;
+    try {
+        const size_t nn = static_cast<size_t>(n);
+        std::vector<size_t> unique(nn, 1), order(nn);
+        for (size_t j = 0; j < nn; ++j) order[j] = j;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return texts[a] < texts[b]; });
+        for (size_t k = 0; k + 1 < nn; ++k) {
+            const std::string_view x = texts[order[k]], y = texts[order[k + 1]];
+            size_t c = 0;
+            while (c < x.size() && c < y.size() && x[c] == y[c]) ++c;
+            unique[order[k]] = std::max(unique[order[k]], c + 1);
+            unique[order[k + 1]] = std::max(unique[order[k + 1]], c + 1);
+        }
+        // a trie of those prefixes, children in insertion order; through[node]: keys, ascending
+        std::vector<std::vector<std::pair<uint8_t, int32_t>>> children(1);
+        std::vector<std::vector<int32_t>> through(1);
+        std::vector<int32_t> depth(1, 0);
+        for (size_t j = 0; j < nn; ++j) through[0].push_back(static_cast<int32_t>(j));
+        for (size_t j = 0; j < nn; ++j) {
+            int32_t node = 0;
+            const size_t top = std::min(unique[j], texts[j].size());
+            for (size_t i = 0; i < top; ++i) {
+                const uint8_t b = static_cast<uint8_t>(texts[j][i]);
+                int32_t nxt = -1;
+                for (const auto& [lab, ch] : children[static_cast<size_t>(node)])
+                    if (lab == b) {
+                        nxt = ch;
+                        break;
+                    }
+                if (nxt < 0) {
+                    nxt = static_cast<int32_t>(children.size());
+                    children[static_cast<size_t>(node)].emplace_back(b, nxt);
+                    children.emplace_back();
+                    through.emplace_back();
+                    depth.push_back(depth[static_cast<size_t>(node)] + 1);
+                }
+                node = nxt;
+                through[static_cast<size_t>(node)].push_back(static_cast<int32_t>(j));
+            }
+        }
+        std::vector<int32_t> last(nn + 1, static_cast<int32_t>(n) - 1);
+        std::vector<uint8_t> optional_from(nn + 1, 1);
+        size_t r = nn;
+        for (size_t i = nn; i-- > 0;) {
+            if (req[i]) r = i;
+            last[i] = static_cast<int32_t>(std::min(r, nn - 1));
+            optional_from[i] = r == nn;
+        }
+        auto edge = [&](int64_t s, int b, int64_t d) {
+            ok = ok && src.push(static_cast<int32_t>(s)) && byte.push(b) && dst.push(static_cast<int32_t>(d));
+        };
+        const int64_t opened = 1, end = 2;
+        edge(0, '{', opened);
+        auto entry = [&](size_t i) -> int64_t { return i == 0 ? 0 : 3 + static_cast<int64_t>(i) - 1; };
+        count += n;
+        struct Key {
+            int32_t node, a, b;
+            bool operator==(const Key& o) const { return node == o.node && a == o.a && b == o.b; }
+        };
+        struct KeyHash {
+            size_t operator()(const Key& k) const {
+                return std::hash<uint64_t>()((static_cast<uint64_t>(static_cast<uint32_t>(k.node)) << 40) ^
+                                             (static_cast<uint64_t>(static_cast<uint32_t>(k.a)) << 20) ^
+                                             static_cast<uint64_t>(static_cast<uint32_t>(k.b)));
+            }
+        };
+        std::unordered_map<Key, int64_t, KeyHash> ids;
+        std::vector<Key> todo;
+        struct Alone {
+            int64_t from;
+            int b;
+            int32_t key, depth;
+        };
+        std::vector<Alone> alone;
+        for (size_t i = 0; i <= nn; ++i) {
+            const int64_t at = i == 0 ? opened : entry(i);
+            if (optional_from[i]) edge(at, '}', end);
+            if (i == nn) continue;
+            const int32_t ii = static_cast<int32_t>(i);
+            if (i == 0) {
+                ids[Key{0, 0, last[0]}] = opened;
+                todo.push_back(Key{0, 0, last[0]});
+                continue;
+            }
+            const int64_t comma = count++;
+            edge(at, ',', comma);
+            if (ii == last[i]) {
+                alone.push_back(Alone{comma, ' ', ii, 0});
+                continue;
+            }
+            const int64_t s = count++;
+            ids[Key{0, ii, last[i]}] = s;
+            todo.push_back(Key{0, ii, last[i]});
+            edge(comma, ' ', s);
+        }
+        while (!todo.empty()) {
+            const Key k = todo.back();
+            todo.pop_back();
+            const int64_t s = ids[k];
+            for (const auto& [c, child] : children[static_cast<size_t>(k.node)]) {
+                const std::vector<int32_t>& here = through[static_cast<size_t>(child)];
+                const auto lo = std::lower_bound(here.begin(), here.end(), k.a);
+                const auto hi = std::upper_bound(here.begin(), here.end(), k.b);
+                if (lo >= hi) continue;
+                const int32_t first = *lo, lastk = *(hi - 1);
+                if (first == lastk) {
+                    alone.push_back(Alone{s, c, first, depth[static_cast<size_t>(child)]});
+                    continue;
+                }
+                const Key nk{child, first, lastk};
+                auto it = ids.find(nk);
+                int64_t t;
+                if (it == ids.end()) {
+                    t = count++;
+                    ids.emplace(nk, t);
+                    todo.push_back(nk);
+                } else {
+                    t = it->second;
+                }
+                edge(s, c, t);
+            }
+        }
+        // each key's chain, from the shallowest depth a window reaches it alone, as one run
+        std::vector<int64_t> shallow(nn, int64_t{1} << 30), base(nn, 0);
+        for (const Alone& a : alone) shallow[static_cast<size_t>(a.key)] = std::min<int64_t>(shallow[static_cast<size_t>(a.key)], a.depth);
+        ok = ok && exs.push(static_cast<int32_t>(end)) && exk.push(-1);
+        for (size_t j = 0; j < nn && ok; ++j) {
+            const int64_t d = shallow[j];
+            const int64_t len = static_cast<int64_t>(texts[j].size());
+            if (d > len) continue;
+            base[j] = count - d;
+            for (int64_t x = d; x < len; ++x) {
+                const int64_t s = count + (x - d);
+                edge(s, static_cast<uint8_t>(texts[j][static_cast<size_t>(x)]), s + 1);
+            }
+            count += len - d + 1;
+            ok = ok && exs.push(static_cast<int32_t>(count - 1)) && exk.push(static_cast<int32_t>(j));
+        }
+        for (const Alone& a : alone) edge(a.from, a.b, base[static_cast<size_t>(a.key)] + a.depth);
+        if (count > (int64_t{1} << 31) - 1) {
+            PyErr_SetString(PyExc_ValueError, "key_automaton: too many states");
+            return nullptr;
+        }
+    } catch (const std::bad_alloc&) {
+        ok = false;
+    }
+    if (!ok) return PyErr_NoMemory();
+    PyObject* a = to_numpy(src, NPY_INT32);
+    PyObject* b = to_numpy(byte, NPY_INT32);
+    PyObject* c = to_numpy(dst, NPY_INT32);
+    PyObject* e = to_numpy(exs, NPY_INT32);
+    PyObject* f = to_numpy(exk, NPY_INT32);
+    if (!a || !b || !c || !e || !f) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        Py_XDECREF(e);
+        Py_XDECREF(f);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNNLNN)", a, b, c, static_cast<long long>(count), e, f);
+}
+
 // bm25_accumulate(ptr, docs, weights, terms, coefs, out) -> None: for each query term i (in
 // order), out[docs[j]] += double(weights[j]) * coefs[i] over the term's postings
 // j in [ptr[terms[i]], ptr[terms[i] + 1]). The numpy reference (BM25Index.scores) gathers the
@@ -3393,6 +3585,9 @@ PyMethodDef module_methods[] = {
      "scatter_max(out, values, rows, owners): out[owners] = max(out[owners], values[rows])"},
     {"top_positive", py_top_positive, METH_VARARGS,
      "top_positive(scores, k) -> ids of the k best positive scores (ties: lower id), ascending"},
+    // eager tool registries (branch eager)
+    {"key_automaton", py_key_automaton, METH_VARARGS,
+     "key_automaton(texts, required) -> (src, byte, dst, count, exit_states, exit_keys)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_core",

@@ -10,11 +10,13 @@ grammar of a slot that needs one is compiled the first time a call reaches it an
 distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: about a second each). Each
 tool's automaton is wired from the shared slot automata the first time the tool is chosen (about a
 millisecond), and its token masks are filled in per state on first visit; both are kept
-(``materialize()`` builds all of them up front)."""
+(``materialize()`` builds all of them up front; ``eager_automata=True`` builds them while compiling,
+in the same pass over each distinct schema as the slot analysis)."""
 
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import threading
 import time
@@ -135,8 +137,30 @@ class CompiledTools:
         *,
         format: str | CallFormat = "json",
         eager_xgrammar: bool = False,
+        eager_automata: bool = False,
         cache_size: int = 4096,
         strict: bool = True,
+    ) -> None:
+        # Python's cyclic collector is paused while compiling (and restored after): a compile
+        # allocates many long-lived objects and no cycles, and each collection would traverse
+        # all of them again
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self._compile(tools, index, format, eager_xgrammar, eager_automata, cache_size, strict)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _compile(
+        self,
+        tools: Iterable[Any],
+        index: TokenIndex,
+        format: str | CallFormat,
+        eager_xgrammar: bool,
+        eager_automata: bool,
+        cache_size: int,
+        strict: bool,
     ) -> None:
         self.index = index
         self.vocabulary = index.vocabulary
@@ -163,31 +187,35 @@ class CompiledTools:
         """The names trie of a whole call head (``tool_choice="required"``)."""
         t1 = time.perf_counter()
         self.strict = strict
-        dry = SlotCompiler(dry=True, strict=False)
+        self._builder = SlotCompiler(strict=False)
+        self._tables = VocabTables.get(self.vocabulary)
+        self._automata: OrderedDict[tuple[str, bool], ToolAutomaton] = OrderedDict()
+        self._schema_keys: list[str | None] = [None] * len(self.specs)
+        self._cache_size = cache_size
         self.slots: list[list[Slot]] = []
         self.relaxed: dict[str, list[Problem]] = {}
         """Per tool, what ``strict=False`` served without (empty when strict)."""
-        for s in self.specs:
-            slots, problems = dry.analyze(_normalized(s.parameters))
-            self.slots.append(slots)
-            if problems:
-                self.relaxed[s.name] = problems
+        if eager_automata:
+            self.xgrammar_schemas = self._build_all()
+        else:
+            dry = SlotCompiler(dry=True, strict=False)
+            for s in self.specs:
+                slots, problems = dry.analyze(_normalized(s.parameters))
+                self.slots.append(slots)
+                if problems:
+                    self.relaxed[s.name] = problems
+            self.xgrammar_schemas = dict(dry.xgrammar_slots)
+        for slots in self.slots:
             for sl in slots:
                 self.stats.slots_by_engine[sl.engine] = (
                     self.stats.slots_by_engine.get(sl.engine, 0) + 1
                 )
-        self.xgrammar_schemas = dict(dry.xgrammar_slots)
         self._check_patterns()
         if strict and self.relaxed:
             raise unserved_error(self.relaxed)
         t2 = time.perf_counter()
         self.stats.names_ms = (t1 - t0) * 1e3
         self.stats.analysis_ms = (t2 - t1) * 1e3
-        self._builder = SlotCompiler(strict=False)
-        self._tables = VocabTables.get(self.vocabulary)
-        self._automata: OrderedDict[tuple[str, bool], ToolAutomaton] = OrderedDict()
-        self._schema_keys: list[str | None] = [None] * len(self.specs)
-        self._cache_size = cache_size
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._xgr_compiler: Any = None
@@ -198,6 +226,29 @@ class CompiledTools:
                 self.grammar(key)
             self.stats.xgrammar_ms = (time.perf_counter() - t3) * 1e3
         self.stats.xgrammar_grammars = len(self._grammars)
+
+    def _build_all(self) -> dict[str, dict[str, Any]]:
+        """``eager_automata``: every distinct schema analysed and built in one pass (the build
+        lists the same slots and problems as the dry analysis: one code path decides both),
+        every automaton with every mask held (up to ``cache_size``); the XGrammar slots."""
+        done: dict[str, tuple[list[Slot], list[Problem]]] = {}
+        tail = self.format.tail().encode()
+        head = self.format.ARGS_HEAD.encode()
+        for i, s in enumerate(self.specs):
+            schema = _normalized(s.parameters)
+            skey = _schema_key(schema, i)
+            self._schema_keys[i] = skey
+            hit = done.get(skey)
+            if hit is None:
+                frag, slots, problems = self._builder._tool(schema, tail, head)
+                hit = done[skey] = (slots, problems)
+                self._automata[(skey, False)] = ToolAutomaton(frag, self._tables)
+                while len(self._automata) > self._cache_size:
+                    self._automata.popitem(last=False)
+            self.slots.append(list(hit[0]))
+            if hit[1]:
+                self.relaxed[s.name] = list(hit[1])
+        return dict(self._builder.xgrammar_slots)
 
     def _set_format(self, fmt: CallFormat) -> ChoiceSet:
         self.format = fmt
@@ -289,12 +340,7 @@ class CompiledTools:
         with self._lock:
             skey = self._schema_keys[i]
             if skey is None:
-                # key order kept: properties are written in schema order
-                try:
-                    skey = json.dumps(_normalized(self.specs[i].parameters), ensure_ascii=False)
-                except (TypeError, ValueError):  # not plain JSON: not shared
-                    skey = f"#{i}"
-                self._schema_keys[i] = skey
+                skey = self._schema_keys[i] = _schema_key(_normalized(self.specs[i].parameters), i)
             key = (skey, hold)
             a = self._automata.get(key)
             if a is not None:
@@ -368,13 +414,30 @@ class CompiledTools:
                     )
 
     def materialize(self) -> None:
-        """Build every tool's automaton and every state's mask now."""
-        for i in range(len(self.specs)):
-            self.automaton(i).materialize()
+        """Build every tool's automaton and every state's mask now (``eager_automata=True``
+        does it while compiling, sharing the slot analysis's pass). The cyclic collector is
+        paused meanwhile, as in compile."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for i in range(len(self.specs)):
+                self.automaton(i).materialize()
+        finally:
+            if paused:
+                gc.enable()
 
     def explain(self, name: str) -> str:
         """A table of the slots of tool ``name`` and the engine serving each."""
         return slot_table(self.slots[self.tool_index(name)], len(self.specs))
+
+
+def _schema_key(schema: dict[str, Any], i: int) -> str:
+    """What tools sharing one automaton share: the schema's JSON, key order kept (properties
+    are written in schema order); ``#i`` for a schema that is not plain JSON (not shared)."""
+    try:
+        return json.dumps(schema, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return f"#{i}"
 
 
 def _escaped(name: str) -> str:

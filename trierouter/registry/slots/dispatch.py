@@ -74,6 +74,23 @@ def canonical(schema: Any) -> str:
     return json.dumps(schema, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+_SCALARS = (str, int, bool, type(None))
+"""Exact scalars (no float: ``0.0 == -0.0`` while their JSON differs)."""
+
+
+def _leaf_key(schema: dict[str, Any]) -> Any:
+    """A cache key for a sub-schema, equal exactly when :func:`canonical` is: for a flat
+    schema of strings, integers, booleans and nulls, its items with each value's type (``1``
+    and ``true`` stay apart), sorted; else its canonical JSON (slower)."""
+    items = []
+    for k, v in schema.items():
+        if v.__class__ not in _SCALARS:
+            return canonical(schema)
+        items.append((k, v.__class__.__name__, v))
+    items.sort()
+    return tuple(items)
+
+
 @dataclass(frozen=True, slots=True)
 class Slot:
     """One slot of a tool's arguments and the engine that serves it."""
@@ -127,11 +144,13 @@ class SlotCompiler:
         self.dry = dry
         """Only decide the engines (``slots``, ``xgrammar_slots``); build no automata."""
         self.strict = strict
-        self._cache: dict[str, tuple[Fragment, str, str]] = {}
+        self._cache: dict[Any, tuple[Fragment, str, str]] = {}
         self.xgrammar_slots: dict[str, dict[str, Any]] = {}
         self._string = _free_string()
         self._refs: list[str] = []
         self._problems: list[Problem] = []
+        self._frame: tuple[dict[str, Any], bytes, bytes] | None = None
+        """(root schema, head, tail) while a tool's root object is still to be built."""
 
     def analyze(self, schema: dict[str, Any]) -> tuple[list[Slot], list[Problem]]:
         """The slots of a tool's argument schema and the problems relaxed (strict: raises)."""
@@ -158,11 +177,18 @@ class SlotCompiler:
         if norm.defs:
             root["$defs"] = norm.defs
         slots: list[Slot] = []
-        frag, _, _ = self._piece(root, root, "", slots, depth=0)
+        # an object at the root wires ``head`` and ``tail`` in its own builder (the same
+        # states, edges and numbering as wrapping it below: one wiring pass fewer)
+        self._frame = None if self.dry else (root, head, tail)
+        try:
+            frag, _, _ = self._piece(root, root, "", slots, depth=0)
+            framed = self._frame is None and not self.dry
+        finally:
+            self._frame = None
         problems, self._problems = self._problems, []
         if problems and self.strict:
             raise SchemaRefused(problems)
-        if self.dry:
+        if self.dry or framed:
             return frag, slots, problems
         b = builder()
         if head:
@@ -193,7 +219,7 @@ class SlotCompiler:
             finally:
                 self._refs.pop()
         is_object = schema.get("type") == "object" or "properties" in schema
-        key = "" if self.dry or is_object else canonical(schema)
+        key = "" if self.dry or is_object else _leaf_key(schema)
         hit = self._cache.get(key) if key else None
         if hit is not None and not is_object:
             slots.append(Slot(path or "$", hit[1], hit[2]))
@@ -225,7 +251,7 @@ class SlotCompiler:
         key = canonical(sub)
         self.xgrammar_slots.setdefault(key, sub)
         slots.append(Slot(path or "$", "xgrammar", why, key))
-        return (_DUMMY if self.dry else exit_fragment(key)), "xgrammar", why
+        return (_DUMMY if self.dry else _exit(key)), "xgrammar", why
 
     def _for_xgrammar(self, schema: Any, path: str) -> Any:
         """``schema`` as XGrammar 0.2.8 serves it exactly: exact formats become their patterns;
@@ -527,10 +553,23 @@ class SlotCompiler:
         if self.dry:
             return _DUMMY, "automaton", f"object of {n} properties"
         shape, entries = key_automaton(keys, required)
+        frame = self._frame
+        head = tail = b""
+        if frame is not None and frame[0] is schema:  # the tool's root: head and tail here
+            _, head, tail = frame
+            self._frame = None
+        else:
+            frame = None
         b = builder()
+        if head:
+            lead = _literal(head)
+            b.add(lead)
         at = b.add(shape, entries[1:])
+        if head:
+            b.link(b.accepting(0, lead), at)
         starts = [b.add(v) for v in values]
         close = b.add(_accepting())
+        closing: list[int] = []
         for j, v in enumerate(values):
             b.link(b.accepting(starts[j], v), at + entries[j + 1])
         for s, label in list(b.exits.items()):
@@ -538,6 +577,9 @@ class SlotCompiler:
                 b.link([s], starts[label[1]])
             elif isinstance(label, tuple) and label[0] == "end":
                 b.link([s], close)
+                closing.append(s)
+        if frame is not None:  # what accepts now (close and the states copying it): the tail
+            b.link([*closing, close], b.add(_literal(tail) if tail else _accepting()))
         frag = b.finish()
         return frag, "automaton", f"object of {n} properties"
 
@@ -558,6 +600,12 @@ def _lengths_hold(schema: dict[str, Any]) -> bool:
 def _free_string() -> Fragment:
     """The free JSON string (shared: fragments are copied when wired, never changed)."""
     return string_fragment()
+
+
+@functools.lru_cache(maxsize=4096)
+def _exit(key: str) -> Fragment:
+    """The hand-over to XGrammar slot ``key`` (shared: fragments are copied when wired)."""
+    return exit_fragment(key)
 
 
 @functools.lru_cache(maxsize=256)

@@ -30,6 +30,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import Fragment
 
 __all__ = ["key_automaton"]
@@ -52,8 +53,24 @@ def key_automaton(
 def _key_automaton(
     keys: tuple[str, ...], required: tuple[bool, ...]
 ) -> tuple[Fragment, tuple[int, ...]]:
-    n = len(keys)
     texts = [json.dumps(k, ensure_ascii=False).encode() + b": " for k in keys]
+    if _backend.default_backend() == "native":  # the same fragment, built in one core call
+        src, byte, dst, count, at, key = _backend.native_core().key_automaton(
+            texts, bytes(required)
+        )
+        exits: dict[int, object] = {
+            s: ("end",) if j < 0 else ("v", j) for s, j in zip(at.tolist(), key.tolist(), strict=True)
+        }
+        frag = Fragment(src, byte, dst, count, np.zeros(count, dtype=bool), exits=exits)
+        return frag, (0, *range(3, 3 + len(keys)))
+    return _reference(texts, required)
+
+
+def _reference(
+    texts: list[bytes], required: tuple[bool, ...]
+) -> tuple[Fragment, tuple[int, ...]]:
+    """:func:`key_automaton` in Python (the numpy backend, and the tests' reference)."""
+    n = len(texts)
     # unique[j]: the depth where key j is the only key left (one past its longest shared prefix;
     # no text is a prefix of another: each ends with the closing quote and ": ")
     unique = [1] * n
