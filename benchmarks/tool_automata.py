@@ -132,8 +132,41 @@ def _ms(xs: list[float]) -> dict[str, float]:
     }
 
 
-def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any]:
+def _grammars(tools: Any) -> tuple[list[float], float, float]:
+    """The XGrammar slots' grammars, each distinct one compiled once (what eager_xgrammar=True
+    does; lazily, a tool's first call would pay its slots' grammars): per slot wall seconds,
+    and the total wall and CPU."""
+    grammar_ms: list[float] = []
+    g, gcpu = time.perf_counter(), time.process_time()
+    for key in tools.xgrammar_schemas:
+        a = time.perf_counter()
+        tools.grammar(key)
+        grammar_ms.append(time.perf_counter() - a)
+    return grammar_ms, time.perf_counter() - g, time.process_time() - gcpu
+
+
+def eager_run(registry: ToolRegistry, index: TokenIndex, tables: VocabTables) -> dict[str, Any]:
+    """The registry compiled eagerly (``eager_automata=True``: every distinct schema's
+    automaton with every mask built in the analysis pass), then its XGrammar slots, from empty
+    caches."""
     _cold(tables)
+    t, c = time.perf_counter(), time.process_time()
+    tools = registry.compile(index, cache_size=len(registry), eager_automata=True)
+    r: dict[str, Any] = {
+        "eager_compile_s": time.perf_counter() - t,
+        "eager_compile_cpu_s": time.process_time() - c,
+    }
+    _, r["eager_xgrammar_slots_s"], r["eager_xgrammar_slots_cpu_s"] = _grammars(tools)
+    r["eager_total_s"] = r["eager_compile_s"] + r["eager_xgrammar_slots_s"]
+    r["eager_total_cpu_s"] = r["eager_compile_cpu_s"] + r["eager_xgrammar_slots_cpu_s"]
+    autos = {id(a): a for a in tools._automata.values()}
+    r["eager_automata"] = len(autos)
+    r["eager_states"] = int(sum(a.n_states for a in autos.values()))
+    r["eager_ready"] = all(a.ready == a.n_states - len(a.exits) for a in autos.values())
+    return r
+
+
+def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any]:
     raw = server_tools(n)
     source = (
         "openapi"
@@ -141,23 +174,18 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
         else "synthetic"
     )
     registry = ToolRegistry(_openai(raw))
+    r: dict[str, Any] = {"tools": len(registry), "source": source}
+    r.update(eager_run(registry, index, tables))
+    # then lazily, from empty caches again: compile, the XGrammar slots, and every tool's
+    # first call in turn (what a registry that is not eager pays per tool)
+    _cold(tables)
     t, c = time.perf_counter(), time.process_time()
     tools = registry.compile(index, cache_size=len(registry))  # hold every automaton
-    r: dict[str, Any] = {"tools": len(registry), "source": source}
     r["compile_s"] = time.perf_counter() - t
     r["compile_cpu_s"] = time.process_time() - c
-    # the XGrammar slots' grammars, each distinct one compiled once (what eager_xgrammar=True
-    # does; lazily, a tool's first call would pay its slots' grammars)
-    grammar_ms: list[float] = []
-    g, gcpu = time.perf_counter(), time.process_time()
-    for key in tools.xgrammar_schemas:
-        a = time.perf_counter()
-        tools.grammar(key)
-        grammar_ms.append(time.perf_counter() - a)
+    grammar_ms, r["xgrammar_slots_s"], r["xgrammar_slots_cpu_s"] = _grammars(tools)
     r["xgrammar_slots"] = len(grammar_ms)
     r["xgrammar_slot_schemas"] = sorted(tools.xgrammar_schemas)  # canonical JSON, one a slot
-    r["xgrammar_slots_s"] = time.perf_counter() - g
-    r["xgrammar_slots_cpu_s"] = time.process_time() - gcpu
     r["xgrammar_slot_ms"] = _ms(grammar_ms) if grammar_ms else None
     firsts: list[float] = []
     new: list[float] = []
@@ -196,19 +224,22 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
             {"tool": i, "first_ms": firsts[i] * 1e3, "alone_ms": (time.perf_counter() - a) * 1e3}
         )
     r["slowest_first_calls"] = again
-    r["eager_total_s"] = r["compile_s"] + r["xgrammar_slots_s"] + r["automata_s"]
-    r["eager_total_cpu_s"] = r["compile_cpu_s"] + r["xgrammar_slots_cpu_s"] + r["automata_cpu_s"]
+    r["loop_total_s"] = r["compile_s"] + r["xgrammar_slots_s"] + r["automata_s"]
+    r["loop_total_cpu_s"] = r["compile_cpu_s"] + r["xgrammar_slots_cpu_s"] + r["automata_cpu_s"]
     r["distinct_schemas"] = len(seen)
     r["states"] = states
     r["shared_pieces"] = len(tables._pieces)
     r["shared_piece_rows"] = int(sum(len(rows) for _, rows in tables._pieces.values()))
     r["first_call_ms"] = _ms(firsts)
     r["first_call_new_ms"] = _ms(new)
+    if (r["eager_automata"], r["eager_states"]) != (r["distinct_schemas"], r["states"]):
+        raise AssertionError("the eager compile built other automata than the first calls")
     print(json.dumps(r, indent=1))
     return r
 
 
 PROFILED = {
+    "names": "names_for",
     "build": "_tool",
     "normalize": "normalize_schema",
     "key automata": "_key_automaton",
@@ -221,7 +252,7 @@ PROFILED = {
 
 
 def profile_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any]:
-    """Where the automata stage's CPU goes, on a second pass from empty caches (not the timed
+    """Where the eager compile's CPU goes, on a second pass from empty caches (not the timed
     one): the compiled core's calls timed exactly, the rest sampled (CPU timer, 2 ms)."""
     import collections
     import signal
@@ -230,11 +261,8 @@ def profile_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any
 
     _cold(tables)
     registry = ToolRegistry(_openai(server_tools(n)))
-    tools = registry.compile(index, cache_size=len(registry))
-    for key in tools.xgrammar_schemas:
-        tools.grammar(key)
     core = native_core()
-    spent = dict.fromkeys(("dfa_masks", "dfa_wire", "dfa_compress"), 0.0)
+    spent = dict.fromkeys(("dfa_masks", "dfa_wire", "dfa_compress", "key_automaton"), 0.0)
     saved = {name: getattr(core, name) for name in spent}
 
     def timed(name: str) -> Any:
@@ -269,8 +297,7 @@ def profile_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any
     c = time.process_time()
     signal.setitimer(signal.ITIMER_PROF, 0.002, 0.002)
     try:
-        for i in range(len(registry)):
-            tools.automaton(i)
+        registry.compile(index, cache_size=len(registry), eager_automata=True)
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
         signal.signal(signal.SIGPROF, old)
@@ -278,13 +305,23 @@ def profile_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any
             setattr(core, name, fn)
     out = {
         "tools": n,
-        "automata_cpu_s": time.process_time() - c,
+        "eager_compile_cpu_s": time.process_time() - c,
         "core_cpu_s": spent,
         "samples": total[0],
         "share": {k: hits[k] / max(total[0], 1) for k in PROFILED},
     }
     print(json.dumps(out, indent=1))
     return out
+
+
+def _machine(load0: tuple[float, float, float]) -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "xgrammar": __import__("importlib.metadata").metadata.version("xgrammar"),
+        "date": time.strftime("%Y-%m-%d"),
+        "loadavg_start": list(load0),
+        "loadavg": list(os.getloadavg()),
+    }
 
 
 def main() -> None:
@@ -296,7 +333,14 @@ def main() -> None:
         help="JSON of the same eager loop run on an earlier checkout (kept under 'before')",
     )
     ap.add_argument("--before-label", default="", help="what --before measured (commit, date)")
+    ap.add_argument(
+        "--registries-only",
+        action="store_true",
+        help="run only the registries and their profile, merged into the existing results JSON "
+        "(its formats rows kept; the registry part's machine state under 'registries_machine')",
+    )
     args = ap.parse_args()
+    out = Path(os.environ.get("TOOL_AUTOMATA_OUT", OUT))
     t = time.perf_counter()
     import xgrammar as xgr  # imported once per process (it imports torch); the compile checks
 
@@ -314,8 +358,17 @@ def main() -> None:
     tables = VocabTables.get(vocab)  # once per vocabulary: string rows, counts, quote trie
     res["vocab_tables_s"] = time.perf_counter() - t
     res["vocab_tables_cpu_s"] = time.process_time() - c
+    load0 = os.getloadavg()
     res["registries"] = [registry_run(n, index, tables) for n in args.tools]
     res["profile"] = profile_run(max(args.tools), index, tables)
+    if args.registries_only:
+        merged = json.loads(out.read_text())
+        merged.pop("before", None)
+        merged.update(res)
+        merged["registries_machine"] = _machine(load0)
+        out.write_text(json.dumps(merged, indent=1))
+        print(f"merged into {out}")
+        return
 
     compiler = xgr.GrammarCompiler(xgrammar_tokenizer_info(vocab), cache_enabled=False)
     rows: list[dict[str, Any]] = []
@@ -372,13 +425,8 @@ def main() -> None:
     res["formats_ratio_median"] = statistics.median(r["ratio"] for r in rows)
     res["formats_ratio_cold_median"] = statistics.median(r["ratio_cold"] for r in rows)
     res["formats_ratio_masks_cold_median"] = statistics.median(r["ratio_masks_cold"] for r in rows)
-    res["machine"] = {
-        "python": platform.python_version(),
-        "xgrammar": __import__("importlib.metadata").metadata.version("xgrammar"),
-        "date": time.strftime("%Y-%m-%d"),
-        "loadavg": list(__import__("os").getloadavg()),
-    }
-    out = Path(os.environ.get("TOOL_AUTOMATA_OUT", OUT))
+    res["machine"] = _machine(load0)
+    res.pop("registries_machine", None)
     out.write_text(json.dumps(res, indent=1))
     print(f"wrote {out}")
 

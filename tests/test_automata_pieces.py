@@ -295,3 +295,120 @@ def test_native_builder_equals_reference_on_random_operations() -> None:
         else:
             _same_fragment(ref, nat)
     assert 20 < errors < 380  # both outcomes are exercised
+
+
+def _wrapped(schema: dict[str, Any], tail: bytes, head: bytes) -> Fragment:
+    """A tool's fragment as it was built before the root object took ``head`` and ``tail``
+    into its own builder: the object alone, then wrapped by a second builder."""
+    from trierouter.registry.slots.normalize import normalize_schema
+
+    sc = SlotCompiler(strict=False)
+    norm = normalize_schema(schema)
+    root = dict(norm.schema)
+    if norm.defs:
+        root["$defs"] = norm.defs
+    frag = sc._piece(root, root, "", [], depth=0)[0]
+    b = builder()
+    lead = dispatch._literal(head)
+    b.add(lead)
+    at = b.add(frag)
+    b.link(b.accepting(0, lead), at)
+    end = b.add(dispatch._literal(tail))
+    b.link(b.accepting(at, frag), end)
+    return b.finish()
+
+
+@settings(max_examples=40, deadline=None)
+@given(schema=NESTED)
+def test_root_object_framed_equals_wrapped(schema: Any) -> None:
+    """The root object wires the call's head and tail itself: the same states, numbering,
+    edges, acceptance and exits as wrapping its fragment afterwards."""
+    tool = {"type": "object", "properties": {"a": schema, "b": {"type": "integer"}}}
+    framed, _ = SlotCompiler(strict=False).tool(tool, b"}", b'{"f": ')
+    _same_fragment(_wrapped(tool, b"}", b'{"f": '), framed)
+    assert list(framed.exits) == list(_wrapped(tool, b"}", b'{"f": ').exits)
+
+
+def test_native_key_automaton_equals_reference() -> None:
+    """The key automaton built in one core call equals the Python one (the numpy backend's)
+    state for state, exits in the same order, on random key lists (shared prefixes, the empty
+    key, escaped and multi-byte keys, any required subset)."""
+    import json
+    import random
+
+    from trierouter.registry.core import native_core
+    from trierouter.registry.slots.objects import _reference
+
+    rng = random.Random(7)
+    parts = ["a", "b", "ab", "x", "é", '"', "_", "aa", "\\"]
+    for _ in range(600):
+        keys = list(
+            dict.fromkeys(
+                "".join(rng.choice(parts) for _ in range(rng.randint(0, 4)))
+                for _ in range(rng.randint(0, 9))
+            )
+        )
+        req = [rng.random() < 0.3 for _ in keys]
+        texts = [json.dumps(k, ensure_ascii=False).encode() + b": " for k in keys]
+        ref, entries = _reference(texts, tuple(req))
+        src, byte, dst, count, at, key = native_core().key_automaton(texts, bytes(req))
+        assert count == ref.n and entries == (0, *range(3, 3 + len(keys)))
+        assert src.tolist() == ref.src.tolist() and byte.tolist() == ref.byte.tolist()
+        assert dst.tolist() == ref.dst.tolist()
+        exits = [(s, ("end",) if j < 0 else ("v", j)) for s, j in zip(at.tolist(), key.tolist())]
+        assert exits == list(ref.exits.items())
+
+
+def test_leaf_cache_key_is_exact() -> None:
+    """Two leaf schemas share a cached fragment exactly when their canonical JSON is equal
+    (``1`` / ``true`` / ``1.0`` and ``0.0`` / ``-0.0`` stay apart)."""
+    leaves: list[dict[str, Any]] = [
+        {"const": 1}, {"const": True}, {"const": 1.0}, {"const": 0.0}, {"const": -0.0},
+        {"const": None}, {"const": "1"}, {"enum": [1, 2]}, {"enum": [True, 2]},
+        {"type": "string", "maxLength": 3}, {"maxLength": 3, "type": "string"},
+        {"type": "integer", "minimum": 0}, {"type": "integer", "minimum": False},
+    ]  # fmt: skip
+    for a in leaves:
+        for b in leaves:
+            same = dispatch.canonical(a) == dispatch.canonical(b)
+            assert (dispatch._leaf_key(a) == dispatch._leaf_key(b)) == same, (a, b)
+
+
+def test_eager_automata_equal_lazy_ones_on_registry_tools() -> None:
+    """``eager_automata=True`` (analysis and build in one pass per distinct schema) gives the
+    lazy compile's slots, problems, XGrammar slots and, tool by tool, the same automaton and
+    masks; Python's collector is left as it was found."""
+    import gc
+
+    from trierouter.registry.compiler import compile_tools
+    from trierouter.registry.index import TokenIndex
+    from trierouter.testing.mcp_server import server_tools
+
+    tools = [
+        {"name": t["name"], "parameters": t.get("inputSchema") or {}} for t in server_tools(150)
+    ]
+    index = TokenIndex.get(shipped_vocabulary("qwen2"))
+    lazy = compile_tools(tools, index, strict=False)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        eager = compile_tools(tools, index, strict=False, eager_automata=True)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert eager.slots == lazy.slots and eager.relaxed == lazy.relaxed
+    assert list(eager.xgrammar_schemas.items()) == list(lazy.xgrammar_schemas.items())
+    assert eager.stats.slots_by_engine == lazy.stats.slots_by_engine
+    assert len(eager._automata) == len({eager._schema_keys[i] for i in range(len(tools))})
+    row_a = np.zeros((index.vocabulary.width + 31) // 32, dtype=np.int32)
+    row_b = row_a.copy()
+    for i in range(len(tools)):
+        a, b = lazy.automaton(i), eager.automaton(i)
+        assert np.array_equal(a.table, b.table) and np.array_equal(a.byte_class, b.byte_class)
+        assert np.array_equal(a.accept, b.accept) and a.exits == b.exits
+        assert b.ready == b.n_states - len(b.exits)
+        for s in range(0, a.n_states, 7):
+            if s not in a.exits:
+                a.fill(s, row_a)
+                b.fill(s, row_b)
+                assert np.array_equal(row_a, row_b)
