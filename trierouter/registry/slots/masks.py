@@ -526,9 +526,8 @@ class ToolAutomaton:
         ptr, ids = core.dfa_masks(
             self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
         )
-        lengths = np.diff(ptr)
-        big = np.flatnonzero(lengths > _BIG)
-        if len(big):
+        if len(ids) > _BIG:  # some state may hold more than _BIG ids
+            big = np.flatnonzero(ptr[1:] - ptr[:-1] > _BIG)
             packed = pack_rows(ptr, ids, big, t.width)
             for j, s in enumerate(big.tolist()):
                 if bblock[s] >= 0:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
+from json.encoder import encode_basestring
 
 import numpy as np
 
@@ -53,7 +53,8 @@ def key_automaton(
 def _key_automaton(
     keys: tuple[str, ...], required: tuple[bool, ...]
 ) -> tuple[Fragment, tuple[int, ...]]:
-    texts = [json.dumps(k, ensure_ascii=False).encode() + b": " for k in keys]
+    # json.dumps(k, ensure_ascii=False) of a string is this encoder's result
+    texts = [encode_basestring(k).encode() + b": " for k in keys]
     if _backend.default_backend() == "native":  # the same fragment, built in one core call
         src, byte, dst, count, at, key = _backend.native_core().key_automaton(
             texts, bytes(required)
