@@ -2449,22 +2449,12 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         // children (sorted labels: binary search), else the children are scanned
         std::vector<int32_t> live_at(static_cast<size_t>(ns), -1), live_n(static_cast<size_t>(ns), 0);
         std::vector<uint8_t> live;
-        // each class's bytes as a 256-bit set: a state's live bytes are the union over the
-        // classes it has an edge on, read in ascending order
-        std::vector<uint64_t> class_bits(static_cast<size_t>(nc) * 4, 0);
-        for (int b = 0; b < 256; ++b)
-            class_bits[static_cast<size_t>(cls.p[b]) * 4 + static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
         auto live_of = [&](int32_t q) {
             if (live_at[static_cast<size_t>(q)] < 0) {
                 live_at[static_cast<size_t>(q)] = static_cast<int32_t>(live.size());
                 const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
-                uint64_t w[4] = {0, 0, 0, 0};
-                for (int64_t c = 0; c < nc; ++c)
-                    if (qrow[c] >= 0)
-                        for (size_t k = 0; k < 4; ++k) w[k] |= class_bits[static_cast<size_t>(c) * 4 + k];
-                for (size_t k = 0; k < 4; ++k)
-                    for (uint64_t x = w[k]; x; x &= x - 1)
-                        live.push_back(static_cast<uint8_t>(k * 64 + static_cast<size_t>(__builtin_ctzll(x))));
+                for (int b = 0; b < 256; ++b)
+                    if (qrow[cls.p[b]] >= 0) live.push_back(static_cast<uint8_t>(b));
                 live_n[static_cast<size_t>(q)] =
                     static_cast<int32_t>(live.size()) - live_at[static_cast<size_t>(q)];
             }

@@ -355,7 +355,8 @@ def test_native_key_automaton_equals_reference() -> None:
         assert count == ref.n and entries == (0, *range(3, 3 + len(keys)))
         assert src.tolist() == ref.src.tolist() and byte.tolist() == ref.byte.tolist()
         assert dst.tolist() == ref.dst.tolist()
-        exits = [(s, ("end",) if j < 0 else ("v", j)) for s, j in zip(at.tolist(), key.tolist())]
+        labels = [("end",) if j < 0 else ("v", j) for j in key.tolist()]
+        exits = list(zip(at.tolist(), labels, strict=True))
         assert exits == list(ref.exits.items())
 
 

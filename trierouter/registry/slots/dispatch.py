@@ -78,17 +78,17 @@ _SCALARS = (str, int, bool, type(None))
 """Exact scalars (no float: ``0.0 == -0.0`` while their JSON differs)."""
 
 
-def _leaf_key(schema: dict[str, Any]) -> Any:
+def _leaf_key(schema: dict[str, Any]) -> str:
     """A cache key for a sub-schema, equal exactly when :func:`canonical` is: for a flat
-    schema of strings, integers, booleans and nulls, its items with each value's type (``1``
-    and ``true`` stay apart), sorted; else its canonical JSON (slower)."""
+    schema of strings, integers, booleans and nulls, the ``repr`` of its items with each
+    value's type (``1`` and ``true`` stay apart), sorted; else its canonical JSON (slower)."""
     items = []
     for k, v in schema.items():
         if v.__class__ not in _SCALARS:
             return canonical(schema)
         items.append((k, v.__class__.__name__, v))
     items.sort()
-    return tuple(items)
+    return repr(items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +144,11 @@ class SlotCompiler:
         self.dry = dry
         """Only decide the engines (``slots``, ``xgrammar_slots``); build no automata."""
         self.strict = strict
-        self._cache: dict[Any, tuple[Fragment, str, str]] = {}
+        self._cache: dict[str, tuple[Fragment, str, str]] = {}
         self.xgrammar_slots: dict[str, dict[str, Any]] = {}
         self._string = _free_string()
         self._refs: list[str] = []
         self._problems: list[Problem] = []
-        self._frame: tuple[dict[str, Any], bytes, bytes] | None = None
-        """(root schema, head, tail) while a tool's root object is still to be built."""
 
     def analyze(self, schema: dict[str, Any]) -> tuple[list[Slot], list[Problem]]:
         """The slots of a tool's argument schema and the problems relaxed (strict: raises)."""
@@ -167,6 +165,9 @@ class SlotCompiler:
         """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots."""
         frag, slots, _ = self._tool(schema, tail, head)
         return frag, slots
+
+    _frame: tuple[dict[str, Any], bytes, bytes] | None = None
+    """(root schema, head, tail) while a tool's root object is still to be built."""
 
     def _tool(
         self, schema: dict[str, Any], tail: bytes, head: bytes = b""

@@ -485,12 +485,8 @@ class ToolAutomaton:
         if live is not None:
             quoted &= live
         on = np.flatnonzero(quoted)
-        kon = self.klass[on]
-        if len(on) and int(kon.max()) < 16:  # free strings only: the class is the row
-            blocks.append(t.string_rows())
-            bblock[on], brow[on] = 0, kon
-        elif len(on):  # the free rows as one block, each counted row its own (shared, no copy)
-            kls, inv = np.unique(kon, return_inverse=True)
+        if len(on):  # the free rows as one block, each counted row its own (shared, no copy)
+            kls, inv = np.unique(self.klass[on], return_inverse=True)
             block = np.zeros(len(kls), dtype=np.int32)
             row = np.zeros(len(kls), dtype=np.int32)
             blocks.append(t.string_rows())
@@ -526,8 +522,9 @@ class ToolAutomaton:
         ptr, ids = core.dfa_masks(
             self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
         )
-        if len(ids) > _BIG:  # some state may hold more than _BIG ids
-            big = np.flatnonzero(ptr[1:] - ptr[:-1] > _BIG)
+        lengths = np.diff(ptr)
+        big = np.flatnonzero(lengths > _BIG)
+        if len(big):
             packed = pack_rows(ptr, ids, big, t.width)
             for j, s in enumerate(big.tolist()):
                 if bblock[s] >= 0:

@@ -59,17 +59,14 @@ def _key_automaton(
         src, byte, dst, count, at, key = _backend.native_core().key_automaton(
             texts, bytes(required)
         )
-        exits: dict[int, object] = {
-            s: ("end",) if j < 0 else ("v", j) for s, j in zip(at.tolist(), key.tolist(), strict=True)
-        }
+        labels = [("end",) if j < 0 else ("v", j) for j in key.tolist()]
+        exits: dict[int, object] = dict(zip(at.tolist(), labels, strict=True))
         frag = Fragment(src, byte, dst, count, np.zeros(count, dtype=bool), exits=exits)
         return frag, (0, *range(3, 3 + len(keys)))
     return _reference(texts, required)
 
 
-def _reference(
-    texts: list[bytes], required: tuple[bool, ...]
-) -> tuple[Fragment, tuple[int, ...]]:
+def _reference(texts: list[bytes], required: tuple[bool, ...]) -> tuple[Fragment, tuple[int, ...]]:
     """:func:`key_automaton` in Python (the numpy backend, and the tests' reference)."""
     n = len(texts)
     # unique[j]: the depth where key j is the only key left (one past its longest shared prefix;
