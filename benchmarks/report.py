@@ -519,7 +519,7 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             "JSON keys and per-call Python.",
         ]
     if (b := d.get("before")) is not None:
-        f = b["first_call_ms"]
+        f = b.get("first_call_new_ms", b["first_call_ms"])
         out += [
             "",
             f"Before ({b['label']}), main's eager loop over the same {b['tools']:,} tools "
