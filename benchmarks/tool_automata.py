@@ -201,7 +201,7 @@ def registry_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, An
     r["distinct_schemas"] = len(seen)
     r["states"] = states
     r["shared_pieces"] = len(tables._pieces)
-    r["shared_piece_rows"] = int(sum(len(rows) for _, rows in tables._pieces.values()))
+    r["shared_piece_rows"] = int(sum(len(p.rows) for p in tables._pieces.values()))
     r["first_call_ms"] = _ms(firsts)
     r["first_call_new_ms"] = _ms(new)
     print(json.dumps(r, indent=1))

@@ -2590,6 +2590,106 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     return csr_result(ptr, ids);
 }
 
+// -- fixed formats and shared pieces (branch fmt): CSR lists extended and packed -----------------
+
+// Checks a CSR ``ptr`` (n + 1 ascending offsets from 0) over ``n_ids`` ids; ValueError if not.
+bool check_csr(const I64View& ptr, int64_t n_ids, const char* what) {
+    if (ptr.n < 1 || ptr.p[0] != 0 || ptr.p[ptr.n - 1] > n_ids) {
+        PyErr_Format(PyExc_ValueError, "%s: ptr out of range", what);
+        return false;
+    }
+    for (int64_t i = 1; i < ptr.n; ++i)
+        if (ptr.p[i] < ptr.p[i - 1]) {
+            PyErr_Format(PyExc_ValueError, "%s: ptr not ascending", what);
+            return false;
+        }
+    return true;
+}
+
+// csr_extend(ptr: int64[n + 1], ids: int32[], states: int64[m], lo: int64[m], hi: int64[m],
+//   pool: int32[]) -> (ptr, ids): the lists ids[ptr[s]:ptr[s + 1]], each followed by
+//   pool[lo[j]:hi[j]] for every j with states[j] == s (in order of j); no sorting.
+PyObject* py_csr_extend(PyObject*, PyObject* args) {
+    PyObject *ptr_o, *ids_o, *st_o, *lo_o, *hi_o, *pool_o;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &ptr_o, &ids_o, &st_o, &lo_o, &hi_o, &pool_o)) return nullptr;
+    I64View ptr, st, lo, hi;
+    I32View ids, pool;
+    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !st.open(st_o, "states") ||
+        !lo.open(lo_o, "lo") || !hi.open(hi_o, "hi") || !pool.open(pool_o, "pool"))
+        return nullptr;
+    if (!check_csr(ptr, ids.n, "csr_extend")) return nullptr;
+    const int64_t n = ptr.n - 1;
+    if (lo.n != st.n || hi.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "csr_extend: states, lo and hi differ in length");
+        return nullptr;
+    }
+    for (int64_t j = 0; j < st.n; ++j)
+        if (st.p[j] < 0 || st.p[j] >= n || lo.p[j] < 0 || lo.p[j] > hi.p[j] || hi.p[j] > pool.n) {
+            PyErr_SetString(PyExc_ValueError, "csr_extend: a state or span out of range");
+            return nullptr;
+        }
+    Buf<int64_t> out_ptr;
+    Buf<int32_t> out;
+    std::vector<int64_t> add(static_cast<size_t>(n) + 1, 0), at(static_cast<size_t>(n), 0);
+    for (int64_t j = 0; j < st.n; ++j) add[static_cast<size_t>(st.p[j])] += hi.p[j] - lo.p[j];
+    if (!out_ptr.resize(static_cast<size_t>(n) + 1)) return PyErr_NoMemory();
+    out_ptr[0] = 0;
+    for (int64_t s = 0; s < n; ++s)
+        out_ptr[static_cast<size_t>(s) + 1] =
+            out_ptr[static_cast<size_t>(s)] + (ptr.p[s + 1] - ptr.p[s]) + add[static_cast<size_t>(s)];
+    if (!out.resize(static_cast<size_t>(out_ptr[static_cast<size_t>(n)]) + 1)) return PyErr_NoMemory();
+    out.n -= 1;
+    for (int64_t s = 0; s < n; ++s) {
+        const int64_t k = ptr.p[s + 1] - ptr.p[s];
+        if (k) std::memcpy(out.p + out_ptr[static_cast<size_t>(s)], ids.p + ptr.p[s], static_cast<size_t>(k) * 4);
+        at[static_cast<size_t>(s)] = out_ptr[static_cast<size_t>(s)] + k;
+    }
+    for (int64_t j = 0; j < st.n; ++j) {
+        const int64_t k = hi.p[j] - lo.p[j];
+        int64_t& a = at[static_cast<size_t>(st.p[j])];
+        if (k) std::memcpy(out.p + a, pool.p + lo.p[j], static_cast<size_t>(k) * 4);
+        a += k;
+    }
+    return csr_result(out_ptr, out);
+}
+
+// csr_pack(ptr: int64[n + 1], ids: int32[], which: int64[m], words: int) -> int32 (m, words):
+//   row j packs the list of entry which[j] (bit t of a row = id t, XGrammar's layout).
+PyObject* py_csr_pack(PyObject*, PyObject* args) {
+    PyObject *ptr_o, *ids_o, *wh_o;
+    Py_ssize_t words;
+    if (!PyArg_ParseTuple(args, "OOOn", &ptr_o, &ids_o, &wh_o, &words)) return nullptr;
+    I64View ptr, wh;
+    I32View ids;
+    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !wh.open(wh_o, "which")) return nullptr;
+    if (!check_csr(ptr, ids.n, "csr_pack")) return nullptr;
+    if (words < 0) {
+        PyErr_SetString(PyExc_ValueError, "csr_pack: words must be >= 0");
+        return nullptr;
+    }
+    for (int64_t j = 0; j < wh.n; ++j) {
+        if (wh.p[j] < 0 || wh.p[j] >= ptr.n - 1) {
+            PyErr_SetString(PyExc_ValueError, "csr_pack: which out of range");
+            return nullptr;
+        }
+        for (int64_t k = ptr.p[wh.p[j]]; k < ptr.p[wh.p[j] + 1]; ++k)
+            if (ids.p[k] < 0 || static_cast<int64_t>(ids.p[k]) >= static_cast<int64_t>(words) * 32) {
+                PyErr_SetString(PyExc_ValueError, "csr_pack: an id past the row");
+                return nullptr;
+            }
+    }
+    npy_intp dims[2] = {static_cast<npy_intp>(wh.n), static_cast<npy_intp>(words)};
+    PyObject* rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
+    if (!rows_o) return nullptr;
+    uint32_t* rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
+    for (int64_t j = 0; j < wh.n; ++j) {
+        uint32_t* r = rows + static_cast<size_t>(j) * static_cast<size_t>(words);
+        for (int64_t k = ptr.p[wh.p[j]]; k < ptr.p[wh.p[j] + 1]; ++k)
+            r[static_cast<uint32_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
+    }
+    return rows_o;
+}
+
 // dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
 //   byte_class int32[256]): an automaton given as edges (src --byte--> dst, at most one per
 //   (src, byte); a repeated edge must be identical) as a dense table over byte classes; bytes
@@ -3393,6 +3493,11 @@ PyMethodDef module_methods[] = {
      "scatter_max(out, values, rows, owners): out[owners] = max(out[owners], values[rows])"},
     {"top_positive", py_top_positive, METH_VARARGS,
      "top_positive(scores, k) -> ids of the k best positive scores (ties: lower id), ascending"},
+    // fixed formats and shared pieces (branch fmt)
+    {"csr_extend", py_csr_extend, METH_VARARGS,
+     "csr_extend(ptr, ids, states, lo, hi, pool) -> (ptr, ids): pool[lo[j]:hi[j]] appended to the list of states[j]"},
+    {"csr_pack", py_csr_pack, METH_VARARGS,
+     "csr_pack(ptr, ids, which, words) -> packed rows of the lists of which"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_core",

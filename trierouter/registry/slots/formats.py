@@ -21,10 +21,12 @@ accept values the formats' definitions refuse: ``2023-02-31``, ``0000-01-01``, `
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry.slots.format_tables import TABLES
 from trierouter.registry.slots.fragment import Fragment, string_fragment
 from trierouter.registry.slots.nfa import (
     DIGIT,
@@ -45,8 +47,10 @@ __all__ = [
     "format_and_pattern_fragment",
     "format_node",
     "format_pattern",
+    "integer_range_fragment",
     "integer_range_node",
     "pattern_lengths",
+    "quoted_pattern_fragment",
 ]
 
 
@@ -123,6 +127,31 @@ def format_node(fmt: str) -> _Node | None:
     """The unquoted language of string format ``fmt`` (:data:`FORMAT_PATTERNS`), or None."""
     pattern = FORMAT_PATTERNS.get(fmt)
     return None if pattern is None else pattern_node(pattern)
+
+
+def quoted_pattern_fragment(
+    pattern: str,
+    *,
+    node: _Node | None = None,
+    native: bool | None = None,
+    constant: bool = True,
+) -> Fragment:
+    """The quoted full matches of ``pattern`` (one in the supported subset; ``node``: its
+    parse, if already made): a fixed format's automaton decoded from its constant table
+    (:mod:`.format_tables`, generated from the same pattern; ``constant=False``: built from the
+    text), any other pattern's determinized."""
+    hit = TABLES.get(hashlib.blake2b(pattern.encode(), digest_size=8).hexdigest())
+    if hit is not None and constant:
+        edges = np.frombuffer(bytes.fromhex(hit.edges), dtype=np.uint8).reshape(3, -1)
+        src, byte, dst = edges.astype(np.int32)
+        accept = np.zeros(hit.n, dtype=bool)
+        accept[list(hit.accept)] = True
+        return Fragment(src, byte, dst, hit.n, accept)
+    if node is None:
+        node = pattern_node(pattern)
+    if node is None:
+        raise ValueError(f"pattern outside the supported subset: {pattern!r}")
+    return nfa_fragment(seq(lit('"'), node, lit('"')), native)
 
 
 def _digits_range(lo: str, hi: str) -> _Node:
@@ -250,14 +279,119 @@ def _number_fragment() -> Fragment:
 
 @functools.lru_cache(maxsize=4096)
 def _integer_fragment(lo: int | None, hi: int | None) -> Fragment | None:
-    node = integer_range_node(lo, hi)
-    return None if node is None else nfa_fragment(node)
+    return integer_range_fragment(lo, hi)
+
+
+# A digits state of integer_range_fragment: a set of (digits left, lowest and highest allowed
+# rest of the digits, None: any) for the values of one length, and ("tail", t): at least t more
+# digits, any (a range without upper bound); ("tail0", t): the same, the first one not 0.
+_Elem = tuple[int | str, object, object]
+
+
+def _digits_start(lo: int, hi: int | None) -> frozenset[_Elem]:
+    """The digits state before a canonical decimal in ``[max(lo, 1), hi]`` (hi None: any)."""
+    a = max(lo, 1)
+    if hi is not None and hi < a:
+        return frozenset()
+    n_a = len(str(a))
+    out: set[_Elem] = set()
+    for n in range(n_a, (len(str(hi)) if hi is not None else n_a) + 1):
+        first, last = max(a, 10 ** (n - 1)), 10**n - 1 if hi is None else min(hi, 10**n - 1)
+        if first <= last:
+            out.add((n, str(first), str(last)))
+    if hi is None:
+        out.add(("tail0", n_a + 1, None))
+    return frozenset(out)
+
+
+def _digit_step(state: frozenset[_Elem], d: str) -> frozenset[_Elem]:
+    out: set[_Elem] = set()
+    for r, low, high in state:
+        if isinstance(r, str):  # a tail
+            assert isinstance(low, int)
+            if r == "tail" or d != "0":
+                out.add(("tail", max(low - 1, 0), None))
+            continue
+        if r == 0:
+            continue
+        assert low is None or isinstance(low, str)
+        assert high is None or isinstance(high, str)
+        if low is not None:
+            if d < low[0]:
+                continue
+            low = low[1:] if d == low[0] and low[1:].strip("0") else None
+        if high is not None:
+            if d > high[0]:
+                continue
+            high = high[1:] if d == high[0] and high[1:].strip("9") else None
+        out.add((r - 1, low, high))
+    return frozenset(out)
+
+
+def integer_range_fragment(lo: int | None, hi: int | None) -> Fragment | None:
+    """The canonical decimal integers in ``[lo, hi]`` (either bound may be None; None if
+    empty) as an automaton built directly, each state the set of digit constraints still
+    open: the language of :func:`integer_range_node` without its subset construction."""
+    zero = (lo is None or lo <= 0) and (hi is None or hi >= 0)
+    pos = _digits_start(max(lo, 0) if lo is not None else 0, hi) if hi is None or hi > 0 else None
+    neg = None
+    if lo is None or lo < 0:  # "-" then 1..(-lo), never "-0"
+        neg = _digits_start(1 if hi is None or hi >= 0 else -hi, None if lo is None else -lo)
+    if not zero and not pos and not neg:
+        return None
+    done: frozenset[_Elem] = frozenset({(0, None, None)})
+    ids: dict[frozenset[_Elem], int] = {}
+    order: list[frozenset[_Elem]] = []
+    src: list[int] = []
+    byte: list[int] = []
+    dst: list[int] = []
+
+    def state(key: frozenset[_Elem]) -> int:
+        if key not in ids:
+            ids[key] = len(order) + 1
+            order.append(key)
+        return ids[key]
+
+    for d in "-0123456789":  # the start state (0): a sign, a lone zero, or a first digit
+        if d == "-":
+            nxt = neg
+        elif d == "0":
+            nxt = done if zero else None
+        else:
+            nxt = _digit_step(pos, d) if pos else None
+        if nxt:
+            src.append(0)
+            byte.append(ord(d))
+            dst.append(state(nxt))
+    i = 0
+    while i < len(order):
+        key = order[i]
+        i += 1
+        # the step changes only at a digit some bound of ``key`` starts with (or at 0)
+        cuts = {"0"}.union(*((b[0] for b in e[1:] if isinstance(b, str)) for e in key))
+        nxt = frozenset()
+        for d in "0123456789":
+            if d in cuts or chr(ord(d) - 1) in cuts:
+                nxt = _digit_step(key, d)
+            if nxt:
+                src.append(i)
+                byte.append(ord(d))
+                dst.append(state(nxt))
+    accept = np.zeros(len(order) + 1, dtype=bool)
+    accept[1:] = [any(r == 0 or (r == "tail" and t == 0) for r, t, _ in k) for k in order]
+    return Fragment(
+        np.asarray(src, dtype=np.int32),
+        np.asarray(byte, dtype=np.int32),
+        np.asarray(dst, dtype=np.int32),
+        len(order) + 1,
+        accept,
+    )
 
 
 @functools.lru_cache(maxsize=4096)
 def _format_fragment(fmt: str) -> Fragment | None:
-    node = format_node(fmt)
-    return None if node is None else nfa_fragment(seq(lit('"'), node, lit('"')))
+    pattern = FORMAT_PATTERNS.get(fmt)
+    return None if pattern is None else quoted_pattern_fragment(pattern)
 
 
 def _includes(big: Fragment, small: Fragment) -> bool:

@@ -78,6 +78,8 @@ class VocabTables:
             owner = np.searchsorted(off, qpos, side="right") - 1
             has_quote[owner] = True
         self.quote_ids = ids[has_quote[ids]].astype(np.int32)
+        self.has_quote = has_quote
+        """Per token id, whether its bytes hold a ``"``."""
         self.all_ids = ids.astype(np.int32)
         self._string_rows: npt.NDArray[np.int32] | None = None
         self._counts: tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]] | None = None
@@ -88,7 +90,7 @@ class VocabTables:
         self.native = _backend.default_backend() == "native"
         self._trie: Any = None
         self._quote_trie: Any = None
-        self._pieces: OrderedDict[int, tuple[I32, npt.NDArray[np.int32]]] = OrderedDict()
+        self._pieces: OrderedDict[int, _pieces.PieceRows] = OrderedDict()
         self._pieces_bytes = 0
         self._pieces_lock = threading.Lock()
 
@@ -273,6 +275,22 @@ class VocabTables:
 
 
 _BIG = 2048
+
+
+def _with_lists(
+    ptr: npt.NDArray[np.int64],
+    ids: I32,
+    extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]],
+) -> tuple[npt.NDArray[np.int64], I32]:
+    """The CSR lists ``ids[ptr[s]:ptr[s + 1]]`` with, for each ``(states, piece, local)`` of
+    ``extra``, the piece's list of each ``local`` state appended to that of ``states``'s entry
+    (unsorted; the two are disjoint: the quote tokens are walked, the piece lists have none)."""
+    core = _backend.native_core()
+    for states, hit, local in extra:
+        if len(states):
+            lo, hi = hit.ptr[local], hit.ptr[local + 1]
+            ptr, ids = core.csr_extend(ptr, ids, states.astype(np.int64), lo, hi, hit.ids)
+    return ptr, ids
 
 
 class ToolAutomaton:
@@ -498,8 +516,10 @@ class ToolAutomaton:
                     blocks.append(t.counted_row(u, left)[None])
                     block[j] = len(blocks) - 1
             bblock[on], brow[on] = block[inv], row[inv]
-        # wide states of a shared quoted piece: its standalone row, and the quote tokens
+        # non-accepting states of a shared quoted piece: its standalone mask (a row when wide,
+        # else its list without the quote tokens), and the quote tokens walked here
         piece = self.origin >= 0
+        extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
         if piece.any():
             piece &= self.klass < 0
             if live is not None:
@@ -507,21 +527,25 @@ class ToolAutomaton:
             pid = self.origin >> 32
             local = (self.origin & 0xFFFFFFFF).astype(np.int64)
             for p in np.unique(pid[piece]).tolist():
-                where, rows = _pieces.rows(t, int(p))
+                hit = _pieces.rows(t, int(p))
                 on = np.flatnonzero(piece & (pid == p))
-                r = where[local[on]]
-                on = on[r >= 0]
-                if len(on):
-                    blocks.append(rows)
-                    bblock[on], brow[on] = len(blocks) - 1, r[r >= 0]
-                    quoted[on] = True
-        # one walk per state, in state order: the quote tokens' trie where a row is shared
+                on = on[~_pieces.piece(int(p)).accept[local[on]]]
+                r = hit.where[local[on]]
+                wide = r >= 0
+                if wide.any():
+                    blocks.append(hit.rows)
+                    bblock[on[wide]], brow[on[wide]] = len(blocks) - 1, r[wide]
+                quoted[on] = True
+                extra.append((on[~wide], hit, local[on[~wide]]))
+        # one walk per state, in state order: the quote tokens' trie where a mask is shared
         states = np.arange(n, dtype=np.int64)
         if live is not None:
             states[~live] = -1
         ptr, ids = core.dfa_masks(
             self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
         )
+        if extra:
+            ptr, ids = _with_lists(ptr, ids, extra)
         lengths = np.diff(ptr)
         big = np.flatnonzero(lengths > _BIG)
         if len(big):
