@@ -24,18 +24,26 @@ Method (Qwen2 tokenizer, one process, same run for both engines):
   counted in the eager total;
 * formats: each schema compiled to a slot automaton with every mask (``SlotCompiler`` +
   ``ToolAutomaton``) against ``xgrammar.GrammarCompiler.compile_json_schema`` (cache off), best
-  of 3 each, after one warm-up of both. ``trierouter_cold_ms``: every slot cache emptied before
-  each run (fragment caches, the vocabulary's shared piece rows): the like-for-like figure.
-  ``trierouter_masks_cold_ms``: the slot's automaton already built (a format's automaton is a
-  constant of the library, as XGrammar's built-in format rules are; a pattern's or a range's
-  is cached by its text), every mask computed from scratch (shared piece rows emptied).
-  ``trierouter_ms``: the piece's rows and fragment already cached (what a registry pays for a
-  format or pattern that another tool already uses); XGrammar's figure is cold in both columns.
+  of 5 each (wall and CPU), after one warm-up of both. ``trierouter_cold_ms``: every slot cache
+  emptied before each run (fragment caches, the vocabulary's shared piece rows): the schema
+  parsed, the automaton decoded from the library's constant table (a fixed format: generated
+  from its pattern by ``scripts/gen_format_tables.py`` and committed) or built (an integer
+  range directly, a pattern by subset construction), its byte classes, every mask computed over
+  the vocabulary: the like-for-like figure. ``trierouter_cold_from_pattern_ms``: the same, with
+  a fixed format's automaton built from its pattern's text at run time (no table).
+  ``trierouter_masks_cold_ms``: the slot's automaton already built (cached by its text), every
+  mask computed from scratch (shared piece rows emptied). ``trierouter_ms``: the piece's rows
+  and fragment already cached (what a registry pays for a format or pattern that another tool
+  already uses); XGrammar's figure is cold in every column;
 
 * profile: the largest registry's automata stage run again from empty caches, the compiled
   core's calls timed and the rest sampled (``profile``; not the timed figures);
 
     python benchmarks/tool_automata.py [--tools 1000 10000] [--before FILE --before-label TEXT]
+        [--sections registries formats]
+
+``--sections formats`` runs the formats alone and replaces them (with their own ``machine``
+entry, ``formats_machine``) in the results JSON, leaving the registries' figures as they were.
 
 Writes ``benchmarks/results/tool_automata.json``.
 """
@@ -59,7 +67,16 @@ from tool_registry_load import _openai  # MCP listings as OpenAI tools
 from trierouter.registry.compiler import _normalized
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
-from trierouter.registry.slots import dispatch, formats, fragment, nfa, objects, pieces, regex
+from trierouter.registry.slots import (
+    dispatch,
+    format_tables,
+    formats,
+    fragment,
+    nfa,
+    objects,
+    pieces,
+    regex,
+)
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.tools import ToolRegistry
@@ -287,37 +304,10 @@ def profile_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tools", type=int, nargs="+", default=[1_000, 10_000])
-    ap.add_argument(
-        "--before",
-        type=Path,
-        help="JSON of the same eager loop run on an earlier checkout (kept under 'before')",
-    )
-    ap.add_argument("--before-label", default="", help="what --before measured (commit, date)")
-    args = ap.parse_args()
-    t = time.perf_counter()
-    import xgrammar as xgr  # imported once per process (it imports torch); the compile checks
-
-    # XGrammar slots' patterns with it, so it is loaded here, outside the timed compile
-    xgrammar_import_s = time.perf_counter() - t
-    vocab = shipped_vocabulary("qwen2")
-    t = time.perf_counter()
-    index = TokenIndex.get(vocab)
-    res: dict[str, Any] = {"index_s": time.perf_counter() - t}
-    res["xgrammar_import_s"] = xgrammar_import_s
-    res["notes"] = NOTES
-    if args.before is not None:
-        res["before"] = {"label": args.before_label, **json.loads(args.before.read_text())}
-    t, c = time.perf_counter(), time.process_time()
-    tables = VocabTables.get(vocab)  # once per vocabulary: string rows, counts, quote trie
-    res["vocab_tables_s"] = time.perf_counter() - t
-    res["vocab_tables_cpu_s"] = time.process_time() - c
-    res["registries"] = [registry_run(n, index, tables) for n in args.tools]
-    res["profile"] = profile_run(max(args.tools), index, tables)
-
+def formats_run(xgr: Any, vocab: Any, tables: VocabTables) -> dict[str, Any]:
+    """Each fixed format against XGrammar (see the module docstring); the same run."""
     compiler = xgr.GrammarCompiler(xgrammar_tokenizer_info(vocab), cache_enabled=False)
+    load0 = list(os.getloadavg())
     rows: list[dict[str, Any]] = []
     for schema in FORMATS:
         text = json.dumps(schema)
@@ -326,7 +316,7 @@ def main() -> None:
             frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
             ToolAutomaton(frag, tables)
 
-        def cold_best(n: int = 3, fragments: bool = True) -> tuple[float, float]:
+        def cold_best(n: int = 5, fragments: bool = True) -> tuple[float, float]:
             """Best wall and CPU of ``ours`` from empty caches (emptying them not timed)."""
             walls, cpus = [], []
             for _ in range(n):
@@ -342,16 +332,24 @@ def main() -> None:
         cold_best(1)
         theirs()
         cw, cc = cold_best()
+        saved = dict(format_tables.TABLES)
+        format_tables.TABLES.clear()  # the fixed formats' automata built from their patterns
+        try:
+            pw, pc = cold_best()
+        finally:
+            format_tables.TABLES.update(saved)
         ours()
         mw, mc = cold_best(fragments=False)
         ours()
-        ow, oc = _best(ours)
-        xw, xc = _best(theirs)
+        ow, oc = _best(ours, 5)
+        xw, xc = _best(theirs, 5)
         rows.append(
             {
                 "schema": schema,
                 "trierouter_cold_ms": cw * 1e3,
                 "trierouter_cold_cpu_ms": cc * 1e3,
+                "trierouter_cold_from_pattern_ms": pw * 1e3,
+                "trierouter_cold_from_pattern_cpu_ms": pc * 1e3,
                 "trierouter_masks_cold_ms": mw * 1e3,
                 "trierouter_masks_cold_cpu_ms": mc * 1e3,
                 "trierouter_ms": ow * 1e3,
@@ -359,26 +357,89 @@ def main() -> None:
                 "xgrammar_ms": xw * 1e3,
                 "xgrammar_cpu_ms": xc * 1e3,
                 "ratio_cold": xw / cw,
+                "ratio_cold_cpu": xc / cc,
+                "ratio_cold_from_pattern": xw / pw,
                 "ratio_masks_cold": xw / mw,
                 "ratio": xw / ow,
             }
         )
         print(
-            f"{text:<60} cold {cw * 1e3:8.2f} ms  masks cold {mw * 1e3:8.2f} ms  "
-            f"cached {ow * 1e3:8.2f} ms  "
-            f"xgrammar {xw * 1e3:8.2f} ms  x{xw / cw:.1f} / x{xw / ow:.1f}"
+            f"{text:<60} cold {cw * 1e3:6.3f} ms (CPU {cc * 1e3:6.3f})  from pattern "
+            f"{pw * 1e3:6.3f}  masks cold {mw * 1e3:6.3f}  cached {ow * 1e3:6.3f}  "
+            f"xgrammar {xw * 1e3:6.3f} (CPU {xc * 1e3:6.3f})  x{xw / cw:.1f} / x{xw / ow:.1f}"
         )
-    res["formats"] = rows
-    res["formats_ratio_median"] = statistics.median(r["ratio"] for r in rows)
-    res["formats_ratio_cold_median"] = statistics.median(r["ratio_cold"] for r in rows)
-    res["formats_ratio_masks_cold_median"] = statistics.median(r["ratio_masks_cold"] for r in rows)
-    res["machine"] = {
+    return {
+        "formats": rows,
+        "formats_ratio_median": statistics.median(r["ratio"] for r in rows),
+        "formats_ratio_cold_median": statistics.median(r["ratio_cold"] for r in rows),
+        "formats_ratio_masks_cold_median": statistics.median(r["ratio_masks_cold"] for r in rows),
+        "formats_machine": {**_machine(), "loadavg_start": load0},
+    }
+
+
+def _machine() -> dict[str, Any]:
+    import subprocess
+
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
         "python": platform.python_version(),
         "xgrammar": __import__("importlib.metadata").metadata.version("xgrammar"),
-        "date": time.strftime("%Y-%m-%d"),
-        "loadavg": list(__import__("os").getloadavg()),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": head,
+        "loadavg": list(os.getloadavg()),
+        "cpus": os.cpu_count(),
     }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tools", type=int, nargs="+", default=[1_000, 10_000])
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="JSON of the same eager loop run on an earlier checkout (kept under 'before')",
+    )
+    ap.add_argument("--before-label", default="", help="what --before measured (commit, date)")
+    ap.add_argument(
+        "--sections",
+        nargs="+",
+        choices=["registries", "formats"],
+        default=["registries", "formats"],
+        help="formats alone: replace the formats in the existing results JSON",
+    )
+    args = ap.parse_args()
     out = Path(os.environ.get("TOOL_AUTOMATA_OUT", OUT))
+    t = time.perf_counter()
+    import xgrammar as xgr  # imported once per process (it imports torch); the compile checks
+
+    # XGrammar slots' patterns with it, so it is loaded here, outside the timed compile
+    xgrammar_import_s = time.perf_counter() - t
+    vocab = shipped_vocabulary("qwen2")
+    if "registries" not in args.sections:  # the formats alone, into the existing results
+        old: dict[str, Any] = json.loads(out.read_text())
+        old.update(formats_run(xgr, vocab, VocabTables.get(vocab)))
+        old.setdefault("notes", {}).update(NOTES)
+        out.write_text(json.dumps(old, indent=1))
+        print(f"wrote {out} (formats)")
+        return
+    t = time.perf_counter()
+    index = TokenIndex.get(vocab)
+    res: dict[str, Any] = {"index_s": time.perf_counter() - t}
+    res["xgrammar_import_s"] = xgrammar_import_s
+    res["notes"] = NOTES
+    if args.before is not None:
+        res["before"] = {"label": args.before_label, **json.loads(args.before.read_text())}
+    t, c = time.perf_counter(), time.process_time()
+    tables = VocabTables.get(vocab)  # once per vocabulary: string rows, counts, quote trie
+    res["vocab_tables_s"] = time.perf_counter() - t
+    res["vocab_tables_cpu_s"] = time.process_time() - c
+    res["registries"] = [registry_run(n, index, tables) for n in args.tools]
+    res["profile"] = profile_run(max(args.tools), index, tables)
+    if "formats" in args.sections:
+        res.update(formats_run(xgr, vocab, tables))
+    res["machine"] = _machine()
     out.write_text(json.dumps(res, indent=1))
     print(f"wrote {out}")
 

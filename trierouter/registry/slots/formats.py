@@ -129,6 +129,14 @@ def format_node(fmt: str) -> _Node | None:
     return None if pattern is None else pattern_node(pattern)
 
 
+_CONSTANT = {
+    p: TABLES[d]
+    for p in FORMAT_PATTERNS.values()
+    if (d := hashlib.blake2b(p.encode(), digest_size=8).hexdigest()) in TABLES
+}
+"""A fixed format's pattern → its constant table (tables of another pattern's text: none)."""
+
+
 def quoted_pattern_fragment(
     pattern: str,
     *,
@@ -140,7 +148,7 @@ def quoted_pattern_fragment(
     parse, if already made): a fixed format's automaton decoded from its constant table
     (:mod:`.format_tables`, generated from the same pattern; ``constant=False``: built from the
     text), any other pattern's determinized."""
-    hit = TABLES.get(hashlib.blake2b(pattern.encode(), digest_size=8).hexdigest())
+    hit = _CONSTANT.get(pattern) if TABLES else None
     if hit is not None and constant:
         edges = np.frombuffer(bytes.fromhex(hit.edges), dtype=np.uint8).reshape(3, -1)
         src, byte, dst = edges.astype(np.int32)
@@ -306,25 +314,25 @@ def _digits_start(lo: int, hi: int | None) -> frozenset[_Elem]:
 
 def _digit_step(state: frozenset[_Elem], d: str) -> frozenset[_Elem]:
     out: set[_Elem] = set()
-    for r, low, high in state:
-        if isinstance(r, str):  # a tail
-            assert isinstance(low, int)
+    for elem in state:
+        r, low, high = elem
+        if r.__class__ is str:  # a tail: ("tail" | "tail0", digits still needed, None)
             if r == "tail" or d != "0":
-                out.add(("tail", max(low - 1, 0), None))
+                out.add(("tail", max(low - 1, 0), None))  # type: ignore[operator]
             continue
-        if r == 0:
+        if not r:
             continue
-        assert low is None or isinstance(low, str)
-        assert high is None or isinstance(high, str)
         if low is not None:
-            if d < low[0]:
+            c = low[0]  # type: ignore[index]
+            if d < c:
                 continue
-            low = low[1:] if d == low[0] and low[1:].strip("0") else None
+            low = low[1:] if d == c and low[1:].strip("0") else None  # type: ignore[index]
         if high is not None:
-            if d > high[0]:
+            c = high[0]  # type: ignore[index]
+            if d > c:
                 continue
-            high = high[1:] if d == high[0] and high[1:].strip("9") else None
-        out.add((r - 1, low, high))
+            high = high[1:] if d == c and high[1:].strip("9") else None  # type: ignore[index]
+        out.add((r - 1, low, high))  # type: ignore[operator]
     return frozenset(out)
 
 
@@ -367,16 +375,16 @@ def integer_range_fragment(lo: int | None, hi: int | None) -> Fragment | None:
     while i < len(order):
         key = order[i]
         i += 1
-        # the step changes only at a digit some bound of ``key`` starts with (or at 0)
-        cuts = {"0"}.union(*((b[0] for b in e[1:] if isinstance(b, str)) for e in key))
-        nxt = frozenset()
-        for d in "0123456789":
-            if d in cuts or chr(ord(d) - 1) in cuts:
-                nxt = _digit_step(key, d)
+        # the step changes only at a digit some bound of ``key`` starts with (or at 0): one
+        # step per run of digits between those, its edges added together
+        cuts = {0}.union(*((ord(b[0]) - 48 for b in e[1:] if isinstance(b, str)) for e in key))
+        edges = sorted(cuts | {c + 1 for c in cuts if c < 9})
+        for a, b in zip(edges, [*edges[1:], 10], strict=True):
+            nxt = _digit_step(key, chr(48 + a))
             if nxt:
-                src.append(i)
-                byte.append(ord(d))
-                dst.append(state(nxt))
+                src += [i] * (b - a)
+                byte += range(48 + a, 48 + b)
+                dst += [state(nxt)] * (b - a)
     accept = np.zeros(len(order) + 1, dtype=bool)
     accept[1:] = [any(r == 0 or (r == "tail" and t == 0) for r, t, _ in k) for k in order]
     return Fragment(

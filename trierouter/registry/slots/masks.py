@@ -498,6 +498,13 @@ class ToolAutomaton:
         bblock = np.full(n, -1, dtype=np.int32)
         brow = np.zeros(n, dtype=np.int32)
         blocks: list[npt.NDArray[np.int32]] = []
+        if live is None and int(self.klass.max(initial=-1)) < 0 and self.origin.max(initial=-1) < 0:
+            # no string, no piece, no exit (a fixed format, a range): every state walks the trie
+            ptr, ids = core.dfa_masks(
+                self.table, self.byte_class, np.arange(n, dtype=np.int64), t.trie
+            )
+            self._finish(ptr, ids, blocks, bblock, brow)
+            return
         # states inside a free string: the per-class row, and the quote tokens walked here
         quoted = self.klass >= 0
         if live is not None:
@@ -546,8 +553,19 @@ class ToolAutomaton:
         )
         if extra:
             ptr, ids = _with_lists(ptr, ids, extra)
-        lengths = np.diff(ptr)
-        big = np.flatnonzero(lengths > _BIG)
+        self._finish(ptr, ids, blocks, bblock, brow)
+
+    def _finish(
+        self,
+        ptr: npt.NDArray[np.int64],
+        ids: I32,
+        blocks: list[npt.NDArray[np.int32]],
+        bblock: I32,
+        brow: I32,
+    ) -> None:
+        """Keep the masks of :meth:`materialize`: long lists packed whole, with their rows."""
+        t = self.t
+        big = np.flatnonzero(np.diff(ptr) > _BIG)
         if len(big):
             packed = pack_rows(ptr, ids, big, t.width)
             for j, s in enumerate(big.tolist()):

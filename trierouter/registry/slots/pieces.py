@@ -64,10 +64,12 @@ def _maybe_wide(frag: Fragment) -> bool:
 
 def tag(frag: Fragment) -> Fragment:
     """``frag`` with every state's ``origin`` set if it is a quoted piece, else ``frag``."""
-    if frag.n == 0 or frag.exits or (frag.klass >= 0).any() or bool(frag.accept[0]):
+    if frag.n == 0 or frag.exits or bool(frag.accept[0]):
         return frag
     if not _maybe_wide(frag):
         return frag  # every state has few edges: its masks are small walks, nothing to share
+    if (frag.klass >= 0).any():
+        return frag
     into = frag.accept[frag.dst]
     if not into.any() or bool((frag.byte[into] != _QUOTE).any()):
         return frag
