@@ -2448,12 +2448,22 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         // children (sorted labels: binary search), else the children are scanned
         std::vector<int32_t> live_at(static_cast<size_t>(ns), -1), live_n(static_cast<size_t>(ns), 0);
         std::vector<uint8_t> live;
+        // (branch fmt) each class's bytes as a 256-bit set: a state's live bytes are the union
+        // of its live classes' sets, read out in ascending order
+        std::vector<uint64_t> class_bits(static_cast<size_t>(nc) * 4, 0);
+        for (int b = 0; b < 256; ++b)
+            class_bits[static_cast<size_t>(cls.p[b]) * 4 + static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
         auto live_of = [&](int32_t q) {
             if (live_at[static_cast<size_t>(q)] < 0) {
                 live_at[static_cast<size_t>(q)] = static_cast<int32_t>(live.size());
                 const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
-                for (int b = 0; b < 256; ++b)
-                    if (qrow[cls.p[b]] >= 0) live.push_back(static_cast<uint8_t>(b));
+                uint64_t set[4] = {0, 0, 0, 0};
+                for (int64_t c = 0; c < nc; ++c)
+                    if (qrow[c] >= 0)
+                        for (int w = 0; w < 4; ++w) set[w] |= class_bits[static_cast<size_t>(c) * 4 + static_cast<size_t>(w)];
+                for (int w = 0; w < 4; ++w)
+                    for (uint64_t x = set[w]; x; x &= x - 1)
+                        live.push_back(static_cast<uint8_t>(w * 64 + __builtin_ctzll(x)));
                 live_n[static_cast<size_t>(q)] =
                     static_cast<int32_t>(live.size()) - live_at[static_cast<size_t>(q)];
             }
@@ -2881,10 +2891,16 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
             const size_t row0 = rows.size();
             rows.resize(row0 + 256, -1);
             acc.push_back(static_cast<uint8_t>(cur[static_cast<size_t>(final_ll) >> 6] >> (final_ll & 63) & 1));
+            int last = -1;  // the previous used byte: a byte reaching the same set reuses its target
             for (int b = 0; b < 256; ++b) {
                 if (!used[b]) continue;
-                std::vector<uint64_t> set(next.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b) * W),
-                                          next.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(b) + 1) * W));
+                const uint64_t* nb = next.data() + static_cast<size_t>(b) * W;
+                if (last >= 0 && std::memcmp(nb, next.data() + static_cast<size_t>(last) * W, W * 8) == 0) {
+                    rows[row0 + static_cast<size_t>(b)] = rows[row0 + static_cast<size_t>(last)];
+                    continue;
+                }
+                last = b;
+                std::vector<uint64_t> set(nb, nb + W);
                 close(set);
                 auto [it, fresh] = ids.emplace(key_of(set), static_cast<int32_t>(sets.size()));
                 if (fresh) sets.push_back(std::move(set));
