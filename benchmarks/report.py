@@ -529,7 +529,8 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
     out += [
         "",
         "First call: over the tools that built an automaton (the first of each schema). "
-        f"Fixed formats{run}, every mask built (best of 5, wall, CPU beside it; XGrammar's "
+        f"Fixed formats{run}, every mask built (best of {d.get('formats_repeats', 3)}, wall, CPU "
+        "beside it; XGrammar's "
         "cache off): *cold* empties every slot cache first: the schema parsed, the automaton "
         "decoded from the library's constant table (a fixed format's: generated from its "
         "pattern by `scripts/gen_format_tables.py`, committed, tested equal to the "
