@@ -525,25 +525,27 @@ class ToolAutomaton:
             bblock[on], brow[on] = block[inv], row[inv]
         # non-accepting states of a shared quoted piece: its standalone mask (a row when wide,
         # else its list without the quote tokens), and the quote tokens walked here
-        piece = self.origin >= 0
         extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
-        if piece.any():
-            piece &= self.klass < 0
+        if self.origin.max(initial=-1) >= 0:
+            piece = (self.origin >= 0) & (self.klass < 0)
             if live is not None:
                 piece &= live
-            pid = self.origin >> 32
-            local = (self.origin & 0xFFFFFFFF).astype(np.int64)
-            for p in np.unique(pid[piece]).tolist():
+            on_all = np.flatnonzero(piece)
+            pid = self.origin[on_all] >> 32
+            ps = pid[:1].tolist() if len(pid) and (pid == pid[0]).all() else np.unique(pid).tolist()
+            for p in ps:
                 hit = _pieces.rows(t, int(p))
-                on = np.flatnonzero(piece & (pid == p))
-                on = on[~_pieces.piece(int(p)).accept[local[on]]]
-                r = hit.where[local[on]]
+                on = on_all if len(ps) == 1 else on_all[pid == p]
+                local = self.origin[on] & 0xFFFFFFFF
+                keep = ~_pieces.piece(int(p)).accept[local]
+                on, local = on[keep], local[keep]
+                r = hit.where[local]
                 wide = r >= 0
                 if wide.any():
                     blocks.append(hit.rows)
                     bblock[on[wide]], brow[on[wide]] = len(blocks) - 1, r[wide]
                 quoted[on] = True
-                extra.append((on[~wide], hit, local[on[~wide]]))
+                extra.append((on[~wide], hit, local[~wide]))
         # one walk per state, in state order: the quote tokens' trie where a mask is shared
         states = np.arange(n, dtype=np.int64)
         if live is not None:
