@@ -2700,6 +2700,153 @@ PyObject* py_csr_pack(PyObject*, PyObject* args) {
     return rows_o;
 }
 
+// int_range_dfa(zero: bool, pos_lo, pos_hi, neg_lo, neg_hi) -> (src, byte, dst, accept): the
+//   automaton of formats.integer_range_fragment, built the same way (same states, same order):
+//   canonical decimals, "0" if zero, digits in [pos_lo, pos_hi] and "-" then digits in
+//   [neg_lo, neg_hi]; each bound a decimal string >= 1 without leading zeros, a high bound ""
+//   for none, a part absent when its low bound is "".
+struct RangeElem {  // one length's constraint: r digits left, low / high rest ("": any);
+    int r;          // r = -1: a tail of at least t more digits, any; -2: the same, first not 0
+    int t;
+    std::string low, high;
+    bool operator<(const RangeElem& o) const {
+        if (r != o.r) return r < o.r;
+        if (t != o.t) return t < o.t;
+        if (low != o.low) return low < o.low;
+        return high < o.high;
+    }
+    bool operator==(const RangeElem& o) const { return r == o.r && t == o.t && low == o.low && high == o.high; }
+};
+using RangeKey = std::vector<RangeElem>;
+
+bool all_of_char(const std::string& s, size_t from, char c) {
+    for (size_t i = from; i < s.size(); ++i)
+        if (s[i] != c) return false;
+    return true;
+}
+
+// a <= b for decimal strings without leading zeros
+bool dec_le(const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a <= b;
+}
+
+RangeKey range_start(const std::string& lo, const std::string& hi) {
+    RangeKey out;
+    if (lo.empty() || (!hi.empty() && !dec_le(lo, hi))) return out;
+    const size_t na = lo.size(), nb = hi.empty() ? na : hi.size();
+    for (size_t n = na; n <= nb; ++n) {
+        const std::string low_n = "1" + std::string(n - 1, '0'), high_n(n, '9');
+        const std::string first = dec_le(low_n, lo) ? lo : low_n;
+        const std::string last = (!hi.empty() && dec_le(hi, high_n)) ? hi : high_n;
+        if (dec_le(first, last)) out.push_back({static_cast<int>(n), 0, first, last});
+    }
+    if (hi.empty()) out.push_back({-2, static_cast<int>(na) + 1, "", ""});
+    // as the Python start: the bounds of a full-width element are kept whole (normalized on step)
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+RangeKey range_step(const RangeKey& key, char d) {
+    RangeKey out;
+    for (const RangeElem& e : key) {
+        if (e.r < 0) {
+            if (e.r == -1 || d != '0') out.push_back({-1, std::max(e.t - 1, 0), "", ""});
+            continue;
+        }
+        if (e.r == 0) continue;
+        std::string low = e.low, high = e.high;
+        if (!low.empty()) {
+            if (d < low[0]) continue;
+            low = (d == low[0] && !all_of_char(low, 1, '0')) ? low.substr(1) : "";
+        }
+        if (!high.empty()) {
+            if (d > high[0]) continue;
+            high = (d == high[0] && !all_of_char(high, 1, '9')) ? high.substr(1) : "";
+        }
+        out.push_back({e.r - 1, 0, low, high});
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+std::string range_key_bytes(const RangeKey& k) {
+    std::string s;
+    for (const RangeElem& e : k) {
+        s.append(reinterpret_cast<const char*>(&e.r), sizeof e.r);
+        s.append(reinterpret_cast<const char*>(&e.t), sizeof e.t);
+        s += e.low;
+        s += '|';
+        s += e.high;
+        s += ';';
+    }
+    return s;
+}
+
+PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
+    int zero;
+    const char *pl, *ph, *nl, *nh;
+    if (!PyArg_ParseTuple(args, "pssss", &zero, &pl, &ph, &nl, &nh)) return nullptr;
+    for (const char* s : {pl, ph, nl, nh})
+        for (const char* c = s; *c; ++c)
+            if (*c < '0' || *c > '9' || (c == s && *c == '0')) {
+                PyErr_SetString(PyExc_ValueError, "int_range_dfa: a bound is not a decimal >= 1");
+                return nullptr;
+            }
+    std::vector<int32_t> src, byte, dst;
+    std::vector<uint8_t> acc{0};
+    std::unordered_map<std::string, int32_t> ids;
+    std::vector<RangeKey> order;
+    auto state = [&](RangeKey&& k) {
+        auto [it, fresh] = ids.emplace(range_key_bytes(k), static_cast<int32_t>(order.size()) + 1);
+        if (fresh) {
+            bool a = false;
+            for (const RangeElem& e : k) a = a || (e.r == 0) || (e.r == -1 && e.t == 0);
+            acc.push_back(a);
+            order.push_back(std::move(k));
+        }
+        return it->second;
+    };
+    const RangeKey pos = range_start(pl, ph), neg = range_start(nl, nh);
+    for (char d : std::string("-0123456789")) {
+        RangeKey nxt;
+        if (d == '-') nxt = neg;
+        else if (d == '0') { if (zero) nxt.push_back({0, 0, "", ""}); }
+        else if (!pos.empty()) nxt = range_step(pos, d);
+        if (nxt.empty()) continue;
+        src.push_back(0);
+        byte.push_back(d);
+        dst.push_back(state(std::move(nxt)));
+    }
+    for (size_t i = 0; i < order.size(); ++i)
+        for (char d = '0'; d <= '9'; ++d) {
+            RangeKey nxt = range_step(order[i], d);
+            if (nxt.empty()) continue;
+            src.push_back(static_cast<int32_t>(i) + 1);
+            byte.push_back(d);
+            dst.push_back(state(std::move(nxt)));
+        }
+    auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
+        npy_intp dims[1] = {static_cast<npy_intp>(v.size())};
+        PyObject* a = PyArray_SimpleNew(1, dims, NPY_INT32);
+        if (a && !v.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)), v.data(), v.size() * 4);
+        return a;
+    };
+    npy_intp dn[1] = {static_cast<npy_intp>(acc.size())};
+    PyObject* ac = PyArray_SimpleNew(1, dn, NPY_BOOL);
+    if (ac) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
+    PyObject *a = arr(src), *b = arr(byte), *c = arr(dst);
+    if (!a || !b || !c || !ac) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        Py_XDECREF(ac);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNNN)", a, b, c, ac);
+}
+
 // dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
 //   byte_class int32[256]): an automaton given as edges (src --byte--> dst, at most one per
 //   (src, byte); a repeated edge must be identical) as a dense table over byte classes; bytes
@@ -3514,6 +3661,8 @@ PyMethodDef module_methods[] = {
      "csr_extend(ptr, ids, states, lo, hi, pool) -> (ptr, ids): pool[lo[j]:hi[j]] appended to the list of states[j]"},
     {"csr_pack", py_csr_pack, METH_VARARGS,
      "csr_pack(ptr, ids, which, words) -> packed rows of the lists of which"},
+    {"int_range_dfa", py_int_range_dfa, METH_VARARGS,
+     "int_range_dfa(zero, pos_lo, pos_hi, neg_lo, neg_hi) -> (src, byte, dst, accept)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_core",

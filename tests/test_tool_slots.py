@@ -212,6 +212,7 @@ def test_direct_integer_ranges_equal_their_subset_construction() -> None:
     # automaton: the same language (a walk over pairs of states both ways), never more states
     rng = random.Random(11)
     cases = [(17, 17004), (99, 1000), (1, 10**12), (-(10**9), 10**9 + 7), (None, -3), (7, None)]
+    cases += [(10**30, 10**31 + 5), (-(10**25), None), (0, 0), (None, None), (-5, 5)]
     for _ in range(300):
         e = rng.choice([1, 2, 4, 7, 12])
         lo = rng.choice([None, rng.randint(-(10**e), 10**e)])
@@ -225,6 +226,12 @@ def test_direct_integer_ranges_equal_their_subset_construction() -> None:
         made = nfa_fragment(node)
         assert _includes(made, direct) and _includes(direct, made), (lo, hi)
         assert direct.n <= made.n, (lo, hi)
+        # the compiled core's construction and the Python one: the same states, same order
+        a = integer_range_fragment(lo, hi, native=True)
+        b = integer_range_fragment(lo, hi, native=False)
+        assert a is not None and b is not None and a.n == b.n, (lo, hi)
+        for x, y in ((a.src, b.src), (a.byte, b.byte), (a.dst, b.dst), (a.accept, b.accept)):
+            assert np.array_equal(x, y), (lo, hi)
 
 
 def _format_samples(fmt: str, rng: random.Random) -> set[str]:

@@ -135,3 +135,8 @@ def csr_pack(
     words: int,
     /,
 ) -> npt.NDArray[np.int32]: ...
+def int_range_dfa(
+    zero: bool, pos_lo: str, pos_hi: str, neg_lo: str, neg_hi: str, /
+) -> tuple[
+    npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.bool_]
+]: ...

@@ -277,22 +277,6 @@ class VocabTables:
 _BIG = 2048
 
 
-def _with_lists(
-    ptr: npt.NDArray[np.int64],
-    ids: I32,
-    extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]],
-) -> tuple[npt.NDArray[np.int64], I32]:
-    """The CSR lists ``ids[ptr[s]:ptr[s + 1]]`` with, for each ``(states, piece, local)`` of
-    ``extra``, the piece's list of each ``local`` state appended to that of ``states``'s entry
-    (unsorted; the two are disjoint: the quote tokens are walked, the piece lists have none)."""
-    core = _backend.native_core()
-    for states, hit, local in extra:
-        if len(states):
-            lo, hi = hit.ptr[local], hit.ptr[local + 1]
-            ptr, ids = core.csr_extend(ptr, ids, states.astype(np.int64), lo, hi, hit.ids)
-    return ptr, ids
-
-
 class ToolAutomaton:
     """One compiled byte automaton (a tool's arguments, or one slot) with lazy token masks.
 
@@ -498,11 +482,12 @@ class ToolAutomaton:
         bblock = np.full(n, -1, dtype=np.int32)
         brow = np.zeros(n, dtype=np.int32)
         blocks: list[npt.NDArray[np.int32]] = []
+        states = np.arange(n, dtype=np.int64)  # -1: an exit, no walk
+        if live is not None:
+            states[~live] = -1
         if live is None and int(self.klass.max(initial=-1)) < 0 and self.origin.max(initial=-1) < 0:
             # no string, no piece, no exit (a fixed format, a range): every state walks the trie
-            ptr, ids = core.dfa_masks(
-                self.table, self.byte_class, np.arange(n, dtype=np.int64), t.trie
-            )
+            ptr, ids = core.dfa_masks(self.table, self.byte_class, states, t.trie)
             self._finish(ptr, ids, blocks, bblock, brow)
             return
         # states inside a free string: the per-class row, and the quote tokens walked here
@@ -547,14 +532,11 @@ class ToolAutomaton:
                 quoted[on] = True
                 extra.append((on[~wide], hit, local[~wide]))
         # one walk per state, in state order: the quote tokens' trie where a mask is shared
-        states = np.arange(n, dtype=np.int64)
-        if live is not None:
-            states[~live] = -1
         ptr, ids = core.dfa_masks(
             self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
         )
         if extra:
-            ptr, ids = _with_lists(ptr, ids, extra)
+            ptr, ids = _pieces.with_lists(ptr, ids, extra)
         self._finish(ptr, ids, blocks, bblock, brow)
 
     def _finish(

@@ -32,7 +32,7 @@ from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import I32, Fragment
 from trierouter.registry.slots.packing import compress
 
-__all__ = ["PieceRows", "piece", "rows", "tag"]
+__all__ = ["PieceRows", "piece", "rows", "tag", "with_lists"]
 
 _QUOTE = 0x22
 _lock = threading.Lock()
@@ -137,3 +137,19 @@ def rows(tables: Any, pid: int) -> PieceRows:
             _, old = tables._pieces.popitem(last=False)
             tables._pieces_bytes -= old.rows.nbytes + old.ids.nbytes
     return hit
+
+
+def with_lists(
+    ptr: npt.NDArray[np.int64],
+    ids: I32,
+    extra: list[tuple[npt.NDArray[Any], PieceRows, npt.NDArray[np.int64]]],
+) -> tuple[npt.NDArray[np.int64], I32]:
+    """The CSR lists ``ids[ptr[s]:ptr[s + 1]]`` with, for each ``(states, piece, local)`` of
+    ``extra``, the piece's list of each ``local`` state appended to that of ``states``'s entry
+    (unsorted; the two are disjoint: the quote tokens are walked, the piece lists have none)."""
+    core = _backend.native_core()
+    for states, hit, local in extra:
+        if len(states):
+            lo, hi = hit.ptr[local], hit.ptr[local + 1]
+            ptr, ids = core.csr_extend(ptr, ids, states.astype(np.int64), lo, hi, hit.ids)
+    return ptr, ids
