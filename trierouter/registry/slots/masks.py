@@ -549,8 +549,7 @@ class ToolAutomaton:
     ) -> None:
         """Keep the masks of :meth:`materialize`: long lists packed whole, with their rows."""
         t = self.t
-        big = np.flatnonzero(np.diff(ptr) > _BIG)
-        if len(big):
+        if ptr[-1] > _BIG and len(big := np.flatnonzero(np.diff(ptr) > _BIG)):  # else none
             packed = pack_rows(ptr, ids, big, t.width)
             for j, s in enumerate(big.tolist()):
                 if bblock[s] >= 0:
