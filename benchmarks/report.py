@@ -522,7 +522,8 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
     run = (
         f" (run alone with `--sections formats` at {fm['commit']}, {fm['date']}, load average "
         f"{fm['loadavg_start'][0]:.1f} at the start on {fm['cpus']} cores shared with other jobs"
-        f"; XGrammar {fm['xgrammar']} in the same process)"
+        f"; XGrammar {fm['xgrammar']} in a child process of the same run, "
+        f"{fm.get('rounds', 1)} rounds alternating with trierouter's)"
         if fm
         else ""
     )
