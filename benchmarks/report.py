@@ -529,25 +529,46 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"({b['eager_total_s']:.2f} s wall; load average {b['loadavg'][0]:.1f}); first call "
             f"median {f['median']:.2f} ms, p99 {f['p99']:.1f} ms, max {f['max']:.0f} ms.",
         ]
+    fm = d.get("formats_machine")
+    run = (
+        f" (run alone with `--sections formats` at {fm['commit']}, {fm['date']}, load average "
+        f"{fm['loadavg_start'][0]:.1f} at the start on {fm['cpus']} cores shared with other jobs"
+        f"; XGrammar {fm['xgrammar']} in a child process of the same run, "
+        f"{fm.get('rounds', 1)} rounds alternating with trierouter's)"
+        if fm
+        else ""
+    )
     out += [
         "",
         "First call: over the tools that built an automaton (the first of each schema). "
-        "Fixed formats, every mask built (best of 3; XGrammar's cache off): *cold* empties "
-        "every slot cache first (the schema parsed, the automaton built, every mask "
-        "computed); *masks cold*: the slot's automaton already built (a format's is a "
-        "library constant, like XGrammar's built-in format rules), every mask computed; "
-        "*cached*: the shared rows already there, as for a format another tool already uses.",
+        f"Fixed formats{run}, every mask built (best of {d.get('formats_repeats', 3)}, wall, CPU "
+        "beside it; XGrammar's "
+        "cache off): *cold* empties every slot cache first: the schema parsed, the automaton "
+        "decoded from the library's constant table (a fixed format's: generated from its "
+        "pattern by `scripts/gen_format_tables.py`, committed, tested equal to the "
+        "construction) or built (an integer range directly, a pattern by subset construction), "
+        "its byte classes, every mask computed over the vocabulary; *from pattern*: the same "
+        "with a fixed format's automaton built from its pattern's text at run time (for the "
+        "range and the pattern: as cold); *masks cold*: the automaton already built, every "
+        "mask computed; *cached*: the shared rows "
+        "already there, as for a format another tool already uses.",
         "",
-        "| fixed format (all masks) | cold (ms) | masks cold (ms) | cached (ms) | "
-        "xgrammar (ms) | xgrammar / cold | / masks cold | / cached |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fixed format (all masks) | cold (ms, wall / CPU) | from pattern (ms) | "
+        "masks cold (ms) | cached (ms) | xgrammar (ms, wall / CPU) | xgrammar / cold | "
+        "/ from pattern | / masks cold | / cached |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in d["formats"]:
+        pat = row.get("trierouter_cold_from_pattern_ms")
         out.append(
-            f"| `{json.dumps(row['schema'])}` | {row['trierouter_cold_ms']:.2f} | "
-            f"{row['trierouter_masks_cold_ms']:.2f} | {row['trierouter_ms']:.2f} | "
-            f"{row['xgrammar_ms']:.2f} | {row['ratio_cold']:.1f}× | "
-            f"{row['ratio_masks_cold']:.1f}× | {row['ratio']:.1f}× |"
+            f"| `{json.dumps(row['schema'])}` | {row['trierouter_cold_ms']:.3f} / "
+            f"{row.get('trierouter_cold_cpu_ms', 0.0):.3f} | "
+            + (f"{pat:.3f}" if pat is not None else "-")
+            + f" | {row['trierouter_masks_cold_ms']:.3f} | {row['trierouter_ms']:.3f} | "
+            f"{row['xgrammar_ms']:.2f} / {row.get('xgrammar_cpu_ms', 0.0):.2f} | "
+            f"{row['ratio_cold']:.1f}× | "
+            + (f"{row['ratio_cold_from_pattern']:.1f}×" if pat is not None else "-")
+            + f" | {row['ratio_masks_cold']:.1f}× | {row['ratio']:.1f}× |"
         )
     return out
 

@@ -2449,12 +2449,22 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         // children (sorted labels: binary search), else the children are scanned
         std::vector<int32_t> live_at(static_cast<size_t>(ns), -1), live_n(static_cast<size_t>(ns), 0);
         std::vector<uint8_t> live;
+        // (branch fmt) each class's bytes as a 256-bit set: a state's live bytes are the union
+        // of its live classes' sets, read out in ascending order
+        std::vector<uint64_t> class_bits(static_cast<size_t>(nc) * 4, 0);
+        for (int b = 0; b < 256; ++b)
+            class_bits[static_cast<size_t>(cls.p[b]) * 4 + static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
         auto live_of = [&](int32_t q) {
             if (live_at[static_cast<size_t>(q)] < 0) {
                 live_at[static_cast<size_t>(q)] = static_cast<int32_t>(live.size());
                 const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
-                for (int b = 0; b < 256; ++b)
-                    if (qrow[cls.p[b]] >= 0) live.push_back(static_cast<uint8_t>(b));
+                uint64_t set[4] = {0, 0, 0, 0};
+                for (int64_t c = 0; c < nc; ++c)
+                    if (qrow[c] >= 0)
+                        for (int w = 0; w < 4; ++w) set[w] |= class_bits[static_cast<size_t>(c) * 4 + static_cast<size_t>(w)];
+                for (int w = 0; w < 4; ++w)
+                    for (uint64_t x = set[w]; x; x &= x - 1)
+                        live.push_back(static_cast<uint8_t>(w * 64 + __builtin_ctzll(x)));
                 live_n[static_cast<size_t>(q)] =
                     static_cast<int32_t>(live.size()) - live_at[static_cast<size_t>(q)];
             }
@@ -2589,6 +2599,253 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     Py_END_ALLOW_THREADS;
     if (!ok) return PyErr_NoMemory();
     return csr_result(ptr, ids);
+}
+
+// -- fixed formats and shared pieces (branch fmt): CSR lists extended and packed -----------------
+
+// Checks a CSR ``ptr`` (n + 1 ascending offsets from 0) over ``n_ids`` ids; ValueError if not.
+bool check_csr(const I64View& ptr, int64_t n_ids, const char* what) {
+    if (ptr.n < 1 || ptr.p[0] != 0 || ptr.p[ptr.n - 1] > n_ids) {
+        PyErr_Format(PyExc_ValueError, "%s: ptr out of range", what);
+        return false;
+    }
+    for (int64_t i = 1; i < ptr.n; ++i)
+        if (ptr.p[i] < ptr.p[i - 1]) {
+            PyErr_Format(PyExc_ValueError, "%s: ptr not ascending", what);
+            return false;
+        }
+    return true;
+}
+
+// csr_extend(ptr: int64[n + 1], ids: int32[], states: int64[m], lo: int64[m], hi: int64[m],
+//   pool: int32[]) -> (ptr, ids): the lists ids[ptr[s]:ptr[s + 1]], each followed by
+//   pool[lo[j]:hi[j]] for every j with states[j] == s (in order of j); no sorting.
+PyObject* py_csr_extend(PyObject*, PyObject* args) {
+    PyObject *ptr_o, *ids_o, *st_o, *lo_o, *hi_o, *pool_o;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &ptr_o, &ids_o, &st_o, &lo_o, &hi_o, &pool_o)) return nullptr;
+    I64View ptr, st, lo, hi;
+    I32View ids, pool;
+    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !st.open(st_o, "states") ||
+        !lo.open(lo_o, "lo") || !hi.open(hi_o, "hi") || !pool.open(pool_o, "pool"))
+        return nullptr;
+    if (!check_csr(ptr, ids.n, "csr_extend")) return nullptr;
+    const int64_t n = ptr.n - 1;
+    if (lo.n != st.n || hi.n != st.n) {
+        PyErr_SetString(PyExc_ValueError, "csr_extend: states, lo and hi differ in length");
+        return nullptr;
+    }
+    for (int64_t j = 0; j < st.n; ++j)
+        if (st.p[j] < 0 || st.p[j] >= n || lo.p[j] < 0 || lo.p[j] > hi.p[j] || hi.p[j] > pool.n) {
+            PyErr_SetString(PyExc_ValueError, "csr_extend: a state or span out of range");
+            return nullptr;
+        }
+    Buf<int64_t> out_ptr;
+    Buf<int32_t> out;
+    std::vector<int64_t> add(static_cast<size_t>(n) + 1, 0), at(static_cast<size_t>(n), 0);
+    for (int64_t j = 0; j < st.n; ++j) add[static_cast<size_t>(st.p[j])] += hi.p[j] - lo.p[j];
+    if (!out_ptr.resize(static_cast<size_t>(n) + 1)) return PyErr_NoMemory();
+    out_ptr[0] = 0;
+    for (int64_t s = 0; s < n; ++s)
+        out_ptr[static_cast<size_t>(s) + 1] =
+            out_ptr[static_cast<size_t>(s)] + (ptr.p[s + 1] - ptr.p[s]) + add[static_cast<size_t>(s)];
+    if (!out.resize(static_cast<size_t>(out_ptr[static_cast<size_t>(n)]) + 1)) return PyErr_NoMemory();
+    out.n -= 1;
+    for (int64_t s = 0; s < n; ++s) {
+        const int64_t k = ptr.p[s + 1] - ptr.p[s];
+        if (k) std::memcpy(out.p + out_ptr[static_cast<size_t>(s)], ids.p + ptr.p[s], static_cast<size_t>(k) * 4);
+        at[static_cast<size_t>(s)] = out_ptr[static_cast<size_t>(s)] + k;
+    }
+    for (int64_t j = 0; j < st.n; ++j) {
+        const int64_t k = hi.p[j] - lo.p[j];
+        int64_t& a = at[static_cast<size_t>(st.p[j])];
+        if (k) std::memcpy(out.p + a, pool.p + lo.p[j], static_cast<size_t>(k) * 4);
+        a += k;
+    }
+    return csr_result(out_ptr, out);
+}
+
+// csr_pack(ptr: int64[n + 1], ids: int32[], which: int64[m], words: int) -> int32 (m, words):
+//   row j packs the list of entry which[j] (bit t of a row = id t, XGrammar's layout).
+PyObject* py_csr_pack(PyObject*, PyObject* args) {
+    PyObject *ptr_o, *ids_o, *wh_o;
+    Py_ssize_t words;
+    if (!PyArg_ParseTuple(args, "OOOn", &ptr_o, &ids_o, &wh_o, &words)) return nullptr;
+    I64View ptr, wh;
+    I32View ids;
+    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !wh.open(wh_o, "which")) return nullptr;
+    if (!check_csr(ptr, ids.n, "csr_pack")) return nullptr;
+    if (words < 0) {
+        PyErr_SetString(PyExc_ValueError, "csr_pack: words must be >= 0");
+        return nullptr;
+    }
+    for (int64_t j = 0; j < wh.n; ++j) {
+        if (wh.p[j] < 0 || wh.p[j] >= ptr.n - 1) {
+            PyErr_SetString(PyExc_ValueError, "csr_pack: which out of range");
+            return nullptr;
+        }
+        for (int64_t k = ptr.p[wh.p[j]]; k < ptr.p[wh.p[j] + 1]; ++k)
+            if (ids.p[k] < 0 || static_cast<int64_t>(ids.p[k]) >= static_cast<int64_t>(words) * 32) {
+                PyErr_SetString(PyExc_ValueError, "csr_pack: an id past the row");
+                return nullptr;
+            }
+    }
+    npy_intp dims[2] = {static_cast<npy_intp>(wh.n), static_cast<npy_intp>(words)};
+    PyObject* rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
+    if (!rows_o) return nullptr;
+    uint32_t* rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
+    for (int64_t j = 0; j < wh.n; ++j) {
+        uint32_t* r = rows + static_cast<size_t>(j) * static_cast<size_t>(words);
+        for (int64_t k = ptr.p[wh.p[j]]; k < ptr.p[wh.p[j] + 1]; ++k)
+            r[static_cast<uint32_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
+    }
+    return rows_o;
+}
+
+// int_range_dfa(zero: bool, pos_lo, pos_hi, neg_lo, neg_hi) -> (src, byte, dst, accept): the
+//   automaton of formats.integer_range_fragment, built the same way (same states, same order):
+//   canonical decimals, "0" if zero, digits in [pos_lo, pos_hi] and "-" then digits in
+//   [neg_lo, neg_hi]; each bound a decimal string >= 1 without leading zeros, a high bound ""
+//   for none, a part absent when its low bound is "".
+struct RangeElem {  // one length's constraint: r digits left, low / high rest ("": any);
+    int r;          // r = -1: a tail of at least t more digits, any; -2: the same, first not 0
+    int t;
+    std::string low, high;
+    bool operator<(const RangeElem& o) const {
+        if (r != o.r) return r < o.r;
+        if (t != o.t) return t < o.t;
+        if (low != o.low) return low < o.low;
+        return high < o.high;
+    }
+    bool operator==(const RangeElem& o) const { return r == o.r && t == o.t && low == o.low && high == o.high; }
+};
+using RangeKey = std::vector<RangeElem>;
+
+bool all_of_char(const std::string& s, size_t from, char c) {
+    for (size_t i = from; i < s.size(); ++i)
+        if (s[i] != c) return false;
+    return true;
+}
+
+// a <= b for decimal strings without leading zeros
+bool dec_le(const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a <= b;
+}
+
+RangeKey range_start(const std::string& lo, const std::string& hi) {
+    RangeKey out;
+    if (lo.empty() || (!hi.empty() && !dec_le(lo, hi))) return out;
+    const size_t na = lo.size(), nb = hi.empty() ? na : hi.size();
+    for (size_t n = na; n <= nb; ++n) {
+        const std::string low_n = "1" + std::string(n - 1, '0'), high_n(n, '9');
+        const std::string first = dec_le(low_n, lo) ? lo : low_n;
+        const std::string last = (!hi.empty() && dec_le(hi, high_n)) ? hi : high_n;
+        if (dec_le(first, last)) out.push_back({static_cast<int>(n), 0, first, last});
+    }
+    if (hi.empty()) out.push_back({-2, static_cast<int>(na) + 1, "", ""});
+    // as the Python start: the bounds of a full-width element are kept whole (normalized on step)
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+RangeKey range_step(const RangeKey& key, char d) {
+    RangeKey out;
+    for (const RangeElem& e : key) {
+        if (e.r < 0) {
+            if (e.r == -1 || d != '0') out.push_back({-1, std::max(e.t - 1, 0), "", ""});
+            continue;
+        }
+        if (e.r == 0) continue;
+        std::string low = e.low, high = e.high;
+        if (!low.empty()) {
+            if (d < low[0]) continue;
+            low = (d == low[0] && !all_of_char(low, 1, '0')) ? low.substr(1) : "";
+        }
+        if (!high.empty()) {
+            if (d > high[0]) continue;
+            high = (d == high[0] && !all_of_char(high, 1, '9')) ? high.substr(1) : "";
+        }
+        out.push_back({e.r - 1, 0, low, high});
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+std::string range_key_bytes(const RangeKey& k) {
+    std::string s;
+    for (const RangeElem& e : k) {
+        s.append(reinterpret_cast<const char*>(&e.r), sizeof e.r);
+        s.append(reinterpret_cast<const char*>(&e.t), sizeof e.t);
+        s += e.low;
+        s += '|';
+        s += e.high;
+        s += ';';
+    }
+    return s;
+}
+
+PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
+    int zero;
+    const char *pl, *ph, *nl, *nh;
+    if (!PyArg_ParseTuple(args, "pssss", &zero, &pl, &ph, &nl, &nh)) return nullptr;
+    for (const char* s : {pl, ph, nl, nh})
+        for (const char* c = s; *c; ++c)
+            if (*c < '0' || *c > '9' || (c == s && *c == '0')) {
+                PyErr_SetString(PyExc_ValueError, "int_range_dfa: a bound is not a decimal >= 1");
+                return nullptr;
+            }
+    std::vector<int32_t> src, byte, dst;
+    std::vector<uint8_t> acc{0};
+    std::unordered_map<std::string, int32_t> ids;
+    std::vector<RangeKey> order;
+    auto state = [&](RangeKey&& k) {
+        auto [it, fresh] = ids.emplace(range_key_bytes(k), static_cast<int32_t>(order.size()) + 1);
+        if (fresh) {
+            bool a = false;
+            for (const RangeElem& e : k) a = a || (e.r == 0) || (e.r == -1 && e.t == 0);
+            acc.push_back(a);
+            order.push_back(std::move(k));
+        }
+        return it->second;
+    };
+    const RangeKey pos = range_start(pl, ph), neg = range_start(nl, nh);
+    for (char d : std::string("-0123456789")) {
+        RangeKey nxt;
+        if (d == '-') nxt = neg;
+        else if (d == '0') { if (zero) nxt.push_back({0, 0, "", ""}); }
+        else if (!pos.empty()) nxt = range_step(pos, d);
+        if (nxt.empty()) continue;
+        src.push_back(0);
+        byte.push_back(d);
+        dst.push_back(state(std::move(nxt)));
+    }
+    for (size_t i = 0; i < order.size(); ++i)
+        for (char d = '0'; d <= '9'; ++d) {
+            RangeKey nxt = range_step(order[i], d);
+            if (nxt.empty()) continue;
+            src.push_back(static_cast<int32_t>(i) + 1);
+            byte.push_back(d);
+            dst.push_back(state(std::move(nxt)));
+        }
+    auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
+        npy_intp dims[1] = {static_cast<npy_intp>(v.size())};
+        PyObject* a = PyArray_SimpleNew(1, dims, NPY_INT32);
+        if (a && !v.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)), v.data(), v.size() * 4);
+        return a;
+    };
+    npy_intp dn[1] = {static_cast<npy_intp>(acc.size())};
+    PyObject* ac = PyArray_SimpleNew(1, dn, NPY_BOOL);
+    if (ac) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
+    PyObject *a = arr(src), *b = arr(byte), *c = arr(dst);
+    if (!a || !b || !c || !ac) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        Py_XDECREF(ac);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNNN)", a, b, c, ac);
 }
 
 // dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
@@ -2782,10 +3039,16 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
             const size_t row0 = rows.size();
             rows.resize(row0 + 256, -1);
             acc.push_back(static_cast<uint8_t>(cur[static_cast<size_t>(final_ll) >> 6] >> (final_ll & 63) & 1));
+            int last = -1;  // the previous used byte: a byte reaching the same set reuses its target
             for (int b = 0; b < 256; ++b) {
                 if (!used[b]) continue;
-                std::vector<uint64_t> set(next.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b) * W),
-                                          next.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(b) + 1) * W));
+                const uint64_t* nb = next.data() + static_cast<size_t>(b) * W;
+                if (last >= 0 && std::memcmp(nb, next.data() + static_cast<size_t>(last) * W, W * 8) == 0) {
+                    rows[row0 + static_cast<size_t>(b)] = rows[row0 + static_cast<size_t>(last)];
+                    continue;
+                }
+                last = b;
+                std::vector<uint64_t> set(nb, nb + W);
                 close(set);
                 auto [it, fresh] = ids.emplace(key_of(set), static_cast<int32_t>(sets.size()));
                 if (fresh) sets.push_back(std::move(set));
@@ -3588,6 +3851,13 @@ PyMethodDef module_methods[] = {
     // eager tool registries (branch eager)
     {"key_automaton", py_key_automaton, METH_VARARGS,
      "key_automaton(texts, required) -> (src, byte, dst, count, exit_states, exit_keys)"},
+    // fixed formats and shared pieces (branch fmt)
+    {"csr_extend", py_csr_extend, METH_VARARGS,
+     "csr_extend(ptr, ids, states, lo, hi, pool) -> (ptr, ids): pool[lo[j]:hi[j]] appended to the list of states[j]"},
+    {"csr_pack", py_csr_pack, METH_VARARGS,
+     "csr_pack(ptr, ids, which, words) -> packed rows of the lists of which"},
+    {"int_range_dfa", py_int_range_dfa, METH_VARARGS,
+     "int_range_dfa(zero, pos_lo, pos_hi, neg_lo, neg_hi) -> (src, byte, dst, accept)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_core",

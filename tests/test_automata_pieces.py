@@ -19,14 +19,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trierouter.registry.core import native_core
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots import dispatch
 from trierouter.registry.slots.dispatch import SlotCompiler
-from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes
+from trierouter.registry.slots.format_tables import TABLES
+from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes, quoted_pattern_fragment
 from trierouter.registry.slots.fragment import Builder, Fragment, NativeBuilder, builder
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.nfa import nfa_fragment
-from trierouter.registry.slots.packing import compress
+from trierouter.registry.slots.packing import compress, pack_ids
 from trierouter.registry.slots.regex import pattern_node
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -413,3 +415,46 @@ def test_eager_automata_equal_lazy_ones_on_registry_tools() -> None:
                 a.fill(s, row_a)
                 b.fill(s, row_b)
                 assert np.array_equal(row_a, row_b)
+
+
+def test_format_tables_equal_the_construction_from_their_patterns() -> None:
+    # the constant tables (scripts/gen_format_tables.py) are the subset construction of each
+    # format's pattern, state for state; an edited pattern no longer finds its stale table
+    built = 0
+    for fmt, pattern in FORMAT_PATTERNS.items():
+        table = quoted_pattern_fragment(pattern)
+        made = quoted_pattern_fragment(pattern, native=True, constant=False)
+        assert table.n == made.n and np.array_equal(table.table, made.table), fmt
+        assert np.array_equal(table.accept, made.accept), fmt
+        python = quoted_pattern_fragment(pattern, native=False, constant=False)
+        assert _includes(table, python) and _includes(python, table), fmt
+        built += made.n <= 256
+    assert built == len(TABLES) == 5  # date, time, date-time, ipv4, uuid (email: 323 states)
+    stale = FORMAT_PATTERNS["ipv4"] + "-?"
+    assert quoted_pattern_fragment(stale).matches(b'"1.2.3.4-"')  # built from its text
+
+
+def test_csr_extend_and_pack_equal_numpy() -> None:
+    core = native_core()
+    rng = np.random.default_rng(7)
+    lens = rng.integers(0, 9, size=12)
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 200, size=int(ptr[-1])).astype(np.int32)
+    pool = rng.integers(0, 200, size=30).astype(np.int32)
+    states = np.array([3, 0, 11, 3], dtype=np.int64)
+    lo = np.array([0, 5, 5, 20], dtype=np.int64)
+    hi = np.array([4, 5, 17, 30], dtype=np.int64)
+    got_ptr, got = core.csr_extend(ptr, ids, states, lo, hi, pool)
+    for s in range(12):
+        want = list(ids[ptr[s] : ptr[s + 1]])
+        for j in np.flatnonzero(states == s):
+            want += list(pool[lo[j] : hi[j]])
+        assert list(got[got_ptr[s] : got_ptr[s + 1]]) == want, s
+    which = np.array([11, 3, 0], dtype=np.int64)
+    rows = core.csr_pack(got_ptr, got, which, 7)
+    for r, s in zip(rows, which, strict=True):
+        assert np.array_equal(r, pack_ids(got[got_ptr[s] : got_ptr[s + 1]], 7 * 32))
+    with pytest.raises(ValueError):
+        core.csr_pack(got_ptr, got, which, 6)  # an id past the row
+    with pytest.raises(ValueError):
+        core.csr_extend(ptr, ids, states, lo, hi + 1, pool)  # a span past the pool

@@ -19,7 +19,13 @@ import numpy as np
 import pytest
 
 from trierouter.registry.slots.dispatch import SlotCompiler
-from trierouter.registry.slots.formats import FORMAT_PATTERNS, format_node, integer_range_node
+from trierouter.registry.slots.formats import (
+    FORMAT_PATTERNS,
+    _includes,
+    format_node,
+    integer_range_fragment,
+    integer_range_node,
+)
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables, pack_ids
 from trierouter.registry.slots.nfa import nfa_fragment
 from trierouter.registry.slots.regex import pattern_node
@@ -186,15 +192,46 @@ def test_integer_ranges_brute_force() -> None:
         lo = rng.choice([None, rng.randint(-300, 300)])
         hi = rng.choice([None, rng.randint(-300, 300)])
         node = integer_range_node(lo, hi)
+        direct = integer_range_fragment(lo, hi)  # what the slots use: built without subsets
+        assert (node is None) == (direct is None)
         for x in range(-400, 401):
             inside = (lo is None or x >= lo) and (hi is None or x <= hi)
             if node is None:
                 assert not inside or (lo is not None and hi is not None and lo > hi)
                 continue
             assert _accepts(node, str(x)) == inside, (lo, hi, x)
+            assert direct is not None and direct.matches(str(x).encode()) == inside, (lo, hi, x)
         if node is not None:
-            for junk in ["-0", "007", "+1", "", "1.0", "--1"]:
+            for junk in ["-0", "007", "+1", "", "1.0", "--1", "00", "-"]:
                 assert not _accepts(node, junk)
+                assert direct is not None and not direct.matches(junk.encode())
+
+
+def test_direct_integer_ranges_equal_their_subset_construction() -> None:
+    # wide and lopsided bounds (values of 1 to 13 digits), against the regular expression's
+    # automaton: the same language (a walk over pairs of states both ways), never more states
+    rng = random.Random(11)
+    cases = [(17, 17004), (99, 1000), (1, 10**12), (-(10**9), 10**9 + 7), (None, -3), (7, None)]
+    cases += [(10**30, 10**31 + 5), (-(10**25), None), (0, 0), (None, None), (-5, 5)]
+    for _ in range(300):
+        e = rng.choice([1, 2, 4, 7, 12])
+        lo = rng.choice([None, rng.randint(-(10**e), 10**e)])
+        hi = rng.choice([None, rng.randint(-(10**e), 10**e)])
+        cases.append((lo, hi))
+    for lo, hi in cases:
+        node, direct = integer_range_node(lo, hi), integer_range_fragment(lo, hi)
+        assert (node is None) == (direct is None), (lo, hi)
+        if node is None or direct is None:
+            continue
+        made = nfa_fragment(node)
+        assert _includes(made, direct) and _includes(direct, made), (lo, hi)
+        assert direct.n <= made.n, (lo, hi)
+        # the compiled core's construction and the Python one: the same states, same order
+        a = integer_range_fragment(lo, hi, native=True)
+        b = integer_range_fragment(lo, hi, native=False)
+        assert a is not None and b is not None and a.n == b.n, (lo, hi)
+        for x, y in ((a.src, b.src), (a.byte, b.byte), (a.dst, b.dst), (a.accept, b.accept)):
+            assert np.array_equal(x, y), (lo, hi)
 
 
 def _format_samples(fmt: str, rng: random.Random) -> set[str]:

@@ -118,3 +118,25 @@ class MatcherBase:
     def reset(self) -> None: ...
     def is_terminated(self) -> bool: ...
     def allowed_token_ids(self) -> npt.NDArray[np.int32]: ...
+
+def csr_extend(
+    ptr: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.int32],
+    states: npt.NDArray[np.int64],
+    lo: npt.NDArray[np.int64],
+    hi: npt.NDArray[np.int64],
+    pool: npt.NDArray[np.int32],
+    /,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]: ...
+def csr_pack(
+    ptr: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.int32],
+    which: npt.NDArray[np.int64],
+    words: int,
+    /,
+) -> npt.NDArray[np.int32]: ...
+def int_range_dfa(
+    zero: bool, pos_lo: str, pos_hi: str, neg_lo: str, neg_hi: str, /
+) -> tuple[
+    npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.bool_]
+]: ...

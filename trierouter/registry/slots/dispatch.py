@@ -40,6 +40,7 @@ from trierouter.registry.slots.formats import (
     format_node,
     format_pattern,
     pattern_lengths,
+    quoted_pattern_fragment,
 )
 from trierouter.registry.slots.fragment import (
     MAX_COUNTED,
@@ -49,7 +50,7 @@ from trierouter.registry.slots.fragment import (
     string_fragment,
     trie_fragment,
 )
-from trierouter.registry.slots.nfa import lit, nfa_fragment, seq
+from trierouter.registry.slots.nfa import lit, nfa_fragment
 from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
@@ -146,7 +147,6 @@ class SlotCompiler:
         self.strict = strict
         self._cache: dict[str, tuple[Fragment, str, str]] = {}
         self.xgrammar_slots: dict[str, dict[str, Any]] = {}
-        self._string = _free_string()
         self._refs: list[str] = []
         self._problems: list[Problem] = []
 
@@ -450,7 +450,8 @@ class SlotCompiler:
                 return None
             if self.dry:
                 return _DUMMY, "format", f"pattern {pattern}"
-            return nfa_fragment(seq(lit('"'), node, lit('"'))), "format", f"pattern {pattern}"
+            frag = quoted_pattern_fragment(str(pattern), node=node)
+            return frag, "format", f"pattern {pattern}"
         if fmt is not None:
             if format_node(str(fmt)) is None:
                 return None
@@ -462,7 +463,7 @@ class SlotCompiler:
             frag = _DUMMY if self.dry else _counted_string(min_length, max_length)
             what = f"string of {min_length}..{'' if max_length is None else max_length} chars"
             return frag, "format", what
-        return self._string, "automaton", "string"
+        return _free_string(), "automaton", "string"
 
     def _array(
         self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
@@ -617,11 +618,9 @@ def _literal(text: bytes) -> Fragment:
 
 @functools.lru_cache(maxsize=1024)
 def _pattern_fragment(pattern: str) -> Fragment:
-    """The quoted full matches of ``pattern`` (one in the supported subset)."""
-    node = pattern_node(pattern)
-    if node is None:  # pragma: no cover - the format patterns are in the subset
-        raise AssertionError(f"pattern outside the subset: {pattern}")
-    return nfa_fragment(seq(lit('"'), node, lit('"')))
+    """The quoted full matches of ``pattern`` (one in the supported subset; a fixed format's
+    from its constant table)."""
+    return quoted_pattern_fragment(pattern)
 
 
 def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] | None:

@@ -21,10 +21,12 @@ accept values the formats' definitions refuse: ``2023-02-31``, ``0000-01-01``, `
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry.slots.format_tables import TABLES
 from trierouter.registry.slots.fragment import Fragment, string_fragment
 from trierouter.registry.slots.nfa import (
     DIGIT,
@@ -37,6 +39,7 @@ from trierouter.registry.slots.nfa import (
     rep,
     seq,
 )
+from trierouter.registry.slots.ranges import integer_range_fragment, integer_range_node
 from trierouter.registry.slots.regex import pattern_node
 
 __all__ = [
@@ -45,8 +48,10 @@ __all__ = [
     "format_and_pattern_fragment",
     "format_node",
     "format_pattern",
+    "integer_range_fragment",
     "integer_range_node",
     "pattern_lengths",
+    "quoted_pattern_fragment",
 ]
 
 
@@ -125,60 +130,37 @@ def format_node(fmt: str) -> _Node | None:
     return None if pattern is None else pattern_node(pattern)
 
 
-def _digits_range(lo: str, hi: str) -> _Node:
-    """Digit strings of equal length between ``lo`` and ``hi`` (inclusive)."""
-    if not lo:
-        return seq()
-    if set(lo) == {"0"} and set(hi) == {"9"}:
-        return rep(DIGIT, len(lo), len(lo))
-    if lo[0] == hi[0]:
-        return seq(lit(lo[0]), _digits_range(lo[1:], hi[1:]))
-    rest = len(lo) - 1
-    parts = [seq(lit(lo[0]), _digits_range(lo[1:], "9" * rest))]
-    mid = "".join(chr(c) for c in range(ord(lo[0]) + 1, ord(hi[0])))
-    if mid:
-        parts.append(seq(cls(mid), rep(DIGIT, rest, rest)))
-    parts.append(seq(lit(hi[0]), _digits_range("0" * rest, hi[1:])))
-    return alt(*parts)
+_CONSTANT = {
+    p: TABLES[d]
+    for p in FORMAT_PATTERNS.values()
+    if (d := hashlib.blake2b(p.encode(), digest_size=8).hexdigest()) in TABLES
+}
+"""A fixed format's pattern → its constant table (tables of another pattern's text: none)."""
 
 
-def _nonneg_range(lo: int, hi: int | None) -> _Node | None:
-    """Canonical decimals of ``lo..hi`` (``hi=None``: unbounded), ``0 <= lo``."""
-    if hi is not None and hi < lo:
-        return None
-    parts: list[_Node] = []
-    if lo == 0:
-        parts.append(lit("0"))
-        lo = 1
-        if hi == 0:
-            return parts[0]
-    n_lo = len(str(lo))
-    n_hi = len(str(hi)) if hi is not None else n_lo
-    for n in range(n_lo, n_hi + 1):
-        a = max(lo, 10 ** (n - 1))
-        b = 10**n - 1 if hi is None else min(hi, 10**n - 1)
-        if a <= b:
-            parts.append(_digits_range(str(a), str(b)))
-    if hi is None:
-        parts.append(seq(cls("123456789"), rep(DIGIT, n_lo, None)))
-    return alt(*parts) if parts else None
-
-
-def integer_range_node(lo: int | None, hi: int | None) -> _Node | None:
-    """Canonical decimal integers in ``[lo, hi]`` (either bound may be None); None if empty."""
-    parts: list[_Node] = []
-    if hi is None or hi >= 0:
-        pos = _nonneg_range(max(lo, 0) if lo is not None else 0, hi)
-        if pos is not None:
-            parts.append(pos)
-    if lo is None or lo < 0:
-        # negatives: "-" then 1..(-lo), never "-0"
-        top = None if lo is None else -lo
-        bottom = 1 if hi is None or hi >= 0 else -hi
-        neg = _nonneg_range(bottom, top)
-        if neg is not None:
-            parts.append(seq(lit("-"), neg))
-    return alt(*parts) if parts else None
+def quoted_pattern_fragment(
+    pattern: str,
+    *,
+    node: _Node | None = None,
+    native: bool | None = None,
+    constant: bool = True,
+) -> Fragment:
+    """The quoted full matches of ``pattern`` (one in the supported subset; ``node``: its
+    parse, if already made): a fixed format's automaton decoded from its constant table
+    (:mod:`.format_tables`, generated from the same pattern; ``constant=False``: built from the
+    text), any other pattern's determinized."""
+    hit = _CONSTANT.get(pattern) if TABLES else None
+    if hit is not None and constant:
+        edges = np.frombuffer(bytes.fromhex(hit.edges), dtype=np.uint8).reshape(3, -1)
+        src, byte, dst = edges.astype(np.int32)
+        accept = np.zeros(hit.n, dtype=bool)
+        accept[list(hit.accept)] = True
+        return Fragment(src, byte, dst, hit.n, accept)
+    if node is None:
+        node = pattern_node(pattern)
+    if node is None:
+        raise ValueError(f"pattern outside the supported subset: {pattern!r}")
+    return nfa_fragment(seq(lit('"'), node, lit('"')), native)
 
 
 def _number_node() -> _Node:
@@ -250,14 +232,13 @@ def _number_fragment() -> Fragment:
 
 @functools.lru_cache(maxsize=4096)
 def _integer_fragment(lo: int | None, hi: int | None) -> Fragment | None:
-    node = integer_range_node(lo, hi)
-    return None if node is None else nfa_fragment(node)
+    return integer_range_fragment(lo, hi)
 
 
 @functools.lru_cache(maxsize=4096)
 def _format_fragment(fmt: str) -> Fragment | None:
-    node = format_node(fmt)
-    return None if node is None else nfa_fragment(seq(lit('"'), node, lit('"')))
+    pattern = FORMAT_PATTERNS.get(fmt)
+    return None if pattern is None else quoted_pattern_fragment(pattern)
 
 
 def _includes(big: Fragment, small: Fragment) -> bool:

@@ -78,6 +78,8 @@ class VocabTables:
             owner = np.searchsorted(off, qpos, side="right") - 1
             has_quote[owner] = True
         self.quote_ids = ids[has_quote[ids]].astype(np.int32)
+        self.has_quote = has_quote
+        """Per token id, whether its bytes hold a ``"``."""
         self.all_ids = ids.astype(np.int32)
         self._string_rows: npt.NDArray[np.int32] | None = None
         self._counts: tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]] | None = None
@@ -88,7 +90,7 @@ class VocabTables:
         self.native = _backend.default_backend() == "native"
         self._trie: Any = None
         self._quote_trie: Any = None
-        self._pieces: OrderedDict[int, tuple[I32, npt.NDArray[np.int32]]] = OrderedDict()
+        self._pieces: OrderedDict[int, _pieces.PieceRows] = OrderedDict()
         self._pieces_bytes = 0
         self._pieces_lock = threading.Lock()
 
@@ -480,17 +482,22 @@ class ToolAutomaton:
         bblock = np.full(n, -1, dtype=np.int32)
         brow = np.zeros(n, dtype=np.int32)
         blocks: list[npt.NDArray[np.int32]] = []
+        states = np.arange(n, dtype=np.int64)  # -1: an exit, no walk
+        if live is not None:
+            states[~live] = -1
+        if live is None and int(self.klass.max(initial=-1)) < 0 and self.origin.max(initial=-1) < 0:
+            # no string, no piece, no exit (a fixed format, a range): every state walks the trie
+            ptr, ids = core.dfa_masks(self.table, self.byte_class, states, t.trie)
+            self._finish(ptr, ids, blocks, bblock, brow)
+            return
         # states inside a free string: the per-class row, and the quote tokens walked here
         quoted = self.klass >= 0
         if live is not None:
             quoted &= live
         on = np.flatnonzero(quoted)
-        kon = self.klass[on]
-        if len(on) and int(kon.max()) < 16:  # free strings only: the class is the row
-            blocks.append(t.string_rows())
-            bblock[on], brow[on] = 0, kon
-        elif len(on):  # the free rows as one block, each counted row its own (shared, no copy)
-            kls, inv = np.unique(kon, return_inverse=True)
+        if len(on):  # the free rows as one block, each counted row its own (shared, no copy)
+            k = self.klass[on]  # every class < 16: free strings only, no np.unique (slow)
+            kls, inv = (np.arange(16), k) if k.max() < 16 else np.unique(k, return_inverse=True)
             block = np.zeros(len(kls), dtype=np.int32)
             row = np.zeros(len(kls), dtype=np.int32)
             blocks.append(t.string_rows())
@@ -502,33 +509,48 @@ class ToolAutomaton:
                     blocks.append(t.counted_row(u, left)[None])
                     block[j] = len(blocks) - 1
             bblock[on], brow[on] = block[inv], row[inv]
-        # wide states of a shared quoted piece: its standalone row, and the quote tokens
-        piece = self.origin >= 0
-        if piece.any():
-            piece &= self.klass < 0
+        # non-accepting states of a shared quoted piece: its standalone mask (a row when wide,
+        # else its list without the quote tokens), and the quote tokens walked here
+        extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
+        if self.origin.max(initial=-1) >= 0:
+            piece = (self.origin >= 0) & (self.klass < 0)
             if live is not None:
                 piece &= live
-            pid = self.origin >> 32
-            local = (self.origin & 0xFFFFFFFF).astype(np.int64)
-            for p in np.unique(pid[piece]).tolist():
-                where, rows = _pieces.rows(t, int(p))
-                on = np.flatnonzero(piece & (pid == p))
-                r = where[local[on]]
-                on = on[r >= 0]
-                if len(on):
-                    blocks.append(rows)
-                    bblock[on], brow[on] = len(blocks) - 1, r[r >= 0]
-                    quoted[on] = True
-        # one walk per state, in state order: the quote tokens' trie where a row is shared
-        states = np.arange(n, dtype=np.int64)
-        if live is not None:
-            states[~live] = -1
+            on_all = np.flatnonzero(piece)
+            pid = self.origin[on_all] >> 32
+            ps = pid[:1].tolist() if len(pid) and (pid == pid[0]).all() else np.unique(pid).tolist()
+            for p in ps:
+                hit = _pieces.rows(t, int(p))
+                on = on_all if len(ps) == 1 else on_all[pid == p]
+                local = self.origin[on] & 0xFFFFFFFF
+                keep = ~_pieces.piece(int(p)).accept[local]
+                on, local = on[keep], local[keep]
+                r = hit.where[local]
+                wide = r >= 0
+                if wide.any():
+                    blocks.append(hit.rows)
+                    bblock[on[wide]], brow[on[wide]] = len(blocks) - 1, r[wide]
+                quoted[on] = True
+                extra.append((on[~wide], hit, local[~wide]))
+        # one walk per state, in state order: the quote tokens' trie where a mask is shared
         ptr, ids = core.dfa_masks(
             self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
         )
-        lengths = np.diff(ptr)
-        big = np.flatnonzero(lengths > _BIG)
-        if len(big):
+        if extra:
+            ptr, ids = _pieces.with_lists(ptr, ids, extra)
+        self._finish(ptr, ids, blocks, bblock, brow)
+
+    def _finish(
+        self,
+        ptr: npt.NDArray[np.int64],
+        ids: I32,
+        blocks: list[npt.NDArray[np.int32]],
+        bblock: I32,
+        brow: I32,
+    ) -> None:
+        """Keep the masks of :meth:`materialize`: long lists packed whole, with their rows."""
+        t = self.t
+        if ptr[-1] > _BIG and len(big := np.flatnonzero(np.diff(ptr) > _BIG)):  # else none
             packed = pack_rows(ptr, ids, big, t.width)
             for j, s in enumerate(big.tolist()):
                 if bblock[s] >= 0:

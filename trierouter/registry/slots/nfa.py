@@ -33,6 +33,8 @@ def cls(chars: str | bytes | Iterable[int]) -> _Node:
     """One byte out of ``chars`` (a string of single-byte characters, bytes or ints)."""
     if isinstance(chars, str):
         chars = chars.encode("latin-1")
+    if isinstance(chars, (bytes, set, frozenset)):  # ints already (a str is encoded above)
+        return _Node("set", frozenset(chars))
     return _Node("set", frozenset(int(c) for c in chars))
 
 

@@ -23,16 +23,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import I32, Fragment
-from trierouter.registry.slots.packing import compress, popcount
+from trierouter.registry.slots.packing import compress
 
-__all__ = ["piece", "rows", "tag"]
+__all__ = ["PieceRows", "piece", "rows", "tag", "with_lists"]
 
 _QUOTE = 0x22
 _lock = threading.Lock()
@@ -64,10 +64,12 @@ def _maybe_wide(frag: Fragment) -> bool:
 
 def tag(frag: Fragment) -> Fragment:
     """``frag`` with every state's ``origin`` set if it is a quoted piece, else ``frag``."""
-    if frag.n == 0 or frag.exits or (frag.klass >= 0).any() or bool(frag.accept[0]):
+    if frag.n == 0 or frag.exits or bool(frag.accept[0]):
         return frag
     if not _maybe_wide(frag):
         return frag  # every state has few edges: its masks are small walks, nothing to share
+    if (frag.klass >= 0).any():
+        return frag
     into = frag.accept[frag.dst]
     if not into.any() or bool((frag.byte[into] != _QUOTE).any()):
         return frag
@@ -86,29 +88,68 @@ def piece(pid: int) -> Fragment:
     return _pieces[pid]
 
 
-def rows(tables: Any, pid: int) -> tuple[I32, npt.NDArray[np.int32]]:
+class PieceRows(NamedTuple):
+    """A piece's standalone masks against one vocabulary (:func:`rows`)."""
+
+    where: I32
+    """Per local state, its row in ``rows``, or ``-1`` (narrow, accepting)."""
+    rows: npt.NDArray[np.int32]
+    """Packed standalone masks of the wide states."""
+    ptr: npt.NDArray[np.int64]
+    """Per local state (``n + 1`` entries), the span of its list in ``ids``."""
+    ids: I32
+    """The narrow non-accepting states' standalone masks less the tokens holding a ``"``
+    (those are walked per tool): the lists are empty for wide and accepting states."""
+
+
+def rows(tables: Any, pid: int) -> PieceRows:
     """Piece ``pid`` alone against the vocabulary of ``tables`` (a
-    :class:`~trierouter.registry.slots.masks.VocabTables`): per local state, the row of its
-    standalone mask in the packed rows returned, or ``-1`` where that mask holds fewer than
-    :data:`WIDE` tokens (walked per tool instead). Native backend only; built on first use,
-    kept per vocabulary, shared by every automaton embedding the piece."""
+    :class:`~trierouter.registry.slots.masks.VocabTables`): each non-accepting local state's
+    standalone mask, packed when it holds :data:`WIDE` tokens or more, else as a list of its
+    tokens without a ``"``. Native backend only; built on first use, kept per vocabulary,
+    shared by every automaton embedding the piece (one walk of the token trie per state)."""
     with tables._pieces_lock:
-        hit: tuple[I32, npt.NDArray[np.int32]] | None = tables._pieces.get(pid)
+        hit: PieceRows | None = tables._pieces.get(pid)
         if hit is not None:
             tables._pieces.move_to_end(pid)
             return hit
     frag = piece(pid)
     table, bc = compress(frag, native=True)
     states = np.flatnonzero(~frag.accept).astype(np.int64)
-    packed = _backend.native_core().dfa_masks(table, bc, states, tables.trie, tables.words)
-    wide = np.flatnonzero(popcount(packed) >= WIDE)
+    ptr, ids = _backend.native_core().dfa_masks(table, bc, states, tables.trie)
+    lengths = np.diff(ptr)
+    wide = np.flatnonzero(lengths >= WIDE)
     where = np.full(frag.n, -1, dtype=np.int32)
     where[states[wide]] = np.arange(len(wide), dtype=np.int32)
-    hit = (where, np.ascontiguousarray(packed[wide]))
+    packed = _backend.native_core().csr_pack(ptr, ids, wide.astype(np.int64), tables.words)
+    # the narrow lists, in local state order, without the wide rows' ids and the quote tokens
+    keep = ~tables.has_quote[ids]
+    keep[np.repeat(lengths >= WIDE, lengths)] = False
+    kept = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept[1:])
+    local = np.zeros(frag.n + 1, dtype=np.int64)
+    local[states + 1] = kept[ptr[1:]] - kept[ptr[:-1]]
+    hit = PieceRows(where, packed, np.cumsum(local), ids[keep])
     with tables._pieces_lock:
         tables._pieces[pid] = hit
-        tables._pieces_bytes += hit[1].nbytes
+        tables._pieces_bytes += hit.rows.nbytes + hit.ids.nbytes
         while tables._pieces_bytes > BUDGET and len(tables._pieces) > 1:
-            _, (_, old) = tables._pieces.popitem(last=False)
-            tables._pieces_bytes -= old.nbytes
+            _, old = tables._pieces.popitem(last=False)
+            tables._pieces_bytes -= old.rows.nbytes + old.ids.nbytes
     return hit
+
+
+def with_lists(
+    ptr: npt.NDArray[np.int64],
+    ids: I32,
+    extra: list[tuple[npt.NDArray[Any], PieceRows, npt.NDArray[np.int64]]],
+) -> tuple[npt.NDArray[np.int64], I32]:
+    """The CSR lists ``ids[ptr[s]:ptr[s + 1]]`` with, for each ``(states, piece, local)`` of
+    ``extra``, the piece's list of each ``local`` state appended to that of ``states``'s entry
+    (unsorted; the two are disjoint: the quote tokens are walked, the piece lists have none)."""
+    core = _backend.native_core()
+    for states, hit, local in extra:
+        if len(states):
+            lo, hi = hit.ptr[local], hit.ptr[local + 1]
+            ptr, ids = core.csr_extend(ptr, ids, states.astype(np.int64), lo, hi, hit.ids)
+    return ptr, ids

@@ -14,6 +14,13 @@ _SAFE = frozenset(range(0x20, 0x7F)) - {0x22, 0x5C}
 """Characters that appear as themselves inside a JSON string."""
 
 
+_CLASSES = {
+    "d": frozenset(range(0x30, 0x3A)),
+    "w": frozenset(range(0x30, 0x3A)) | set(range(0x41, 0x5B)) | set(range(0x61, 0x7B)) | {0x5F},
+}
+"""The class escapes of the subset."""
+
+
 class _Unsupported(Exception):
     pass
 
@@ -118,12 +125,8 @@ class _Regex:
     def _escape(self, *, in_class: bool) -> set[int]:
         c = self.s[self.i]
         self.i += 1
-        table = {
-            "d": set(range(0x30, 0x3A)),
-            "w": set(range(0x30, 0x3A)) | set(range(0x41, 0x5B)) | set(range(0x61, 0x7B)) | {0x5F},
-        }
-        if c in table:
-            return table[c]
+        if c in _CLASSES:
+            return set(_CLASSES[c])
         if c.isalnum():
             raise _Unsupported(f"escape \\{c}")
         return self._safe({ord(c)})
