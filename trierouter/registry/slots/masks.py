@@ -485,12 +485,9 @@ class ToolAutomaton:
         if live is not None:
             quoted &= live
         on = np.flatnonzero(quoted)
-        kon = self.klass[on]
-        if len(on) and int(kon.max()) < 16:  # free strings only: the class is the row
-            blocks.append(t.string_rows())
-            bblock[on], brow[on] = 0, kon
-        elif len(on):  # the free rows as one block, each counted row its own (shared, no copy)
-            kls, inv = np.unique(kon, return_inverse=True)
+        if len(on):  # the free rows as one block, each counted row its own (shared, no copy)
+            k = self.klass[on]  # every class < 16: free strings only, no np.unique (slow)
+            kls, inv = (np.arange(16), k) if k.max() < 16 else np.unique(k, return_inverse=True)
             block = np.zeros(len(kls), dtype=np.int32)
             row = np.zeros(len(kls), dtype=np.int32)
             blocks.append(t.string_rows())
