@@ -14,14 +14,16 @@ Method (Qwen2 tokenizer, one process, same run for both engines):
   OpenAI form; each size in its own fresh process state (the shared piece rows and automata are
   process-wide caches: every size is measured from empty caches, see ``_cold``);
 * the per-vocabulary tables (string rows and counts, the trie of the tokens holding a quote:
-  ``vocab_tables_s``, once per tokenizer, like the token index), then ``registry.compile(index)``
-  (names trie + slot engines; XGrammar is imported before, ``xgrammar_import_s``), then every
-  tool's automaton built with all its masks (``CompiledTools.automaton(i)``, all held): the total
-  is the eager registry; each automaton's build time is that tool's first call (tools with the
-  same parameter schema share one automaton: ``first_call_new_ms`` is over the tools that built
-  one, the first of each schema); the XGrammar slots' grammars (one per distinct slot schema,
-  ``xgrammar_slot_ms``; lazy by default, a first call's extra cost) are compiled before and
-  counted in the eager total;
+  ``vocab_tables_s``, once per tokenizer, like the token index); then the eager registry:
+  ``registry.compile(index, eager_automata=True)`` (names trie, slot analysis and every distinct
+  schema's automaton with all its masks in one pass; XGrammar is imported before,
+  ``xgrammar_import_s``) and the XGrammar slots' grammars (one per distinct slot schema; lazy by
+  default, a first call's extra cost): ``eager_total``; then, from empty caches again, the lazy
+  registry: ``registry.compile(index)`` (names trie + slot engines), the XGrammar slots
+  (``xgrammar_slot_ms``), then every tool's automaton built with all its masks
+  (``CompiledTools.automaton(i)``, all held): ``loop_total``; each automaton's build time is
+  that tool's first call (tools with the same parameter schema share one automaton:
+  ``first_call_new_ms`` is over the tools that built one, the first of each schema);
 * formats: each schema compiled to a slot automaton with every mask (``SlotCompiler`` +
   ``ToolAutomaton``) against ``xgrammar.GrammarCompiler.compile_json_schema`` (cache off), best
   of 3 each, after one warm-up of both. ``trierouter_cold_ms``: every slot cache emptied before
