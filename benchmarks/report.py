@@ -492,7 +492,12 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
     ]
     slow = [
         f"{r['tools']:,} tools: {w['first_ms']:.0f} ms, alone {w['alone_ms']:.0f} ms "
-        f"({r['gc_full_collections']} full collection(s) of Python's collector in the loop)"
+        + (
+            f"with the shared rows kept, {w['alone_cold_ms']:.0f} ms from empty caches "
+            if "alone_cold_ms" in w
+            else ""
+        )
+        + f"({r['gc_full_collections']} full collection(s) of Python's collector in the loop)"
         for r in regs
         for w in r.get("slowest_first_calls", [])[-1:]
     ]
