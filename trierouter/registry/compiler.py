@@ -244,9 +244,7 @@ class CompiledTools:
             if hit is None:
                 frag, slots, problems = self._builder._tool(schema, tail, head)
                 hit = done[skey] = (slots, problems)
-                self._automata[(skey, False)] = ToolAutomaton(frag, self._tables)
-                while len(self._automata) > self._cache_size:
-                    self._automata.popitem(last=False)
+                self._keep((skey, False), ToolAutomaton(frag, self._tables))
             self.slots.append(list(hit[0]))
             if hit[1]:
                 self.relaxed[s.name] = list(hit[1])
@@ -354,11 +352,14 @@ class CompiledTools:
                 self.format.tail(hold=hold).encode(),
                 self.format.ARGS_HEAD.encode(),
             )
-            a = ToolAutomaton(frag, self._tables)
-            self._automata[key] = a
-            while len(self._automata) > self._cache_size:
-                self._automata.popitem(last=False)
-            return a
+            return self._keep(key, ToolAutomaton(frag, self._tables))
+
+    def _keep(self, key: tuple[str, bool], a: ToolAutomaton) -> ToolAutomaton:
+        """Hold ``a`` under ``key``, dropping the least recently used beyond ``cache_size``."""
+        self._automata[key] = a
+        while len(self._automata) > self._cache_size:
+            self._automata.popitem(last=False)
+        return a
 
     def grammar(self, key: str) -> Any:
         """The compiled XGrammar grammar for XGrammar slot ``key`` (compiled once; other keys and

@@ -101,6 +101,11 @@ class PieceRows(NamedTuple):
     """The narrow non-accepting states' standalone masks less the tokens holding a ``"``
     (those are walked per tool): the lists are empty for wide and accepting states."""
 
+    @property
+    def nbytes(self) -> int:
+        """What the vocabulary's piece budget counts: the packed rows and the lists."""
+        return int(self.rows.nbytes + self.ids.nbytes)
+
 
 def rows(tables: Any, pid: int) -> PieceRows:
     """Piece ``pid`` alone against the vocabulary of ``tables`` (a
@@ -132,10 +137,10 @@ def rows(tables: Any, pid: int) -> PieceRows:
     hit = PieceRows(where, packed, np.cumsum(local), ids[keep])
     with tables._pieces_lock:
         tables._pieces[pid] = hit
-        tables._pieces_bytes += hit.rows.nbytes + hit.ids.nbytes
+        tables._pieces_bytes += hit.nbytes
         while tables._pieces_bytes > BUDGET and len(tables._pieces) > 1:
             _, old = tables._pieces.popitem(last=False)
-            tables._pieces_bytes -= old.rows.nbytes + old.ids.nbytes
+            tables._pieces_bytes -= old.nbytes
     return hit
 
 
