@@ -1341,10 +1341,11 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         prev = s;
     }
     LAP("trie");
-    // the values' bytes are in vbytes now, and the passes below read only their lengths: the
-    // pages go back before the rows are allocated (fewer fresh pages touched in all)
+    // the values' bytes are in vbytes now, and the passes below read only their lengths (from
+    // voff): the pages go back before the rows are allocated (fewer fresh pages touched in all)
     relocated.release();
     joined.release();
+    strs.release();
     const int32_t n = next;
     const int32_t end_state = n, dead_state = n + 1;
     const int32_t n_eos = static_cast<int32_t>(eos.size());
@@ -1392,7 +1393,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     auto second_pass = [&](auto emit) {
         int32_t id = 1;
         for (size_t i = 0; i < nv; ++i) {
-            const int64_t len = strs[i].n;
+            const int64_t len = voff[i + 1] - voff[i] + tl;
             for (int64_t d = lcps[i]; d < len; ++d) {
                 const int32_t m = id++;
                 path[static_cast<size_t>(d + 1)] = m;
@@ -1445,7 +1446,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         int32_t id = 1;
         int64_t prev_len = 0;
         for (size_t i = 0; i < nv; ++i) {
-            const int64_t len = strs[i].n;
+            const int64_t len = voff[i + 1] - voff[i] + tl;
             const int64_t l = lcps[i];
             for (int64_t dd = prev_len; dd > l; --dd) finish(dd);
             for (int64_t d = l; d < len; ++d) {
