@@ -20,6 +20,7 @@
 #include <numpy/arrayobject.h>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <memory>
@@ -139,6 +140,11 @@ struct Buf {
         if (n == cap && !reserve(n + 1)) return false;
         p[n++] = v;
         return true;
+    }
+    void release() {  // frees the storage now (the pages go back before the next allocation)
+        big_free(p, mapped);
+        p = nullptr;
+        n = cap = mapped = 0;
     }
     T& operator[](size_t i) { return p[i]; }
     const T& operator[](size_t i) const { return p[i]; }
@@ -482,6 +488,7 @@ struct TokenTrieObject {
     BigVec<int32_t>* goto1;
     BigVec<StateInfo>* info;
     BigVec<Out>* outs;
+    int32_t max_span;  // the most outputs of one state
     double build_seconds;
 };
 
@@ -549,11 +556,19 @@ struct Lap {
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
         return 1e3 * static_cast<double>(c.tv_sec) + 1e-6 * static_cast<double>(c.tv_nsec);
     }
+    long faults = minflt();
+    static long minflt() {  // page faults of the process so far (a huge page counts once)
+        struct rusage u;
+        getrusage(RUSAGE_SELF, &u);
+        return u.ru_minflt;
+    }
     void mark(const char* name) {
         if (!on) return;
-        double t = cpu();
-        std::fprintf(stderr, "core: %-10s %8.2f ms cpu\n", name, t - last);
+        const double t = cpu();
+        const long f = minflt();
+        std::fprintf(stderr, "core: %-10s %8.2f ms cpu %6ld faults\n", name, t - last, f - faults);
         last = t;
+        faults = f;
     }
 };
 
@@ -813,6 +828,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
                 for (int32_t j = bown_ptr[uc]; j < bown_ptr[uc + 1]; ++j) *o++ = own[j];
             }
             (*info)[v] = {(*cptr)[v], (*cptr)[v + 1], (*fail)[v], (*d1row)[v], olo, static_cast<int32_t>(o - outs->data()), (*dict)[v], 0};
+            self->max_span = std::max(self->max_span, (*info)[v].ohi - olo);
         }
     }
     lap.mark("outputs");
@@ -1082,6 +1098,42 @@ inline void sort_row2(int32_t* tk, uint16_t* ch, size_t n, IdBits* big = nullptr
 }
 
 // one remembered Aho-Corasick step: (state << 8 | byte) + 1, the next state and its outputs
+// Per trie node, the span of its state's outputs (pass 2 reads no state): olo << 8 | count in
+// 4 bytes where every span fits (fewer than 2**24 outputs, at most 255 a state), else
+// olo << 32 | ohi in 8.
+struct Spans {
+    bool narrow;
+    Buf<uint32_t> s32;
+    Buf<uint64_t> s64;
+    explicit Spans(const TokenTrieObject* t)
+        : narrow(t->outs->size() < (size_t(1) << 24) && t->max_span < 256) {}
+    bool resize(size_t n) { return narrow ? s32.resize(n) : s64.resize(n); }
+    inline void set(size_t i, int32_t lo, int32_t hi) {
+        if (narrow)
+            s32[i] = static_cast<uint32_t>(lo) << 8 | static_cast<uint32_t>(hi - lo);
+        else
+            s64[i] = static_cast<uint64_t>(static_cast<uint32_t>(lo)) << 32 | static_cast<uint32_t>(hi);
+    }
+    inline int32_t lo(size_t i) const {
+        return narrow ? static_cast<int32_t>(s32[i] >> 8) : static_cast<int32_t>(s64[i] >> 32);
+    }
+    inline void get(size_t i, int32_t* lo, int32_t* hi) const {
+        if (narrow) {
+            const uint32_t x = s32[i];
+            *lo = static_cast<int32_t>(x >> 8);
+            *hi = *lo + static_cast<int32_t>(x & 0xFF);
+        } else {
+            const uint64_t x = s64[i];
+            *lo = static_cast<int32_t>(x >> 32);
+            *hi = static_cast<int32_t>(x & 0xFFFFFFFFu);
+        }
+    }
+    void release() {
+        s32.release();
+        s64.release();
+    }
+};
+
 struct GoMemo {
     uint32_t key;
     int32_t q, olo, ohi;
@@ -1187,6 +1239,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             Py_DECREF(seq);
             return PyErr_NoMemory();
         }
+        if (relocated.p) joined.release();  // the strings are read from ``relocated`` now
     }
     {
         size_t w = 0;
@@ -1215,7 +1268,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: node ids would overflow int32; split the set into smaller ones");
     }
     Buf<int32_t> ends, lcps, row_ptr;
-    Buf<uint64_t> state_of;  // per node, its outputs span (olo << 32 | ohi): pass 2 reads no state
+    Spans state_of(tri);  // per node, its outputs span
     Buf<uint8_t> vbytes;
     Buf<int64_t> voff;
     // row_ptr first counts the pairs of row v in row_ptr[v + 1]
@@ -1232,7 +1285,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     row_ptr[0] = 0;
     cnt[0] = 0;
     int32_t next = 1;
-    state_of[0] = 0;
+    state_of.set(0, 0, 0);
     uint8_t used[256] = {0};
     Str prev{nullptr, 0};
     voff[0] = 0;
@@ -1269,8 +1322,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                 e = {key, qq, lo, hi, lens};
             }
             const int32_t q = e.q, olo = e.olo, ohi = e.ohi;
-            state_of[static_cast<size_t>(id)] =
-                (static_cast<uint64_t>(static_cast<uint32_t>(olo)) << 32) | static_cast<uint32_t>(ohi);
+            state_of.set(static_cast<size_t>(id), olo, ohi);
             path[static_cast<size_t>(d + 1)] = id;
             st[static_cast<size_t>(d + 1)] = q;
             if (e.lens != ~uint64_t(0)) {  // lengths from the memo: no read of the outputs table
@@ -1289,6 +1341,11 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         prev = s;
     }
     LAP("trie");
+    // the values' bytes are in vbytes now, and the passes below read only their lengths (from
+    // voff): the pages go back before the rows are allocated (fewer fresh pages touched in all)
+    relocated.release();
+    joined.release();
+    strs.release();
     const int32_t n = next;
     const int32_t end_state = n, dead_state = n + 1;
     const int32_t n_eos = static_cast<int32_t>(eos.size());
@@ -1336,12 +1393,13 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     auto second_pass = [&](auto emit) {
         int32_t id = 1;
         for (size_t i = 0; i < nv; ++i) {
-            const int64_t len = strs[i].n;
+            const int64_t len = voff[i + 1] - voff[i] + tl;
             for (int64_t d = lcps[i]; d < len; ++d) {
                 const int32_t m = id++;
                 path[static_cast<size_t>(d + 1)] = m;
-                const uint64_t span = state_of[static_cast<size_t>(m)];
-                for (int32_t j = static_cast<int32_t>(span >> 32), hi = static_cast<int32_t>(span & 0xFFFFFFFFu); j < hi; ++j)
+                int32_t j, hi;
+                state_of.get(static_cast<size_t>(m), &j, &hi);
+                for (; j < hi; ++j)
                     emit(path[static_cast<size_t>(d + 1 - tt.outs[j].len)], tt.outs[j].token, m);
             }
         }
@@ -1388,17 +1446,16 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         int32_t id = 1;
         int64_t prev_len = 0;
         for (size_t i = 0; i < nv; ++i) {
-            const int64_t len = strs[i].n;
+            const int64_t len = voff[i + 1] - voff[i] + tl;
             const int64_t l = lcps[i];
             for (int64_t dd = prev_len; dd > l; --dd) finish(dd);
             for (int64_t d = l; d < len; ++d) {
                 const int32_t m = id++;
                 path[static_cast<size_t>(d + 1)] = m;
                 pstart[static_cast<size_t>(d + 1)] = cur[m];
-                if (m + 8 < n) __builtin_prefetch(outs + (state_of[static_cast<size_t>(m) + 8] >> 32));
-                const uint64_t span = state_of[static_cast<size_t>(m)];
-                int32_t j = static_cast<int32_t>(span >> 32);
-                const int32_t hi = static_cast<int32_t>(span & 0xFFFFFFFFu);
+                if (m + 8 < n) __builtin_prefetch(outs + state_of.lo(static_cast<size_t>(m) + 8));
+                int32_t j, hi;
+                state_of.get(static_cast<size_t>(m), &j, &hi);
                 if (j >= hi) continue;
                 // outputs come longest first: the farthest ancestor decides whether any is FAR
                 if (m - path[static_cast<size_t>(d + 1 - outs[j].len)] < FAR) {
@@ -1429,12 +1486,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             sort_row(out + row_ptr[static_cast<size_t>(v)],
                      static_cast<size_t>(row_ptr[static_cast<size_t>(v) + 1] - row_ptr[static_cast<size_t>(v)]));
     }
-    {
-        Buf<uint64_t> drop;
-        std::swap(drop.p, state_of.p);
-        std::swap(drop.mapped, state_of.mapped);
-        state_of.n = state_of.cap = 0;
-    }
+    state_of.release();
     LAP("pairs");
     // -- values some token sequence cannot spell: prune, report ------------------------------------
     std::vector<int64_t> bad;

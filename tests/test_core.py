@@ -256,6 +256,16 @@ def test_unspellable_values_refused_alike() -> None:
     both(["ab", "abab", "zz"], index)
 
 
+def test_states_with_hundreds_of_outputs_compile_alike() -> None:
+    # runs of 'a' up to 300 bytes long are all tokens: the state of 300 a's has 300 outputs (the
+    # core then keeps 8-byte output spans instead of 4-byte ones) and outputs longer than 255
+    tokens = [bytes([b]) for b in range(256)] + [b"a" * n for n in range(2, 301)] + [b"<eos>"]
+    vocab = Vocabulary(tokens, end_ids=[len(tokens) - 1], width=len(tokens))
+    index = TokenIndex.build(vocab, backend="native")
+    a, b = both(["a" * 310, "a" * 300 + "b", "aaab", "ba" * 40, "b"], index)
+    assert_same_serving(a, b, n=60)
+
+
 def test_invalid_values_refused_alike() -> None:
     for bad in (["ok", 3], ["ok", "\udcff"], "single"):
         msgs = []
