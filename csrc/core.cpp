@@ -2447,15 +2447,23 @@ const TrieShape* trie_shape(TokenTrieObject* t) {
 //   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
 //   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
 //   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
-//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote).
+//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote; None:
+//   none). share=False: every row walked (no row sharing, below; the same result).
 PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
     TokenTrieObject* tri;
-    TokenTrieObject* alt_tri = nullptr;
+    PyObject* alt_tri_o = nullptr;
     Py_ssize_t words = 0;
-    if (!PyArg_ParseTuple(args, "OOOO!|nO!O", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words,
-                          &TokenTrieType, &alt_tri, &alt_o))
+    int share_rows = 1;
+    if (!PyArg_ParseTuple(args, "OOOO!|nOOp", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words,
+                          &alt_tri_o, &alt_o, &share_rows))
         return nullptr;
+    if (alt_tri_o == Py_None) alt_tri_o = nullptr;
+    if (alt_tri_o && !PyObject_TypeCheck(alt_tri_o, &TokenTrieType)) {
+        PyErr_SetString(PyExc_TypeError, "alt_trie must be a TokenTrie or None");
+        return nullptr;
+    }
+    TokenTrieObject* alt_tri = reinterpret_cast<TokenTrieObject*>(alt_tri_o);
     I32View tab, cls;
     I64View st;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
@@ -2508,7 +2516,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     // token (or once the partition is stable) the rows are equal: copied. Exact by
     // construction; the levels are built only when two such states have >= 16 live bytes.
     const TrieShape* shape = nullptr;
-    if (words == 0 && st.n >= 2) {
+    if (share_rows && words == 0 && st.n >= 2) {
         try {
             shape = trie_shape(tri);
         } catch (const std::bad_alloc&) {
@@ -2546,30 +2554,43 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
             }
         };
         auto shared = [&](int64_t i) { return st.p[i] >= 0 && !(alt && alt[i]); };
+        constexpr int32_t kMinLevel = 6;  // below: the longer tokens are nearly all of them
         // the levels: blk[L][q] = q's block at level L (L = 0..lcap)
         std::vector<std::vector<int32_t>> blk;
         std::vector<int32_t> nblk;
         bool same_all = false;  // states in one block at lcap have equal rows
         if (shape) {
-            int wide = 0;
-            for (int64_t i = 0; i < st.n && wide < 2; ++i)
+            int64_t wide = 0;
+            for (int64_t i = 0; i < st.n; ++i)
                 if (shared(i)) {
                     live_of(static_cast<int32_t>(st.p[i]));
                     wide += live_n[static_cast<size_t>(st.p[i])] >= 16;
                 }
-            if (wide >= 2) {
+            // the levels' cost (entries of the key rows, all levels) is kept below a fraction
+            // of what the wide states' walks cost at least
+            const int64_t budget = std::min<int64_t>(wide * 8192, int64_t{1} << 22);
+            if (wide >= 2 && ns * nc * kMinLevel <= budget) {
                 blk.emplace_back(static_cast<size_t>(ns), 0);
                 nblk.push_back(1);
                 std::vector<int32_t> key(static_cast<size_t>(ns * nc)), idx(static_cast<size_t>(ns));
+                std::vector<uint64_t> hash(static_cast<size_t>(ns));
                 int64_t work = 0;
                 bool stable = false;
                 while (static_cast<int32_t>(blk.size()) - 1 < shape->max_len) {
                     const std::vector<int32_t>& prev = blk.back();
                     for (int64_t k = 0; k < ns * nc; ++k)
                         key[static_cast<size_t>(k)] = tab.p[k] < 0 ? -1 : prev[static_cast<size_t>(tab.p[k])];
-                    for (int64_t q = 0; q < ns; ++q) idx[static_cast<size_t>(q)] = static_cast<int32_t>(q);
                     const int32_t* kp = key.data();
+                    for (int64_t q = 0; q < ns; ++q) {  // a hash of the row: most ties end there
+                        idx[static_cast<size_t>(q)] = static_cast<int32_t>(q);
+                        uint64_t h = 0x9E3779B97F4A7C15ull;
+                        for (int64_t c = 0; c < nc; ++c)
+                            h = (h ^ static_cast<uint32_t>(kp[q * nc + c])) * 0xBF58476D1CE4E5B9ull;
+                        hash[static_cast<size_t>(q)] = h ^ (h >> 31);
+                    }
                     auto less = [&](int32_t x, int32_t y) {
+                        const uint64_t hx = hash[static_cast<size_t>(x)], hy = hash[static_cast<size_t>(y)];
+                        if (hx != hy) return hx < hy;
                         return std::lexicographical_compare(kp + x * nc, kp + (x + 1) * nc, kp + y * nc,
                                                             kp + (y + 1) * nc);
                     };
@@ -2589,7 +2610,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                     }
                     blk.push_back(std::move(nb));
                     nblk.push_back(nk + 1);
-                    if (work > (int64_t{1} << 22)) break;  // deeper levels not affordable
+                    if (work + ns * nc > budget) break;  // deeper levels not affordable
                 }
                 same_all = stable || static_cast<int32_t>(blk.size()) - 1 >= shape->max_len;
             }
@@ -2626,7 +2647,6 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
             span1(reordered ? static_cast<size_t>(st.n) : 0);
         const int32_t* sdepth = shape ? shape->depth.data() : nullptr;
         const int32_t* sheight = shape ? shape->height.data() : nullptr;
-        constexpr int32_t kMinLevel = 3;  // below: the longer tokens are nearly all of them
         // a large result is sorted through a bitmap over the token ids instead of std::sort
         std::vector<uint64_t> bits;
         std::vector<std::pair<int32_t, int32_t>> stack;

@@ -518,3 +518,25 @@ def test_dfa_masks_shared_rows_equal_brute_force() -> None:
     assert rows[0] == rows[2] == rows[4] != rows[6]  # 14, 12, 10 letters left vs 8: 'p' * 9
     assert rows[1] == rows[3] == rows[5] != rows[7]  # 13, 11, 9 vs 7
     assert rows[4] != rows[5]  # '-' only from even states
+
+
+def test_dfa_masks_shared_rows_equal_every_row_walked(qwen2: Vocabulary) -> None:
+    """On Qwen2 (tokens of up to 96 dashes): the shared rows of wide patterns, a format and an
+    object mixing them equal the rows walked one by one (``share=False``)."""
+    core = native_core()
+    tables = VocabTables.get(qwen2)
+    schemas: list[dict[str, Any]] = [
+        {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
+        {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,20}$"},
+        {"type": "string", "format": "uuid"},
+    ]
+    schemas.append({"type": "object", "properties": {str(i): s for i, s in enumerate(schemas)}})
+    for schema in schemas:
+        frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
+        table, bc = compress(frag, native=True)
+        states = np.arange(len(table), dtype=np.int64)[::-1].copy()
+        quoted = (np.arange(len(table)) % 3 == 0).astype(np.uint8)
+        for extra in [(0, None, None), (0, tables.quote_trie, quoted)]:
+            want = core.dfa_masks(table, bc, states, tables.trie, *extra, False)
+            got = core.dfa_masks(table, bc, states, tables.trie, *extra)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), schema
