@@ -2574,6 +2574,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                 nblk.push_back(1);
                 std::vector<int32_t> key(static_cast<size_t>(ns * nc)), idx(static_cast<size_t>(ns));
                 std::vector<uint64_t> hash(static_cast<size_t>(ns));
+                std::vector<int32_t> cnt;
                 int64_t work = 0;
                 bool stable = false;
                 while (static_cast<int32_t>(blk.size()) - 1 < shape->max_len) {
@@ -2608,11 +2609,18 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                         stable = true;
                         break;
                     }
+                    // every walked state alone in its block: no row to share from here on
+                    cnt.assign(static_cast<size_t>(nk) + 1, 0);
+                    bool alone = true;
+                    for (int64_t i = 0; i < st.n && alone; ++i)
+                        if (shared(i)) alone = ++cnt[static_cast<size_t>(nb[static_cast<size_t>(st.p[i])])] < 2;
+                    if (alone) break;
                     blk.push_back(std::move(nb));
                     nblk.push_back(nk + 1);
                     if (work + ns * nc > budget) break;  // deeper levels not affordable
                 }
                 same_all = stable || static_cast<int32_t>(blk.size()) - 1 >= shape->max_len;
+                if (static_cast<int32_t>(blk.size()) - 1 < kMinLevel && !same_all) blk.clear();  // none
             }
         }
         const int32_t lcap = static_cast<int32_t>(blk.size()) - 1;  // -1: no sharing
