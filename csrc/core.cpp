@@ -2680,7 +2680,9 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
             if (par >= 0) {
                 const size_t p0 = static_cast<size_t>(span0[static_cast<size_t>(par)]);
                 const size_t pn = static_cast<size_t>(span1[static_cast<size_t>(par)]) - p0;
-                ok = ids.reserve(ids.n + pn);
+                // room for the rest at this row's size (no regrowth: each one faults and copies)
+                ok = ids.reserve(ids.n + std::min<size_t>(pn * static_cast<size_t>(st.n - k_), size_t{1} << 26));
+                ok = ok && ids.reserve(ids.n + pn);
                 if (ok && lev == lcap && same_all) {
                     std::memcpy(ids.p + ids.n, ids.p + p0, pn * sizeof(int32_t));
                     ids.n += pn;
