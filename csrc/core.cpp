@@ -2995,41 +2995,60 @@ RangeKey range_start(const std::string& lo, const std::string& hi) {
     return out;
 }
 
-RangeKey range_step(const RangeKey& key, char d) {
-    RangeKey out;
+// the constraints left after digit d, into out (cleared; reused by the caller: no allocation
+// per step once its capacity is reached)
+void range_step(const RangeKey& key, char d, RangeKey& out) {
+    out.clear();
     for (const RangeElem& e : key) {
         if (e.r < 0) {
-            if (e.r == -1 || d != '0') out.push_back({-1, std::max(e.t - 1, 0), "", ""});
+            if (e.r == -1 || d != '0') {
+                out.emplace_back();
+                RangeElem& o = out.back();
+                o.r = -1;
+                o.t = std::max(e.t - 1, 0);
+                o.low.clear();
+                o.high.clear();
+            }
             continue;
         }
         if (e.r == 0) continue;
-        std::string low = e.low, high = e.high;
-        if (!low.empty()) {
-            if (d < low[0]) continue;
-            low = (d == low[0] && !all_of_char(low, 1, '0')) ? low.substr(1) : "";
+        size_t lo_from = 0, hi_from = 0;  // the rest of low / high from there ("" past the end)
+        bool lo_any = e.low.empty(), hi_any = e.high.empty();
+        if (!lo_any) {
+            if (d < e.low[0]) continue;
+            if (d == e.low[0] && !all_of_char(e.low, 1, '0')) lo_from = 1;
+            else lo_any = true;
         }
-        if (!high.empty()) {
-            if (d > high[0]) continue;
-            high = (d == high[0] && !all_of_char(high, 1, '9')) ? high.substr(1) : "";
+        if (!hi_any) {
+            if (d > e.high[0]) continue;
+            if (d == e.high[0] && !all_of_char(e.high, 1, '9')) hi_from = 1;
+            else hi_any = true;
         }
-        out.push_back({e.r - 1, 0, low, high});
+        out.emplace_back();
+        RangeElem& o = out.back();
+        o.r = e.r - 1;
+        o.t = 0;
+        if (lo_any) o.low.clear();
+        else o.low.assign(e.low, lo_from, std::string::npos);
+        if (hi_any) o.high.clear();
+        else o.high.assign(e.high, hi_from, std::string::npos);
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
 }
 
-std::string range_key_bytes(const RangeKey& k) {
-    std::string s;
+uint64_t range_key_hash(const RangeKey& k) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](uint64_t x) { h = (h ^ x) * 0x100000001b3ull; };
     for (const RangeElem& e : k) {
-        s.append(reinterpret_cast<const char*>(&e.r), sizeof e.r);
-        s.append(reinterpret_cast<const char*>(&e.t), sizeof e.t);
-        s += e.low;
-        s += '|';
-        s += e.high;
-        s += ';';
+        mix(static_cast<uint32_t>(e.r));
+        mix(static_cast<uint32_t>(e.t));
+        for (char c : e.low) mix(static_cast<uint8_t>(c));
+        mix(0x100);
+        for (char c : e.high) mix(static_cast<uint8_t>(c));
+        mix(0x101);
     }
-    return s;
+    return h;
 }
 
 PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
@@ -3044,36 +3063,40 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
             }
     std::vector<int32_t> src, byte, dst;
     std::vector<uint8_t> acc{0};
-    std::unordered_map<std::string, int32_t> ids;
+    std::unordered_multimap<uint64_t, int32_t> ids;  // a key's hash -> states (keys compared)
+    ids.reserve(64);
     std::vector<RangeKey> order;
-    auto state = [&](RangeKey&& k) {
-        auto [it, fresh] = ids.emplace(range_key_bytes(k), static_cast<int32_t>(order.size()) + 1);
-        if (fresh) {
-            bool a = false;
-            for (const RangeElem& e : k) a = a || (e.r == 0) || (e.r == -1 && e.t == 0);
-            acc.push_back(a);
-            order.push_back(std::move(k));
-        }
-        return it->second;
+    auto state = [&](const RangeKey& k) {
+        const uint64_t h = range_key_hash(k);
+        for (auto [it, end] = ids.equal_range(h); it != end; ++it)
+            if (order[static_cast<size_t>(it->second) - 1] == k) return it->second;
+        const int32_t id = static_cast<int32_t>(order.size()) + 1;
+        ids.emplace(h, id);
+        bool a = false;
+        for (const RangeElem& e : k) a = a || (e.r == 0) || (e.r == -1 && e.t == 0);
+        acc.push_back(a);
+        order.push_back(k);
+        return id;
     };
     const RangeKey pos = range_start(pl, ph), neg = range_start(nl, nh);
+    RangeKey nxt;
     for (char d : std::string("-0123456789")) {
-        RangeKey nxt;
+        nxt.clear();
         if (d == '-') nxt = neg;
         else if (d == '0') { if (zero) nxt.push_back({0, 0, "", ""}); }
-        else if (!pos.empty()) nxt = range_step(pos, d);
+        else if (!pos.empty()) range_step(pos, d, nxt);
         if (nxt.empty()) continue;
         src.push_back(0);
         byte.push_back(d);
-        dst.push_back(state(std::move(nxt)));
+        dst.push_back(state(nxt));
     }
     for (size_t i = 0; i < order.size(); ++i)
         for (char d = '0'; d <= '9'; ++d) {
-            RangeKey nxt = range_step(order[i], d);
+            range_step(order[i], d, nxt);  // order may grow in state(): order[i] read first
             if (nxt.empty()) continue;
             src.push_back(static_cast<int32_t>(i) + 1);
             byte.push_back(d);
-            dst.push_back(state(std::move(nxt)));
+            dst.push_back(state(nxt));
         }
     auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
         npy_intp dims[1] = {static_cast<npy_intp>(v.size())};
