@@ -462,7 +462,7 @@ struct Out {
 // (branch share) per trie, built on first use by dfa_masks' row sharing: each node's depth,
 // the length of the longest token in its subtree (0: none), and each token id's length
 struct TrieShape {
-    std::vector<int32_t> depth, height;
+    std::vector<uint16_t> depth, height;  // (uint16: 2 bytes a node, read by the walks)
     std::vector<uint16_t> tok_len;
     int32_t max_len = 0;
     bool ok = false;  // false: the trie is not in preorder or a token is too long (no sharing)
@@ -2413,7 +2413,11 @@ const TrieShape* trie_shape(TokenTrieObject* t) {
                 ok = false;  // not preorder: no sharing
                 break;
             }
-            sh->depth[static_cast<size_t>(c)] = sh->depth[u] + 1;
+            if (sh->depth[u] >= 65534) {
+                ok = false;  // a token too long for the shape
+                break;
+            }
+            sh->depth[static_cast<size_t>(c)] = static_cast<uint16_t>(sh->depth[u] + 1);
         }
         for (int32_t k = tt.tptr[u]; k < tt.tptr[u + 1]; ++k) top = std::max(top, tt.tids[k]);
     }
@@ -2421,7 +2425,7 @@ const TrieShape* trie_shape(TokenTrieObject* t) {
         if (t->root_child[b] >= 0 && sh->depth[static_cast<size_t>(t->root_child[b])] != 1) ok = false;
     if (ok) {
         for (size_t u = n; u-- > 0;) {
-            int32_t h = tt.tptr[u + 1] > tt.tptr[u] ? sh->depth[u] : 0;
+            uint16_t h = tt.tptr[u + 1] > tt.tptr[u] ? sh->depth[u] : 0;
             for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j)
                 h = std::max(h, sh->height[static_cast<size_t>(tt.cnode[j])]);
             sh->height[u] = h;
@@ -2653,8 +2657,8 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         }
         std::vector<int64_t> span0(reordered ? static_cast<size_t>(st.n) : 0),
             span1(reordered ? static_cast<size_t>(st.n) : 0);
-        const int32_t* sdepth = shape ? shape->depth.data() : nullptr;
-        const int32_t* sheight = shape ? shape->height.data() : nullptr;
+        const uint16_t* sdepth = shape ? shape->depth.data() : nullptr;
+        const uint16_t* sheight = shape ? shape->height.data() : nullptr;
         // a large result is sorted through a bitmap over the token ids instead of std::sort
         std::vector<uint64_t> bits;
         std::vector<std::pair<int32_t, int32_t>> stack;

@@ -129,16 +129,18 @@ def rows(tables: Any, pid: int) -> PieceRows:
     packed = _backend.native_core().csr_pack(ptr, ids, wide.astype(np.int64), tables.words)
     # the narrow lists, in local state order, without the quote tokens (gathered from the
     # narrow states' spans alone: the wide rows' ids, most of them, are not touched again)
-    narrow = np.flatnonzero(lengths < WIDE)
-    n_len = lengths[narrow]
-    starts = np.repeat(ptr[narrow] - np.cumsum(n_len) + n_len, n_len)
-    sub = ids[starts + np.arange(len(starts), dtype=np.int64)]
+    sub, n_len, on = ids, lengths, states
+    if len(wide):
+        narrow = np.flatnonzero(lengths < WIDE)
+        n_len, on = lengths[narrow], states[narrow]
+        starts = np.repeat(ptr[narrow] - np.cumsum(n_len) + n_len, n_len)
+        sub = ids[starts + np.arange(len(starts), dtype=np.int64)]
     keep = ~tables.has_quote[sub]
     kept = np.zeros(len(sub) + 1, dtype=np.int64)
     np.cumsum(keep, out=kept[1:])
     ends = np.cumsum(n_len)
     local = np.zeros(frag.n + 1, dtype=np.int64)
-    local[states[narrow] + 1] = kept[ends] - kept[ends - n_len]
+    local[on + 1] = kept[ends] - kept[ends - n_len]
     hit = PieceRows(where, packed, np.cumsum(local), sub[keep])
     with tables._pieces_lock:
         tables._pieces[pid] = hit
