@@ -465,6 +465,15 @@ struct Out {
     int32_t len, token;
 };
 
+// (branch share) per trie, built on first use by dfa_masks' row sharing: each node's depth,
+// the length of the longest token in its subtree (0: none), and each token id's length
+struct TrieShape {
+    std::vector<uint16_t> depth, height;  // (uint16: 2 bytes a node, read by the walks)
+    std::vector<uint16_t> tok_len;
+    int32_t max_len = 0;
+    bool ok = false;  // false: the trie is not in preorder or a token is too long (no sharing)
+};
+
 struct TokenTrieObject {
     PyObject_HEAD
     int32_t n_nodes;
@@ -490,6 +499,7 @@ struct TokenTrieObject {
     BigVec<Out>* outs;
     int32_t max_span;  // the most outputs of one state
     double build_seconds;
+    TrieShape* shape;  // nullptr until dfa_masks shares rows over this trie
 };
 
 struct TT {  // raw pointers for the hot loops
@@ -538,6 +548,7 @@ void TokenTrie_dealloc(TokenTrieObject* self) {
     delete self->goto1;
     delete self->info;
     delete self->outs;
+    delete self->shape;
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
 
@@ -582,6 +593,8 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         return -1;
     double t0 = now_seconds();
     Lap lap;
+    delete self->shape;  // built again on first use
+    self->shape = nullptr;
     PyObject* seq = PySequence_Tuple(tokens);
     if (!seq) {
         PyBuffer_Release(&mview);
@@ -2435,6 +2448,54 @@ PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
     return pair_result(a, to_numpy(ids, NPY_INT32));
 }
 
+// The shape of a trie for dfa_masks' row sharing (built once per trie, under the GIL).
+const TrieShape* trie_shape(TokenTrieObject* t) {
+    if (t->shape) return t->shape;
+    auto* sh = new TrieShape;
+    const TT tt(t);
+    const size_t n = static_cast<size_t>(t->n_nodes);
+    sh->depth.assign(n, 0);
+    sh->height.assign(n, 0);
+    bool ok = n > 0;
+    int32_t top = -1;
+    for (size_t u = 0; u < n && ok; ++u) {
+        for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j) {
+            const int32_t c = tt.cnode[j];
+            if (c <= static_cast<int32_t>(u) || static_cast<size_t>(c) >= n) {
+                ok = false;  // not preorder: no sharing
+                break;
+            }
+            if (sh->depth[u] >= 65534) {
+                ok = false;  // a token too long for the shape
+                break;
+            }
+            sh->depth[static_cast<size_t>(c)] = static_cast<uint16_t>(sh->depth[u] + 1);
+        }
+        for (int32_t k = tt.tptr[u]; k < tt.tptr[u + 1]; ++k) top = std::max(top, tt.tids[k]);
+    }
+    for (int b = 0; b < 256 && ok; ++b)
+        if (t->root_child[b] >= 0 && sh->depth[static_cast<size_t>(t->root_child[b])] != 1) ok = false;
+    if (ok) {
+        for (size_t u = n; u-- > 0;) {
+            uint16_t h = tt.tptr[u + 1] > tt.tptr[u] ? sh->depth[u] : 0;
+            for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j)
+                h = std::max(h, sh->height[static_cast<size_t>(tt.cnode[j])]);
+            sh->height[u] = h;
+        }
+        sh->max_len = sh->height[0];
+        ok = sh->max_len < 65535;
+    }
+    if (ok) {
+        sh->tok_len.assign(static_cast<size_t>(top + 1), 0);
+        for (size_t u = 0; u < n; ++u)
+            for (int32_t k = tt.tptr[u]; k < tt.tptr[u + 1]; ++k)
+                sh->tok_len[static_cast<size_t>(tt.tids[k])] = static_cast<uint16_t>(sh->depth[u]);
+    }
+    sh->ok = ok;
+    t->shape = sh;
+    return sh;
+}
+
 // dfa_masks(table: int32 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
 //   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
 //   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
@@ -2442,15 +2503,23 @@ PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
 //   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
 //   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
 //   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
-//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote).
+//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote; None:
+//   none). share=False: every row walked (no row sharing, below; the same result).
 PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
     TokenTrieObject* tri;
-    TokenTrieObject* alt_tri = nullptr;
+    PyObject* alt_tri_o = nullptr;
     Py_ssize_t words = 0;
-    if (!PyArg_ParseTuple(args, "OOOO!|nO!O", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words,
-                          &TokenTrieType, &alt_tri, &alt_o))
+    int share_rows = 1;
+    if (!PyArg_ParseTuple(args, "OOOO!|nOOp", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words,
+                          &alt_tri_o, &alt_o, &share_rows))
         return nullptr;
+    if (alt_tri_o == Py_None) alt_tri_o = nullptr;
+    if (alt_tri_o && !PyObject_TypeCheck(alt_tri_o, &TokenTrieType)) {
+        PyErr_SetString(PyExc_TypeError, "alt_trie must be a TokenTrie or None");
+        return nullptr;
+    }
+    TokenTrieObject* alt_tri = reinterpret_cast<TokenTrieObject*>(alt_tri_o);
     I32View tab, cls;
     I64View st;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
@@ -2494,6 +2563,25 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         if (!rows_o) return nullptr;
         rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
     }
+    // Row sharing (ids mode; the states walking ``tri``): the row of automaton state q is
+    // the set of tokens whose bytes are all defined from q. Two states q, q' that agree on the
+    // definedness of every byte string of length <= L (level L of Moore's partition
+    // refinement, from one block, on definedness alone) agree on every token of length <= L:
+    // row(q) = {t in row(q'): len(t) <= L} + the tokens longer than L walked from q, a walk
+    // that enters only trie nodes holding a token longer than L below them. Past the longest
+    // token (or once the partition is stable) the rows are equal: copied. Exact by
+    // construction; the levels are built only when two such states have >= 16 live bytes.
+    const TrieShape* shape = nullptr;
+    if (share_rows && words == 0 && st.n >= 2) {
+        try {
+            shape = trie_shape(tri);
+        } catch (const std::bad_alloc&) {
+            return PyErr_NoMemory();
+        }
+        if (!shape->ok) shape = nullptr;
+    }
+    Buf<int32_t> out;  // the rows in states' order, when they were computed in another order
+    bool reordered = false;
     Py_BEGIN_ALLOW_THREADS;
     try {
         // per automaton state, on first visit: its live bytes (ascending); at a trie node with
@@ -2521,19 +2609,158 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                     static_cast<int32_t>(live.size()) - live_at[static_cast<size_t>(q)];
             }
         };
+        auto shared = [&](int64_t i) { return st.p[i] >= 0 && !(alt && alt[i]); };
+        constexpr int32_t kMinLevel = 6;  // below: the longer tokens are nearly all of them
+        // the levels: blk[L][q] = q's block at level L (L = 0..lcap)
+        std::vector<std::vector<int32_t>> blk;
+        std::vector<int32_t> nblk;
+        bool same_all = false;  // states in one block at lcap have equal rows
+        if (shape) {
+            int64_t wide = 0;
+            for (int64_t i = 0; i < st.n; ++i)
+                if (shared(i)) {
+                    live_of(static_cast<int32_t>(st.p[i]));
+                    wide += live_n[static_cast<size_t>(st.p[i])] >= 16;
+                }
+            // the levels' cost (entries of the key rows, all levels) is kept below a fraction
+            // of what the wide states' walks cost at least
+            const int64_t budget = std::min<int64_t>(wide * 8192, int64_t{1} << 22);
+            if (wide >= 2 && ns * nc * kMinLevel <= budget) {
+                blk.emplace_back(static_cast<size_t>(ns), 0);
+                nblk.push_back(1);
+                std::vector<int32_t> key(static_cast<size_t>(ns * nc)), idx(static_cast<size_t>(ns));
+                std::vector<uint64_t> hash(static_cast<size_t>(ns));
+                std::vector<int32_t> cnt;
+                int64_t work = 0;
+                bool stable = false;
+                while (static_cast<int32_t>(blk.size()) - 1 < shape->max_len) {
+                    const std::vector<int32_t>& prev = blk.back();
+                    for (int64_t k = 0; k < ns * nc; ++k)
+                        key[static_cast<size_t>(k)] = tab.p[k] < 0 ? -1 : prev[static_cast<size_t>(tab.p[k])];
+                    const int32_t* kp = key.data();
+                    for (int64_t q = 0; q < ns; ++q) {  // a hash of the row: most ties end there
+                        idx[static_cast<size_t>(q)] = static_cast<int32_t>(q);
+                        uint64_t h = 0x9E3779B97F4A7C15ull;
+                        for (int64_t c = 0; c < nc; ++c)
+                            h = (h ^ static_cast<uint32_t>(kp[q * nc + c])) * 0xBF58476D1CE4E5B9ull;
+                        hash[static_cast<size_t>(q)] = h ^ (h >> 31);
+                    }
+                    auto less = [&](int32_t x, int32_t y) {
+                        const uint64_t hx = hash[static_cast<size_t>(x)], hy = hash[static_cast<size_t>(y)];
+                        if (hx != hy) return hx < hy;
+                        return std::lexicographical_compare(kp + x * nc, kp + (x + 1) * nc, kp + y * nc,
+                                                            kp + (y + 1) * nc);
+                    };
+                    std::sort(idx.begin(), idx.end(), less);
+                    std::vector<int32_t> nb(static_cast<size_t>(ns));
+                    int32_t nk = 0;
+                    for (int64_t k = 0; k < ns; ++k) {
+                        const int32_t x = idx[static_cast<size_t>(k)];
+                        if (k > 0 && !std::equal(kp + x * nc, kp + (x + 1) * nc, kp + idx[static_cast<size_t>(k) - 1] * nc))
+                            ++nk;
+                        nb[static_cast<size_t>(x)] = nk;
+                    }
+                    work += ns * nc;
+                    if (nk + 1 == nblk.back()) {  // equal to the previous level: stable from here
+                        stable = true;
+                        break;
+                    }
+                    // every walked state alone in its block: no row to share from here on
+                    cnt.assign(static_cast<size_t>(nk) + 1, 0);
+                    bool alone = true;
+                    for (int64_t i = 0; i < st.n && alone; ++i)
+                        if (shared(i)) alone = ++cnt[static_cast<size_t>(nb[static_cast<size_t>(st.p[i])])] < 2;
+                    if (alone) break;
+                    blk.push_back(std::move(nb));
+                    nblk.push_back(nk + 1);
+                    if (work + ns * nc > budget) break;  // deeper levels not affordable
+                }
+                same_all = stable || static_cast<int32_t>(blk.size()) - 1 >= shape->max_len;
+                if (static_cast<int32_t>(blk.size()) - 1 < kMinLevel && !same_all) blk.clear();  // none
+            }
+        }
+        const int32_t lcap = static_cast<int32_t>(blk.size()) - 1;  // -1: no sharing
+        // processing order: the other states first, then the shared ones from the last to split
+        // off from every other (a state alike to many first: the rest derive from it)
+        std::vector<int64_t> ord;
+        std::vector<std::vector<int32_t>> rep;  // per level and block: a state already walked
+        if (lcap >= 0) {
+            std::vector<int32_t> split(static_cast<size_t>(st.n), lcap + 1);
+            std::vector<int32_t> cnt;
+            for (int32_t L = lcap; L >= 0; --L) {
+                cnt.assign(static_cast<size_t>(nblk[static_cast<size_t>(L)]), 0);
+                const std::vector<int32_t>& bl = blk[static_cast<size_t>(L)];
+                for (int64_t i = 0; i < st.n; ++i)
+                    if (shared(i)) cnt[static_cast<size_t>(bl[static_cast<size_t>(st.p[i])])]++;
+                for (int64_t i = 0; i < st.n; ++i)
+                    if (shared(i) && cnt[static_cast<size_t>(bl[static_cast<size_t>(st.p[i])])] == 1)
+                        split[static_cast<size_t>(i)] = L;
+            }
+            for (int64_t i = 0; i < st.n; ++i)
+                if (!shared(i)) ord.push_back(i);
+            const size_t first = ord.size();
+            for (int64_t i = 0; i < st.n; ++i)
+                if (shared(i)) ord.push_back(i);
+            std::stable_sort(ord.begin() + static_cast<std::ptrdiff_t>(first), ord.end(), [&](int64_t x, int64_t y) {
+                return split[static_cast<size_t>(x)] > split[static_cast<size_t>(y)];
+            });
+            for (int32_t L = 0; L <= lcap; ++L) rep.emplace_back(static_cast<size_t>(nblk[static_cast<size_t>(L)]), -1);
+            reordered = true;
+        }
+        std::vector<int64_t> span0(reordered ? static_cast<size_t>(st.n) : 0),
+            span1(reordered ? static_cast<size_t>(st.n) : 0);
+        const uint16_t* sdepth = shape ? shape->depth.data() : nullptr;
+        const uint16_t* sheight = shape ? shape->height.data() : nullptr;
         // a large result is sorted through a bitmap over the token ids instead of std::sort
         std::vector<uint64_t> bits;
         std::vector<std::pair<int32_t, int32_t>> stack;
         ptr[0] = 0;
-        for (int64_t i = 0; i < st.n && ok; ++i) {
+        for (int64_t k_ = 0; k_ < st.n && ok; ++k_) {
+            const int64_t i = reordered ? ord[static_cast<size_t>(k_)] : k_;
             const size_t row0 = ids.n;
             stack.clear();
             const bool use_alt = alt && alt[i];
             const TT& tt = use_alt ? tt_alt : tt_main;
             const int32_t* root_child = use_alt ? alt_tri->root_child : tri->root_child;
-            if (st.p[i] >= 0) stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
+            int32_t par = -1, lev = 0;  // derive from row(par): same definedness to length lev
+            if (lcap >= 0 && shared(i)) {
+                const size_t q = static_cast<size_t>(st.p[i]);
+                for (int32_t L = lcap; L >= kMinLevel && par < 0; --L) {
+                    par = rep[static_cast<size_t>(L)][static_cast<size_t>(blk[static_cast<size_t>(L)][q])];
+                    lev = L;
+                }
+                if (par < 0) lev = 0;
+            }
+            size_t mid = row0;  // [row0, mid): tokens kept from row(par), sorted
+            bool walk = st.p[i] >= 0;
+            if (par >= 0) {
+                const size_t p0 = static_cast<size_t>(span0[static_cast<size_t>(par)]);
+                const size_t pn = static_cast<size_t>(span1[static_cast<size_t>(par)]) - p0;
+                // room for the rest at this row's size (no regrowth: each one faults and copies)
+                ok = ids.reserve(ids.n + std::min<size_t>(pn * static_cast<size_t>(st.n - k_), size_t{1} << 26));
+                ok = ok && ids.reserve(ids.n + pn);
+                if (ok && lev == lcap && same_all) {
+                    std::memcpy(ids.p + ids.n, ids.p + p0, pn * sizeof(int32_t));
+                    ids.n += pn;
+                    walk = false;
+                } else if (ok) {
+                    const uint16_t* tl = shape->tok_len.data();
+                    for (size_t k = p0; k < p0 + pn; ++k) {
+                        const int32_t t = ids.p[k];
+                        if (tl[t] <= lev) ids.p[ids.n++] = t;
+                    }
+                }
+                mid = ids.n;
+            }
+            if (walk) stack.emplace_back(0, static_cast<int32_t>(st.p[i]));
             auto take = [&](int32_t c, int32_t q2) {
-                for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
+                if (lev > 0) {  // only the tokens longer than lev, below nodes that hold one
+                    if (sheight[c] <= lev) return;
+                    if (sdepth[c] > lev)
+                        for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
+                } else {
+                    for (int32_t k = tt.tptr[c]; k < tt.tptr[c + 1]; ++k) ok = ok && ids.push(tt.tids[k]);
+                }
                 if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, q2);
             };
             while (!stack.empty() && ok) {
@@ -2569,7 +2796,8 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                     }
                 }
             }
-            const size_t got = ids.n - row0;
+            if (!ok) break;
+            const size_t got = ids.n - mid;
             if (rows) {
                 uint32_t* r = rows + static_cast<size_t>(i) * static_cast<size_t>(words);
                 for (size_t k = row0; k < ids.n; ++k)
@@ -2577,11 +2805,11 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                 ids.n = row0;
             } else if (got > 512) {
                 int32_t top = 0;
-                for (size_t k = row0; k < ids.n; ++k) top = std::max(top, ids.p[k]);
+                for (size_t k = mid; k < ids.n; ++k) top = std::max(top, ids.p[k]);
                 if (bits.size() <= static_cast<size_t>(top) / 64) bits.resize(static_cast<size_t>(top) / 64 + 1, 0);
-                for (size_t k = row0; k < ids.n; ++k)
+                for (size_t k = mid; k < ids.n; ++k)
                     bits[static_cast<size_t>(ids.p[k]) >> 6] |= uint64_t{1} << (ids.p[k] & 63);
-                size_t at = row0;
+                size_t at = mid;
                 for (size_t w = 0; w < bits.size(); ++w) {
                     uint64_t x = bits[w];
                     if (!x) continue;
@@ -2592,9 +2820,32 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                     }
                 }
             } else {
-                std::sort(ids.p + row0, ids.p + ids.n);
+                std::sort(ids.p + mid, ids.p + ids.n);
             }
-            ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+            if (mid > row0 && ids.n > mid) std::inplace_merge(ids.p + row0, ids.p + mid, ids.p + ids.n);
+            if (reordered) {
+                span0[static_cast<size_t>(i)] = static_cast<int64_t>(row0);
+                span1[static_cast<size_t>(i)] = static_cast<int64_t>(ids.n);
+                if (shared(i)) {
+                    const size_t q = static_cast<size_t>(st.p[i]);
+                    for (int32_t L = 0; L <= lcap; ++L) {
+                        int32_t& r = rep[static_cast<size_t>(L)][static_cast<size_t>(blk[static_cast<size_t>(L)][q])];
+                        if (r < 0) r = static_cast<int32_t>(i);
+                    }
+                }
+            } else {
+                ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+            }
+        }
+        if (ok && reordered) {  // the rows in states' order
+            ok = out.reserve(std::max<size_t>(ids.n, 1));
+            for (int64_t i = 0; i < st.n && ok; ++i) {
+                const size_t p0 = static_cast<size_t>(span0[static_cast<size_t>(i)]);
+                const size_t pn = static_cast<size_t>(span1[static_cast<size_t>(i)]) - p0;
+                std::memcpy(out.p + out.n, ids.p + p0, pn * sizeof(int32_t));
+                out.n += pn;
+                ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(out.n);
+            }
         }
     } catch (const std::bad_alloc&) {
         ok = false;
@@ -2605,7 +2856,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         return PyErr_NoMemory();
     }
     if (rows_o) return rows_o;
-    return csr_result(ptr, ids);
+    return csr_result(ptr, reordered ? out : ids);
 }
 
 // dfa_list_masks(table, byte_class, states, cand: int32[], buffer: uint8[], offsets: int64[])
@@ -2800,41 +3051,60 @@ RangeKey range_start(const std::string& lo, const std::string& hi) {
     return out;
 }
 
-RangeKey range_step(const RangeKey& key, char d) {
-    RangeKey out;
+// the constraints left after digit d, into out (cleared; reused by the caller: no allocation
+// per step once its capacity is reached)
+void range_step(const RangeKey& key, char d, RangeKey& out) {
+    out.clear();
     for (const RangeElem& e : key) {
         if (e.r < 0) {
-            if (e.r == -1 || d != '0') out.push_back({-1, std::max(e.t - 1, 0), "", ""});
+            if (e.r == -1 || d != '0') {
+                out.emplace_back();
+                RangeElem& o = out.back();
+                o.r = -1;
+                o.t = std::max(e.t - 1, 0);
+                o.low.clear();
+                o.high.clear();
+            }
             continue;
         }
         if (e.r == 0) continue;
-        std::string low = e.low, high = e.high;
-        if (!low.empty()) {
-            if (d < low[0]) continue;
-            low = (d == low[0] && !all_of_char(low, 1, '0')) ? low.substr(1) : "";
+        size_t lo_from = 0, hi_from = 0;  // the rest of low / high from there ("" past the end)
+        bool lo_any = e.low.empty(), hi_any = e.high.empty();
+        if (!lo_any) {
+            if (d < e.low[0]) continue;
+            if (d == e.low[0] && !all_of_char(e.low, 1, '0')) lo_from = 1;
+            else lo_any = true;
         }
-        if (!high.empty()) {
-            if (d > high[0]) continue;
-            high = (d == high[0] && !all_of_char(high, 1, '9')) ? high.substr(1) : "";
+        if (!hi_any) {
+            if (d > e.high[0]) continue;
+            if (d == e.high[0] && !all_of_char(e.high, 1, '9')) hi_from = 1;
+            else hi_any = true;
         }
-        out.push_back({e.r - 1, 0, low, high});
+        out.emplace_back();
+        RangeElem& o = out.back();
+        o.r = e.r - 1;
+        o.t = 0;
+        if (lo_any) o.low.clear();
+        else o.low.assign(e.low, lo_from, std::string::npos);
+        if (hi_any) o.high.clear();
+        else o.high.assign(e.high, hi_from, std::string::npos);
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
 }
 
-std::string range_key_bytes(const RangeKey& k) {
-    std::string s;
+uint64_t range_key_hash(const RangeKey& k) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](uint64_t x) { h = (h ^ x) * 0x100000001b3ull; };
     for (const RangeElem& e : k) {
-        s.append(reinterpret_cast<const char*>(&e.r), sizeof e.r);
-        s.append(reinterpret_cast<const char*>(&e.t), sizeof e.t);
-        s += e.low;
-        s += '|';
-        s += e.high;
-        s += ';';
+        mix(static_cast<uint32_t>(e.r));
+        mix(static_cast<uint32_t>(e.t));
+        for (char c : e.low) mix(static_cast<uint8_t>(c));
+        mix(0x100);
+        for (char c : e.high) mix(static_cast<uint8_t>(c));
+        mix(0x101);
     }
-    return s;
+    return h;
 }
 
 PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
@@ -2849,36 +3119,40 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
             }
     std::vector<int32_t> src, byte, dst;
     std::vector<uint8_t> acc{0};
-    std::unordered_map<std::string, int32_t> ids;
+    std::unordered_multimap<uint64_t, int32_t> ids;  // a key's hash -> states (keys compared)
+    ids.reserve(64);
     std::vector<RangeKey> order;
-    auto state = [&](RangeKey&& k) {
-        auto [it, fresh] = ids.emplace(range_key_bytes(k), static_cast<int32_t>(order.size()) + 1);
-        if (fresh) {
-            bool a = false;
-            for (const RangeElem& e : k) a = a || (e.r == 0) || (e.r == -1 && e.t == 0);
-            acc.push_back(a);
-            order.push_back(std::move(k));
-        }
-        return it->second;
+    auto state = [&](const RangeKey& k) {
+        const uint64_t h = range_key_hash(k);
+        for (auto [it, end] = ids.equal_range(h); it != end; ++it)
+            if (order[static_cast<size_t>(it->second) - 1] == k) return it->second;
+        const int32_t id = static_cast<int32_t>(order.size()) + 1;
+        ids.emplace(h, id);
+        bool a = false;
+        for (const RangeElem& e : k) a = a || (e.r == 0) || (e.r == -1 && e.t == 0);
+        acc.push_back(a);
+        order.push_back(k);
+        return id;
     };
     const RangeKey pos = range_start(pl, ph), neg = range_start(nl, nh);
+    RangeKey nxt;
     for (char d : std::string("-0123456789")) {
-        RangeKey nxt;
+        nxt.clear();
         if (d == '-') nxt = neg;
         else if (d == '0') { if (zero) nxt.push_back({0, 0, "", ""}); }
-        else if (!pos.empty()) nxt = range_step(pos, d);
+        else if (!pos.empty()) range_step(pos, d, nxt);
         if (nxt.empty()) continue;
         src.push_back(0);
         byte.push_back(d);
-        dst.push_back(state(std::move(nxt)));
+        dst.push_back(state(nxt));
     }
     for (size_t i = 0; i < order.size(); ++i)
         for (char d = '0'; d <= '9'; ++d) {
-            RangeKey nxt = range_step(order[i], d);
+            range_step(order[i], d, nxt);  // order may grow in state(): order[i] read first
             if (nxt.empty()) continue;
             src.push_back(static_cast<int32_t>(i) + 1);
             byte.push_back(d);
-            dst.push_back(state(std::move(nxt)));
+            dst.push_back(state(nxt));
         }
     auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
         npy_intp dims[1] = {static_cast<npy_intp>(v.size())};

@@ -458,3 +458,85 @@ def test_csr_extend_and_pack_equal_numpy() -> None:
         core.csr_pack(got_ptr, got, which, 6)  # an id past the row
     with pytest.raises(ValueError):
         core.csr_extend(ptr, ids, states, lo, hi + 1, pool)  # a span past the pool
+
+
+def _brute_rows(table: Any, bc: Any, states: Any, tokens: list[bytes]) -> list[list[int]]:
+    """Per state, the tokens whose bytes all have edges from it (every token stepped)."""
+    out = []
+    for q0 in states.tolist():
+        row = []
+        for t, tok in enumerate(tokens):
+            q = q0
+            for b in tok:
+                q = -1 if q < 0 else int(table[q, bc[b]])
+            if q0 >= 0 and q >= 0:
+                row.append(t)
+        out.append(row)
+    return out
+
+
+def test_dfa_masks_shared_rows_equal_brute_force() -> None:
+    """dfa_masks derives a state's row from a state that agrees with it on every byte string
+    up to some length (Moore levels over the table) and walks only the longer tokens, or
+    copies the row when they agree past the longest token. Checked against every token
+    stepped: a [a-p] counter whose states lie below, at and above the longest token's length
+    (rows equal above it, different below), and random tables over a wide class (where the
+    sharing applies), with states repeated, -1 and in any order."""
+    core = native_core()
+    letters = b"abcdefghijklmnop"  # 16 bytes: wide enough for the sharing to apply
+    rng = np.random.default_rng(3)
+    tokens = [bytes([b]) for b in letters] + [b"-", b"--", b'"', b'a"', b"a-b"]
+    for n in range(2, 7):
+        for _ in range(6):
+            tokens.append(bytes(rng.choice(list(letters + b"-"), size=n).tolist()))
+    tokens += [tokens[-1][:k] for k in range(2, 6)]  # tokens that are prefixes of others
+    tokens += [b"p" * k for k in range(2, 10)]  # the longest token: 9 bytes
+    tokens = list(dict.fromkeys(tokens))
+    trie = core.TokenTrie(tokens, np.ones(len(tokens), dtype=np.uint8))
+    bc = np.full(256, 2, dtype=np.int32)
+    bc[np.frombuffer(letters, dtype=np.uint8)] = 0
+    bc[ord("-")] = 1
+    # the counter: state i reads up to 14 - i letters, '-' only from even states
+    n = 15
+    table = np.full((n, 3), -1, dtype=np.int32)
+    table[:-1, 0] = np.arange(1, n)
+    table[0:-1:2, 1] = np.arange(1, n, 2)
+    states = np.arange(n, dtype=np.int64)
+    cases = [(table, states)]
+    for _ in range(40):
+        ns = int(rng.integers(2, 30))
+        tab = rng.integers(-1, ns, size=(ns, 3)).astype(np.int32)
+        tab[rng.random((ns, 3)) < 0.2] = -1
+        st_ = rng.integers(-1, ns, size=int(rng.integers(2, 2 * ns))).astype(np.int64)
+        cases.append((tab, st_))
+    for tab, st_ in cases:
+        ptr, ids = core.dfa_masks(tab, bc, st_, trie)
+        got = [ids[ptr[i] : ptr[i + 1]].tolist() for i in range(len(st_))]
+        assert got == _brute_rows(tab, bc, st_, tokens)
+    ptr, ids = core.dfa_masks(table, bc, states, trie)
+    rows = [ids[ptr[i] : ptr[i + 1]].tolist() for i in range(n)]
+    assert rows[0] == rows[2] == rows[4] != rows[6]  # 14, 12, 10 letters left vs 8: 'p' * 9
+    assert rows[1] == rows[3] == rows[5] != rows[7]  # 13, 11, 9 vs 7
+    assert rows[4] != rows[5]  # '-' only from even states
+
+
+def test_dfa_masks_shared_rows_equal_every_row_walked(qwen2: Vocabulary) -> None:
+    """On Qwen2 (tokens of up to 96 dashes): the shared rows of wide patterns, a format and an
+    object mixing them equal the rows walked one by one (``share=False``)."""
+    core = native_core()
+    tables = VocabTables.get(qwen2)
+    schemas: list[dict[str, Any]] = [
+        {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
+        {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,20}$"},
+        {"type": "string", "format": "uuid"},
+    ]
+    schemas.append({"type": "object", "properties": {str(i): s for i, s in enumerate(schemas)}})
+    for schema in schemas:
+        frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
+        table, bc = compress(frag, native=True)
+        states = np.arange(len(table), dtype=np.int64)[::-1].copy()
+        quoted = (np.arange(len(table)) % 3 == 0).astype(np.uint8)
+        for extra in [(0, None, None), (0, tables.quote_trie, quoted)]:
+            want = core.dfa_masks(table, bc, states, tables.trie, *extra, False)
+            got = core.dfa_masks(table, bc, states, tables.trie, *extra)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), schema
