@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <memory>
 #include <new>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -161,6 +162,16 @@ struct BigAllocator {
     BigAllocator(const BigAllocator<U>&) {}
     T* allocate(size_t n) {
         size_t m;
+        if constexpr (alignof(T) > alignof(std::max_align_t)) {
+            // a small block comes from malloc, aligned for max_align_t only (StateInfo needs 32:
+            // found by the UndefinedBehaviorSanitizer build on a small vocabulary)
+            if (!big_mapping(n * sizeof(T), BIG_VEC_MIN)) {
+                const size_t bytes = (n * sizeof(T) + alignof(T) - 1) & ~(alignof(T) - 1);
+                void* p = std::aligned_alloc(alignof(T), bytes ? bytes : alignof(T));
+                if (!p) throw std::bad_alloc();
+                return static_cast<T*>(p);  // freed by big_free (std::free) like the rest
+            }
+        }
         void* p = big_alloc(n * sizeof(T), &m, BIG_VEC_MIN);
         if (!p) throw std::bad_alloc();
         return static_cast<T*>(p);
