@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +75,17 @@ def test_found_by_fuzzing_max_items_zero(schema: dict[str, Any]) -> None:
 def test_oracles_catch_a_wrong_mask_and_an_invalid_walk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check fails when one native mask bit flips, and when a walk's JSON breaks the
     schema (here: the schema the validator sees is stricter than the compiled one)."""
-    case = tool_case(random.Random(3).randint)
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "^[a-z]{2,6}-[0-9]{1,3}$"},
+            "n": {"type": "integer", "minimum": -5, "maximum": 120},
+            "tags": {"type": "array", "items": {"enum": ["x", 'q"q']}, "maxItems": 2},
+        },
+        "required": ["id"],
+    }
+    pieces = [b'"', b"a", b"ab", b"-", b"1", b"12", b", ", b'": ', b"[", b"]", b"}", b"q"]
+    case = ToolCase(schema, [*(bytes([b]) for b in range(256)), *pieces], [[1, 5, 9], [2]])
     assert check_tool_case(case).result == "compiled"
     real_fill = ToolAutomaton.fill
 
@@ -110,6 +119,7 @@ def test_atheris_tools_target_short_run(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "fuzz" / "fuzz_tools.py"), "-runs=200", f"-stats={out}"],
+        # (the target's default -rss_limit_mb is 4096: see fuzz/fuzz_tools.py)
         capture_output=True,
         text=True,
         env=env,

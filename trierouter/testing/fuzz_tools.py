@@ -333,13 +333,34 @@ def _bound(pick: Pick) -> int:
 
 
 def _schema(pick: Pick, depth: int) -> dict[str, Any]:
-    kind = pick(0, 12 if depth < 3 else 8)
+    kind = pick(0, 17 if depth < 3 else 8)
+    if kind == 13:  # a list of types, with the keywords of one of them
+        types = ["string", "null", "integer", "number", "boolean", "array", "object"]
+        out: dict[str, Any] = {"type": sorted({types[pick(0, 6)] for _ in range(pick(1, 3))})}
+        if pick(0, 1):
+            out["maxLength"] = pick(0, 5)
+        if pick(0, 1):
+            out["minimum"] = _bound(pick)
+        return out
+    if kind == 14:  # a reference into the root's $defs (filled in by _object at depth 0)
+        return {"$ref": f"#/$defs/d{pick(0, 1)}"}
+    if kind == 15:
+        key = ["allOf", "oneOf"][pick(0, 1)]
+        return {key: [_schema(pick, depth + 1) for _ in range(pick(1, 2))]}
+    if kind == 16:  # annotations next to a leaf, a format with lengths
+        leaf = _schema(pick, 3)
+        leaf.update({"description": "d", "title": "t", "default": None, "examples": [1]})
+        return leaf
+    if kind == 17:
+        fmt: dict[str, Any] = {"type": "string", "format": _FORMATS[pick(0, len(_FORMATS) - 1)]}
+        fmt["minLength" if pick(0, 1) else "maxLength"] = pick(0, 40)
+        return fmt
     if kind == 0:
         return {"type": "string", "pattern": _regex(pick)}
     if kind == 1:
         return {"type": "string", "format": _FORMATS[pick(0, len(_FORMATS) - 1)]}
     if kind == 2:
-        out: dict[str, Any] = {"type": "string"}
+        out = {"type": "string"}
         if pick(0, 1):
             out["minLength"] = pick(0, 4)
         if pick(0, 1):
@@ -382,8 +403,13 @@ def _object(pick: Pick, depth: int) -> dict[str, Any]:
         props[_KEYS[pick(0, len(_KEYS) - 1)] + str(pick(0, 2))] = _schema(pick, depth)
     out: dict[str, Any] = {"type": "object", "properties": props}
     out["required"] = [k for k in props if pick(0, 1)]
-    if pick(0, 1):
+    extra = pick(0, 3)
+    if extra == 1:
         out["additionalProperties"] = False
+    elif extra == 2:
+        out["additionalProperties"] = _schema(pick, 3)
+    if depth == 0:
+        out["$defs"] = {f"d{i}": _schema(pick, 2) for i in range(2)}
     return out
 
 
