@@ -6,7 +6,8 @@
 Targets: ``compile`` (``fuzz_compile.py``: vocabularies, value sets, decoding) and ``tools``
 (``fuzz_tools.py``: tool schemas, their automata and masks). ``--asan``: the compiled core must
 be the sanitizer build (``make ext-debug``; refused otherwise), the ASan runtime is preloaded and
-an UndefinedBehaviorSanitizer report stops the run (a finding).
+an UndefinedBehaviorSanitizer report stops the run (a finding). Both run with
+``-rss_limit_mb=4096`` (ASan's allocator keeps freed memory; libFuzzer's default is 2 GB).
 
 Step 1: libFuzzer (through atheris) for ``--seconds`` with a corpus folder; its last status line
 gives the executions and the edge coverage (``cov``) and features (``ft``) of the instrumented
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
     proc = subprocess.run(
         [sys.executable, str(target), f"-max_total_time={args.seconds}", f"-stats={stats}",
-         "-print_final_stats=1", str(corpus)],
+         "-print_final_stats=1", "-rss_limit_mb=4096", str(corpus)],
         capture_output=True, text=True, env=env, cwd=work, check=False,
     )  # fmt: skip
     log = proc.stderr
