@@ -1,12 +1,15 @@
 """Run an atheris target for a bounded time, then measure line coverage of its corpus.
 
     python fuzz/run_fuzz.py --seconds 600            # writes benchmarks/results/fuzz.json
-    python fuzz/run_fuzz.py --target tools --asan    # benchmarks/results/fuzz_tools.json
+    python fuzz/run_fuzz.py --target tools           # benchmarks/results/fuzz_tools.json
+    python fuzz/run_fuzz.py --target tools --asan --corpus DIR   # ... fuzz_tools_asan.json
 
 Targets: ``compile`` (``fuzz_compile.py``: vocabularies, value sets, decoding) and ``tools``
 (``fuzz_tools.py``: tool schemas, their automata and masks). ``--asan``: the compiled core must
 be the sanitizer build (``make ext-debug``; refused otherwise), the ASan runtime is preloaded and
-an UndefinedBehaviorSanitizer report stops the run (a finding). Both run with
+an UndefinedBehaviorSanitizer report stops the run (a finding). gcc's ASan runtime takes the
+coverage callbacks that atheris registers, so an ``--asan`` run gets no coverage feedback: give
+it the corpus of a release run (``--corpus DIR``), which it replays and mutates. Both run with
 ``-rss_limit_mb=4096`` (ASan's allocator keeps freed memory; libFuzzer's default is 2 GB).
 
 Step 1: libFuzzer (through atheris) for ``--seconds`` with a corpus folder; its last status line
@@ -62,20 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=600)
     parser.add_argument("--target", choices=sorted(TARGETS), default="compile")
     parser.add_argument("--asan", action="store_true", help="run the sanitizer build of the core")
-    parser.add_argument("--out", type=Path, help="default: benchmarks/results/fuzz[_tools].json")
+    parser.add_argument("--out", type=Path, help="default: results/fuzz[_tools][_asan].json")
+    parser.add_argument(
+        "--corpus", type=Path, help="corpus folder to start from and grow (default: a new one)"
+    )
     args = parser.parse_args(argv)
     script, modules = TARGETS[args.target]
     target = ROOT / "fuzz" / script
-    out_path = args.out or ROOT / "benchmarks" / "results" / (
-        "fuzz.json" if args.target == "compile" else f"fuzz_{args.target}.json"
-    )
+    name = "fuzz" + ("" if args.target == "compile" else f"_{args.target}")
+    name += "_asan" if args.asan else ""
+    out_path = args.out or ROOT / "benchmarks" / "results" / f"{name}.json"
     core_file, sanitized = _sanitized()
     if args.asan and not sanitized:
         what = core_file or "the compiled core"
         parser.error(f"--asan: {what} is a release build; run `make ext-debug` first")
     work = Path(tempfile.mkdtemp(prefix="trierouter-fuzz-"))
-    corpus = work / "corpus"
-    corpus.mkdir()
+    corpus = (args.corpus or work / "corpus").resolve()
+    corpus.mkdir(parents=True, exist_ok=True)
+    seeds = len(list(corpus.iterdir()))
     stats = work / "stats.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if args.asan:
@@ -100,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": args.seconds,
         "core": core_file,
         "sanitizers": "address,undefined" if sanitized else None,
+        # gcc's ASan runtime, preloaded, takes the coverage callbacks atheris registers with
+        # libFuzzer: under --asan the inputs are the seed corpus and blind mutations of it
+        "coverage_feedback": not args.asan,
+        "seed_inputs": seeds,
         "exit_code": proc.returncode,
         "finding": proc.returncode != 0,
         "executions": int(final_runs.group(1)) if final_runs else None,
