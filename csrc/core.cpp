@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <memory>
 #include <new>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -167,6 +168,16 @@ struct BigAllocator {
     BigAllocator(const BigAllocator<U>&) {}
     T* allocate(size_t n) {
         size_t m;
+        if constexpr (alignof(T) > alignof(std::max_align_t)) {
+            // a small block comes from malloc, aligned for max_align_t only (StateInfo needs 32:
+            // found by the UndefinedBehaviorSanitizer build on a small vocabulary)
+            if (!big_mapping(n * sizeof(T), BIG_VEC_MIN)) {
+                const size_t bytes = (n * sizeof(T) + alignof(T) - 1) & ~(alignof(T) - 1);
+                void* p = std::aligned_alloc(alignof(T), bytes ? bytes : alignof(T));
+                if (!p) throw std::bad_alloc();
+                return static_cast<T*>(p);  // freed by big_free (std::free) like the rest
+            }
+        }
         void* p = big_alloc(n * sizeof(T), &m, BIG_VEC_MIN);
         if (!p) throw std::bad_alloc();
         return static_cast<T*>(p);
@@ -3162,7 +3173,7 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
     };
     npy_intp dn[1] = {static_cast<npy_intp>(acc.size())};
     PyObject* ac = PyArray_SimpleNew(1, dn, NPY_BOOL);
-    if (ac) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
+    if (ac && !acc.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
     PyObject *a = arr(src), *b = arr(byte), *c = arr(dst);
     if (!a || !b || !c || !ac) {
         Py_XDECREF(a);
@@ -3390,14 +3401,14 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
     npy_intp dims[2] = {m, 256};
     PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
     if (!tab) return nullptr;
-    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)), rows.data(), rows.size() * 4);
+    if (!rows.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)), rows.data(), rows.size() * 4);
     npy_intp d1[1] = {m};
     PyObject* ac = PyArray_SimpleNew(1, d1, NPY_BOOL);
     if (!ac) {
         Py_DECREF(tab);
         return nullptr;
     }
-    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
+    if (!acc.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
     return pair_result(tab, ac);
 }
 
@@ -4092,7 +4103,8 @@ PyObject* py_pack_tokens(PyObject*, PyObject* args) {
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject* o = PyTuple_GET_ITEM(tokens, i);
         const size_t at = static_cast<size_t>(off[static_cast<size_t>(i)]);
-        std::memcpy(buf.p + at, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
+        const size_t len = static_cast<size_t>(PyBytes_GET_SIZE(o));
+        if (len) std::memcpy(buf.p + at, PyBytes_AS_STRING(o), len);  // (buf.p is null when all are empty)
     }
     PyObject* b = to_numpy(buf, NPY_UINT8);
     if (!b) return nullptr;
@@ -4140,7 +4152,7 @@ PyObject* py_join_tokens(PyObject*, PyObject* args) {
         if (!first) *w++ = '\0';
         first = false;
         PyObject* o = PyTuple_GET_ITEM(tokens, i);
-        std::memcpy(w, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
+        if (PyBytes_GET_SIZE(o)) std::memcpy(w, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
         w += PyBytes_GET_SIZE(o);
     }
     PyBuffer_Release(&sel);

@@ -1,6 +1,16 @@
-"""Run the atheris target for a bounded time, then measure line coverage of its corpus.
+"""Run an atheris target for a bounded time, then measure line coverage of its corpus.
 
     python fuzz/run_fuzz.py --seconds 600            # writes benchmarks/results/fuzz.json
+    python fuzz/run_fuzz.py --target tools           # benchmarks/results/fuzz_tools.json
+    python fuzz/run_fuzz.py --target tools --asan --corpus DIR   # ... fuzz_tools_asan.json
+
+Targets: ``compile`` (``fuzz_compile.py``: vocabularies, value sets, decoding) and ``tools``
+(``fuzz_tools.py``: tool schemas, their automata and masks). ``--asan``: the compiled core must
+be the sanitizer build (``make ext-debug``; refused otherwise), the ASan runtime is preloaded and
+an UndefinedBehaviorSanitizer report stops the run (a finding). gcc's ASan runtime takes the
+coverage callbacks that atheris registers, so an ``--asan`` run gets no coverage feedback: give
+it the corpus of a release run (``--corpus DIR``), which it replays and mutates. Both run with
+``-rss_limit_mb=4096`` (ASan's allocator keeps freed memory; libFuzzer's default is 2 GB).
 
 Step 1: libFuzzer (through atheris) for ``--seconds`` with a corpus folder; its last status line
 gives the executions and the edge coverage (``cov``) and features (``ft``) of the instrumented
@@ -20,29 +30,71 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET = ROOT / "fuzz" / "fuzz_compile.py"
-MODULES = [
-    "trierouter/registry/trie.py",
-    "trierouter/registry/index.py",
-    "trierouter/registry/_arrays.py",
-    "trierouter/registry/_hashmap.py",
-    "trierouter/registry/vocabulary.py",
-]
+TARGETS = {
+    "compile": (
+        "fuzz_compile.py",
+        [
+            "trierouter/registry/trie.py",
+            "trierouter/registry/index.py",
+            "trierouter/registry/arrays.py",
+            "trierouter/registry/_hashmap.py",
+            "trierouter/registry/vocabulary.py",
+        ],
+    ),
+    "tools": (
+        "fuzz_tools.py",
+        [
+            f"trierouter/registry/slots/{m}.py"
+            for m in ("dispatch", "formats", "fragment", "masks", "nfa", "normalize", "objects")
+        ]
+        + ["trierouter/registry/slots/ranges.py", "trierouter/registry/slots/regex.py"],
+    ),
+}
+
+
+def _sanitized() -> tuple[str, bool]:
+    """The compiled core's file and whether it was built with AddressSanitizer."""
+    so = next((ROOT / "trierouter" / "registry").glob("_core.*.so"), None)
+    if so is None:
+        return "", False
+    return so.name, b"__asan_init" in so.read_bytes()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=600)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fuzz.json")
+    parser.add_argument("--target", choices=sorted(TARGETS), default="compile")
+    parser.add_argument("--asan", action="store_true", help="run the sanitizer build of the core")
+    parser.add_argument("--out", type=Path, help="default: results/fuzz[_tools][_asan].json")
+    parser.add_argument(
+        "--corpus", type=Path, help="corpus folder to start from and grow (default: a new one)"
+    )
     args = parser.parse_args(argv)
+    script, modules = TARGETS[args.target]
+    target = ROOT / "fuzz" / script
+    name = "fuzz" + ("" if args.target == "compile" else f"_{args.target}")
+    name += "_asan" if args.asan else ""
+    out_path = args.out or ROOT / "benchmarks" / "results" / f"{name}.json"
+    core_file, sanitized = _sanitized()
+    if args.asan and not sanitized:
+        what = core_file or "the compiled core"
+        parser.error(f"--asan: {what} is a release build; run `make ext-debug` first")
     work = Path(tempfile.mkdtemp(prefix="trierouter-fuzz-"))
-    corpus = work / "corpus"
-    corpus.mkdir()
+    corpus = (args.corpus or work / "corpus").resolve()
+    corpus.mkdir(parents=True, exist_ok=True)
+    seeds = len(list(corpus.iterdir()))
     stats = work / "stats.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if args.asan:
+        lib = subprocess.run(
+            ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        env["LD_PRELOAD"] = lib
+        env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
+        env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
     proc = subprocess.run(
-        [sys.executable, str(TARGET), f"-max_total_time={args.seconds}", f"-stats={stats}",
-         "-print_final_stats=1", str(corpus)],
+        [sys.executable, str(target), f"-max_total_time={args.seconds}", f"-stats={stats}",
+         "-print_final_stats=1", "-rss_limit_mb=4096", str(corpus)],
         capture_output=True, text=True, env=env, cwd=work, check=False,
     )  # fmt: skip
     log = proc.stderr
@@ -51,8 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     grab = {k: re.search(rf"{k}: (\d+)", last) for k in ("cov", "ft", "corp")}
     final_runs = re.search(r"stat::number_of_executed_units: (\d+)", log)
     result = {
-        "target": "fuzz/fuzz_compile.py",
+        "target": f"fuzz/{script}",
         "seconds": args.seconds,
+        "core": core_file,
+        "sanitizers": "address,undefined" if sanitized else None,
+        # gcc's ASan runtime, preloaded, takes the coverage callbacks atheris registers with
+        # libFuzzer: under --asan the inputs are the seed corpus and blind mutations of it
+        "coverage_feedback": not args.asan,
+        "seed_inputs": seeds,
         "exit_code": proc.returncode,
         "finding": proc.returncode != 0,
         "executions": int(final_runs.group(1)) if final_runs else None,
@@ -70,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         data = work / ".coverage"
         subprocess.run(
             [sys.executable, "-m", "coverage", "run", f"--data-file={data}",
-             "--include=" + ",".join(str(ROOT / m) for m in MODULES),
-             str(TARGET), "--replay", str(corpus)],
+             "--include=" + ",".join(str(ROOT / m) for m in modules),
+             str(target), "--replay", str(corpus)],
             capture_output=True, text=True, env=env, cwd=work, check=True,
         )  # fmt: skip
         rep = subprocess.run(
@@ -90,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         result["line_coverage_of_corpus"] = "coverage.py not installed"
     except subprocess.CalledProcessError as exc:
         result["line_coverage_of_corpus"] = f"failed: {exc.stderr[-500:]}"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0 if proc.returncode == 0 else 1
 

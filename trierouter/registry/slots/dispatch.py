@@ -486,6 +486,8 @@ class SlotCompiler:
         slots.extend(sub)
         if self.dry:
             return _DUMMY, "automaton", f"array of {engine}"
+        if hi is not None and int(hi) == 0:  # no item: exactly "[]" ("[" alone was accepted)
+            return _literal(b"[]"), "automaton", f"array of {engine}"
         b = builder()
         opened = b.add(_literal(b"["))
         close = b.add(_accepting())
@@ -502,14 +504,11 @@ class SlotCompiler:
                 elif label == "end":
                     b.link([s], close)
         else:
-            count = int(hi) if hi is not None else lo
-            starts = [b.add(item) for _ in range(max(count, 1))]
-            if count == 0:
+            count = int(hi) if hi is not None else lo  # >= 1 here
+            starts = [b.add(item) for _ in range(count)]
+            b.link([opened + 1], starts[0])
+            if lo == 0:
                 b.edge(opened + 1, ord("]"), close)
-            else:
-                b.link([opened + 1], starts[0])
-                if lo == 0:
-                    b.edge(opened + 1, ord("]"), close)
             for k in range(count):
                 options: list[bytes] = []
                 labels: list[Any] = []

@@ -1,0 +1,131 @@
+"""Hostile tool schemas: the compiled core's argument automata against the references.
+
+Hypothesis drives :func:`trierouter.testing.fuzz_tools.check_tool_case` (random schemas, small
+vocabularies, random byte walks): the native automaton is the numpy / Python reference's up to
+state numbering, every mask equals the reference's and brute force, and every accepted walk is
+JSON that ``jsonschema`` with its format checker accepts. The atheris target
+(``fuzz/fuzz_tools.py``) runs the same check; a short run of it is part of the suite. The
+oracles are checked to catch what they are there for (a flipped mask bit, an invalid walk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trierouter.registry.slots.dispatch import SlotCompiler
+from trierouter.registry.slots.masks import ToolAutomaton
+from trierouter.testing import fuzz_tools
+from trierouter.testing.fuzz_tools import HEAD, TAIL, ToolCase, check_tool_case, tool_case
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_tool_schemas(data: st.DataObject) -> None:
+    case = tool_case(lambda lo, hi: data.draw(st.integers(lo, hi)))
+    check_tool_case(case)
+
+
+def _accepts(schema: dict[str, Any], text: bytes) -> bool:
+    frag, _ = SlotCompiler().tool(schema, TAIL, HEAD)
+    triples = zip(frag.src.tolist(), frag.byte.tolist(), frag.dst.tolist(), strict=True)
+    edges = {(s, b): d for s, b, d in triples}
+    state = 0
+    for b in HEAD + text + TAIL:
+        if (state, b) not in edges:
+            return False
+        state = edges[(state, b)]
+    return bool(frag.accept[state])
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "string", "minLength": 4}, "maxItems": 0},
+        {
+            "type": "array",
+            "items": {"type": "array", "items": {"enum": [1]}, "maxItems": 0},
+            "minItems": 2,
+        },
+    ],
+)
+def test_found_by_fuzzing_max_items_zero(schema: dict[str, Any]) -> None:
+    """``maxItems: 0`` accepted ``[`` alone as the whole array (``{"a": [}``); nested in
+    another array, the same open state clashed with the outer separator (ValueError)."""
+    obj = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    out = check_tool_case(ToolCase(obj, [bytes([b]) for b in range(256)], [[1, 2, 3], [7]]))
+    assert out.result == "compiled" and out.walks_valid == 2
+    inner = b"[]" if "minItems" not in schema else b"[[], []]"
+    assert _accepts(obj, b'{"a": ' + inner + b"}")
+    assert not _accepts(obj, b'{"a": [}')
+
+
+def test_oracles_catch_a_wrong_mask_and_an_invalid_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check fails when one native mask bit flips, and when a walk's JSON breaks the
+    schema (here: the schema the validator sees is stricter than the compiled one)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "^[a-z]{2,6}-[0-9]{1,3}$"},
+            "n": {"type": "integer", "minimum": -5, "maximum": 120},
+            "tags": {"type": "array", "items": {"enum": ["x", 'q"q']}, "maxItems": 2},
+        },
+        "required": ["id"],
+    }
+    pieces = [b'"', b"a", b"ab", b"-", b"1", b"12", b", ", b'": ', b"[", b"]", b"}", b"q"]
+    case = ToolCase(schema, [*(bytes([b]) for b in range(256)), *pieces], [[1, 5, 9], [2]])
+    assert check_tool_case(case).result == "compiled"
+    real_fill = ToolAutomaton.fill
+
+    def flipped(self: ToolAutomaton, state: int, row: np.ndarray[Any, Any]) -> None:
+        real_fill(self, state, row)
+        if self.t.native and state == 0:
+            row[0] ^= 1
+
+    monkeypatch.setattr(ToolAutomaton, "fill", flipped)
+    with pytest.raises(AssertionError, match="mask differs"):
+        check_tool_case(case)
+    monkeypatch.undo()
+    loose = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    real_validator = jsonschema.Draft202012Validator
+
+    def strict(schema: Any, **kw: Any) -> Any:
+        tight = json.loads(json.dumps(schema))
+        tight["properties"]["n"]["maximum"] = -(10**30)
+        return real_validator(tight, **kw)
+
+    monkeypatch.setattr(fuzz_tools.jsonschema, "Draft202012Validator", strict)
+    monkeypatch.setattr(strict, "FORMAT_CHECKER", real_validator.FORMAT_CHECKER, raising=False)
+    with pytest.raises(AssertionError, match="violate the schema"):
+        check_tool_case(ToolCase(loose, [bytes([b]) for b in range(256)], [[5]]))
+
+
+def test_atheris_tools_target_short_run(tmp_path: Path) -> None:
+    """The coverage-guided tools target runs (bounded in runs) without a finding."""
+    pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris)")
+    out = tmp_path / "stats.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "fuzz" / "fuzz_tools.py"), "-runs=200", f"-stats={out}"],
+        # (the target's default -rss_limit_mb is 4096: see fuzz/fuzz_tools.py)
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    stats = json.loads(out.read_text())
+    assert stats["executions"] >= 200 and stats["outcomes"]["compiled"] > 0
