@@ -3271,15 +3271,17 @@ PyObject* py_dfa_compress(PyObject*, PyObject* args) {
 }
 
 // nfa_determinize(n: int, edge_src: int32[], edge_dst: int32[], edge_bytes: uint8 (E, 32),
-//                 eps_src: int32[], eps_dst: int32[], start: int, final: int)
-//   -> (table int32 (m, 256), accept bool[m]): subset construction of an NFA with byte-set edges
+//                 eps_src: int32[], eps_dst: int32[], start: int, final: int, max_states=0)
+//   -> (table int32 (m, 256), accept bool[m]), or None once more than ``max_states`` (> 0) DFA
+//   states are found: subset construction of an NFA with byte-set edges
 //   (bit b of edge_bytes[e] = byte b) and epsilon edges; DFA states numbered in discovery order
 //   (breadth first, bytes ascending), state 0 the closure of ``start``; a DFA state accepts
 //   when its set holds ``final``.
 PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
-    long long n_ll, start_ll, final_ll;
+    long long n_ll, start_ll, final_ll, max_states = 0;  // max_states > 0: None past that many
     PyObject *es_o, *ed_o, *eb_o, *xs_o, *xd_o;
-    if (!PyArg_ParseTuple(args, "LOOOOOLL", &n_ll, &es_o, &ed_o, &eb_o, &xs_o, &xd_o, &start_ll, &final_ll))
+    if (!PyArg_ParseTuple(args, "LOOOOOLL|L", &n_ll, &es_o, &ed_o, &eb_o, &xs_o, &xd_o, &start_ll, &final_ll,
+                          &max_states))
         return nullptr;
     I32View es, ed, xs, xd;
     if (!es.open(es_o, "edge_src") || !ed.open(ed_o, "edge_dst") || !xs.open(xs_o, "eps_src") ||
@@ -3307,7 +3309,7 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
     const size_t W = static_cast<size_t>((n + 63) / 64);
     std::vector<int32_t> rows;
     std::vector<uint8_t> acc;
-    bool ok = true;
+    bool ok = true, too_many = false;
     Py_BEGIN_ALLOW_THREADS;
     try {
         // adjacency: byte edges and epsilon edges per NFA state
@@ -3391,12 +3393,17 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
                 if (fresh) sets.push_back(std::move(set));
                 rows[row0 + static_cast<size_t>(b)] = it->second;
             }
+            if (max_states > 0 && static_cast<long long>(sets.size()) > max_states) {
+                too_many = true;  // (a pattern like (a|b)*a(a|b){19} has 2**20 states)
+                break;
+            }
         }
     } catch (const std::bad_alloc&) {
         ok = false;
     }
     Py_END_ALLOW_THREADS;
     if (!ok) return PyErr_NoMemory();
+    if (too_many) Py_RETURN_NONE;
     const npy_intp m = static_cast<npy_intp>(acc.size());
     npy_intp dims[2] = {m, 256};
     PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
@@ -4171,7 +4178,7 @@ PyMethodDef module_methods[] = {
     {"dfa_wire", py_dfa_wire, METH_VARARGS,
      "dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst)"},
     {"nfa_determinize", py_nfa_determinize, METH_VARARGS,
-     "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final) -> (table, accept)"},
+     "nfa_determinize(n, edge_src, edge_dst, edge_bytes, eps_src, eps_dst, start, final, max_states=0) -> (table, accept) | None"},
     {"walk_counts", py_walk_counts, METH_VARARGS,
      "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)"},
     {"pack_tokens", py_pack_tokens, METH_VARARGS,

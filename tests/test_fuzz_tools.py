@@ -23,8 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trierouter.registry.slots.dispatch import SlotCompiler
+from trierouter.registry.slots.dispatch import MAX_PATTERN_STATES, SchemaRefused, SlotCompiler
 from trierouter.registry.slots.masks import ToolAutomaton
+from trierouter.registry.slots.nfa import TooManyStates, nfa_fragment
+from trierouter.registry.slots.regex import pattern_node
 from trierouter.testing import fuzz_tools
 from trierouter.testing.fuzz_tools import HEAD, TAIL, ToolCase, check_tool_case, tool_case
 
@@ -129,3 +131,34 @@ def test_atheris_tools_target_short_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     stats = json.loads(out.read_text())
     assert stats["executions"] >= 200 and stats["outcomes"]["compiled"] > 0
+
+
+def test_found_by_fuzzing_patterns_past_the_state_budget() -> None:
+    """A pattern whose automaton grows exponentially (``([A-Za-z_]{3,40}){3,40}$`` timed the
+    fuzzer out in the Python reference; ``(a|b)*a(a|b){19}`` took 43 s and 1M states natively)
+    goes to XGrammar past MAX_PATTERN_STATES, decided alike by analysis and by the build; one
+    XGrammar reads differently is refused, saying why; both backends stop at the budget."""
+
+    def obj(pattern: str) -> dict[str, Any]:
+        p = {"type": "string", "pattern": pattern}
+        return {"type": "object", "properties": {"p": p}, "required": ["p"]}
+
+    big, small = "^[ab]*a[ab]{15}$", "^[ab]*a[ab]{10}$"  # 2**16 + 15 and 2**11 + 15 states
+    slots, _ = SlotCompiler().analyze(obj(big))
+    assert [s.engine for s in slots] == ["xgrammar"]
+    frag, _ = SlotCompiler().tool(obj(big), TAIL, HEAD)
+    assert frag.exits and frag.n < 100
+    slots, _ = SlotCompiler().analyze(obj(small))
+    assert [s.engine for s in slots] == ["format"]
+    assert SlotCompiler().tool(obj(small), TAIL, HEAD)[0].n > 2_000
+    with pytest.raises(SchemaRefused, match="more than 20,000 states"):
+        SlotCompiler().tool(obj("^(a|b)*a(a|b){19}$"), TAIL, HEAD)
+    node = pattern_node(big)
+    assert node is not None
+    for native in (True, False):
+        with pytest.raises(TooManyStates):
+            nfa_fragment(node, native=native, max_states=MAX_PATTERN_STATES)
+    node = pattern_node(small)
+    assert node is not None
+    under = [nfa_fragment(node, native=native, max_states=2**11 + 1) for native in (True, False)]
+    assert under[0].n == under[1].n == 2**11 + 1  # exactly at the budget: built

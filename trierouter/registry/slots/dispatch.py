@@ -50,7 +50,7 @@ from trierouter.registry.slots.fragment import (
     string_fragment,
     trie_fragment,
 )
-from trierouter.registry.slots.nfa import lit, nfa_fragment
+from trierouter.registry.slots.nfa import TooManyStates, _Node, lit, nfa_fragment, seq
 from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
@@ -297,6 +297,13 @@ class SlotCompiler:
                 why = "XGrammar 0.2.8 ignores minLength / maxLength beside a pattern"
             if why is not None:
                 fix = "rewrite the pattern in the supported subset, or drop it"
+                text = str(out["pattern"])
+                if pattern_node(text) is not None and _served_pattern(text) is None:  # too large
+                    why = (
+                        f"its automaton here has more than {MAX_PATTERN_STATES:,} states "
+                        f"(MAX_PATTERN_STATES), and XGrammar would serve it inexactly: {why}"
+                    )
+                    fix = "write a pattern with fewer states (no star before a counted repeat)"
                 self._problems.append(Problem(where, "pattern", why, fix))
                 out.pop("pattern")
         return out
@@ -415,10 +422,10 @@ class SlotCompiler:
         fmt = schema.get("format")
         pattern = schema.get("pattern")
         if fmt in FORMAT_PATTERNS and pattern is not None:
-            if min_length > 0 or max_length is not None:
+            if min_length > 0 or max_length is not None or _served_pattern(str(pattern)) is None:
                 return None
             both = _DUMMY if self.dry else format_and_pattern_fragment(fmt, str(pattern))
-            if both is None or (self.dry and pattern_node(str(pattern)) is None):
+            if both is None:
                 return None
             return both, "format", f"format {fmt} and pattern {pattern}"
         if fmt in FORMAT_PATTERNS:
@@ -436,7 +443,7 @@ class SlotCompiler:
         if (min_length > 0 or max_length is not None) and pattern is not None:
             if max_length is not None and max_length > MAX_COUNTED:
                 return None
-            if pattern_node(str(pattern)) is None:
+            if _served_pattern(str(pattern)) is None:
                 return None
             if self.dry:
                 return _DUMMY, "format", f"pattern {pattern}, {min_length}..{max_length} chars"
@@ -445,7 +452,7 @@ class SlotCompiler:
         if pattern is not None:
             if fmt is not None:
                 return None
-            node = pattern_node(str(pattern))
+            node = _served_pattern(str(pattern))
             if node is None:
                 return None
             if self.dry:
@@ -613,6 +620,26 @@ def _exit(key: str) -> Fragment:
 def _literal(text: bytes) -> Fragment:
     """The automaton of one literal (shared: fragments are copied when wired)."""
     return nfa_fragment(lit(text))
+
+
+MAX_PATTERN_STATES = 20_000
+"""A pattern whose quoted automaton would have more states goes to XGrammar (exact, built
+lazily): determinizing can grow exponentially (``(a|b)*a(a|b){19}``: 2**20 states, 43 s here;
+a pattern past this budget costs at most ~0.5 s to find out, once per process)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _served_pattern(pattern: str) -> _Node | None:
+    """The parse of ``pattern`` when its automaton is built here: in the supported subset and
+    within :data:`MAX_PATTERN_STATES` (the same verdict whether or not automata are built)."""
+    node = pattern_node(pattern)
+    if node is None:
+        return None
+    try:
+        nfa_fragment(seq(lit('"'), node, lit('"')), max_states=MAX_PATTERN_STATES)
+    except TooManyStates:
+        return None
+    return node
 
 
 @functools.lru_cache(maxsize=1024)

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import NO_EDGE, Fragment
 
-__all__ = ["alt", "cls", "lit", "nfa_fragment", "opt", "rep", "seq"]
+__all__ = ["TooManyStates", "alt", "cls", "lit", "nfa_fragment", "opt", "rep", "seq"]
 
 
 # -- regular expressions over bytes (for fixed formats), determinized by subset construction --
@@ -121,16 +121,24 @@ class _Nfa:
         return frozenset(seen)
 
 
-def nfa_fragment(node: _Node, native: bool | None = None) -> Fragment:
+class TooManyStates(ValueError):
+    """The determinized automaton would have more states than allowed."""
+
+
+def nfa_fragment(
+    node: _Node, native: bool | None = None, max_states: int | None = None
+) -> Fragment:
     """Determinize ``node`` into a :class:`Fragment` (states numbered in discovery order), in
-    the compiled core with the native backend (``native``: default from the backend)."""
+    the compiled core with the native backend (``native``: default from the backend).
+    ``max_states``: raise :class:`TooManyStates` past that many states (a subset construction
+    can grow exponentially: ``(a|b)*a(a|b){19}`` has 2**20)."""
     nfa = _Nfa()
     start = nfa.state()
     final = nfa.build(node, start)
     if native is None:
         native = _backend.default_backend() == "native"
     if native:
-        return _native_subsets(nfa, start, final)
+        return _native_subsets(nfa, start, final, max_states)
     first = nfa.closure([start])
     ids = {first: 0}
     order = [first]
@@ -152,6 +160,8 @@ def nfa_fragment(node: _Node, native: bool | None = None) -> Fragment:
                 order.append(key)
             row[c] = ids[key]
         rows.append(row)
+        if max_states is not None and len(order) > max_states:
+            raise TooManyStates(f"the automaton has more than {max_states} states")
     table = np.stack(rows)
     accept = np.array([final in s for s in order], dtype=bool)
     return Fragment.dense(table, accept)
@@ -165,7 +175,7 @@ def _packed(chars: frozenset[int]) -> bytes:
     return np.packbits(row, bitorder="little").tobytes()
 
 
-def _native_subsets(nfa: _Nfa, start: int, final: int) -> Fragment:
+def _native_subsets(nfa: _Nfa, start: int, final: int, max_states: int | None) -> Fragment:
     src, dst, sets = [], [], []
     for v, edges in enumerate(nfa.edges):
         for chars, t in edges:
@@ -175,7 +185,7 @@ def _native_subsets(nfa: _Nfa, start: int, final: int) -> Fragment:
     bits = np.frombuffer(b"".join(map(_packed, sets)), dtype=np.uint8).reshape(len(sets), 32)
     xs = [v for v, ts in enumerate(nfa.eps) for _ in ts]
     xd = [t for ts in nfa.eps for t in ts]
-    table, accept = _backend.native_core().nfa_determinize(
+    out = _backend.native_core().nfa_determinize(
         len(nfa.edges),
         np.asarray(src, dtype=np.int32),
         np.asarray(dst, dtype=np.int32),
@@ -184,5 +194,9 @@ def _native_subsets(nfa: _Nfa, start: int, final: int) -> Fragment:
         np.asarray(xd, dtype=np.int32),
         start,
         final,
+        max_states or 0,
     )
+    if out is None:
+        raise TooManyStates(f"the automaton has more than {max_states} states")
+    table, accept = out
     return Fragment.dense(table, accept)
