@@ -305,9 +305,12 @@ def _regex(pick: Pick, depth: int = 0) -> str:
     for _ in range(pick(1, 4)):
         if depth < 2 and pick(0, 5) == 0:
             alts = [_regex(pick, depth + 1) for _ in range(pick(1, 3))]
+            # a group repeats a bounded number of times: an unbounded repeat of one holding
+            # repeats sends the oracle (Python's backtracking re) into exponential time
             atom = "(" + "|".join(alts) + ")"
-        else:
-            atom = _ATOMS[pick(0, len(_ATOMS) - 1)]
+            parts.append(atom + ["", "?", "{2}", "{0,3}", "{1,4}"][pick(0, 4)])
+            continue
+        atom = _ATOMS[pick(0, len(_ATOMS) - 1)]
         parts.append(atom + _QUANT[pick(0, len(_QUANT) - 1)])
     body = "".join(parts)
     return ["^" + body + "$", body, "^" + body, body + "$"][pick(0, 3)] if depth == 0 else body
