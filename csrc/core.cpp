@@ -2751,7 +2751,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                 ok = ids.reserve(ids.n + std::min<size_t>(pn * static_cast<size_t>(st.n - k_), size_t{1} << 26));
                 ok = ok && ids.reserve(ids.n + pn);
                 if (ok && lev == lcap && same_all) {
-                    std::memcpy(ids.p + ids.n, ids.p + p0, pn * sizeof(int32_t));
+                    if (pn) std::memcpy(ids.p + ids.n, ids.p + p0, pn * sizeof(int32_t));
                     ids.n += pn;
                     walk = false;
                 } else if (ok) {
@@ -2853,7 +2853,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
             for (int64_t i = 0; i < st.n && ok; ++i) {
                 const size_t p0 = static_cast<size_t>(span0[static_cast<size_t>(i)]);
                 const size_t pn = static_cast<size_t>(span1[static_cast<size_t>(i)]) - p0;
-                std::memcpy(out.p + out.n, ids.p + p0, pn * sizeof(int32_t));
+                if (pn) std::memcpy(out.p + out.n, ids.p + p0, pn * sizeof(int32_t));  // (ids.p: null if none)
                 out.n += pn;
                 ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(out.n);
             }
