@@ -28,21 +28,13 @@ line coverage with coverage.py). Bounded by libFuzzer's ``-runs`` / ``-max_total
 
 from __future__ import annotations
 
-import json
-import sys
-import time
-from collections import Counter
-from pathlib import Path
-
 import atheris
+from _harness import Stats, run
 
 with atheris.instrument_imports(include=["trierouter"]):
     from trierouter.testing.fuzz import Case, check_case
 
-_STATS: Path | None = None
-_COUNTS: Counter[str] = Counter()
-_T0 = time.monotonic()
-_STEPS = 0
+STATS = Stats()
 
 _CHARS = ["a", "b", "\x00", '"', "é", "東", "\n", "\x7f", "ab", "\U0001f600", "\udcff"]
 
@@ -99,59 +91,10 @@ def case_from_bytes(data: bytes) -> Case:
 
 
 def test_one_input(data: bytes) -> None:
-    global _STEPS
     out = check_case(case_from_bytes(data))
-    _COUNTS[out.result] += 1
-    _STEPS += out.steps
-    n = sum(_COUNTS.values())
-    if _STATS is not None and (n % 100 == 0 or n < 10):
-        _write_stats()
-
-
-def _write_stats() -> None:
-    assert _STATS is not None
-    _STATS.write_text(
-        json.dumps(
-            {
-                "executions": sum(_COUNTS.values()),
-                "outcomes": dict(_COUNTS),
-                "decode_steps": _STEPS,
-                "seconds": round(time.monotonic() - _T0, 1),
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-
-
-def main() -> None:
-    global _STATS
-    argv = []
-    replay: Path | None = None
-    args = iter(sys.argv)
-    for a in args:
-        if a.startswith("-stats="):
-            _STATS = Path(a.split("=", 1)[1])
-        elif a == "--replay":
-            replay = Path(next(args))
-        else:
-            argv.append(a)
-    if replay is not None:
-        for f in sorted(p for p in replay.iterdir() if p.is_file()):
-            test_one_input(f.read_bytes())
-        if _STATS is not None:
-            _write_stats()
-        print(f"replayed {sum(_COUNTS.values())} inputs: {dict(_COUNTS)}")
-        return
-    if not any(a.startswith("-timeout=") for a in argv):
-        argv.append("-timeout=20")
-    if not any(a.startswith("-len_control=") for a in argv):
-        argv.append("-len_control=0")  # long inputs from the start: a case needs many bytes
-    if not any(a.startswith("-max_len=") for a in argv):
-        argv.append("-max_len=2048")
-    atheris.Setup(argv, test_one_input)
-    atheris.Fuzz()
+    STATS.add(out.result, decode_steps=out.steps)
 
 
 if __name__ == "__main__":
-    main()
+    # -len_control=0: long inputs from the start (a case needs many bytes)
+    run(test_one_input, STATS, ["-timeout=20", "-len_control=0", "-max_len=2048"])

@@ -11,9 +11,6 @@ oracles are checked to catch what they are there for (a flipped mask bit, an inv
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ from trierouter.registry.slots.masks import ToolAutomaton
 from trierouter.registry.slots.nfa import TooManyStates, nfa_fragment
 from trierouter.registry.slots.regex import pattern_node
 from trierouter.testing import fuzz_tools
+from trierouter.testing.fuzz import atheris_run
 from trierouter.testing.fuzz_tools import HEAD, TAIL, ToolCase, check_tool_case, tool_case
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,19 +115,7 @@ def test_oracles_catch_a_wrong_mask_and_an_invalid_walk(monkeypatch: pytest.Monk
 def test_atheris_tools_target_short_run(tmp_path: Path) -> None:
     """The coverage-guided tools target runs (bounded in runs) without a finding."""
     pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris)")
-    out = tmp_path / "stats.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "fuzz" / "fuzz_tools.py"), "-runs=200", f"-stats={out}"],
-        # (the target's default -rss_limit_mb is 4096: see fuzz/fuzz_tools.py)
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    stats = json.loads(out.read_text())
+    stats = atheris_run(ROOT / "fuzz" / "fuzz_tools.py", 200, tmp_path)
     assert stats["executions"] >= 200 and stats["outcomes"]["compiled"] > 0
 
 

@@ -13,8 +13,14 @@ for bit (and the same error where it refuses).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -216,3 +222,22 @@ def _walk(
             assert 0 <= nxt < cs.n_nodes
             state, prefix = nxt, prefix + vocab.tokens[token]
     return steps
+
+
+def atheris_run(target: Path, runs: int, workdir: Path, *flags: str) -> dict[str, Any]:
+    """Run the atheris target ``target`` (``fuzz/*.py`` of a checkout) on ``runs`` inputs in
+    ``workdir``; its ``-stats`` JSON. AssertionError with the output's tail on a finding."""
+    out = workdir / "stats.json"
+    env = {**os.environ, "PYTHONPATH": str(target.resolve().parent.parent)}
+    proc = subprocess.run(
+        [sys.executable, str(target), f"-runs={runs}", *flags, f"-stats={out}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workdir,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(proc.stdout[-3000:] + proc.stderr[-3000:])
+    stats: dict[str, Any] = json.loads(out.read_text())
+    return stats
