@@ -162,7 +162,7 @@ def _row_ids(row: np.ndarray[Any, Any], width: int) -> set[int]:
 
 def _distances(auto: ToolAutomaton) -> np.ndarray[Any, Any]:
     """Bytes to the nearest accepting state (-1: none), never through an exit."""
-    n, table, cls = auto.n_states, auto.table, auto.byte_class
+    n, table = auto.n_states, auto.table
     back: list[list[int]] = [[] for _ in range(n)]
     for s in range(n):
         if s in auto.exits:
@@ -180,7 +180,6 @@ def _distances(auto: ToolAutomaton) -> np.ndarray[Any, Any]:
             if dist[s] < 0:
                 dist[s] = dist[q] + 1
                 todo.append(s)
-    del cls
     return dist
 
 
