@@ -40,13 +40,11 @@ def test_fuzz_tool_schemas(data: st.DataObject) -> None:
 
 def _accepts(schema: dict[str, Any], text: bytes) -> bool:
     frag, _ = SlotCompiler().tool(schema, TAIL, HEAD)
-    triples = zip(frag.src.tolist(), frag.byte.tolist(), frag.dst.tolist(), strict=True)
-    edges = {(s, b): d for s, b, d in triples}
-    state = 0
+    table, state = frag.table, 0
     for b in HEAD + text + TAIL:
-        if (state, b) not in edges:
+        state = int(table[state, b])
+        if state < 0:
             return False
-        state = edges[(state, b)]
     return bool(frag.accept[state])
 
 

@@ -38,6 +38,7 @@ from trierouter.registry.slots.dispatch import SchemaRefused, SlotCompiler
 from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.bitmask import bitmask_to_ids
 
 __all__ = ["HEAD", "TAIL", "Pick", "ToolCase", "ToolOutcome", "check_tool_case", "tool_case"]
 
@@ -108,35 +109,28 @@ def _isomorphism(ref: Fragment, nat: Fragment) -> list[int]:
     if ref.n != nat.n:
         raise AssertionError(f"native automaton has {nat.n} states, the reference {ref.n}")
 
-    def edges(f: Fragment) -> list[dict[int, int]]:
-        out: list[dict[int, int]] = [{} for _ in range(f.n)]
-        for s, b, t in zip(f.src.tolist(), f.byte.tolist(), f.dst.tolist(), strict=True):
-            out[s][b] = t
-        return out
-
-    ea, eb = edges(ref), edges(nat)
+    ta, tb = ref.table, nat.table
     iso, back = [-1] * ref.n, [-1] * ref.n
     iso[0] = back[0] = 0
     todo = [0]
     while todo:
         x = todo.pop()
         y = iso[x]
-        if bool(ref.accept[x]) != bool(nat.accept[y]) or ea[x].keys() != eb[y].keys():
+        live = ta[x] >= 0
+        if bool(ref.accept[x]) != bool(nat.accept[y]) or not np.array_equal(live, tb[y] >= 0):
             raise AssertionError(f"native state {y} is not the reference's state {x}")
         xa, xb = ref.exits.get(x), nat.exits.get(y)
         if (xa is None) != (xb is None) or (xa is not None and xb is not None and xa.key != xb.key):
             raise AssertionError(f"native state {y} exits unlike the reference's state {x}")
-        follow = list(ea[x].items())
+        follow = list(zip(ta[x, live].tolist(), tb[y, live].tolist(), strict=True))
         if xa is not None and xb is not None:  # where the other engine hands back
-            follow.append((-1, xa.reentry))
-            eb[y][-1] = xb.reentry
-        for b, t in follow:
-            u = eb[y][b]
+            follow.append((xa.reentry, xb.reentry))
+        for t, u in follow:
             if iso[t] < 0 and back[u] < 0:
                 iso[t], back[u] = u, t
                 todo.append(t)
-            elif iso[t] != u:
-                raise AssertionError(f"reference state {t} maps to two native states")
+            elif iso[t] != u or back[u] != t:
+                raise AssertionError(f"reference state {t} and native state {u} pair unlike before")
     return iso  # -1: a state no byte or hand-back reaches (left over by the wiring, in both)
 
 
@@ -153,11 +147,6 @@ def _brute_force(auto: ToolAutomaton, vocab: Vocabulary, state: int) -> set[int]
         if auto.step_bytes(state, piece) >= 0:
             out.add(t)
     return out
-
-
-def _row_ids(row: np.ndarray[Any, Any], width: int) -> set[int]:
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
-    return {int(i) for i in np.flatnonzero(bits)}
 
 
 def _distances(auto: ToolAutomaton) -> np.ndarray[Any, Any]:
@@ -237,7 +226,7 @@ def check_tool_case(case: ToolCase) -> ToolOutcome:
         reference.fill(s, b)
         if not np.array_equal(a, b):
             raise AssertionError(f"state {s}: native mask differs from the numpy reference")
-        if _row_ids(a, vocab.width) != _brute_force(native, vocab, iso[s]):
+        if set(bitmask_to_ids(a, vocab.width).tolist()) != _brute_force(native, vocab, iso[s]):
             raise AssertionError(f"state {s}: mask differs from brute force")
     dist = _distances(native)
     validator = jsonschema.Draft202012Validator(
