@@ -259,3 +259,40 @@ def test_batch_forms_equal_single_forms(
     scattered = np.full_like(single, -1)
     cs.fill_bitmask_batch(states, scattered, rows)
     assert np.array_equal(scattered[rows], single)
+
+
+@pytest.mark.parametrize("backend", ["native", "numpy"])
+def test_advance_batch_input_forms(toy_index: TokenIndex, backend: str) -> None:
+    """Every input form gives the element-wise advance: int64 arrays (the compiled core's
+    one-call path), other dtypes, lists, strided views, a broadcast token, 2-D arrays; lengths
+    that differ are refused."""
+    cs = compile_choices(VALUES, toy_index, backend=backend)
+    rng = np.random.default_rng(1)
+    states = rng.integers(-1, cs.DEAD + 2, 64).astype(np.int64)
+    tokens = rng.integers(-1, cs.width + 1, 64).astype(np.int64)
+    for i, s in enumerate(states.tolist()):
+        m = cs.mask(s) if 0 <= s <= cs.DEAD else []
+        if len(m) and i % 3:
+            tokens[i] = m[i % len(m)]
+    want = [cs.advance(s, t) for s, t in zip(states.tolist(), tokens.tolist(), strict=True)]
+    forms = [
+        (states, tokens),
+        (states.astype(np.int32), tokens.astype(np.int32)),
+        (states.tolist(), tokens.tolist()),
+        (np.repeat(states, 2)[::2], np.repeat(tokens, 2)[::2]),  # not contiguous
+        (np.asarray(states, dtype=np.int64).copy(order="C"), tokens.astype(np.uint32) % cs.width),
+    ]
+    for i, (s_in, t_in) in enumerate(forms):
+        got = cs.advance_batch(s_in, t_in)
+        assert got.dtype == np.int64 and got.shape == (64,), i
+        t_list = np.asarray(t_in).astype(np.int64).tolist()
+        assert got.tolist() == [
+            cs.advance(s, t) for s, t in zip(states.tolist(), t_list, strict=True)
+        ], i
+    assert cs.advance_batch(states, tokens).tolist() == want
+    one = int(tokens[1])
+    assert cs.advance_batch(states, one).tolist() == [cs.advance(s, one) for s in states.tolist()]
+    grid = cs.advance_batch(states.reshape(8, 8), tokens.reshape(8, 8))
+    assert grid.shape == (8, 8) and grid.reshape(-1).tolist() == want
+    with pytest.raises(ValueError):
+        cs.advance_batch(states, tokens[:10])

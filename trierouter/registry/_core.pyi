@@ -1,7 +1,7 @@
 """Type stubs of the C++ extension (csrc/core.cpp)."""
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -65,6 +65,7 @@ class Core:
     def mask(self, state: int, /) -> npt.NDArray[np.int32]: ...
     def is_terminal(self, state: int, /) -> bool: ...
     def fill(self, state: int, bitmask: Any, index: int = 0, /) -> None: ...
+    @overload
     def advance_batch(
         self,
         states: npt.NDArray[np.int64],
@@ -72,6 +73,10 @@ class Core:
         out: npt.NDArray[np.int64],
         /,
     ) -> None: ...
+    @overload
+    def advance_batch(
+        self, states: npt.NDArray[np.int64], tokens: npt.NDArray[np.int64], /
+    ) -> npt.NDArray[np.int64]: ...
     def fill_batch(
         self, states: npt.NDArray[np.int64], bitmask: Any, rows: npt.NDArray[np.int64] | None, /
     ) -> None: ...

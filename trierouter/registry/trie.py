@@ -277,6 +277,12 @@ class ChoiceSet:
 
     def advance_batch(self, states: npt.ArrayLike, tokens: npt.ArrayLike) -> I64:
         """Vectorized :meth:`advance`: next state for every (state, token); ``DEAD`` if refused."""
+        if self._core is not None:
+            try:  # int64 1-D arrays of one length: one call (a server's every step)
+                nxt: I64 = self._core.advance_batch(states, tokens)
+                return nxt
+            except (TypeError, ValueError, BufferError):
+                pass  # other shapes, types or sequences: converted below (or their error raised)
         st = np.asarray(states, dtype=np.int64)
         tk = np.asarray(tokens, dtype=np.int64)
         if self._core is not None:
@@ -294,6 +300,9 @@ class ChoiceSet:
         keys = self.batch_keys
         if not len(keys):  # no pairs at all (a vocabulary without end ids, the empty value)
             return np.full(np.broadcast(st, tk).shape, self.DEAD, dtype=np.int64)
+        st, tk = np.broadcast_arrays(st, tk)
+        shape = st.shape
+        st, tk = st.reshape(-1), tk.reshape(-1)  # flat: the indexing below is 1-D
         q = st * self.width + tk
         bad = ((st | tk) < 0) | (tk >= self.width) | (st > self.DEAD)
         if bad.any():
@@ -309,7 +318,7 @@ class ChoiceSet:
             far = special[code == _FAR]
             nxt[far] = self._far_child[self._far_pos.searchsorted(pos[far])]
         nxt[~hit] = self.DEAD
-        return nxt
+        return nxt.reshape(shape)
 
     def fill_bitmask_batch(
         self,
