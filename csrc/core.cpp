@@ -2530,6 +2530,83 @@ const TrieShape* trie_shape(TokenTrieObject* t) {
     return sh;
 }
 
+// (branch wide) The token trie seen through one table's byte classes: tokens whose bytes have
+// the same classes, position by position, end at one node (their rows are alike at every state
+// of that table). Over few classes it is far smaller than the token trie: [a-z0-9-]{1,64} has
+// 3 classes, its live bytes reach ~21,000 trie nodes and 112 class nodes, so each of its 66
+// rows walks the class nodes instead of up to 21,000 trie nodes. Only bytes of a class with an
+// edge somewhere in the table are followed (the others are in no row).
+struct ClassTrie {
+    std::vector<int32_t> child;     // (node, class) -> node, -1: none
+    std::vector<uint16_t> depth;    // the bytes to the node (= the length of its tokens)
+    std::vector<uint16_t> height;   // the longest token in the subtree (0: none)
+    std::vector<int32_t> tptr, tids;  // the tokens ending at each node (CSR)
+};
+
+// Builds the class trie of ``tt`` (root children ``root_child``) over classes ``cls`` (table
+// ``tab``: ns rows of nc). False (nothing usable) when it would merge too little to pay: past
+// ``max_cells`` (node, class) cells, or at fewer than 4 trie nodes per class node once 65,536
+// trie nodes are in.
+bool build_class_trie(ClassTrie& ct, const TT& tt, const int32_t* root_child, const int32_t* tab,
+                      int64_t ns, int64_t nc, const int32_t* cls, int64_t max_cells) {
+    std::vector<uint8_t> live_class(static_cast<size_t>(nc), 0);
+    for (int64_t k = 0; k < ns * nc; ++k)
+        if (tab[k] >= 0) live_class[static_cast<size_t>(k % nc)] = 1;
+    int16_t byte_class[256];  // the byte's class, -1: no edge anywhere
+    for (int b = 0; b < 256; ++b) byte_class[b] = live_class[static_cast<size_t>(cls[b])] ? static_cast<int16_t>(cls[b]) : -1;
+    ct.child.assign(static_cast<size_t>(nc), -1);
+    ct.depth.assign(1, 0);
+    std::vector<int32_t> parent(1, -1);
+    std::vector<std::pair<int32_t, int32_t>> toks;  // (class node, token)
+    std::vector<std::pair<int32_t, int32_t>> stack{{0, 0}};  // (trie node, class node)
+    int64_t visits = 0;
+    while (!stack.empty()) {
+        auto [u, cu] = stack.back();
+        stack.pop_back();
+        auto enter = [&](int32_t c, uint8_t b) {
+            const int16_t k = byte_class[b];
+            if (k < 0) return;
+            int32_t v = ct.child[static_cast<size_t>(cu) * static_cast<size_t>(nc) + static_cast<size_t>(k)];
+            if (v < 0) {
+                v = static_cast<int32_t>(ct.depth.size());
+                ct.child[static_cast<size_t>(cu) * static_cast<size_t>(nc) + static_cast<size_t>(k)] = v;
+                ct.child.resize(ct.child.size() + static_cast<size_t>(nc), -1);
+                ct.depth.push_back(static_cast<uint16_t>(ct.depth[static_cast<size_t>(cu)] + 1));
+                parent.push_back(cu);
+            }
+            for (int32_t k2 = tt.tptr[c]; k2 < tt.tptr[c + 1]; ++k2) toks.emplace_back(v, tt.tids[k2]);
+            if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, v);
+            ++visits;
+        };
+        if (u == 0) {
+            for (int b = 0; b < 256; ++b)
+                if (root_child[b] >= 0) enter(root_child[b], static_cast<uint8_t>(b));
+        } else {
+            for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j) enter(tt.cnode[j], tt.clab[j]);
+        }
+        if (static_cast<int64_t>(ct.child.size()) > max_cells ||
+            (visits >= 65536 && 4 * static_cast<int64_t>(ct.depth.size()) > visits) ||
+            ct.depth.back() >= 65535)
+            return false;
+    }
+    const size_t n = ct.depth.size();
+    ct.height.assign(n, 0);
+    ct.tptr.assign(n + 1, 0);
+    for (const auto& [v, t] : toks) {
+        ct.tptr[static_cast<size_t>(v) + 1]++;
+        ct.height[static_cast<size_t>(v)] = ct.depth[static_cast<size_t>(v)];
+    }
+    for (size_t v = n; v-- > 1;) {  // children after their parent: heights bottom-up
+        uint16_t& h = ct.height[static_cast<size_t>(parent[v])];
+        h = std::max(h, ct.height[v]);
+    }
+    for (size_t v = 0; v < n; ++v) ct.tptr[v + 1] += ct.tptr[v];
+    ct.tids.resize(toks.size());
+    std::vector<int32_t> at(ct.tptr.begin(), ct.tptr.end() - 1);
+    for (const auto& [v, t] : toks) ct.tids[static_cast<size_t>(at[static_cast<size_t>(v)]++)] = t;
+    return true;
+}
+
 // dfa_masks(table: int32 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
 //   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
 //   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
@@ -2538,7 +2615,8 @@ const TrieShape* trie_shape(TokenTrieObject* t) {
 //   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
 //   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
 //   alt_trie instead (for the tool automata: the trie of the tokens holding a quote; None:
-//   none). share=False: every row walked (no row sharing, below; the same result).
+//   none). share=False: every row walked over the token trie (no row sharing nor class trie,
+//   below; the same result).
 PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
     TokenTrieObject* tri;
@@ -2644,18 +2722,25 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
             }
         };
         auto shared = [&](int64_t i) { return st.p[i] >= 0 && !(alt && alt[i]); };
+        constexpr int64_t kClassTrieMaxClasses = 16;  // past it, classes merge few trie nodes
         constexpr int32_t kMinLevel = 6;  // below: the longer tokens are nearly all of them
         // the levels: blk[L][q] = q's block at level L (L = 0..lcap)
         std::vector<std::vector<int32_t>> blk;
         std::vector<int32_t> nblk;
         bool same_all = false;  // states in one block at lcap have equal rows
-        if (shape) {
-            int64_t wide = 0;
+        int64_t wide = 0;  // states walking ``tri`` with >= 16 live bytes
+        if (shape || (share_rows && nc <= kClassTrieMaxClasses))
             for (int64_t i = 0; i < st.n; ++i)
                 if (shared(i)) {
                     live_of(static_cast<int32_t>(st.p[i]));
                     wide += live_n[static_cast<size_t>(st.p[i])] >= 16;
                 }
+        // the class trie, when two wide states walk over few classes (a counter or a format:
+        // their walks share most trie nodes, the class trie merges them); share=False: none
+        ClassTrie ct;
+        const bool on_ct = share_rows && nc <= kClassTrieMaxClasses && wide >= 2 &&
+                           build_class_trie(ct, tt_main, tri->root_child, tab.p, ns, nc, cls.p, int64_t{1} << 22);
+        if (shape) {
             // the levels' cost (entries of the key rows, all levels) is kept below a fraction
             // of what the wide states' walks cost at least
             const int64_t budget = std::min<int64_t>(wide * 8192, int64_t{1} << 22);
@@ -2797,6 +2882,24 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
                 }
                 if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, q2);
             };
+            if (on_ct && !use_alt) {  // the same walk over the class trie (root 0)
+                const int32_t* cchild = ct.child.data();
+                const uint16_t *cdepth = ct.depth.data(), *cheight = ct.height.data();
+                while (!stack.empty() && ok) {
+                    auto [u, q] = stack.back();
+                    stack.pop_back();
+                    const int32_t* qrow = tab.p + static_cast<int64_t>(q) * nc;
+                    const int32_t* urow = cchild + static_cast<int64_t>(u) * nc;
+                    for (int64_t k = 0; k < nc; ++k) {
+                        const int32_t v = urow[k], q2 = qrow[k];
+                        if (v < 0 || q2 < 0 || cheight[v] <= lev) continue;  // lev 0: no token below
+                        if (cdepth[v] > lev)
+                            for (int32_t j = ct.tptr[static_cast<size_t>(v)]; j < ct.tptr[static_cast<size_t>(v) + 1]; ++j)
+                                ok = ok && ids.push(ct.tids[static_cast<size_t>(j)]);
+                        if (cheight[v] > cdepth[v]) stack.emplace_back(v, q2);
+                    }
+                }
+            }
             while (!stack.empty() && ok) {
                 auto [u, q] = stack.back();
                 stack.pop_back();

@@ -522,7 +522,8 @@ def test_dfa_masks_shared_rows_equal_brute_force() -> None:
 
 def test_dfa_masks_shared_rows_equal_every_row_walked(qwen2: Vocabulary) -> None:
     """On Qwen2 (tokens of up to 96 dashes): the shared rows of wide patterns, a format and an
-    object mixing them equal the rows walked one by one (``share=False``)."""
+    object mixing them (their class tries included) equal the rows walked one by one
+    (``share=False``), as lists and packed."""
     core = native_core()
     tables = VocabTables.get(qwen2)
     schemas: list[dict[str, Any]] = [
@@ -536,7 +537,59 @@ def test_dfa_masks_shared_rows_equal_every_row_walked(qwen2: Vocabulary) -> None
         table, bc = compress(frag, native=True)
         states = np.arange(len(table), dtype=np.int64)[::-1].copy()
         quoted = (np.arange(len(table)) % 3 == 0).astype(np.uint8)
-        for extra in [(0, None, None), (0, tables.quote_trie, quoted)]:
+        for extra in [(0, None, None), (0, tables.quote_trie, quoted), (tables.words, None, None)]:
             want = core.dfa_masks(table, bc, states, tables.trie, *extra, False)
             got = core.dfa_masks(table, bc, states, tables.trie, *extra)
-            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), schema
+            for a, b in zip(got, want, strict=True):  # (ptr, ids), or the packed rows
+                assert np.array_equal(a, b), schema
+
+
+def test_dfa_masks_class_trie_rows_equal_brute_force() -> None:
+    """Over few classes (at most 16) with two wide states, dfa_masks walks the token trie seen
+    through the classes (tokens with the same class at every position merged; bytes of a class
+    with no edge anywhere dropped), alone or under the shared rows' length filter. Checked
+    against every token stepped and against ``share=False`` on random tables whose classes
+    group several bytes, some classes dead, with states repeated, -1 and in any order, the
+    packed rows (``words``) and the quote-trie states (which walk their own trie) included."""
+    core = native_core()
+    rng = np.random.default_rng(11)
+    alphabet = list(b'abcdefghijklmnopqrstuvwxyz-_"')
+    wide = list(b"abcdefghijklmnopq")
+    for case in range(30):
+        nc = int(rng.integers(2, 7))
+        bc = np.full(256, nc - 1, dtype=np.int32)
+        bc[alphabet] = rng.integers(0, nc, size=len(alphabet))
+        bc[wide] = 0  # one class of 17 bytes: wide states
+        tokens = [bytes([b]) for b in alphabet]
+        for n in range(2, 12):
+            tokens += [bytes(rng.choice(alphabet, size=n).tolist()) for _ in range(8)]
+            tokens += [bytes(rng.choice(wide, size=n).tolist()) for _ in range(4)]
+        tokens += [tokens[-1][:k] for k in range(2, 9)] + [b"a" * k for k in range(2, 15)]
+        tokens = list(dict.fromkeys(tokens))
+        has = np.array([b'"' in t for t in tokens], dtype=np.uint8)
+        trie = core.TokenTrie(tokens, np.ones(len(tokens), dtype=np.uint8))
+        qtrie = core.TokenTrie(tokens, has)
+        ns = int(rng.integers(3, 40))
+        tab = rng.integers(-1, ns, size=(ns, nc)).astype(np.int32)
+        tab[rng.random((ns, nc)) < 0.25] = -1
+        tab[:, nc - 1] = -1  # a dead class: its bytes are in no row
+        if case % 3 == 0:  # a counter over class 0 (rows alike below its length)
+            tab[:-1, 0] = np.arange(1, ns)
+            tab[-1, 0] = -1
+        states = rng.integers(-1, ns, size=int(rng.integers(2, 2 * ns))).astype(np.int64)
+        states[:2] = [0, 1]  # two wide states at least (class 0 live from both)
+        tab[:2, 0] = np.maximum(tab[:2, 0], 0)
+        ptr, ids = core.dfa_masks(tab, bc, states, trie)
+        got = [ids[ptr[i] : ptr[i + 1]].tolist() for i in range(len(states))]
+        assert got == _brute_rows(tab, bc, states, tokens), case
+        want = core.dfa_masks(tab, bc, states, trie, 0, None, None, False)
+        assert np.array_equal(ptr, want[0]) and np.array_equal(ids, want[1])
+        packed = core.dfa_masks(tab, bc, states, trie, 8)
+        for i in range(len(states)):
+            assert np.array_equal(packed[i], pack_ids(np.array(got[i], dtype=np.int32), 8 * 32))
+        flags = (rng.random(len(states)) < 0.3).astype(np.uint8)
+        mixed = core.dfa_masks(tab, bc, states, trie, 0, qtrie, flags)
+        quoted = core.dfa_masks(tab, bc, states, qtrie)
+        for i in range(len(states)):
+            p, q = quoted if flags[i] else (ptr, ids)
+            assert mixed[1][mixed[0][i] : mixed[0][i + 1]].tolist() == q[p[i] : p[i + 1]].tolist()
