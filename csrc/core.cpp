@@ -2428,6 +2428,37 @@ struct I32View : HeldBuffer {
     }
 };
 
+// An automaton's transition table: int32, or int16 / int8 (a tool automaton stores the
+// narrowest type its state count allows: at 10,000 tools the tables are most of what a registry
+// holds), read as int32 (a narrower table is widened into a copy of our own: a few KB per call).
+struct TableView : I32View {
+    std::vector<int32_t> wide;
+    bool open(PyObject* o, const char* what) {
+        if (!get(o, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) return false;
+        const char f = item_code();
+        if (b.itemsize == 4 && (f == 'i' || f == 'l')) {
+            p = static_cast<const int32_t*>(b.buf);
+            n = b.len / 4;
+            return true;
+        }
+        if (!((b.itemsize == 2 && f == 'h') || (b.itemsize == 1 && f == 'b'))) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a contiguous int32, int16 or int8 array", what);
+            return false;
+        }
+        n = b.len / b.itemsize;
+        wide.resize(static_cast<size_t>(n));
+        if (b.itemsize == 2) {
+            const int16_t* q = static_cast<const int16_t*>(b.buf);
+            for (int64_t i = 0; i < n; ++i) wide[static_cast<size_t>(i)] = q[i];
+        } else {
+            const int8_t* q = static_cast<const int8_t*>(b.buf);
+            for (int64_t i = 0; i < n; ++i) wide[static_cast<size_t>(i)] = q[i];
+        }
+        p = wide.data();
+        return true;
+    }
+};
+
 // A C-contiguous buffer of any item type read as bytes, released when the view goes.
 struct ByteView : HeldBuffer {
     const uint8_t* p = nullptr;
@@ -2443,7 +2474,7 @@ struct ByteView : HeldBuffer {
 // The (table, byte_class, states) arguments of dfa_masks / dfa_list_masks: a 2-D table whose
 // targets are states or negative (no edge), 256 classes naming its columns, states from
 // min_state (-1: "no state" allowed) to the last. False with a ValueError set otherwise.
-bool check_dfa(const I32View& tab, const I32View& cls, const I64View& st, int64_t min_state) {
+bool check_dfa(const TableView& tab, const I32View& cls, const I64View& st, int64_t min_state) {
     if (cls.n != 256 || tab.b.ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
         return false;
@@ -2530,7 +2561,7 @@ const TrieShape* trie_shape(TokenTrieObject* t) {
     return sh;
 }
 
-// (branch wide) The token trie seen through one table's byte classes: tokens whose bytes have
+// The token trie seen through one table's byte classes: tokens whose bytes have
 // the same classes, position by position, end at one node (their rows are alike at every state
 // of that table). Over few classes it is far smaller than the token trie: [a-z0-9-]{1,64} has
 // 3 classes, its live bytes reach ~21,000 trie nodes and 112 class nodes, so each of its 66
@@ -2632,7 +2663,8 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         return nullptr;
     }
     TokenTrieObject* alt_tri = reinterpret_cast<TokenTrieObject*>(alt_tri_o);
-    I32View tab, cls;
+    TableView tab;
+    I32View cls;
     I64View st;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
         return nullptr;
@@ -3002,7 +3034,8 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
 PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     PyObject *tab_o, *cls_o, *st_o, *cand_o, *buf_o, *off_o;
     if (!PyArg_ParseTuple(args, "OOOOOO", &tab_o, &cls_o, &st_o, &cand_o, &buf_o, &off_o)) return nullptr;
-    I32View tab, cls, cand;
+    TableView tab;
+    I32View cls, cand;
     I64View st, off;
     ByteView buf;
     if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states") ||

@@ -593,3 +593,38 @@ def test_dfa_masks_class_trie_rows_equal_brute_force() -> None:
         for i in range(len(states)):
             p, q = quoted if flags[i] else (ptr, ids)
             assert mixed[1][mixed[0][i] : mixed[0][i + 1]].tolist() == q[p[i] : p[i + 1]].tolist()
+
+
+def test_narrow_tables_read_as_their_int32_originals(qwen2: Vocabulary) -> None:
+    """A tool automaton stores its table in the narrowest signed type its states fit (int8
+    up to 128 states, int16 up to 32,768); the compiled core reads int8, int16 and int32 alike
+    (masks and list masks equal the int32 table's) and refuses other types."""
+    core = native_core()
+    tables = VocabTables.get(qwen2)
+    seen = set()
+    for schema in [
+        {"type": "string", "format": "date"},  # a few dozen states: int8
+        {"type": "string", "pattern": "^(a|b)*a(a|b){8}$"},  # 512 DFA states: int16
+    ]:
+        frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
+        auto = ToolAutomaton(frag, tables)
+        wide, bc = compress(frag, native=True)
+        want_type = np.int8 if len(wide) <= 128 else np.int16
+        assert auto.table.dtype == want_type and np.array_equal(auto.table, wide), schema
+        seen.add(auto.table.dtype)
+        states = np.arange(len(wide), dtype=np.int64)
+        for extra in [(0,), (tables.words,)]:
+            got = core.dfa_masks(auto.table, bc, states, tables.trie, *extra)
+            want = core.dfa_masks(wide, bc, states, tables.trie, *extra)
+            for a, b in zip(got, want, strict=True):
+                assert np.array_equal(a, b), schema
+        cand = np.arange(5000, dtype=np.int32)
+        args = (cand, tables.buffer, tables.offsets)
+        got = core.dfa_list_masks(auto.table, bc, states, *args)
+        want = core.dfa_list_masks(wide, bc, states, *args)
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a, b), schema
+        for bad in (wide.astype(np.int64), wide.astype(np.uint8)):
+            with pytest.raises(TypeError, match="int32, int16 or int8"):
+                core.dfa_masks(bad, bc, states, tables.trie)
+    assert seen == {np.dtype(np.int8), np.dtype(np.int16)}
