@@ -205,6 +205,10 @@ CRAFTED_SETS = {
     "negative token id": _set("tokens", _poke(-1, -5)),
     "row_ptr decreasing": _set("row_ptr", _poke(2, 0)),
     "row_ptr past the tokens": _set("row_ptr", _poke(-1, 10**6)),
+    # a step from 2**25 + 33 to -2**31 + 18 wraps to a positive int32 difference
+    "row_ptr jumping out and back (int32 wrap)": _set(
+        "row_ptr", lambda r: _poke(3, -(2**31) + 18)(_poke(2, 2**25 + 33)(r))
+    ),
     "tokens unsorted in a row": _set("tokens", lambda t: t[::-1].copy()),
     "child past the last state": _set("children", _poke(0, 0xFFF0)),
     "far_pos not the far children": _set("far_pos", lambda f: np.array([0], np.int32)),

@@ -53,7 +53,8 @@ class Checker:
         """CSR offsets: start at 0, never decrease, end at ``total``."""
         if len(a) == 0 or int(a[0]) != 0 or int(a[-1]) != total:
             raise self.fail(f"offsets {name!r} do not run from 0 to {total}")
-        if len(a) > 1 and bool((np.diff(a) < 0).any()):
+        # in int64: an int32 difference wraps (2**31 - 1 then -2**31 read as a step of 1)
+        if len(a) > 1 and bool((np.diff(a.astype(np.int64)) < 0).any()):
             raise self.fail(f"offsets {name!r} decrease")
 
     def increasing(self, name: str, a: npt.NDArray[Any]) -> None:

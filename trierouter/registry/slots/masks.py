@@ -277,19 +277,6 @@ class VocabTables:
 _BIG = 2048
 
 
-def _narrow(table: npt.NDArray[np.int32]) -> npt.NDArray[np.signedinteger[Any]]:
-    """``table`` in the narrowest signed type its states (and ``-1``, no edge) fit: an eager
-    registry holds every automaton's table (10,000 real tools: 1.1M states, 212 MB as int32),
-    and most automata have fewer than 128 or 32,768 states. The compiled core reads any of
-    them."""
-    n = len(table)
-    if n <= np.iinfo(np.int8).max + 1:
-        return table.astype(np.int8)
-    if n <= np.iinfo(np.int16).max + 1:
-        return table.astype(np.int16)
-    return table
-
-
 class ToolAutomaton:
     """One compiled byte automaton (a tool's arguments, or one slot) with lazy token masks.
 
@@ -300,8 +287,7 @@ class ToolAutomaton:
 
     def __init__(self, frag: Fragment, tables: VocabTables) -> None:
         # compress the byte alphabet: bytes with the same edges everywhere share one class
-        table, self.byte_class = compress(frag, native=tables.native)
-        self.table = _narrow(table)
+        self.table, self.byte_class = compress(frag, native=tables.native, narrow=True)
         self.accept = frag.accept
         self.klass = frag.klass
         self.origin = frag.origin
