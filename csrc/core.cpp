@@ -2446,14 +2446,10 @@ struct TableView : I32View {
             return false;
         }
         n = b.len / b.itemsize;
-        wide.resize(static_cast<size_t>(n));
-        if (b.itemsize == 2) {
-            const int16_t* q = static_cast<const int16_t*>(b.buf);
-            for (int64_t i = 0; i < n; ++i) wide[static_cast<size_t>(i)] = q[i];
-        } else {
-            const int8_t* q = static_cast<const int8_t*>(b.buf);
-            for (int64_t i = 0; i < n; ++i) wide[static_cast<size_t>(i)] = q[i];
-        }
+        if (b.itemsize == 2)
+            wide.assign(static_cast<const int16_t*>(b.buf), static_cast<const int16_t*>(b.buf) + n);
+        else
+            wide.assign(static_cast<const int8_t*>(b.buf), static_cast<const int8_t*>(b.buf) + n);
         p = wide.data();
         return true;
     }
@@ -2638,7 +2634,7 @@ bool build_class_trie(ClassTrie& ct, const TT& tt, const int32_t* root_child, co
     return true;
 }
 
-// dfa_masks(table: int32 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
+// dfa_masks(table: int32, int16 or int8 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
 //   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
 //   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
 //   tokens sharing a prefix share its steps).
