@@ -2571,11 +2571,17 @@ struct ClassTrie {
 };
 
 // Builds the class trie of ``tt`` (root children ``root_child``) over classes ``cls`` (table
-// ``tab``: ns rows of nc). False (nothing usable) when it would merge too little to pay: past
-// ``max_cells`` (node, class) cells, or at fewer than 4 trie nodes per class node once 65,536
-// trie nodes are in.
+// ``tab``: ns rows of nc), for walks from the automaton states ``from`` (n_from of them): a
+// class string no state of ``from`` can walk gets no node (tokens spelling it are in no row
+// of theirs: [A-Z]{3}-[0-9]{2,4} keeps the tokens of at most 3 capitals, not every capitals
+// token of the vocabulary). The states each class node is reached in are tracked as a bitset
+// when ns <= kPruneMaxStates (else every class string over live classes gets its node). False
+// (nothing usable) when it would merge too little to pay: past ``max_cells`` (node, class)
+// cells, or at fewer than 4 trie nodes per class node once 65,536 trie nodes are in.
+constexpr int64_t kPruneMaxStates = 1024;
 bool build_class_trie(ClassTrie& ct, const TT& tt, const int32_t* root_child, const int32_t* tab,
-                      int64_t ns, int64_t nc, const int32_t* cls, int64_t max_cells) {
+                      int64_t ns, int64_t nc, const int32_t* cls, int64_t max_cells,
+                      const int64_t* from, int64_t n_from) {
     std::vector<uint8_t> live_class(static_cast<size_t>(nc), 0);
     for (int64_t k = 0; k < ns * nc; ++k)
         if (tab[k] >= 0) live_class[static_cast<size_t>(k % nc)] = 1;
@@ -2583,20 +2589,71 @@ bool build_class_trie(ClassTrie& ct, const TT& tt, const int32_t* root_child, co
     for (int b = 0; b < 256; ++b) byte_class[b] = live_class[static_cast<size_t>(cls[b])] ? static_cast<int16_t>(cls[b]) : -1;
     ct.child.assign(static_cast<size_t>(nc), -1);
     ct.depth.assign(1, 0);
+    // per class node, the states its class string leads to from ``from`` (bitsets of sw words)
+    const bool prune = ns <= kPruneMaxStates && nc <= 32;
+    const size_t sw = prune ? static_cast<size_t>((ns + 63) / 64) : 0;
+    std::vector<uint64_t> sets(sw, 0);
+    // per state, its classes with an edge; per class node, those of its states (the classes
+    // its children can take)
+    std::vector<uint32_t> qmask(prune ? static_cast<size_t>(ns) : 0, 0), cmask;
+    uint32_t all_live = 0;
+    for (int64_t k = 0; k < nc; ++k)
+        if (live_class[static_cast<size_t>(k)]) all_live |= uint32_t{1} << (k & 31);
+    for (int64_t q = 0; q < ns && prune; ++q)
+        for (int64_t k = 0; k < nc; ++k)
+            if (tab[q * nc + k] >= 0) qmask[static_cast<size_t>(q)] |= uint32_t{1} << k;
+    cmask.push_back(prune ? 0 : all_live);
+    for (int64_t i = 0; i < n_from && prune; ++i) {
+        sets[static_cast<size_t>(from[i]) >> 6] |= uint64_t{1} << (from[i] & 63);
+        cmask[0] |= qmask[static_cast<size_t>(from[i])];
+    }
+    uint64_t class_bits[32][4] = {};  // each class's bytes (256-bit sets)
+    for (int b = 0; b < 256 && prune; ++b)
+        if (byte_class[b] >= 0) class_bits[byte_class[b]][b >> 6] |= uint64_t{1} << (b & 63);
+    uint8_t look[256];  // the bytes a node's children can take, ascending
     std::vector<int32_t> parent(1, -1);
     std::vector<std::pair<int32_t, int32_t>> toks;  // (class node, token)
     std::vector<std::pair<int32_t, int32_t>> stack{{0, 0}};  // (trie node, class node)
     int64_t visits = 0;
+    constexpr int32_t kNone = -2;  // (node, class): no state walks it
     while (!stack.empty()) {
         auto [u, cu] = stack.back();
         stack.pop_back();
         auto enter = [&](int32_t c, uint8_t b) {
             const int16_t k = byte_class[b];
             if (k < 0) return;
-            int32_t v = ct.child[static_cast<size_t>(cu) * static_cast<size_t>(nc) + static_cast<size_t>(k)];
+            const size_t cell = static_cast<size_t>(cu) * static_cast<size_t>(nc) + static_cast<size_t>(k);
+            int32_t v = ct.child[cell];
+            if (v == kNone) return;
             if (v < 0) {
+                if (prune) {  // the states after class k: none, and the node is not made
+                    const size_t base = sets.size();
+                    sets.resize(base + sw, 0);
+                    const uint64_t* at = sets.data() + static_cast<size_t>(cu) * sw;
+                    uint64_t* to = sets.data() + base;
+                    uint32_t m = 0;
+                    bool any = false;
+                    for (size_t w = 0; w < sw; ++w)
+                        for (uint64_t x = at[w]; x; x &= x - 1) {
+                            const int64_t q = static_cast<int64_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(x)));
+                            const int32_t q2 = tab[q * nc + k];
+                            if (q2 >= 0) {
+                                to[static_cast<size_t>(q2) >> 6] |= uint64_t{1} << (q2 & 63);
+                                m |= qmask[static_cast<size_t>(q2)];
+                                any = true;
+                            }
+                        }
+                    if (!any) {
+                        sets.resize(base);
+                        ct.child[cell] = kNone;
+                        return;
+                    }
+                    cmask.push_back(m);
+                } else {
+                    cmask.push_back(all_live);
+                }
                 v = static_cast<int32_t>(ct.depth.size());
-                ct.child[static_cast<size_t>(cu) * static_cast<size_t>(nc) + static_cast<size_t>(k)] = v;
+                ct.child[cell] = v;
                 ct.child.resize(ct.child.size() + static_cast<size_t>(nc), -1);
                 ct.depth.push_back(static_cast<uint16_t>(ct.depth[static_cast<size_t>(cu)] + 1));
                 parent.push_back(cu);
@@ -2605,11 +2662,35 @@ bool build_class_trie(ClassTrie& ct, const TT& tt, const int32_t* root_child, co
             if (tt.si[c].chi > tt.si[c].clo) stack.emplace_back(c, v);
             ++visits;
         };
+        const uint32_t m = cmask[static_cast<size_t>(cu)];
+        const int32_t lo = u == 0 ? 0 : tt.si[u].clo, hi = u == 0 ? 0 : tt.si[u].chi;
+        int32_t nl = 0;  // the bytes of m's classes, when few against the node's children
+        if (prune && (u == 0 || hi - lo > 8)) {
+            uint64_t set[4] = {0, 0, 0, 0};
+            for (uint32_t x = m; x; x &= x - 1)
+                for (int w = 0; w < 4; ++w) set[w] |= class_bits[__builtin_ctz(x)][w];
+            for (int w = 0; w < 4; ++w)
+                for (uint64_t x = set[w]; x; x &= x - 1) look[nl++] = static_cast<uint8_t>(w * 64 + __builtin_ctzll(x));
+        }
         if (u == 0) {
-            for (int b = 0; b < 256; ++b)
-                if (root_child[b] >= 0) enter(root_child[b], static_cast<uint8_t>(b));
+            if (prune) {
+                for (int32_t j = 0; j < nl; ++j)
+                    if (root_child[look[j]] >= 0) enter(root_child[look[j]], look[j]);
+            } else {
+                for (int b = 0; b < 256; ++b)
+                    if (root_child[b] >= 0) enter(root_child[b], static_cast<uint8_t>(b));
+            }
+        } else if (prune && hi - lo > 8 && 4 * nl < hi - lo) {  // look the few bytes up
+            int32_t at = lo;
+            for (int32_t j = 0; j < nl && at < hi; ++j) {
+                at = static_cast<int32_t>(std::lower_bound(tt.clab + at, tt.clab + hi, look[j]) - tt.clab);
+                if (at < hi && tt.clab[at] == look[j]) enter(tt.cnode[at], look[j]);
+            }
         } else {
-            for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j) enter(tt.cnode[j], tt.clab[j]);
+            for (int32_t j = lo; j < hi; ++j) {
+                const int16_t k = byte_class[tt.clab[j]];
+                if (k >= 0 && ((m >> k) & 1)) enter(tt.cnode[j], tt.clab[j]);
+            }
         }
         if (static_cast<int64_t>(ct.child.size()) > max_cells ||
             (visits >= 65536 && 4 * static_cast<int64_t>(ct.depth.size()) > visits) ||
@@ -2766,8 +2847,13 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
         // the class trie, when two wide states walk over few classes (a counter or a format:
         // their walks share most trie nodes, the class trie merges them); share=False: none
         ClassTrie ct;
+        std::vector<int64_t> from;  // the states that walk the class trie
+        if (share_rows && nc <= kClassTrieMaxClasses && wide >= 2)
+            for (int64_t i = 0; i < st.n; ++i)
+                if (shared(i)) from.push_back(st.p[i]);
         const bool on_ct = share_rows && nc <= kClassTrieMaxClasses && wide >= 2 &&
-                           build_class_trie(ct, tt_main, tri->root_child, tab.p, ns, nc, cls.p, int64_t{1} << 22);
+                           build_class_trie(ct, tt_main, tri->root_child, tab.p, ns, nc, cls.p, int64_t{1} << 22,
+                                            from.data(), static_cast<int64_t>(from.size()));
         if (shape) {
             // the levels' cost (entries of the key rows, all levels) is kept below a fraction
             // of what the wide states' walks cost at least

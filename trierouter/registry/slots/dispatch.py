@@ -452,12 +452,13 @@ class SlotCompiler:
         if pattern is not None:
             if fmt is not None:
                 return None
-            node = _served_pattern(str(pattern))
-            if node is None:
+            served = _served(str(pattern))
+            if served is None:
                 return None
             if self.dry:
                 return _DUMMY, "format", f"pattern {pattern}"
-            frag = quoted_pattern_fragment(str(pattern), node=node)
+            node, kept = served  # kept: the verdict's automaton, when small (not built again)
+            frag = kept if kept is not None else quoted_pattern_fragment(str(pattern), node=node)
             return frag, "format", f"pattern {pattern}"
         if fmt is not None:
             if format_node(str(fmt)) is None:
@@ -628,18 +629,30 @@ lazily): determinizing can grow exponentially (``(a|b)*a(a|b){19}``: 2**20 state
 a pattern past this budget costs at most ~0.5 s to find out, once per process)."""
 
 
+KEPT_EDGES = 1024
+"""A served pattern's quoted automaton with at most this many edges (~12 KB) is kept with its
+verdict, and the slot's build takes it instead of determinizing the pattern a second time."""
+
+
 @functools.lru_cache(maxsize=4096)
-def _served_pattern(pattern: str) -> _Node | None:
-    """The parse of ``pattern`` when its automaton is built here: in the supported subset and
-    within :data:`MAX_PATTERN_STATES` (the same verdict whether or not automata are built)."""
+def _served(pattern: str) -> tuple[_Node, Fragment | None] | None:
+    """The parse of ``pattern`` and its quoted automaton (None past :data:`KEPT_EDGES`) when
+    the automaton is built here: in the supported subset and within
+    :data:`MAX_PATTERN_STATES` (the same verdict whether or not automata are built)."""
     node = pattern_node(pattern)
     if node is None:
         return None
     try:
-        nfa_fragment(seq(lit('"'), node, lit('"')), max_states=MAX_PATTERN_STATES)
+        frag = nfa_fragment(seq(lit('"'), node, lit('"')), max_states=MAX_PATTERN_STATES)
     except TooManyStates:
         return None
-    return node
+    return node, (frag if len(frag.src) <= KEPT_EDGES else None)
+
+
+def _served_pattern(pattern: str) -> _Node | None:
+    """The parse of ``pattern`` when its automaton is built here (see :func:`_served`)."""
+    served = _served(pattern)
+    return None if served is None else served[0]
 
 
 @functools.lru_cache(maxsize=1024)
