@@ -3256,6 +3256,39 @@ PyObject* py_csr_pack(PyObject*, PyObject* args) {
     return rows_o;
 }
 
+// spelled_count(trie, allowed: 32 bytes (a 256-bit set, bit b of byte b >> 3), limit) -> int:
+//   how many tokens of ``trie`` have all their bytes in ``allowed``, counted up to ``limit``
+//   (the walk stops there). A state of an automaton over these bytes allows at most that many
+//   tokens: pieces.narrow tells with it that no state of a piece can have a wide mask.
+PyObject* py_spelled_count(PyObject*, PyObject* args) {
+    TokenTrieObject* tri;
+    Py_buffer allowed;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!y*n", &TokenTrieType, &tri, &allowed, &limit)) return nullptr;
+    uint8_t in[256];
+    const bool ok = allowed.len == 32;
+    if (ok)
+        for (int b = 0; b < 256; ++b) in[b] = (static_cast<const uint8_t*>(allowed.buf)[b >> 3] >> (b & 7)) & 1;
+    PyBuffer_Release(&allowed);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "spelled_count: allowed must be 32 bytes (256 bits)");
+        return nullptr;
+    }
+    const TT tt(tri);
+    int64_t count = 0;
+    std::vector<int32_t> stack;
+    for (int b = 0; b < 256; ++b)
+        if (in[b] && tri->root_child[b] >= 0) stack.push_back(tri->root_child[b]);
+    while (!stack.empty() && count < limit) {
+        const int32_t u = stack.back();
+        stack.pop_back();
+        count += tt.tptr[u + 1] - tt.tptr[u];
+        for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j)
+            if (in[tt.clab[j]]) stack.push_back(tt.cnode[j]);
+    }
+    return PyLong_FromLongLong(std::min<int64_t>(count, std::max<Py_ssize_t>(limit, 0)));
+}
+
 // int_range_dfa(zero: bool, pos_lo, pos_hi, neg_lo, neg_hi) -> (src, byte, dst, accept): the
 //   automaton of formats.integer_range_fragment, built the same way (same states, same order):
 //   canonical decimals, "0" if zero, digits in [pos_lo, pos_hi] and "-" then digits in
@@ -4442,6 +4475,8 @@ PyMethodDef module_methods[] = {
      "csr_extend(ptr, ids, states, lo, hi, pool) -> (ptr, ids): pool[lo[j]:hi[j]] appended to the list of states[j]"},
     {"csr_pack", py_csr_pack, METH_VARARGS,
      "csr_pack(ptr, ids, which, words) -> packed rows of the lists of which"},
+    {"spelled_count", py_spelled_count, METH_VARARGS,
+     "spelled_count(trie, allowed, limit) -> tokens spelled with the allowed bytes alone, up to limit"},
     {"int_range_dfa", py_int_range_dfa, METH_VARARGS,
      "int_range_dfa(zero, pos_lo, pos_hi, neg_lo, neg_hi) -> (src, byte, dst, accept)"},
     {nullptr, nullptr, 0, nullptr}};

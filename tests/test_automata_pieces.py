@@ -628,3 +628,42 @@ def test_narrow_tables_read_as_their_int32_originals(qwen2: Vocabulary) -> None:
             with pytest.raises(TypeError, match="int32, int16 or int8"):
                 core.dfa_masks(bad, bc, states, tables.trie)
     assert seen == {np.dtype(np.int8), np.dtype(np.int16)}
+
+
+def test_spelled_count_and_narrow_pieces(qwen2: Vocabulary) -> None:
+    """``spelled_count`` counts the tokens spelled with a byte set alone (up to a limit)
+    against brute force; a piece whose bytes spell fewer than WIDE tokens (a uuid's: 458 on
+    Qwen2) gets no shared rows, its states are walked in the automaton and its masks equal
+    the numpy reference's; a wide pattern's piece is still served from shared rows."""
+    core = native_core()
+    tables = VocabTables.get(qwen2)
+    spelled = [t for i, t in enumerate(qwen2.tokens) if t and qwen2.matchable[i]]
+    rng = np.random.default_rng(5)
+    sets = [b'0123456789abcdefABCDEF-"', b"abc", b"", bytes(range(256))]
+    sets += [
+        bytes(rng.choice(256, size=int(rng.integers(1, 60)), replace=False).tolist())
+        for _ in range(6)
+    ]
+    for allowed in sets:
+        ok = np.zeros(256, dtype=bool)
+        ok[list(allowed)] = True
+        want = sum(1 for t in spelled if all(ok[b] for b in t))
+        bits = np.packbits(ok, bitorder="little").tobytes()
+        for limit in (0, 7, 512, 10**9):
+            assert core.spelled_count(tables.trie, bits, limit) == min(want, limit), (
+                allowed,
+                limit,
+            )
+    with pytest.raises(ValueError, match="32 bytes"):
+        core.spelled_count(tables.trie, b"\xff", 10)
+    uuid = {"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}}}
+    native, ref = _pair(uuid, qwen2)
+    pid = int(native.origin[native.origin >= 0][0]) >> 32
+    assert pid not in tables._pieces  # walked in the automaton: no shared lists built
+    _assert_same(native, ref, range(native.n_states))
+    slug = {
+        "type": "object",
+        "properties": {"s": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"}},
+    }
+    native, _ = _pair(slug, qwen2)
+    assert (native._bblock[native.origin >= 0] >= 0).sum() > 20

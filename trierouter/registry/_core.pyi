@@ -140,6 +140,7 @@ def csr_pack(
     words: int,
     /,
 ) -> npt.NDArray[np.int32]: ...
+def spelled_count(trie: TokenTrie, allowed: bytes, limit: int, /) -> int: ...
 def int_range_dfa(
     zero: bool, pos_lo: str, pos_hi: str, neg_lo: str, neg_hi: str, /
 ) -> tuple[

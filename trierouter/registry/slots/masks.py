@@ -509,8 +509,7 @@ class ToolAutomaton:
                     blocks.append(t.counted_row(u, left)[None])
                     block[j] = len(blocks) - 1
             bblock[on], brow[on] = block[inv], row[inv]
-        # non-accepting states of a shared quoted piece: its standalone mask (a row when wide,
-        # else its list without the quote tokens), and the quote tokens walked here
+        # a shared piece's non-accepting states: its row if wide, else its list less quote tokens
         extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
         if self.origin.max(initial=-1) >= 0:
             piece = (self.origin >= 0) & (self.klass < 0)
@@ -520,7 +519,8 @@ class ToolAutomaton:
             pid = self.origin[on_all] >> 32
             ps = pid[:1].tolist() if len(pid) and (pid == pid[0]).all() else np.unique(pid).tolist()
             for p in ps:
-                hit = _pieces.rows(t, int(p))
+                if (hit := _pieces.shared_rows(t, int(p))) is None:
+                    continue
                 on = on_all if len(ps) == 1 else on_all[pid == p]
                 local = self.origin[on] & 0xFFFFFFFF
                 keep = ~_pieces.piece(int(p)).accept[local]

@@ -32,12 +32,13 @@ from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import I32, Fragment
 from trierouter.registry.slots.packing import compress
 
-__all__ = ["PieceRows", "piece", "rows", "tag", "with_lists"]
+__all__ = ["PieceRows", "piece", "rows", "shared_rows", "tag", "with_lists"]
 
 _QUOTE = 0x22
 _lock = threading.Lock()
 _ids: dict[bytes, int] = {}
 _pieces: list[Fragment] = []
+_alphabets: list[bytes] = []  # per piece, the bytes of its edges (256 bits, little-endian)
 
 
 def _key(frag: Fragment) -> bytes:
@@ -79,6 +80,8 @@ def tag(frag: Fragment) -> Fragment:
         if pid is None:
             pid = _ids[key] = len(_pieces)
             _pieces.append(dataclasses.replace(frag, origin=np.zeros(0, dtype=np.int64)))
+            used = np.bincount(frag.byte, minlength=256) > 0
+            _alphabets.append(np.packbits(used, bitorder="little").tobytes())
     origin = (np.int64(pid) << np.int64(32)) | np.arange(frag.n, dtype=np.int64)
     return dataclasses.replace(frag, origin=origin)
 
@@ -105,6 +108,16 @@ class PieceRows(NamedTuple):
     def nbytes(self) -> int:
         """What the vocabulary's piece budget counts: the packed rows and the lists."""
         return int(self.rows.nbytes + self.ids.nbytes)
+
+
+def shared_rows(tables: Any, pid: int) -> PieceRows | None:
+    """:func:`rows` of piece ``pid``, or None when no state of the piece can have a wide
+    mask in the vocabulary of ``tables``: fewer than :data:`WIDE` of its tokens are spelled
+    with the piece's bytes alone (a uuid's: 458 of Qwen2's), and a state's mask holds only
+    such tokens. A narrow piece's states are walked in each automaton (short walks) instead
+    of from its shared lists, which cost a second walk and their sharing on first use."""
+    spelled = _backend.native_core().spelled_count(tables.trie, _alphabets[pid], WIDE)
+    return rows(tables, pid) if spelled >= WIDE else None
 
 
 def rows(tables: Any, pid: int) -> PieceRows:
