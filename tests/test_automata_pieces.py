@@ -595,6 +595,29 @@ def test_dfa_masks_class_trie_rows_equal_brute_force() -> None:
             assert mixed[1][mixed[0][i] : mixed[0][i + 1]].tolist() == q[p[i] : p[i + 1]].tolist()
 
 
+def test_dfa_masks_class_trie_past_the_pruning_bound_equals_brute_force() -> None:
+    """Past 1,024 states the class trie is built for every class string (the walked states
+    are not tracked): a counter of 1,100 states over a wide class, walked from a few states,
+    equals brute force and ``share=False``; so does the same counter below the bound."""
+    core = native_core()
+    alphabet = list(b"abcdefghijklmnopqrstuvwxyz-")
+    tokens = [bytes([b]) for b in alphabet] + [b"ab" * k for k in range(1, 9)] + [b"-a", b"z-z"]
+    trie = core.TokenTrie(tokens, np.ones(len(tokens), dtype=np.uint8))
+    bc = np.full(256, 2, dtype=np.int32)
+    bc[alphabet[:-1]] = 0
+    bc[ord("-")] = 1
+    for ns in (1_100, 900):
+        tab = np.full((ns, 3), -1, dtype=np.int32)
+        tab[:-1, 0] = np.arange(1, ns)  # state i reads up to ns - 1 - i letters
+        tab[ns - 20 :, 1] = 0  # '-' from the last 20 states back to the start
+        states = np.array([0, 1, ns - 30, ns - 19, ns - 5, ns - 1, -1], dtype=np.int64)
+        ptr, ids = core.dfa_masks(tab, bc, states, trie)
+        got = [ids[ptr[i] : ptr[i + 1]].tolist() for i in range(len(states))]
+        assert got == _brute_rows(tab, bc, states, tokens), ns
+        want = core.dfa_masks(tab, bc, states, trie, 0, None, None, False)
+        assert np.array_equal(ptr, want[0]) and np.array_equal(ids, want[1]), ns
+
+
 def test_narrow_tables_read_as_their_int32_originals(qwen2: Vocabulary) -> None:
     """A tool automaton stores its table in the narrowest signed type its states fit (int8
     up to 128 states, int16 up to 32,768); the compiled core reads int8, int16 and int32 alike
