@@ -3259,7 +3259,7 @@ PyObject* py_csr_pack(PyObject*, PyObject* args) {
 // spelled_count(trie, allowed: 32 bytes (a 256-bit set, bit b of byte b >> 3), limit) -> int:
 //   how many tokens of ``trie`` have all their bytes in ``allowed``, counted up to ``limit``
 //   (the walk stops there). A state of an automaton over these bytes allows at most that many
-//   tokens: pieces.narrow tells with it that no state of a piece can have a wide mask.
+//   tokens: pieces.shared_rows tells with it that no state of a piece alone has a wide mask.
 PyObject* py_spelled_count(PyObject*, PyObject* args) {
     TokenTrieObject* tri;
     Py_buffer allowed;

@@ -111,11 +111,12 @@ class PieceRows(NamedTuple):
 
 
 def shared_rows(tables: Any, pid: int) -> PieceRows | None:
-    """:func:`rows` of piece ``pid``, or None when no state of the piece can have a wide
-    mask in the vocabulary of ``tables``: fewer than :data:`WIDE` of its tokens are spelled
-    with the piece's bytes alone (a uuid's: 458 of Qwen2's), and a state's mask holds only
-    such tokens. A narrow piece's states are walked in each automaton (short walks) instead
-    of from its shared lists, which cost a second walk and their sharing on first use."""
+    """:func:`rows` of piece ``pid``, or None when no state of the piece alone can have a
+    wide mask in the vocabulary of ``tables``: fewer than :data:`WIDE` of its tokens are
+    spelled with the piece's bytes alone (a uuid's: 458 of Qwen2's), and a state's standalone
+    mask holds only such tokens. A narrow piece's states are walked in each automaton (short
+    walks) instead of from its shared lists, which cost a second walk and their sharing on
+    first use."""
     spelled = _backend.native_core().spelled_count(tables.trie, _alphabets[pid], WIDE)
     return rows(tables, pid) if spelled >= WIDE else None
 
