@@ -574,8 +574,9 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
         "its byte classes, every mask computed over the vocabulary; *from pattern*: the same "
         "with a fixed format's automaton built from its pattern's text at run time (for the "
         "range and the pattern: as cold); *masks cold*: the automaton already built, every "
-        "mask computed; *cached*: the shared rows "
-        "already there, as for a format another tool already uses.",
+        "mask computed; *cached*: every cache warm, as for a format another tool already "
+        "uses (a wide pattern's or format's shared rows already there; a narrow one, whose "
+        "bytes spell fewer than 512 tokens (uuid), has none and is walked again).",
         "",
         "| fixed format (all masks) | cold (ms, wall / CPU) | from pattern (ms) | "
         "masks cold (ms) | cached (ms) | xgrammar (ms, wall / CPU) | xgrammar / cold | "

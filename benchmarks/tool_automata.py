@@ -36,9 +36,10 @@ Method (Qwen2 tokenizer, one process, same run for both engines):
   the vocabulary: the like-for-like figure. ``trierouter_cold_from_pattern_ms``: the same, with
   a fixed format's automaton built from its pattern's text at run time (no table).
   ``trierouter_masks_cold_ms``: the slot's automaton already built (cached by its text), every
-  mask computed from scratch (shared piece rows emptied). ``trierouter_ms``: the piece's rows
-  and fragment already cached (what a registry pays for a format or pattern that another tool
-  already uses); XGrammar's figure is cold in every column;
+  mask computed from scratch (shared piece rows emptied). ``trierouter_ms``: every cache warm,
+  the piece's rows (a wide piece's; a narrow one has none and is walked again) and fragment
+  included (what a registry pays for a format or pattern that another tool already uses);
+  XGrammar's figure is cold in every column;
 
 * profile: the largest registry's eager compile run again from empty caches, the compiled
   core's calls timed and the rest sampled (``profile``; not the timed figures);
