@@ -527,8 +527,10 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
         out += [
             "",
             f"Where the eager compile's CPU goes at {p['tools']:,} tools (a second, profiled "
-            f"pass: {p['eager_compile_cpu_s']:.1f} s CPU): the compiled core's calls, masks "
-            f"{core['dfa_masks']:.2f} s, fragment wiring {core['dfa_wire']:.2f} s, byte classes "
+            f"pass: {p['eager_compile_cpu_s']:.1f} s CPU, both threads): the compiled core's "
+            f"calls, masks {core['dfa_masks'] + core.get('dfa_masks_many', 0.0):.2f} s "
+            f"({core.get('dfa_masks_many', 0.0):.2f} s of it on the second thread), fragment "
+            f"wiring {core['dfa_wire']:.2f} s, byte classes "
             f"{core['dfa_compress']:.2f} s, key automata {core['key_automaton']:.2f} s; sampled "
             f"share: the names trie {sh['names']:.0%}, building each schema's fragment "
             f"{sh['build']:.0%} (normalization {sh['normalize']:.0%}, key automata "
@@ -537,7 +539,20 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"their Python {sh['masks']:.0%}); the rest is the slot dispatch, the schemas' "
             "JSON keys and per-call Python.",
         ]
-    if (b := d.get("before")) is not None:
+    if (b := d.get("before")) is not None and "registries" in b:  # a whole earlier run
+        was = "; ".join(
+            f"{r['tools']:,} tools {r['eager_compile_cpu_s']:.2f} / {r['eager_compile_s']:.2f} s"
+            for r in b["registries"]
+        )
+        now = "; ".join(
+            f"{r['tools']:,} tools {r['eager_compile_cpu_s']:.2f} / {r['eager_compile_s']:.2f} s"
+            for r in regs
+        )
+        out += [
+            "",
+            f"Before ({b['label']}): eager compile (CPU / wall) {was}; now {now}.",
+        ]
+    elif b is not None:
         f = b.get("first_call_new_ms", b["first_call_ms"])
         out += [
             "",

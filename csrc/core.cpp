@@ -2715,74 +2715,79 @@ bool build_class_trie(ClassTrie& ct, const TT& tt, const int32_t* root_child, co
     return true;
 }
 
-// dfa_masks(table: int32, int16 or int8 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
-//   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
-//   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
-//   tokens sharing a prefix share its steps).
-//   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
-//   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
-//   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
-//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote; None:
-//   none). share=False: every row walked over the token trie (no row sharing nor class trie,
-//   below; the same result).
-PyObject* py_dfa_masks(PyObject*, PyObject* args) {
-    PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
-    TokenTrieObject* tri;
-    PyObject* alt_tri_o = nullptr;
-    Py_ssize_t words = 0;
-    int share_rows = 1;
-    if (!PyArg_ParseTuple(args, "OOOO!|nOOp", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri, &words,
-                          &alt_tri_o, &alt_o, &share_rows))
-        return nullptr;
-    if (alt_tri_o == Py_None) alt_tri_o = nullptr;
-    if (alt_tri_o && !PyObject_TypeCheck(alt_tri_o, &TokenTrieType)) {
-        PyErr_SetString(PyExc_TypeError, "alt_trie must be a TokenTrie or None");
-        return nullptr;
-    }
-    TokenTrieObject* alt_tri = reinterpret_cast<TokenTrieObject*>(alt_tri_o);
+// One dfa_masks call: its arguments opened and checked under the GIL (masks_open), its walks
+// run with the GIL released (masks_run), its result made under the GIL (masks_result).
+// dfa_masks runs one; dfa_masks_many a list of them in one release of the GIL. Destroyed
+// under the GIL (it holds buffers and, in words mode, the rows array until handed out).
+struct MasksJob {
     TableView tab;
     I32View cls;
     I64View st;
-    if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states"))
-        return nullptr;
     ByteView altv;
     const uint8_t* alt = nullptr;
-    if (alt_tri) {
-        if (!alt_o || words != 0) {
-            PyErr_SetString(PyExc_ValueError, "alt_trie needs alt (one flag per state) and words=0");
-            return nullptr;
-        }
-        if (!altv.open(alt_o)) return nullptr;
-        if (altv.n != st.n || altv.b.itemsize != 1) {
-            PyErr_SetString(PyExc_ValueError, "alt: one byte per state");
-            return nullptr;
-        }
-        alt = altv.p;
-    }
-    if (!check_dfa(tab, cls, st, -1)) return nullptr;
-    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
-    Buf<int64_t> ptr;
-    Buf<int32_t> ids;
-    bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
-    if (!ok) return PyErr_NoMemory();
-    const TT tt_main(tri);
-    const TT tt_alt(alt_tri ? alt_tri : tri);
+    TokenTrieObject* tri = nullptr;
+    TokenTrieObject* alt_tri = nullptr;
+    Py_ssize_t words = 0;
+    int share_rows = 1;
     PyObject* rows_o = nullptr;
     uint32_t* rows = nullptr;
-    if (words < 0) {
-        PyErr_SetString(PyExc_ValueError, "words must be >= 0");
-        return nullptr;
+    const TrieShape* shape = nullptr;
+    Buf<int64_t> ptr;
+    Buf<int32_t> ids;
+    Buf<int32_t> out;  // the rows in states' order, when they were computed in another order
+    bool reordered = false;
+    MasksJob() = default;
+    MasksJob(const MasksJob&) = delete;
+    MasksJob& operator=(const MasksJob&) = delete;
+    ~MasksJob() { Py_XDECREF(rows_o); }
+};
+
+// False with a Python error set when the arguments are not a valid dfa_masks call.
+bool masks_open(MasksJob& j, PyObject* args) {
+    PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
+    PyObject* alt_tri_o = nullptr;
+    if (!PyArg_ParseTuple(args, "OOOO!|nOOp", &tab_o, &cls_o, &st_o, &TokenTrieType, &j.tri, &j.words,
+                          &alt_tri_o, &alt_o, &j.share_rows))
+        return false;
+    if (alt_tri_o == Py_None) alt_tri_o = nullptr;
+    if (alt_tri_o && !PyObject_TypeCheck(alt_tri_o, &TokenTrieType)) {
+        PyErr_SetString(PyExc_TypeError, "alt_trie must be a TokenTrie or None");
+        return false;
     }
-    if (words > 0) {
-        for (int32_t t : *tri->tok_ids)
-            if (static_cast<int64_t>(t) >= static_cast<int64_t>(words) * 32) {
+    j.alt_tri = reinterpret_cast<TokenTrieObject*>(alt_tri_o);
+    if (!j.tab.open(tab_o, "table") || !j.cls.open(cls_o, "byte_class") || !j.st.open(st_o, "states"))
+        return false;
+    if (j.alt_tri) {
+        if (!alt_o || j.words != 0) {
+            PyErr_SetString(PyExc_ValueError, "alt_trie needs alt (one flag per state) and words=0");
+            return false;
+        }
+        if (!j.altv.open(alt_o)) return false;
+        if (j.altv.n != j.st.n || j.altv.b.itemsize != 1) {
+            PyErr_SetString(PyExc_ValueError, "alt: one byte per state");
+            return false;
+        }
+        j.alt = j.altv.p;
+    }
+    if (!check_dfa(j.tab, j.cls, j.st, -1)) return false;
+    if (!j.ptr.resize(static_cast<size_t>(j.st.n) + 1)) {
+        PyErr_NoMemory();
+        return false;
+    }
+    if (j.words < 0) {
+        PyErr_SetString(PyExc_ValueError, "words must be >= 0");
+        return false;
+    }
+    if (j.words > 0) {
+        for (int32_t t : *j.tri->tok_ids)
+            if (static_cast<int64_t>(t) >= static_cast<int64_t>(j.words) * 32) {
                 PyErr_SetString(PyExc_ValueError, "words: a token id past the row");
-                return nullptr;
+                return false;
             }
-        npy_intp dims[2] = {static_cast<npy_intp>(st.n), static_cast<npy_intp>(words)};
-        rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
-        if (!rows_o) return nullptr;
-        rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
+        npy_intp dims[2] = {static_cast<npy_intp>(j.st.n), static_cast<npy_intp>(j.words)};
+        j.rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
+        if (!j.rows_o) return false;
+        j.rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(j.rows_o)));
     }
     // Row sharing (ids mode; the states walking ``tri``): the row of automaton state q is
     // the set of tokens whose bytes are all defined from q. Two states q, q' that agree on the
@@ -2792,18 +2797,38 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     // that enters only trie nodes holding a token longer than L below them. Past the longest
     // token (or once the partition is stable) the rows are equal: copied. Exact by
     // construction; the levels are built only when two such states have >= 16 live bytes.
-    const TrieShape* shape = nullptr;
-    if (share_rows && words == 0 && st.n >= 2) {
+    if (j.share_rows && j.words == 0 && j.st.n >= 2) {
         try {
-            shape = trie_shape(tri);
+            j.shape = trie_shape(j.tri);
         } catch (const std::bad_alloc&) {
-            return PyErr_NoMemory();
+            PyErr_NoMemory();
+            return false;
         }
-        if (!shape->ok) shape = nullptr;
+        if (!j.shape->ok) j.shape = nullptr;
     }
-    Buf<int32_t> out;  // the rows in states' order, when they were computed in another order
-    bool reordered = false;
-    Py_BEGIN_ALLOW_THREADS;
+    return true;
+}
+
+// The walks of an opened job (no Python call: run with the GIL released). False: no memory.
+bool masks_run(MasksJob& j) {
+    const TableView& tab = j.tab;
+    const I32View& cls = j.cls;
+    const I64View& st = j.st;
+    const uint8_t* alt = j.alt;
+    TokenTrieObject* tri = j.tri;
+    TokenTrieObject* alt_tri = j.alt_tri;
+    const Py_ssize_t words = j.words;
+    const int share_rows = j.share_rows;
+    uint32_t* rows = j.rows;
+    const TrieShape* shape = j.shape;
+    Buf<int64_t>& ptr = j.ptr;
+    Buf<int32_t>& ids = j.ids;
+    Buf<int32_t>& out = j.out;
+    bool& reordered = j.reordered;
+    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+    const TT tt_main(tri);
+    const TT tt_alt(alt_tri ? alt_tri : tri);
+    bool ok = true;
     try {
         // per automaton state, on first visit: its live bytes (ascending); at a trie node with
         // more children than the state has live bytes, the live bytes are looked up among the
@@ -3101,13 +3126,84 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     } catch (const std::bad_alloc&) {
         ok = false;
     }
-    Py_END_ALLOW_THREADS;
-    if (!ok) {
-        Py_XDECREF(rows_o);
-        return PyErr_NoMemory();
+    return ok;
+}
+
+// The result of a job run: the packed rows (words > 0), else (ptr, ids).
+PyObject* masks_result(MasksJob& j) {
+    if (j.rows_o) {
+        PyObject* r = j.rows_o;
+        j.rows_o = nullptr;
+        return r;
     }
-    if (rows_o) return rows_o;
-    return csr_result(ptr, reordered ? out : ids);
+    return csr_result(j.ptr, j.reordered ? j.out : j.ids);
+}
+
+// dfa_masks(table: int32, int16 or int8 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
+//   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
+//   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
+//   tokens sharing a prefix share its steps).
+//   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
+//   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
+//   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
+//   alt_trie instead (for the tool automata: the trie of the tokens holding a quote; None:
+//   none). share=False: every row walked over the token trie (no row sharing nor class trie,
+//   below; the same result).
+PyObject* py_dfa_masks(PyObject*, PyObject* args) {
+    MasksJob j;
+    if (!masks_open(j, args)) return nullptr;
+    bool ok;
+    Py_BEGIN_ALLOW_THREADS;
+    ok = masks_run(j);
+    Py_END_ALLOW_THREADS;
+    if (!ok) return PyErr_NoMemory();
+    return masks_result(j);
+}
+
+// dfa_masks_many(calls) -> list: the results of dfa_masks(*call) for each argument tuple of
+// ``calls`` (a sequence), in order, in one release of the GIL. For a thread computing many
+// automata's masks beside Python work on another (an eager registry): one GIL handoff per
+// list, not per automaton. A call that is not valid raises before any walk runs.
+PyObject* py_dfa_masks_many(PyObject*, PyObject* arg) {
+    PyObject* calls = PySequence_Tuple(arg);  // held: the arguments stay alive while released
+    if (!calls) return nullptr;
+    const Py_ssize_t n = PyTuple_GET_SIZE(calls);
+    PyObject* res = nullptr;
+    {
+        std::vector<std::unique_ptr<MasksJob>> jobs;
+        bool ok = true;
+        try {
+            jobs.reserve(static_cast<size_t>(n));
+            for (Py_ssize_t i = 0; i < n; ++i) jobs.emplace_back(new MasksJob);
+        } catch (const std::bad_alloc&) {
+            ok = false;
+            PyErr_NoMemory();
+        }
+        for (Py_ssize_t i = 0; i < n && ok; ++i) {
+            PyObject* a = PyTuple_GET_ITEM(calls, i);
+            if (!PyTuple_Check(a)) {
+                PyErr_Format(PyExc_TypeError, "dfa_masks_many: call %zd is not a tuple of dfa_masks' arguments", i);
+                ok = false;
+            } else {
+                ok = masks_open(*jobs[static_cast<size_t>(i)], a);
+            }
+        }
+        if (ok) {
+            Py_BEGIN_ALLOW_THREADS;
+            for (auto& j : jobs)
+                if (ok) ok = masks_run(*j);
+            Py_END_ALLOW_THREADS;
+            if (!ok) PyErr_NoMemory();
+        }
+        if (ok) res = PyList_New(n);
+        for (Py_ssize_t i = 0; i < n && res; ++i) {
+            PyObject* r = masks_result(*jobs[static_cast<size_t>(i)]);
+            if (!r) Py_CLEAR(res);
+            else PyList_SET_ITEM(res, i, r);
+        }
+    }  // the jobs go here, under the GIL
+    Py_DECREF(calls);
+    return res;
 }
 
 // dfa_list_masks(table, byte_class, states, cand: int32[], buffer: uint8[], offsets: int64[])
@@ -4445,6 +4541,8 @@ PyMethodDef module_methods[] = {
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
     {"dfa_masks", py_dfa_masks, METH_VARARGS,
      "dfa_masks(table, byte_class, states, trie, words=0, alt_trie=None, alt=None) -> (ptr, ids), or packed rows"},
+    {"dfa_masks_many", py_dfa_masks_many, METH_O,
+     "dfa_masks_many(calls) -> [dfa_masks(*call) for call in calls], in one release of the GIL"},
     {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,
      "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)"},
     {"dfa_compress", py_dfa_compress, METH_VARARGS,

@@ -35,6 +35,7 @@ from trierouter.errors import (
 from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
+from trierouter.registry.slots.eager import MaskPipeline
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.trie import ChoiceSet, compile_choices
@@ -236,18 +237,23 @@ class CompiledTools:
         done: dict[str, tuple[list[Slot], list[Problem]]] = {}
         tail = self.format.tail().encode()
         head = self.format.ARGS_HEAD.encode()
-        for i, s in enumerate(self.specs):
-            schema = _normalized(s.parameters)
-            skey = _schema_key(schema, i)
-            self._schema_keys[i] = skey
-            hit = done.get(skey)
-            if hit is None:
-                frag, slots, problems = self._builder._tool(schema, tail, head)
-                hit = done[skey] = (slots, problems)
-                self._keep((skey, False), ToolAutomaton(frag, self._tables))
-            self.slots.append(list(hit[0]))
-            if hit[1]:
-                self.relaxed[s.name] = list(hit[1])
+        native = self._tables.native  # the masks walked on a second thread (MaskPipeline)
+        with MaskPipeline() as masks:
+            for i, s in enumerate(self.specs):
+                schema = _normalized(s.parameters)
+                skey = _schema_key(schema, i)
+                self._schema_keys[i] = skey
+                hit = done.get(skey)
+                if hit is None:
+                    frag, slots, problems = self._builder._tool(schema, tail, head)
+                    hit = done[skey] = (slots, problems)
+                    auto = ToolAutomaton(frag, self._tables, masks=not native)
+                    if native:
+                        masks.add(auto)
+                    self._keep((skey, False), auto)
+                self.slots.append(list(hit[0]))
+                if hit[1]:
+                    self.relaxed[s.name] = list(hit[1])
         return dict(self._builder.xgrammar_slots)
 
     def _set_format(self, fmt: CallFormat) -> ChoiceSet:

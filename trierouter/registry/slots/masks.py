@@ -20,8 +20,10 @@ once per vocabulary.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -285,7 +287,7 @@ class ToolAutomaton:
     what follows: an end id, or the next stage); exits hand over to another engine.
     """
 
-    def __init__(self, frag: Fragment, tables: VocabTables) -> None:
+    def __init__(self, frag: Fragment, tables: VocabTables, masks: bool = True) -> None:
         # compress the byte alphabet: bytes with the same edges everywhere share one class
         self.table, self.byte_class = compress(frag, native=tables.native, narrow=True)
         self.accept = frag.accept
@@ -305,7 +307,7 @@ class ToolAutomaton:
         self._toward: dict[int, I32] = {}
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
-        if tables.native:
+        if tables.native and masks:  # (masks=False: the caller runs masks_call)
             self.materialize()  # eager: every state's mask in two calls into the core
 
     @property
@@ -470,9 +472,15 @@ class ToolAutomaton:
                 if s not in self.exits and s not in self._masks:
                     self._mask(s)
             return
+        if (call := self.masks_call()) is not None:
+            call[1](_backend.native_core().dfa_masks(*call[0]))
+
+    def masks_call(self) -> tuple[tuple[Any, ...], Callable[[Any], None]] | None:
+        """The native masks of every state: the ``dfa_masks`` arguments and what keeps its
+        result (None once built). The call may run on another thread, many in one
+        ``dfa_masks_many`` (an eager registry); the keeping runs on the caller's."""
         if self._ptr is not None:
-            return
-        core = _backend.native_core()
+            return None
         t = self.t
         n = self.n_states
         live: npt.NDArray[np.bool_] | None = None  # None: every state (no exit)
@@ -487,9 +495,8 @@ class ToolAutomaton:
             states[~live] = -1
         if live is None and int(self.klass.max(initial=-1)) < 0 and self.origin.max(initial=-1) < 0:
             # no string, no piece, no exit (a fixed format, a range): every state walks the trie
-            ptr, ids = core.dfa_masks(self.table, self.byte_class, states, t.trie)
-            self._finish(ptr, ids, blocks, bblock, brow)
-            return
+            args: tuple[Any, ...] = (self.table, self.byte_class, states, t.trie)
+            return args, functools.partial(self._finish, blocks, bblock, brow, [])
         # states inside a free string: the per-class row, and the quote tokens walked here
         quoted = self.klass >= 0
         if live is not None:
@@ -533,22 +540,15 @@ class ToolAutomaton:
                 quoted[on] = True
                 extra.append((on[~wide], hit, local[~wide]))
         # one walk per state, in state order: the quote tokens' trie where a mask is shared
-        ptr, ids = core.dfa_masks(
-            self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8)
-        )
-        if extra:
-            ptr, ids = _pieces.with_lists(ptr, ids, extra)
-        self._finish(ptr, ids, blocks, bblock, brow)
+        args = (self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8))
+        return args, functools.partial(self._finish, blocks, bblock, brow, extra)
 
     def _finish(
-        self,
-        ptr: npt.NDArray[np.int64],
-        ids: I32,
-        blocks: list[npt.NDArray[np.int32]],
-        bblock: I32,
-        brow: I32,
+        self, blocks: list[I32], bblock: I32, brow: I32, extra: list[Any], result: tuple[Any, I32]
     ) -> None:
-        """Keep the masks of :meth:`materialize`: long lists packed whole, with their rows."""
+        """Keep the masks of :meth:`materialize` (``result``: the core's (ptr, ids); the narrow
+        pieces' lists, ``extra``, added): long lists packed whole, with their rows."""
+        ptr, ids = _pieces.with_lists(result[0], result[1], extra) if extra else result
         t = self.t
         if ptr[-1] > _BIG and len(big := np.flatnonzero(np.diff(ptr) > _BIG)):  # else none
             packed = pack_rows(ptr, ids, big, t.width)
