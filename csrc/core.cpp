@@ -2969,8 +2969,11 @@ bool masks_run(MasksJob& j) {
             span1(reordered ? static_cast<size_t>(st.n) : 0);
         const uint16_t* sdepth = shape ? shape->depth.data() : nullptr;
         const uint16_t* sheight = shape ? shape->height.data() : nullptr;
-        // a large result is sorted through a bitmap over the token ids instead of std::sort
+        // a result of more than kSortMax tokens is sorted through a bitmap over the token ids
+        // (the words between its least and greatest id) instead of std::sort: from ~64 ids
+        // up it costs less (uuid's masks: -30%, 10,000 real tools' masks: -20%; it was 512)
         std::vector<uint64_t> bits;
+        constexpr size_t kSortMax = 64;
         std::vector<std::pair<int32_t, int32_t>> stack;
         ptr[0] = 0;
         for (int64_t k_ = 0; k_ < st.n && ok; ++k_) {
@@ -3079,14 +3082,17 @@ bool masks_run(MasksJob& j) {
                 for (size_t k = row0; k < ids.n; ++k)
                     r[static_cast<size_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
                 ids.n = row0;
-            } else if (got > 512) {
-                int32_t top = 0;
-                for (size_t k = mid; k < ids.n; ++k) top = std::max(top, ids.p[k]);
+            } else if (got > kSortMax) {
+                int32_t top = 0, low = ids.p[mid];
+                for (size_t k = mid; k < ids.n; ++k) {
+                    top = std::max(top, ids.p[k]);
+                    low = std::min(low, ids.p[k]);
+                }
                 if (bits.size() <= static_cast<size_t>(top) / 64) bits.resize(static_cast<size_t>(top) / 64 + 1, 0);
                 for (size_t k = mid; k < ids.n; ++k)
                     bits[static_cast<size_t>(ids.p[k]) >> 6] |= uint64_t{1} << (ids.p[k] & 63);
                 size_t at = mid;
-                for (size_t w = 0; w < bits.size(); ++w) {
+                for (size_t w = static_cast<size_t>(low) / 64; w <= static_cast<size_t>(top) / 64; ++w) {
                     uint64_t x = bits[w];
                     if (!x) continue;
                     bits[w] = 0;
@@ -3095,6 +3101,7 @@ bool masks_run(MasksJob& j) {
                         x &= x - 1;
                     }
                 }
+                ids.n = at;  // (a walk yields each token once: at == ids.n)
             } else {
                 std::sort(ids.p + mid, ids.p + ids.n);
             }
