@@ -536,8 +536,15 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"{sh['build']:.0%} (normalization {sh['normalize']:.0%}, key automata "
             f"{sh['key automata']:.0%}, wiring with its Python {sh['wiring']:.0%}), the "
             f"automaton {sh['automaton']:.0%} (byte classes {sh['byte classes']:.0%}, masks with "
-            f"their Python {sh['masks']:.0%}); the rest is the slot dispatch, the schemas' "
-            "JSON keys and per-call Python.",
+            f"their Python {sh['masks']:.0%})"
+            + (
+                f", the masks' Python on the compiling thread {sh['mask calls']:.0%} (their "
+                f"arguments) + {sh['keeping masks']:.0%} (keeping the results; the walks run on "
+                "the second thread)"
+                if "mask calls" in sh
+                else ""
+            )
+            + "; the rest is the slot dispatch, the schemas' JSON keys and per-call Python.",
         ]
     if (b := d.get("before")) is not None and "registries" in b:  # a whole earlier run
         was = "; ".join(

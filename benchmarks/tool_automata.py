@@ -297,6 +297,8 @@ PROFILED = {
     "automaton": "ToolAutomaton",
     "byte classes": "compress",
     "masks": "materialize",
+    "mask calls": "masks_call",
+    "keeping masks": "_finish",
 }
 """Profile categories: a sample counts in a category when the function is on its stack."""
 
