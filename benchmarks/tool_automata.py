@@ -151,6 +151,7 @@ def _cold(tables: VocabTables, fragments: bool = True) -> None:
     with tables._pieces_lock:
         tables._pieces.clear()
         tables._pieces_bytes = 0
+        tables._wide.clear()
 
 
 def _rss_mb() -> float:

@@ -683,6 +683,7 @@ def test_spelled_count_and_narrow_pieces(qwen2: Vocabulary) -> None:
     native, ref = _pair(uuid, qwen2)
     pid = int(native.origin[native.origin >= 0][0]) >> 32
     assert pid not in tables._pieces  # walked in the automaton: no shared lists built
+    assert tables._wide[pid] is False  # the verdict kept for the next automaton
     _assert_same(native, ref, range(native.n_states))
     slug = {
         "type": "object",
@@ -690,3 +691,4 @@ def test_spelled_count_and_narrow_pieces(qwen2: Vocabulary) -> None:
     }
     native, _ = _pair(slug, qwen2)
     assert (native._bblock[native.origin >= 0] >= 0).sum() > 20
+    assert tables._wide[int(native.origin[native.origin >= 0][0]) >> 32] is True

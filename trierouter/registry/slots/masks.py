@@ -94,6 +94,7 @@ class VocabTables:
         self._quote_trie: Any = None
         self._pieces: OrderedDict[int, _pieces.PieceRows] = OrderedDict()
         self._pieces_bytes = 0
+        self._wide: dict[int, bool] = {}  # per piece: can a state be wide (shared_rows)
         self._pieces_lock = threading.Lock()
 
     @property
@@ -502,20 +503,14 @@ class ToolAutomaton:
         if live is not None:
             quoted &= live
         on = np.flatnonzero(quoted)
-        if len(on):  # the free rows as one block, each counted row its own (shared, no copy)
-            k = self.klass[on]  # every class < 16: free strings only, no np.unique (slow)
-            kls, inv = (np.arange(16), k) if k.max() < 16 else np.unique(k, return_inverse=True)
-            block = np.zeros(len(kls), dtype=np.int32)
-            row = np.zeros(len(kls), dtype=np.int32)
+        if len(on):  # the free rows as one block (row k: class k < 16), a counted row its own
+            k = self.klass[on]
             blocks.append(t.string_rows())
-            for j, kl in enumerate(kls.tolist()):
-                u, left = string_class(kl)
-                if left < 0:
-                    row[j] = u
-                else:
-                    blocks.append(t.counted_row(u, left)[None])
-                    block[j] = len(blocks) - 1
-            bblock[on], brow[on] = block[inv], row[inv]
+            bblock[on], brow[on] = 0, k % 16
+            if k.max() >= 16:  # counted strings (k // 16 - 1 characters left): shared, no copy
+                for kl in np.unique(k[k >= 16]).tolist():
+                    blocks.append(t.counted_row(*string_class(kl))[None])
+                    bblock[on[k == kl]], brow[on[k == kl]] = len(blocks) - 1, 0
         # a shared piece's non-accepting states: its row if wide, else its list less quote tokens
         extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
         if self.origin.max(initial=-1) >= 0:

@@ -116,9 +116,12 @@ def shared_rows(tables: Any, pid: int) -> PieceRows | None:
     spelled with the piece's bytes alone (a uuid's: 458 of Qwen2's), and a state's standalone
     mask holds only such tokens. A narrow piece's states are walked in each automaton (short
     walks) instead of from its shared lists, which cost a second walk and their sharing on
-    first use."""
-    spelled = _backend.native_core().spelled_count(tables.trie, _alphabets[pid], WIDE)
-    return rows(tables, pid) if spelled >= WIDE else None
+    first use. The verdict is kept per vocabulary and piece."""
+    wide: bool | None = tables._wide.get(pid)
+    if wide is None:
+        spelled = _backend.native_core().spelled_count(tables.trie, _alphabets[pid], WIDE)
+        wide = tables._wide[pid] = spelled >= WIDE
+    return rows(tables, pid) if wide else None
 
 
 def rows(tables: Any, pid: int) -> PieceRows:
