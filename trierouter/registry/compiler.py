@@ -131,7 +131,8 @@ class CompileStats:
 class CompiledTools:
     """A registry compiled against one tokenizer: names trie, slot engines, automata on demand
     (``eager_automata=True``: every tool's automaton with every mask built while compiling,
-    in the slot analysis's pass over each distinct schema; at most ``cache_size`` held)."""
+    in the slot analysis's pass over each distinct schema, the masks walked on a second thread
+    meanwhile with the compiled core; at most ``cache_size`` held)."""
 
     def __init__(
         self,
