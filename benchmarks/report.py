@@ -536,29 +536,29 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"share: the names trie {sh['names']:.0%}, building each schema's fragment "
             f"{sh['build']:.0%} (normalization {sh['normalize']:.0%}, key automata "
             f"{sh['key automata']:.0%}, wiring with its Python {sh['wiring']:.0%}), the "
-            f"automaton {sh['automaton']:.0%} (byte classes {sh['byte classes']:.0%}, masks with "
-            f"their Python {sh['masks']:.0%})"
-            + (
-                f", the masks' Python on the compiling thread {sh['mask calls']:.0%} (their "
+            f"automaton {sh['automaton']:.0%} (byte classes {sh['byte classes']:.0%}"
+            + (  # masks walked on the second thread: their Python alone is on this stack
+                f"), the masks' Python on the compiling thread {sh['mask calls']:.0%} (their "
                 f"arguments) + {sh['keeping masks']:.0%} (keeping the results; the walks run on "
                 "the second thread)"
                 if "mask calls" in sh
-                else ""
+                else f", masks with their Python {sh['masks']:.0%})"
             )
             + "; the rest is the slot dispatch, the schemas' JSON keys and per-call Python.",
         ]
     if (b := d.get("before")) is not None and "registries" in b:  # a whole earlier run
-        was = "; ".join(
-            f"{r['tools']:,} tools {r['eager_compile_cpu_s']:.2f} / {r['eager_compile_s']:.2f} s"
-            for r in b["registries"]
-        )
-        now = "; ".join(
-            f"{r['tools']:,} tools {r['eager_compile_cpu_s']:.2f} / {r['eager_compile_s']:.2f} s"
-            for r in regs
-        )
+
+        def eager(rs: list[dict[str, Any]]) -> str:
+            return "; ".join(
+                f"{r['tools']:,} tools {r['eager_compile_cpu_s']:.2f} / "
+                f"{r['eager_compile_s']:.2f} s"
+                for r in rs
+            )
+
         out += [
             "",
-            f"Before ({b['label']}): eager compile (CPU / wall) {was}; now {now}.",
+            f"Before ({b['label']}): eager compile (CPU / wall) {eager(b['registries'])}; "
+            f"now {eager(regs)}.",
         ]
     elif b is not None:
         f = b.get("first_call_new_ms", b["first_call_ms"])
