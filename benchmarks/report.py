@@ -530,9 +530,15 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
             f"Where the eager compile's CPU goes at {p['tools']:,} tools (a second, profiled "
             f"pass: {p['eager_compile_cpu_s']:.1f} s CPU, both threads): the compiled core's "
             f"calls, masks {core['dfa_masks'] + core.get('dfa_masks_many', 0.0):.2f} s "
-            f"({core.get('dfa_masks_many', 0.0):.2f} s of it on the second thread), fragment "
-            f"wiring {core['dfa_wire']:.2f} s, byte classes "
-            f"{core['dfa_compress']:.2f} s, key automata {core['key_automaton']:.2f} s; sampled "
+            f"({core.get('dfa_masks_many', 0.0):.2f} s of it on the second thread"
+            + (
+                ", with each tool automaton's last wiring and its byte classes), the "
+                f"fragments' wiring {core['dfa_wire']:.2f} s, byte classes of the patterns' "
+                "automata"
+                if p.get("tools_wired_with_masks")
+                else "), fragment wiring " + f"{core['dfa_wire']:.2f} s, byte classes"
+            )
+            + f" {core['dfa_compress']:.2f} s, key automata {core['key_automaton']:.2f} s; sampled "
             f"share: the names trie {sh['names']:.0%}, building each schema's fragment "
             f"{sh['build']:.0%} (normalization {sh['normalize']:.0%}, key automata "
             f"{sh['key automata']:.0%}, wiring with its Python {sh['wiring']:.0%}), the "

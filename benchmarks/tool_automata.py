@@ -361,6 +361,8 @@ def profile_run(n: int, index: TokenIndex, tables: VocabTables) -> dict[str, Any
         "tools": n,
         "eager_compile_cpu_s": time.process_time() - c,
         "core_cpu_s": spent,
+        # each automaton's last dfa_wire and its dfa_compress run inside dfa_masks_many
+        "tools_wired_with_masks": True,
         "samples": total[0],
         "share": {k: hits[k] / max(total[0], 1) for k in PROFILED},
     }

@@ -206,12 +206,13 @@ void free_capsule(PyObject* cap) {
              reinterpret_cast<size_t>(PyCapsule_GetContext(cap)));
 }
 
-// Hands the storage of ``b`` to a new 1-D numpy array (no copy).
+// Hands the storage of ``b`` to a new numpy array (no copy): 1-D, or 2-D of ``cols`` columns.
 template <class T>
-PyObject* to_numpy(Buf<T>& b, int typenum) {
+PyObject* to_numpy(Buf<T>& b, int typenum, int64_t cols = 0) {
     if (!b.p && !b.reserve(1)) return PyErr_NoMemory();
-    npy_intp dims[1] = {static_cast<npy_intp>(b.n)};
-    PyObject* arr = PyArray_SimpleNewFromData(1, dims, typenum, b.p);
+    npy_intp dims[2] = {static_cast<npy_intp>(cols > 0 ? b.n / static_cast<size_t>(cols) : b.n),
+                        static_cast<npy_intp>(cols)};
+    PyObject* arr = PyArray_SimpleNewFromData(cols > 0 ? 2 : 1, dims, typenum, b.p);
     if (!arr) return nullptr;
     PyObject* cap = PyCapsule_New(b.p, "trierouter.buf", free_capsule);
     if (!cap || PyCapsule_SetContext(cap, reinterpret_cast<void*>(b.mapped)) < 0) {
@@ -2715,12 +2716,419 @@ bool build_class_trie(ClassTrie& ct, const TT& tt, const int32_t* root_child, co
     return true;
 }
 
+// An error found with the GIL released (no Python call is allowed there), raised once the GIL
+// is held again.
+struct RunError {
+    enum Kind { kNone, kNoMemory, kRange, kAmbiguous } kind = kNone;
+    const char* what = "";
+    int64_t src = 0, byte = 0;
+    bool range(const char* w) {
+        kind = kRange;
+        what = w;
+        return false;
+    }
+    bool no_memory() {
+        kind = kNoMemory;
+        return false;
+    }
+    PyObject* raise() const {  // nullptr, with the Python error set
+        switch (kind) {
+            case kRange:
+                PyErr_Format(PyExc_ValueError, "dfa_wire: %s out of range", what);
+                break;
+            case kAmbiguous:
+                PyErr_Format(PyExc_ValueError, "ambiguous continuation on byte %d at state %lld",
+                             static_cast<int>(byte), static_cast<long long>(src));
+                break;
+            default:
+                PyErr_NoMemory();
+        }
+        return nullptr;
+    }
+};
+
+// A list of Python ints, or a contiguous 1-D int64 array, read as int64 (dfa_wire's small
+// arguments: converting lists in C saves an array per argument and call).
+struct I64Seq {
+    I64View view;
+    std::vector<int64_t> own;
+    const int64_t* p = nullptr;
+    int64_t n = 0;
+    bool open(PyObject* o, const char* what) {
+        if (!PyList_Check(o)) {
+            if (!view.open(o, what)) return false;
+            p = view.p;
+            n = view.n;
+            return true;
+        }
+        const Py_ssize_t m = PyList_GET_SIZE(o);
+        try {
+            own.resize(static_cast<size_t>(m));
+        } catch (const std::bad_alloc&) {
+            PyErr_NoMemory();
+            return false;
+        }
+        for (Py_ssize_t i = 0; i < m; ++i) {
+            const long long v = PyLong_AsLongLong(PyList_GET_ITEM(o, i));
+            if (v == -1 && PyErr_Occurred()) return false;
+            own[static_cast<size_t>(i)] = v;
+        }
+        p = own.data();
+        n = m;
+        return true;
+    }
+};
+
+// The arguments of one dfa_wire call (below), opened under the GIL (wire_open); the wiring
+// itself (wire_run) makes no Python call, so it can run with the GIL released (dfa_masks with
+// a wire: the masks' worker thread wires an eager registry's automata).
+struct Wire {
+    std::vector<I32View> fs, fb, fd;
+    I64Seq offs, lstate, lfrom, extra;
+    int64_t n = 0;
+    RunError err;
+};
+
+// False with a Python error set when ``args`` is not a tuple of dfa_wire's arguments. The
+// edges' ranges are checked by wire_run.
+bool wire_open(Wire& w, PyObject* args) {
+    PyObject *srcs_o, *bytes_o, *dsts_o, *offs_o, *lstate_o, *lfrom_o, *extra_o;
+    long long n_ll;
+    if (!PyArg_ParseTuple(args, "O!O!O!OLOOO", &PyList_Type, &srcs_o, &PyList_Type, &bytes_o,
+                          &PyList_Type, &dsts_o, &offs_o, &n_ll, &lstate_o, &lfrom_o, &extra_o))
+        return false;
+    const Py_ssize_t nf = PyList_GET_SIZE(srcs_o);
+    if (!w.offs.open(offs_o, "offsets") || !w.lstate.open(lstate_o, "link_state") ||
+        !w.lfrom.open(lfrom_o, "link_from") || !w.extra.open(extra_o, "extra"))
+        return false;
+    if (PyList_GET_SIZE(bytes_o) != nf || PyList_GET_SIZE(dsts_o) != nf || w.offs.n != nf ||
+        w.lstate.n != w.lfrom.n || w.extra.n % 3 || n_ll < 0 || n_ll > (int64_t{1} << 31) - 1) {
+        PyErr_SetString(PyExc_ValueError, "dfa_wire: bad sizes");
+        return false;
+    }
+    w.n = n_ll;
+    try {
+        w.fs = std::vector<I32View>(static_cast<size_t>(nf));
+        w.fb = std::vector<I32View>(static_cast<size_t>(nf));
+        w.fd = std::vector<I32View>(static_cast<size_t>(nf));
+    } catch (const std::bad_alloc&) {
+        PyErr_NoMemory();
+        return false;
+    }
+    for (Py_ssize_t i = 0; i < nf; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        if (!w.fs[k].open(PyList_GET_ITEM(srcs_o, i), "src") || !w.fb[k].open(PyList_GET_ITEM(bytes_o, i), "byte") ||
+            !w.fd[k].open(PyList_GET_ITEM(dsts_o, i), "dst"))
+            return false;
+        if (w.fb[k].n != w.fs[k].n || w.fd[k].n != w.fs[k].n) {
+            PyErr_SetString(PyExc_ValueError, "dfa_wire: a fragment's edge arrays differ in length");
+            return false;
+        }
+    }
+    return true;
+}
+
+// The wiring of an opened call into (os, ob, od) (no Python call). False with w.err set.
+bool wire_run(Wire& w, Buf<int32_t>& os, Buf<int32_t>& ob, Buf<int32_t>& od) {
+    const int64_t n = w.n;
+    const std::vector<I32View>&fs = w.fs, &fb = w.fb, &fd = w.fd;
+    const I64Seq &offs = w.offs, &lstate = w.lstate, &lfrom = w.lfrom, &extra = w.extra;
+    const size_t nf = fs.size();
+    auto bad = [&](const char* what) { return w.err.range(what); };
+    try {
+        // which fragments are runs: edges in range, keys strictly increasing, above the last run
+        std::vector<uint8_t> run(nf, 0);
+        int64_t total = 0, last_key = -1;
+        for (size_t k = 0; k < nf; ++k) {
+            const int64_t off = offs.p[k], m = fs[k].n;
+            bool sorted = true;
+            int64_t prev = last_key;
+            for (int64_t e = 0; e < m; ++e) {
+                const int64_t s = fs[k].p[e] + off, b = fb[k].p[e], d = fd[k].p[e] + off;
+                if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("a fragment edge");
+                const int64_t key = s * 256 + b;
+                if (key <= prev) sorted = false;
+                prev = key;
+            }
+            total += m;
+            if (sorted) {
+                run[k] = 1;
+                if (m) last_key = prev;
+            }
+        }
+        // the other edges, as (src, byte, dst)
+        std::vector<int32_t> es, eb, ed;
+        std::vector<std::vector<int32_t>> by_src(nf), first(nf);
+        auto put = [&](int64_t s, int64_t b, int64_t d) {
+            es.push_back(static_cast<int32_t>(s));
+            eb.push_back(static_cast<int32_t>(b));
+            ed.push_back(static_cast<int32_t>(d));
+        };
+        for (size_t k = 0; k < nf; ++k)
+            if (!run[k])
+                for (int64_t e = 0; e < fs[k].n; ++e) put(fs[k].p[e] + offs.p[k], fb[k].p[e], fd[k].p[e] + offs.p[k]);
+        for (int64_t j = 0; j < lstate.n; ++j) {
+            const int64_t s = lstate.p[j], f = lfrom.p[j] >> 32, local = lfrom.p[j] & 0xFFFFFFFF;
+            if (s < 0 || s >= n || f < 0 || f >= static_cast<int64_t>(nf)) return bad("a link");
+            const size_t k = static_cast<size_t>(f);
+            const int64_t off = offs.p[k], m = fs[k].n;
+            const int32_t* src = fs[k].p;
+            if (run[k]) {  // sorted by source: the local state's edges are one range
+                const int32_t* lo = std::lower_bound(src, src + m, static_cast<int32_t>(local));
+                for (const int32_t* it = lo; it < src + m && *it == local; ++it) {
+                    const int64_t e = it - src;
+                    put(s, fb[k].p[e], fd[k].p[e] + off);
+                }
+                continue;
+            }
+            if (first[k].empty()) {  // local state -> its edges, in edge order
+                int64_t top = 0;
+                for (int64_t e = 0; e < m; ++e) top = std::max<int64_t>(top, src[e] + 1);
+                first[k].assign(static_cast<size_t>(top) + 1, 0);
+                for (int64_t e = 0; e < m; ++e) first[k][static_cast<size_t>(src[e]) + 1]++;
+                for (size_t x = 1; x < first[k].size(); ++x) first[k][x] += first[k][x - 1];
+                by_src[k].resize(static_cast<size_t>(m));
+                std::vector<int32_t> at(first[k].begin(), first[k].end() - 1);
+                for (int64_t e = 0; e < m; ++e)
+                    by_src[k][static_cast<size_t>(at[static_cast<size_t>(src[e])]++)] = static_cast<int32_t>(e);
+            }
+            if (local < 0 || local + 1 >= static_cast<int64_t>(first[k].size())) continue;  // no edges
+            for (int32_t x = first[k][static_cast<size_t>(local)]; x < first[k][static_cast<size_t>(local) + 1]; ++x) {
+                const int32_t e = by_src[k][static_cast<size_t>(x)];
+                put(s, fb[k].p[e], fd[k].p[e] + off);
+            }
+        }
+        for (int64_t j = 0; j < extra.n; j += 3) {
+            const int64_t s = extra.p[j], b = extra.p[j + 1], d = extra.p[j + 2];
+            if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("an edge");
+            put(s, b, d);
+        }
+        // the other edges grouped by source (counting sort)
+        const size_t m = es.size();
+        std::vector<int64_t> start(static_cast<size_t>(n) + 1, 0);
+        std::vector<int32_t> order(m);
+        const size_t cap = m + static_cast<size_t>(total);
+        if (!os.reserve(cap) || !ob.reserve(cap) || !od.reserve(cap)) return w.err.no_memory();
+        for (size_t e = 0; e < m; ++e) start[static_cast<size_t>(es[e]) + 1]++;
+        for (size_t s = 0; s < static_cast<size_t>(n); ++s) start[s + 1] += start[s];
+        {
+            std::vector<int64_t> at(start.begin(), start.end() - 1);
+            for (size_t e = 0; e < m; ++e) order[static_cast<size_t>(at[static_cast<size_t>(es[e])]++)] = static_cast<int32_t>(e);
+        }
+        auto emit = [&](int64_t s, int32_t b, int32_t d) {
+            os.p[os.n++] = static_cast<int32_t>(s);
+            ob.p[ob.n++] = b;
+            od.p[od.n++] = d;
+        };
+        // the runs' edges in (src, byte) order: a cursor over the run fragments
+        size_t rk = 0;
+        int64_t re = 0;
+        auto run_src = [&]() -> int64_t {  // source of the run cursor's edge, n when none is left
+            while (rk < nf && (!run[rk] || re >= fs[rk].n)) {
+                ++rk;
+                re = 0;
+            }
+            return rk < nf ? fs[rk].p[re] + offs.p[rk] : n;
+        };
+        int32_t slot[256];
+        std::fill(slot, slot + 256, -1);
+        int64_t bad_src = -1, bad_byte = 256;
+        int64_t rs = run_src();
+        for (int64_t s = 0; s < n && bad_src < 0; ++s) {
+            const int64_t g0 = start[static_cast<size_t>(s)], g1 = start[static_cast<size_t>(s) + 1];
+            if (rs > s && g0 == g1) {  // nothing leaves s: skip to the next source with edges
+                continue;
+            }
+            if (g0 == g1) {  // only run edges (keys strictly increasing): copied as they are
+                while (rs == s) {
+                    const int64_t off = offs.p[rk];
+                    const int32_t* src = fs[rk].p;
+                    while (re < fs[rk].n && src[re] + off == s) {
+                        emit(s, fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
+                        ++re;
+                    }
+                    rs = run_src();
+                }
+                continue;
+            }
+            uint64_t seen[4] = {0, 0, 0, 0};
+            auto add = [&](int32_t b, int32_t d) {
+                if (slot[b] < 0) {
+                    slot[b] = d;
+                    seen[b >> 6] |= uint64_t{1} << (b & 63);
+                } else if (slot[b] != d && b < bad_byte) {
+                    bad_src = s;
+                    bad_byte = b;
+                }
+            };
+            while (rs == s) {
+                const int64_t off = offs.p[rk];
+                const int32_t* src = fs[rk].p;
+                while (re < fs[rk].n && src[re] + off == s) {
+                    add(fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
+                    ++re;
+                }
+                rs = run_src();
+            }
+            for (int64_t x = g0; x < g1; ++x) {
+                const int32_t e = order[static_cast<size_t>(x)];
+                add(eb[static_cast<size_t>(e)], ed[static_cast<size_t>(e)]);
+            }
+            for (int q = 0; q < 4; ++q)
+                for (uint64_t bits = seen[q]; bits; bits &= bits - 1) {
+                    const int b = q * 64 + __builtin_ctzll(bits);
+                    emit(s, b, slot[b]);
+                    slot[b] = -1;
+                }
+        }
+        if (bad_src >= 0) {
+            w.err.kind = RunError::kAmbiguous;
+            w.err.src = bad_src;
+            w.err.byte = bad_byte;
+            return false;
+        }
+    } catch (const std::bad_alloc&) {
+        return w.err.no_memory();
+    }
+    return true;
+}
+
+// dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst): the
+//   edges of fragments wired into one automaton of n states (what slots/fragment.py's
+//   Builder.finish computes). Fragment i's edges (lists of int32 arrays) are shifted by
+//   offsets[i]; link j (link_from[j] = i << 32 | local) copies fragment
+//   i's own edges leaving its state ``local`` to state link_state[j]; extra (flat triples src,
+//   byte, dst) are single edges. offsets, link_state, link_from and extra: lists of ints or
+//   int64 arrays. The result is sorted by (src, byte), a repeated identical
+//   edge kept once; ValueError ("ambiguous continuation on byte B at state S", the first such
+//   (S, B)) when two edges leave S on B to different states.
+//   A fragment whose edges are already strictly sorted by (src, byte), above the previous such
+//   fragment's, is copied as a run (the common case: fragments come out of this function
+//   sorted); the other edges (links, extra, unsorted fragments) are grouped by source and
+//   merged in state by state. Runs under the GIL (short calls on the compiling thread: a
+//   release would hand the GIL to the masks' worker for a switch interval).
+PyObject* py_dfa_wire(PyObject*, PyObject* args) {
+    Wire w;
+    if (!wire_open(w, args)) return nullptr;
+    Buf<int32_t> os, ob, od;
+    if (!wire_run(w, os, ob, od)) return w.err.raise();
+    PyObject* a = to_numpy(os, NPY_INT32);
+    PyObject* b = to_numpy(ob, NPY_INT32);
+    PyObject* d = to_numpy(od, NPY_INT32);
+    if (!a || !b || !d) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(d);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNN)", a, b, d);
+}
+
+// The byte classes of an automaton given as m edges (src --byte--> dst, in range, at most one
+// per (src, byte); a repeated edge must be identical) and its dense table over them (n rows of
+// nk columns, -1: no edge) into ``table``: bytes whose edges are the same at every state share
+// a class, numbered in order of their smallest byte. No Python call; throws std::bad_alloc.
+template <class T>
+bool compress_run(const int32_t* src, const int32_t* byte, const int32_t* dst, int64_t m, int64_t n,
+                  Buf<T>& table, int32_t* cls, int64_t& nk) {
+    // edges grouped by byte, each group in src order: a byte's group is its signature
+    std::vector<int32_t> rep;
+    std::vector<int64_t> start(257, 0);
+    std::vector<std::pair<int32_t, int32_t>> ed(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) start[static_cast<size_t>(byte[i]) + 1]++;
+    for (int b = 0; b < 256; ++b) start[static_cast<size_t>(b) + 1] += start[static_cast<size_t>(b)];
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    bool by_src = true;  // edges in src order (a stable grouping keeps each group sorted)
+    for (int64_t i = 0; i < m; ++i) {
+        ed[static_cast<size_t>(fill[static_cast<size_t>(byte[i])]++)] = {src[i], dst[i]};
+        if (i && src[i] < src[i - 1]) by_src = false;
+    }
+    std::vector<uint64_t> h(256);
+    for (int b = 0; b < 256; ++b) {
+        auto lo = ed.begin() + start[static_cast<size_t>(b)], hi = ed.begin() + start[static_cast<size_t>(b) + 1];
+        if (!by_src) std::sort(lo, hi);
+        uint64_t x = 1469598103934665603ull ^ static_cast<uint64_t>(hi - lo);
+        for (auto it = lo; it != hi; ++it)
+            x = (x ^ (static_cast<uint64_t>(static_cast<uint32_t>(it->first)) << 32 |
+                      static_cast<uint32_t>(it->second))) * 1099511628211ull;
+        h[static_cast<size_t>(b)] = x;
+    }
+    for (int b = 0; b < 256; ++b) {
+        const int64_t lb = start[static_cast<size_t>(b)], nb = start[static_cast<size_t>(b) + 1] - lb;
+        int32_t k = -1;
+        for (size_t r = 0; r < rep.size() && k < 0; ++r) {
+            const int32_t a = rep[r];
+            const int64_t la = start[static_cast<size_t>(a)], na = start[static_cast<size_t>(a) + 1] - la;
+            if (h[static_cast<size_t>(a)] == h[static_cast<size_t>(b)] && na == nb &&
+                std::equal(ed.begin() + la, ed.begin() + la + na, ed.begin() + lb))
+                k = static_cast<int32_t>(r);
+        }
+        if (k < 0) {
+            k = static_cast<int32_t>(rep.size());
+            rep.push_back(b);
+        }
+        cls[b] = k;
+    }
+    nk = static_cast<int64_t>(rep.size());
+    if (!table.resize(static_cast<size_t>(n * nk))) return false;
+    T* t = table.p;
+    std::fill(t, t + n * nk, T(-1));
+    for (int64_t k = 0; k < nk; ++k) {
+        const int32_t b = rep[static_cast<size_t>(k)];
+        for (int64_t e = start[static_cast<size_t>(b)]; e < start[static_cast<size_t>(b) + 1]; ++e)
+            t[static_cast<int64_t>(ed[static_cast<size_t>(e)].first) * nk + k] = static_cast<T>(ed[static_cast<size_t>(e)].second);
+    }
+    return true;
+}
+
+// dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
+//   byte_class int32[256]): an automaton given as edges (src --byte--> dst, at most one per
+//   (src, byte); a repeated edge must be identical) as a dense table over byte classes; bytes
+//   whose edges are the same at every state share a class, numbered in order of their smallest
+//   byte.
+PyObject* py_dfa_compress(PyObject*, PyObject* args) {
+    PyObject *src_o, *byte_o, *dst_o;
+    long long n_ll;
+    if (!PyArg_ParseTuple(args, "OOOL", &src_o, &byte_o, &dst_o, &n_ll)) return nullptr;
+    I32View src, byte, dst;
+    if (!src.open(src_o, "src") || !byte.open(byte_o, "byte") || !dst.open(dst_o, "dst")) return nullptr;
+    if (n_ll < 0 || n_ll > (int64_t{1} << 31) - 1 || src.n != byte.n || src.n != dst.n) {
+        PyErr_SetString(PyExc_ValueError, "dfa_compress: bad sizes");
+        return nullptr;
+    }
+    const int64_t n = n_ll;
+    for (int64_t i = 0; i < src.n; ++i)
+        if (src.p[i] < 0 || src.p[i] >= n || byte.p[i] < 0 || byte.p[i] > 255 || dst.p[i] < -1 || dst.p[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "dfa_compress: an edge out of range");
+            return nullptr;
+        }
+    Buf<int32_t> table, cls;
+    int64_t nk = 0;
+    try {
+        if (!cls.resize(256) || !compress_run(src.p, byte.p, dst.p, src.n, n, table, cls.p, nk)) return PyErr_NoMemory();
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    PyObject* tab = to_numpy(table, NPY_INT32, nk);
+    return pair_result(tab, tab ? to_numpy(cls, NPY_INT32) : nullptr);
+}
+
 // One dfa_masks call: its arguments opened and checked under the GIL (masks_open), its walks
 // run with the GIL released (masks_run), its result made under the GIL (masks_result).
 // dfa_masks runs one; dfa_masks_many a list of them in one release of the GIL. Destroyed
 // under the GIL (it holds buffers and, in words mode, the rows array until handed out).
+// Given a wire (dfa_wire's arguments) instead of a table and byte classes, the run first wires
+// the automaton and compresses its bytes to classes (dfa_wire, then dfa_compress), and the
+// result holds its table (in the narrowest signed type its states fit) and byte classes too.
 struct MasksJob {
     TableView tab;
+    int64_t ns = 0, nc = 0;  // the table's states and classes
+    std::unique_ptr<Wire> wire;
+    Buf<int32_t> wide;     // a wired automaton's table, walked
+    Buf<int8_t> tab8;      // ... as the result holds it (int8, int16 or int32: ``wide``)
+    Buf<int16_t> tab16;
+    Buf<int32_t> own_cls;  // its byte classes
+    RunError err;
     I32View cls;
     I64View st;
     ByteView altv;
@@ -2744,19 +3152,31 @@ struct MasksJob {
 
 // False with a Python error set when the arguments are not a valid dfa_masks call.
 bool masks_open(MasksJob& j, PyObject* args) {
-    PyObject *tab_o, *cls_o, *st_o, *alt_o = nullptr;
+    PyObject *tab_o = nullptr, *cls_o = nullptr, *st_o, *alt_o = nullptr, *wire_o = nullptr;
     PyObject* alt_tri_o = nullptr;
-    if (!PyArg_ParseTuple(args, "OOOO!|nOOp", &tab_o, &cls_o, &st_o, &TokenTrieType, &j.tri, &j.words,
-                          &alt_tri_o, &alt_o, &j.share_rows))
+    if (PyTuple_GET_SIZE(args) > 0 && PyTuple_Check(PyTuple_GET_ITEM(args, 0))) {  // a wire
+        if (!PyArg_ParseTuple(args, "O!OO!|nOOp", &PyTuple_Type, &wire_o, &st_o, &TokenTrieType, &j.tri, &j.words,
+                              &alt_tri_o, &alt_o, &j.share_rows))
+            return false;
+        try {
+            j.wire.reset(new Wire);
+        } catch (const std::bad_alloc&) {
+            PyErr_NoMemory();
+            return false;
+        }
+        if (!wire_open(*j.wire, wire_o)) return false;
+    } else if (!PyArg_ParseTuple(args, "OOOO!|nOOp", &tab_o, &cls_o, &st_o, &TokenTrieType, &j.tri, &j.words,
+                                 &alt_tri_o, &alt_o, &j.share_rows)) {
         return false;
+    }
     if (alt_tri_o == Py_None) alt_tri_o = nullptr;
     if (alt_tri_o && !PyObject_TypeCheck(alt_tri_o, &TokenTrieType)) {
         PyErr_SetString(PyExc_TypeError, "alt_trie must be a TokenTrie or None");
         return false;
     }
     j.alt_tri = reinterpret_cast<TokenTrieObject*>(alt_tri_o);
-    if (!j.tab.open(tab_o, "table") || !j.cls.open(cls_o, "byte_class") || !j.st.open(st_o, "states"))
-        return false;
+    if (!j.st.open(st_o, "states")) return false;
+    if (!j.wire && (!j.tab.open(tab_o, "table") || !j.cls.open(cls_o, "byte_class"))) return false;
     if (j.alt_tri) {
         if (!alt_o || j.words != 0) {
             PyErr_SetString(PyExc_ValueError, "alt_trie needs alt (one flag per state) and words=0");
@@ -2769,7 +3189,18 @@ bool masks_open(MasksJob& j, PyObject* args) {
         }
         j.alt = j.altv.p;
     }
-    if (!check_dfa(j.tab, j.cls, j.st, -1)) return false;
+    if (j.wire) {  // the table is made by the run: the states checked against its size here
+        for (int64_t i = 0; i < j.st.n; ++i)
+            if (j.st.p[i] < -1 || j.st.p[i] >= j.wire->n) {
+                PyErr_SetString(PyExc_ValueError, "states: out of range");
+                return false;
+            }
+        j.ns = j.wire->n;
+    } else {
+        if (!check_dfa(j.tab, j.cls, j.st, -1)) return false;
+        j.ns = j.tab.b.shape[0];
+        j.nc = j.tab.b.shape[1];
+    }
     if (!j.ptr.resize(static_cast<size_t>(j.st.n) + 1)) {
         PyErr_NoMemory();
         return false;
@@ -2810,7 +3241,7 @@ bool masks_open(MasksJob& j, PyObject* args) {
 }
 
 // The walks of an opened job (no Python call: run with the GIL released). False: no memory.
-bool masks_run(MasksJob& j) {
+bool masks_walk(MasksJob& j) {
     const TableView& tab = j.tab;
     const I32View& cls = j.cls;
     const I64View& st = j.st;
@@ -2825,7 +3256,7 @@ bool masks_run(MasksJob& j) {
     Buf<int32_t>& ids = j.ids;
     Buf<int32_t>& out = j.out;
     bool& reordered = j.reordered;
-    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+    const int64_t ns = j.ns, nc = j.nc;
     const TT tt_main(tri);
     const TT tt_alt(alt_tri ? alt_tri : tri);
     bool ok = true;
@@ -3136,14 +3567,59 @@ bool masks_run(MasksJob& j) {
     return ok;
 }
 
-// The result of a job run: the packed rows (words > 0), else (ptr, ids).
-PyObject* masks_result(MasksJob& j) {
-    if (j.rows_o) {
-        PyObject* r = j.rows_o;
-        j.rows_o = nullptr;
-        return r;
+// A job's run (no Python call: run with the GIL released): with a wire, the automaton wired
+// and compressed first; then the walks. False with j.err set.
+bool masks_run(MasksJob& j) {
+    if (j.wire) {
+        Wire& w = *j.wire;
+        Buf<int32_t> src, byte, dst;
+        if (!wire_run(w, src, byte, dst)) {
+            j.err = w.err;
+            return false;
+        }
+        try {
+            if (!j.own_cls.resize(256) || !compress_run(src.p, byte.p, dst.p, static_cast<int64_t>(src.n), w.n, j.wide,
+                                                        j.own_cls.p, j.nc))
+                return j.err.no_memory();
+        } catch (const std::bad_alloc&) {
+            return j.err.no_memory();
+        }
+        const size_t cells = j.wide.n;
+        if (j.ns <= 128) {  // the narrowest signed type holding every state and -1
+            if (!j.tab8.resize(cells)) return j.err.no_memory();
+            for (size_t i = 0; i < cells; ++i) j.tab8.p[i] = static_cast<int8_t>(j.wide.p[i]);
+        } else if (j.ns <= 32768) {
+            if (!j.tab16.resize(cells)) return j.err.no_memory();
+            for (size_t i = 0; i < cells; ++i) j.tab16.p[i] = static_cast<int16_t>(j.wide.p[i]);
+        }
+        j.tab.p = j.wide.p;
+        j.cls.p = j.own_cls.p;
     }
-    return csr_result(j.ptr, j.reordered ? j.out : j.ids);
+    return masks_walk(j) || j.err.no_memory();
+}
+
+// The result of a job run: the packed rows (words > 0), else (ptr, ids); with a wire,
+// (table, byte_class, that).
+PyObject* masks_result(MasksJob& j) {
+    PyObject* r;
+    if (j.rows_o) {
+        r = j.rows_o;
+        j.rows_o = nullptr;
+    } else {
+        r = csr_result(j.ptr, j.reordered ? j.out : j.ids);
+    }
+    if (!j.wire || !r) return r;
+    PyObject* tab = j.tab8.p    ? to_numpy(j.tab8, NPY_INT8, j.nc)
+                    : j.tab16.p ? to_numpy(j.tab16, NPY_INT16, j.nc)
+                                : to_numpy(j.wide, NPY_INT32, j.nc);
+    PyObject* cls = tab ? to_numpy(j.own_cls, NPY_INT32) : nullptr;
+    if (!tab || !cls) {
+        Py_XDECREF(tab);
+        Py_XDECREF(cls);
+        Py_DECREF(r);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNN)", tab, cls, r);
 }
 
 // dfa_masks(table: int32, int16 or int8 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
@@ -3156,6 +3632,11 @@ PyObject* masks_result(MasksJob& j) {
 //   alt_trie instead (for the tool automata: the trie of the tokens holding a quote; None:
 //   none). share=False: every row walked over the token trie (no row sharing nor class trie,
 //   below; the same result).
+// dfa_masks(wire, states, trie, ...) (wire: the tuple of dfa_wire's arguments, in place of the
+//   table and byte classes) -> (table, byte_class, masks): the automaton wired (dfa_wire),
+//   compressed to byte classes (dfa_compress; its table int8, int16 or int32, the narrowest
+//   its states fit) and walked as above, all with the GIL released; dfa_wire's ValueError if
+//   it cannot be wired.
 PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     MasksJob j;
     if (!masks_open(j, args)) return nullptr;
@@ -3163,7 +3644,7 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
     Py_BEGIN_ALLOW_THREADS;
     ok = masks_run(j);
     Py_END_ALLOW_THREADS;
-    if (!ok) return PyErr_NoMemory();
+    if (!ok) return j.err.raise();
     return masks_result(j);
 }
 
@@ -3196,11 +3677,14 @@ PyObject* py_dfa_masks_many(PyObject*, PyObject* arg) {
             }
         }
         if (ok) {
+            size_t failed = 0;
             Py_BEGIN_ALLOW_THREADS;
-            for (auto& j : jobs)
-                if (ok) ok = masks_run(*j);
+            for (size_t i = 0; i < jobs.size() && ok; ++i) {
+                ok = masks_run(*jobs[i]);
+                failed = i;
+            }
             Py_END_ALLOW_THREADS;
-            if (!ok) PyErr_NoMemory();
+            if (!ok) jobs[failed]->err.raise();
         }
         if (ok) res = PyList_New(n);
         for (Py_ssize_t i = 0; i < n && res; ++i) {
@@ -3562,90 +4046,6 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
     return Py_BuildValue("(NNNN)", a, b, c, ac);
 }
 
-// dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
-//   byte_class int32[256]): an automaton given as edges (src --byte--> dst, at most one per
-//   (src, byte); a repeated edge must be identical) as a dense table over byte classes; bytes
-//   whose edges are the same at every state share a class, numbered in order of their smallest
-//   byte.
-PyObject* py_dfa_compress(PyObject*, PyObject* args) {
-    PyObject *src_o, *byte_o, *dst_o;
-    long long n_ll;
-    if (!PyArg_ParseTuple(args, "OOOL", &src_o, &byte_o, &dst_o, &n_ll)) return nullptr;
-    I32View src, byte, dst;
-    if (!src.open(src_o, "src") || !byte.open(byte_o, "byte") || !dst.open(dst_o, "dst")) return nullptr;
-    if (n_ll < 0 || n_ll > (int64_t{1} << 31) - 1 || src.n != byte.n || src.n != dst.n) {
-        PyErr_SetString(PyExc_ValueError, "dfa_compress: bad sizes");
-        return nullptr;
-    }
-    const int64_t n = n_ll;
-    for (int64_t i = 0; i < src.n; ++i)
-        if (src.p[i] < 0 || src.p[i] >= n || byte.p[i] < 0 || byte.p[i] > 255 || dst.p[i] < -1 || dst.p[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "dfa_compress: an edge out of range");
-            return nullptr;
-        }
-    // edges grouped by byte, each group in src order: a byte's group is its signature
-    std::vector<int32_t> cls(256, 0), rep;
-    std::vector<int64_t> start(257, 0);
-    std::vector<std::pair<int32_t, int32_t>> ed;
-    try {
-        ed.resize(static_cast<size_t>(src.n));
-        for (int64_t i = 0; i < src.n; ++i) start[static_cast<size_t>(byte.p[i]) + 1]++;
-        for (int b = 0; b < 256; ++b) start[static_cast<size_t>(b) + 1] += start[static_cast<size_t>(b)];
-        std::vector<int64_t> fill(start.begin(), start.end() - 1);
-        bool by_src = true;  // edges in src order (a stable grouping keeps each group sorted)
-        for (int64_t i = 0; i < src.n; ++i) {
-            ed[static_cast<size_t>(fill[static_cast<size_t>(byte.p[i])]++)] = {src.p[i], dst.p[i]};
-            if (i && src.p[i] < src.p[i - 1]) by_src = false;
-        }
-        std::vector<uint64_t> h(256);
-        for (int b = 0; b < 256; ++b) {
-            auto lo = ed.begin() + start[static_cast<size_t>(b)], hi = ed.begin() + start[static_cast<size_t>(b) + 1];
-            if (!by_src) std::sort(lo, hi);
-            uint64_t x = 1469598103934665603ull ^ static_cast<uint64_t>(hi - lo);
-            for (auto it = lo; it != hi; ++it)
-                x = (x ^ (static_cast<uint64_t>(static_cast<uint32_t>(it->first)) << 32 |
-                          static_cast<uint32_t>(it->second))) * 1099511628211ull;
-            h[static_cast<size_t>(b)] = x;
-        }
-        for (int b = 0; b < 256; ++b) {
-            const int64_t lb = start[static_cast<size_t>(b)], nb = start[static_cast<size_t>(b) + 1] - lb;
-            int32_t k = -1;
-            for (size_t r = 0; r < rep.size() && k < 0; ++r) {
-                const int32_t a = rep[r];
-                const int64_t la = start[static_cast<size_t>(a)], na = start[static_cast<size_t>(a) + 1] - la;
-                if (h[static_cast<size_t>(a)] == h[static_cast<size_t>(b)] && na == nb &&
-                    std::equal(ed.begin() + la, ed.begin() + la + na, ed.begin() + lb))
-                    k = static_cast<int32_t>(r);
-            }
-            if (k < 0) {
-                k = static_cast<int32_t>(rep.size());
-                rep.push_back(b);
-            }
-            cls[static_cast<size_t>(b)] = k;
-        }
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    const npy_intp nk = static_cast<npy_intp>(rep.size());
-    npy_intp dims[2] = {static_cast<npy_intp>(n), nk};
-    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
-    if (!tab) return nullptr;
-    int32_t* t = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)));
-    std::fill(t, t + n * nk, -1);
-    for (npy_intp k = 0; k < nk; ++k) {
-        const int32_t b = rep[static_cast<size_t>(k)];
-        for (int64_t e = start[static_cast<size_t>(b)]; e < start[static_cast<size_t>(b) + 1]; ++e)
-            t[static_cast<int64_t>(ed[static_cast<size_t>(e)].first) * nk + k] = ed[static_cast<size_t>(e)].second;
-    }
-    npy_intp d1[1] = {256};
-    PyObject* bc = PyArray_SimpleNew(1, d1, NPY_INT32);
-    if (!bc) {
-        Py_DECREF(tab);
-        return nullptr;
-    }
-    std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(bc)), cls.data(), 256 * 4);
-    return pair_result(tab, bc);
-}
 
 // nfa_determinize(n: int, edge_src: int32[], edge_dst: int32[], edge_bytes: uint8 (E, 32),
 //                 eps_src: int32[], eps_dst: int32[], start: int, final: int, max_states=0)
@@ -3860,255 +4260,6 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     return pair_result(a, to_numpy(cnt, NPY_INT16));
 }
 
-// A list of Python ints, or a contiguous 1-D int64 array, read as int64 (dfa_wire's small
-// arguments: converting lists in C saves an array per argument and call).
-struct I64Seq {
-    I64View view;
-    std::vector<int64_t> own;
-    const int64_t* p = nullptr;
-    int64_t n = 0;
-    bool open(PyObject* o, const char* what) {
-        if (!PyList_Check(o)) {
-            if (!view.open(o, what)) return false;
-            p = view.p;
-            n = view.n;
-            return true;
-        }
-        const Py_ssize_t m = PyList_GET_SIZE(o);
-        try {
-            own.resize(static_cast<size_t>(m));
-        } catch (const std::bad_alloc&) {
-            PyErr_NoMemory();
-            return false;
-        }
-        for (Py_ssize_t i = 0; i < m; ++i) {
-            const long long v = PyLong_AsLongLong(PyList_GET_ITEM(o, i));
-            if (v == -1 && PyErr_Occurred()) return false;
-            own[static_cast<size_t>(i)] = v;
-        }
-        p = own.data();
-        n = m;
-        return true;
-    }
-};
-
-// dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst): the
-//   edges of fragments wired into one automaton of n states (what slots/fragment.py's
-//   Builder.finish computes). Fragment i's edges (lists of int32 arrays) are shifted by
-//   offsets[i]; link j (link_from[j] = i << 32 | local) copies fragment
-//   i's own edges leaving its state ``local`` to state link_state[j]; extra (flat triples src,
-//   byte, dst) are single edges. offsets, link_state, link_from and extra: lists of ints or
-//   int64 arrays. The result is sorted by (src, byte), a repeated identical
-//   edge kept once; ValueError ("ambiguous continuation on byte B at state S", the first such
-//   (S, B)) when two edges leave S on B to different states.
-//   A fragment whose edges are already strictly sorted by (src, byte), above the previous such
-//   fragment's, is copied as a run (the common case: fragments come out of this function
-//   sorted); the other edges (links, extra, unsorted fragments) are grouped by source and
-//   merged in state by state.
-PyObject* py_dfa_wire(PyObject*, PyObject* args) {
-    PyObject *srcs_o, *bytes_o, *dsts_o, *offs_o, *lstate_o, *lfrom_o, *extra_o;
-    long long n_ll;
-    if (!PyArg_ParseTuple(args, "O!O!O!OLOOO", &PyList_Type, &srcs_o, &PyList_Type, &bytes_o,
-                          &PyList_Type, &dsts_o, &offs_o, &n_ll, &lstate_o, &lfrom_o, &extra_o))
-        return nullptr;
-    const Py_ssize_t nf = PyList_GET_SIZE(srcs_o);
-    I64Seq offs, lstate, lfrom, extra;
-    if (!offs.open(offs_o, "offsets") || !lstate.open(lstate_o, "link_state") ||
-        !lfrom.open(lfrom_o, "link_from") || !extra.open(extra_o, "extra"))
-        return nullptr;
-    if (PyList_GET_SIZE(bytes_o) != nf || PyList_GET_SIZE(dsts_o) != nf || offs.n != nf ||
-        lstate.n != lfrom.n || extra.n % 3 || n_ll < 0 || n_ll > (int64_t{1} << 31) - 1) {
-        PyErr_SetString(PyExc_ValueError, "dfa_wire: bad sizes");
-        return nullptr;
-    }
-    const int64_t n = n_ll;
-    std::vector<I32View> fs(static_cast<size_t>(nf)), fb(static_cast<size_t>(nf)), fd(static_cast<size_t>(nf));
-    for (Py_ssize_t i = 0; i < nf; ++i) {
-        const size_t k = static_cast<size_t>(i);
-        if (!fs[k].open(PyList_GET_ITEM(srcs_o, i), "src") || !fb[k].open(PyList_GET_ITEM(bytes_o, i), "byte") ||
-            !fd[k].open(PyList_GET_ITEM(dsts_o, i), "dst"))
-            return nullptr;
-        if (fb[k].n != fs[k].n || fd[k].n != fs[k].n) {
-            PyErr_SetString(PyExc_ValueError, "dfa_wire: a fragment's edge arrays differ in length");
-            return nullptr;
-        }
-    }
-    auto bad = [](const char* what) {
-        PyErr_Format(PyExc_ValueError, "dfa_wire: %s out of range", what);
-        return nullptr;
-    };
-    // which fragments are runs: edges in range, keys strictly increasing, above the last run
-    std::vector<uint8_t> run(static_cast<size_t>(nf), 0);
-    int64_t total = 0, last_key = -1;
-    for (size_t k = 0; k < fs.size(); ++k) {
-        const int64_t off = offs.p[k], m = fs[k].n;
-        bool sorted = true;
-        int64_t prev = last_key;
-        for (int64_t e = 0; e < m; ++e) {
-            const int64_t s = fs[k].p[e] + off, b = fb[k].p[e], d = fd[k].p[e] + off;
-            if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("a fragment edge");
-            const int64_t key = s * 256 + b;
-            if (key <= prev) sorted = false;
-            prev = key;
-        }
-        total += m;
-        if (sorted) {
-            run[k] = 1;
-            if (m) last_key = prev;
-        }
-    }
-    // the other edges, as (src, byte, dst)
-    std::vector<int32_t> es, eb, ed;
-    std::vector<std::vector<int32_t>> by_src(static_cast<size_t>(nf)), first(static_cast<size_t>(nf));
-    try {
-        auto put = [&](int64_t s, int64_t b, int64_t d) {
-            es.push_back(static_cast<int32_t>(s));
-            eb.push_back(static_cast<int32_t>(b));
-            ed.push_back(static_cast<int32_t>(d));
-        };
-        for (size_t k = 0; k < fs.size(); ++k)
-            if (!run[k])
-                for (int64_t e = 0; e < fs[k].n; ++e) put(fs[k].p[e] + offs.p[k], fb[k].p[e], fd[k].p[e] + offs.p[k]);
-        for (int64_t j = 0; j < lstate.n; ++j) {
-            const int64_t s = lstate.p[j], f = lfrom.p[j] >> 32, local = lfrom.p[j] & 0xFFFFFFFF;
-            if (s < 0 || s >= n || f < 0 || f >= nf) return bad("a link");
-            const size_t k = static_cast<size_t>(f);
-            const int64_t off = offs.p[k], m = fs[k].n;
-            const int32_t* src = fs[k].p;
-            if (run[k]) {  // sorted by source: the local state's edges are one range
-                const int32_t* lo = std::lower_bound(src, src + m, static_cast<int32_t>(local));
-                for (const int32_t* it = lo; it < src + m && *it == local; ++it) {
-                    const int64_t e = it - src;
-                    put(s, fb[k].p[e], fd[k].p[e] + off);
-                }
-                continue;
-            }
-            if (first[k].empty()) {  // local state -> its edges, in edge order
-                int64_t top = 0;
-                for (int64_t e = 0; e < m; ++e) top = std::max<int64_t>(top, src[e] + 1);
-                first[k].assign(static_cast<size_t>(top) + 1, 0);
-                for (int64_t e = 0; e < m; ++e) first[k][static_cast<size_t>(src[e]) + 1]++;
-                for (size_t x = 1; x < first[k].size(); ++x) first[k][x] += first[k][x - 1];
-                by_src[k].resize(static_cast<size_t>(m));
-                std::vector<int32_t> at(first[k].begin(), first[k].end() - 1);
-                for (int64_t e = 0; e < m; ++e)
-                    by_src[k][static_cast<size_t>(at[static_cast<size_t>(src[e])]++)] = static_cast<int32_t>(e);
-            }
-            if (local < 0 || local + 1 >= static_cast<int64_t>(first[k].size())) continue;  // no edges
-            for (int32_t x = first[k][static_cast<size_t>(local)]; x < first[k][static_cast<size_t>(local) + 1]; ++x) {
-                const int32_t e = by_src[k][static_cast<size_t>(x)];
-                put(s, fb[k].p[e], fd[k].p[e] + off);
-            }
-        }
-        for (int64_t j = 0; j < extra.n; j += 3) {
-            const int64_t s = extra.p[j], b = extra.p[j + 1], d = extra.p[j + 2];
-            if (s < 0 || s >= n || d < 0 || d >= n || b < 0 || b > 255) return bad("an edge");
-            put(s, b, d);
-        }
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    // the other edges grouped by source (counting sort)
-    const size_t m = es.size();
-    Buf<int32_t> os, ob, od;
-    std::vector<int64_t> start;
-    std::vector<int32_t> order;
-    try {
-        start.assign(static_cast<size_t>(n) + 1, 0);
-        order.resize(m);
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    const size_t cap = m + static_cast<size_t>(total);
-    if (!os.reserve(cap) || !ob.reserve(cap) || !od.reserve(cap)) return PyErr_NoMemory();
-    for (size_t e = 0; e < m; ++e) start[static_cast<size_t>(es[e]) + 1]++;
-    for (size_t s = 0; s < static_cast<size_t>(n); ++s) start[s + 1] += start[s];
-    {
-        std::vector<int64_t> at(start.begin(), start.end() - 1);
-        for (size_t e = 0; e < m; ++e) order[static_cast<size_t>(at[static_cast<size_t>(es[e])]++)] = static_cast<int32_t>(e);
-    }
-    auto emit = [&](int64_t s, int32_t b, int32_t d) {
-        os.p[os.n++] = static_cast<int32_t>(s);
-        ob.p[ob.n++] = b;
-        od.p[od.n++] = d;
-    };
-    // the runs' edges in (src, byte) order: a cursor over the run fragments
-    size_t rk = 0;
-    int64_t re = 0;
-    auto run_src = [&]() -> int64_t {  // source of the run cursor's edge, n when none is left
-        while (rk < fs.size() && (!run[rk] || re >= fs[rk].n)) {
-            ++rk;
-            re = 0;
-        }
-        return rk < fs.size() ? fs[rk].p[re] + offs.p[rk] : n;
-    };
-    int32_t slot[256];
-    std::fill(slot, slot + 256, -1);
-    int64_t bad_src = -1, bad_byte = 256;
-    int64_t rs = run_src();
-    for (int64_t s = 0; s < n && bad_src < 0; ++s) {
-        const int64_t g0 = start[static_cast<size_t>(s)], g1 = start[static_cast<size_t>(s) + 1];
-        if (rs > s && g0 == g1) {  // nothing leaves s: skip to the next source with edges
-            continue;
-        }
-        if (g0 == g1) {  // only run edges (keys strictly increasing): copied as they are
-            while (rs == s) {
-                const int64_t off = offs.p[rk];
-                const int32_t* src = fs[rk].p;
-                while (re < fs[rk].n && src[re] + off == s) {
-                    emit(s, fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
-                    ++re;
-                }
-                rs = run_src();
-            }
-            continue;
-        }
-        uint64_t seen[4] = {0, 0, 0, 0};
-        auto add = [&](int32_t b, int32_t d) {
-            if (slot[b] < 0) {
-                slot[b] = d;
-                seen[b >> 6] |= uint64_t{1} << (b & 63);
-            } else if (slot[b] != d && b < bad_byte) {
-                bad_src = s;
-                bad_byte = b;
-            }
-        };
-        while (rs == s) {
-            const int64_t off = offs.p[rk];
-            const int32_t* src = fs[rk].p;
-            while (re < fs[rk].n && src[re] + off == s) {
-                add(fb[rk].p[re], fd[rk].p[re] + static_cast<int32_t>(off));
-                ++re;
-            }
-            rs = run_src();
-        }
-        for (int64_t x = g0; x < g1; ++x) {
-            const int32_t e = order[static_cast<size_t>(x)];
-            add(eb[static_cast<size_t>(e)], ed[static_cast<size_t>(e)]);
-        }
-        for (int w = 0; w < 4; ++w)
-            for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
-                const int b = w * 64 + __builtin_ctzll(bits);
-                emit(s, b, slot[b]);
-                slot[b] = -1;
-            }
-    }
-    if (bad_src >= 0) {
-        PyErr_Format(PyExc_ValueError, "ambiguous continuation on byte %d at state %lld",
-                     static_cast<int>(bad_byte), static_cast<long long>(bad_src));
-        return nullptr;
-    }
-    PyObject* a = to_numpy(os, NPY_INT32);
-    PyObject* b = to_numpy(ob, NPY_INT32);
-    PyObject* d = to_numpy(od, NPY_INT32);
-    if (!a || !b || !d) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(d);
-        return nullptr;
-    }
-    return Py_BuildValue("(NNN)", a, b, d);
-}
 
 // ---- eager tool registries (branch eager): an object's key automaton in one call ----------
 
@@ -4547,7 +4698,8 @@ PyMethodDef module_methods[] = {
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
     {"dfa_masks", py_dfa_masks, METH_VARARGS,
-     "dfa_masks(table, byte_class, states, trie, words=0, alt_trie=None, alt=None) -> (ptr, ids), or packed rows"},
+     "dfa_masks(table, byte_class, states, trie, words=0, alt_trie=None, alt=None, share=True) -> (ptr, ids), "
+     "or packed rows; dfa_masks(wire, states, trie, ...) -> (table, byte_class, that)"},
     {"dfa_masks_many", py_dfa_masks_many, METH_O,
      "dfa_masks_many(calls) -> [dfa_masks(*call) for call in calls], in one release of the GIL"},
     {"dfa_list_masks", py_dfa_list_masks, METH_VARARGS,

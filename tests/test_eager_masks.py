@@ -20,6 +20,10 @@ from trierouter.registry.core import native_core
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots import eager
+from trierouter.registry.slots.dispatch import SlotCompiler
+from trierouter.registry.slots.fragment import builder
+from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.packing import compress, narrow_table
 from trierouter.testing.mcp_server import server_tools
 
 from .test_automata_pieces import _brute_rows
@@ -124,6 +128,8 @@ def test_pipelined_eager_registry_equals_lazy_automata() -> None:
     for i in range(len(tools)):
         a, b = lazy.automaton(i), built.automaton(i)
         assert b.ready == b.n_states - len(b.exits)
+        assert a.table.dtype == b.table.dtype and np.array_equal(a.table, b.table), i
+        assert np.array_equal(a.byte_class, b.byte_class), i
         for s in range(a.n_states):
             if s not in a.exits:
                 a.fill(s, row_a)
@@ -167,3 +173,105 @@ def test_pipeline_errors_leave_no_worker(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(KeyboardInterrupt):
         compile_tools(tools, index, strict=False, eager_automata=True)
     assert not {t.name for t in threading.enumerate()} - before
+
+
+def _deferred(tools: list[dict[str, Any]]) -> list[Any]:
+    """Each tool's whole automaton as ``_tool(..., defer=True)`` leaves it: not wired yet."""
+    comp = SlotCompiler()
+    frags = [comp._tool(t["parameters"], b"}", b'{"x": ', defer=True)[0] for t in tools]
+    assert all(f.wire is not None and not len(f.src) for f in frags)
+    return frags
+
+
+def test_dfa_masks_with_a_wire_equals_wire_then_compress_then_masks() -> None:
+    """Given a wire (dfa_wire's arguments) in place of the table and byte classes, dfa_masks
+    and dfa_masks_many return the table (in the narrowest type) and classes that dfa_wire then
+    dfa_compress give, and the masks of that table, in both output forms and with quote-trie
+    states; wired and plain calls mix in one list."""
+    core = native_core()
+    tables = VocabTables.get(shipped_vocabulary("qwen2"))
+    tools = [
+        {"name": t["name"], "parameters": t.get("inputSchema") or {}} for t in server_tools(40)
+    ]
+    calls, plain, want_tabs = [], [], []
+    for frag in _deferred(tools):
+        src, byte, dst = core.dfa_wire(*frag.wire)
+        tab, bc = core.dfa_compress(src, byte, dst, frag.n)
+        want_tabs.append((narrow_table(tab), bc))
+        states = np.arange(frag.n, dtype=np.int64)
+        states[np.fromiter(frag.exits, np.int64, len(frag.exits))] = -1
+        quoted = (frag.klass >= 0).view(np.uint8)
+        calls.append((frag.wire, states, tables.trie, 0, tables.quote_trie, quoted))
+        plain.append((narrow_table(tab), bc, states, tables.trie, 0, tables.quote_trie, quoted))
+    assert {t.dtype for t, _ in want_tabs} == {np.dtype(np.int8), np.dtype(np.int16)}
+    mixed = [c for pair in zip(calls, plain, strict=True) for c in pair]
+    got = core.dfa_masks_many(mixed)
+    for k, (want_tab, want_bc) in enumerate(want_tabs):
+        tab, bc, (ptr, ids) = got[2 * k]
+        assert tab.dtype == want_tab.dtype and np.array_equal(tab, want_tab), k
+        assert np.array_equal(bc, want_bc), k
+        one = core.dfa_masks(*calls[k])
+        want_ptr, want_ids = got[2 * k + 1]
+        for p, i in ((ptr, ids), one[2]):
+            assert np.array_equal(p, want_ptr) and np.array_equal(i, want_ids), k
+    words = tables.words
+    for call, p in list(zip(calls, plain, strict=True))[:4]:  # packed rows
+        tab, bc, rows = core.dfa_masks(call[0], np.maximum(call[1], 0), call[2], words)
+        assert np.array_equal(rows, core.dfa_masks(p[0], p[1], np.maximum(p[2], 0), p[3], words))
+
+
+@pytest.mark.parametrize("n", [128, 129, 32768, 32769])
+def test_wired_table_takes_the_narrowest_type(n: int) -> None:
+    """A chain of ``n`` states: int8 up to 128 states, int16 up to 32,768, int32 above (what
+    narrow_table gives), the same table either way."""
+    core = native_core()
+    s = np.arange(n - 1, dtype=np.int32)
+    wire = ([s], [np.full(n - 1, 97, dtype=np.int32)], [s + 1], [0], n, [], [], [])
+    trie = core.TokenTrie([b"a", b"aa", b"b"], np.ones(3, dtype=np.uint8))
+    tab, _, (ptr, ids) = core.dfa_masks(wire, np.array([0, n - 2, n - 1]), trie)
+    want = narrow_table(core.dfa_compress(*core.dfa_wire(*wire)[:3], n)[0])
+    assert tab.dtype == want.dtype and np.array_equal(tab, want)
+    assert [ids[ptr[i] : ptr[i + 1]].tolist() for i in range(3)] == [[0, 1], [0], []]
+
+
+def test_a_wire_that_cannot_be_wired_raises_dfa_wires_error() -> None:
+    """Two edges leaving a state on one byte to different states, or an edge out of range:
+    the list raises dfa_wire's ValueError (found with the GIL released)."""
+    core = native_core()
+    trie = core.TokenTrie([b"a"], np.ones(1, dtype=np.uint8))
+    one = np.array([0], dtype=np.int32)
+    ok = ([one], [one + 97], [one + 1], [0], 2, [], [], [])
+    ambiguous = ([one], [one + 97], [one + 1], [0], 3, [], [], [0, 97, 2])
+    out = ([one], [one + 97], [one + 5], [0], 2, [], [], [])
+    states = np.array([0], dtype=np.int64)
+    with pytest.raises(ValueError, match="ambiguous continuation on byte 97 at state 0"):
+        core.dfa_wire(*ambiguous)
+    with pytest.raises(ValueError, match="ambiguous continuation on byte 97 at state 0"):
+        core.dfa_masks_many([(ok, states, trie), (ambiguous, states, trie)])
+    with pytest.raises(ValueError, match="dfa_wire: a fragment edge out of range"):
+        core.dfa_masks(out, states, trie)
+    with pytest.raises(ValueError, match="states: out of range"):
+        core.dfa_masks(ok, np.array([2], dtype=np.int64), trie)
+    assert core.dfa_masks(ok, states, trie)[2][1].tolist() == [0]
+
+
+def test_a_fragment_not_wired_yet_is_refused_but_by_an_automaton() -> None:
+    """A deferred fragment has no edges: a builder, compress and its table refuse it with the
+    reason; a native ToolAutomaton built from it equals the one built from the wired fragment
+    (table, classes, every mask)."""
+    tools = [{"name": t["name"], "parameters": t.get("inputSchema") or {}} for t in server_tools(3)]
+    frag = _deferred(tools)[2]
+    for refuse in (lambda: builder().add(frag), lambda: compress(frag), lambda: frag.table):
+        with pytest.raises(ValueError, match="not wired yet"):
+            refuse()
+    tables = VocabTables.get(shipped_vocabulary("qwen2"))
+    wired = SlotCompiler()._tool(tools[2]["parameters"], b"}", b'{"x": ')[0]
+    a, b = ToolAutomaton(wired, tables), ToolAutomaton(frag, tables)
+    assert a.table.dtype == b.table.dtype and np.array_equal(a.table, b.table)
+    assert np.array_equal(a.byte_class, b.byte_class) and a.n_states == b.n_states
+    row_a, row_b = np.zeros(tables.words, dtype=np.int32), np.zeros(tables.words, dtype=np.int32)
+    for s in range(a.n_states):
+        if s not in a.exits:
+            a.fill(s, row_a)
+            b.fill(s, row_b)
+            assert np.array_equal(row_a, row_b), s

@@ -131,8 +131,9 @@ class CompileStats:
 class CompiledTools:
     """A registry compiled against one tokenizer: names trie, slot engines, automata on demand
     (``eager_automata=True``: every tool's automaton with every mask built while compiling,
-    in the slot analysis's pass over each distinct schema, the masks walked on a second thread
-    meanwhile with the compiled core; at most ``cache_size`` held)."""
+    in the slot analysis's pass over each distinct schema; with the compiled core, each
+    automaton's final wiring, byte classes and masks run on a second thread meanwhile; at most
+    ``cache_size`` held)."""
 
     def __init__(
         self,
@@ -238,7 +239,7 @@ class CompiledTools:
         done: dict[str, tuple[list[Slot], list[Problem]]] = {}
         tail = self.format.tail().encode()
         head = self.format.ARGS_HEAD.encode()
-        native = self._tables.native  # the masks walked on a second thread (MaskPipeline)
+        native = self._tables.native  # wiring, classes, masks on a second thread (MaskPipeline)
         with MaskPipeline() as masks:
             for i, s in enumerate(self.specs):
                 schema = _normalized(s.parameters)
@@ -246,7 +247,8 @@ class CompiledTools:
                 self._schema_keys[i] = skey
                 hit = done.get(skey)
                 if hit is None:
-                    frag, slots, problems = self._builder._tool(schema, tail, head)
+                    # native: wired, compressed and masked by the core on the masks' thread
+                    frag, slots, problems = self._builder._tool(schema, tail, head, native)
                     hit = done[skey] = (slots, problems)
                     auto = ToolAutomaton(frag, self._tables, masks=not native)
                     if native:

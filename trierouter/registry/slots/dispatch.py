@@ -166,11 +166,11 @@ class SlotCompiler:
         frag, slots, _ = self._tool(schema, tail, head)
         return frag, slots
 
-    _frame: tuple[dict[str, Any], bytes, bytes] | None = None
+    _frame: tuple[dict[str, Any], bytes, bytes, bool] | None = None
     """(root schema, head, tail) while a tool's root object is still to be built."""
 
     def _tool(
-        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b"", defer: bool = False
     ) -> tuple[Fragment, list[Slot], list[Problem]]:
         norm = normalize_schema(schema)
         self._problems = list(norm.problems)
@@ -180,7 +180,7 @@ class SlotCompiler:
         slots: list[Slot] = []
         # an object at the root wires ``head`` and ``tail`` in its own builder (the same
         # states, edges and numbering as wrapping it below: one wiring pass fewer)
-        self._frame = None if self.dry else (root, head, tail)
+        self._frame = None if self.dry else (root, head, tail, defer)
         try:
             frag, _, _ = self._piece(root, root, "", slots, depth=0)
             framed = self._frame is None and not self.dry
@@ -200,7 +200,7 @@ class SlotCompiler:
             b.link(b.accepting(0, lead), at)
         end = b.add(_literal(tail) if tail else _accepting())
         b.link(b.accepting(at, frag), end)
-        return b.finish(), slots, problems
+        return b.finish(defer), slots, problems
 
     # -- dispatch ----------------------------------------------------------------------------
     def _piece(
@@ -564,8 +564,9 @@ class SlotCompiler:
         shape, entries = key_automaton(keys, required)
         frame = self._frame
         head = tail = b""
+        defer = False
         if frame is not None and frame[0] is schema:  # the tool's root: head and tail here
-            _, head, tail = frame
+            _, head, tail, defer = frame
             self._frame = None
         else:
             frame = None
@@ -589,7 +590,7 @@ class SlotCompiler:
                 closing.append(s)
         if frame is not None:  # what accepts now (close and the states copying it): the tail
             b.link([*closing, close], b.add(_literal(tail) if tail else _accepting()))
-        frag = b.finish()
+        frag = b.finish(defer)
         return frag, "automaton", f"object of {n} properties"
 
 

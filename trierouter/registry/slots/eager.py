@@ -3,7 +3,10 @@
 An eager registry (``compile_tools(..., eager_automata=True)``) builds thousands of automata in
 turn: Python work per schema (normalization, dispatch, wiring) and then the compiled core's walk
 of each automaton's states over the token trie (``dfa_masks``), which needs no Python and runs
-with the GIL released. :class:`MaskPipeline` hands the walks to one worker thread, in batches
+with the GIL released; given a fragment not wired yet (``NativeBuilder.finish(defer=True)``: a
+tool's whole automaton), the same call first wires it and compresses its bytes to classes (the
+compiling thread's largest calls into the core otherwise). :class:`MaskPipeline` hands the walks
+to one worker thread, in batches
 (``dfa_masks_many``: one release of the GIL per batch, so the two threads trade the GIL a few
 hundred times, not once per automaton), and keeps each result on the caller's thread (the
 Python part of a mask: shared rows, packing). The masks are the ones :meth:`ToolAutomaton.

@@ -66,6 +66,11 @@ class Fragment:
     origin: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per state, ``piece << 32 | local state`` when the state is a copy of a registered quoted
     piece's state (:mod:`~trierouter.registry.slots.pieces`), else ``-1``."""
+    wire: tuple[Any, ...] | None = None
+    """Not wired yet (``NativeBuilder.finish(defer=True)``): the core's ``dfa_wire`` arguments,
+    and ``src``, ``byte``, ``dst`` empty. A tool's whole automaton in an eager registry, wired
+    with its masks on the masks' thread (:class:`~trierouter.registry.slots.masks.ToolAutomaton`
+    takes it; nothing else does)."""
     _accepting: list[int] | None = field(default=None, init=False, compare=False, repr=False)
 
     def accepting_states(self) -> list[int]:
@@ -104,15 +109,23 @@ class Fragment:
         z = np.zeros(0, dtype=np.int32)
         return cls(z, z, z, len(accept), np.asarray(accept, dtype=bool))
 
+    def edges(self) -> Fragment:
+        """``self``, once its edges are wired (else ``ValueError``: a deferred fragment's edges
+        exist only in the automaton built from it)."""
+        if self.wire is not None:
+            raise ValueError("this fragment is not wired yet: build its ToolAutomaton")
+        return self
+
     @property
     def table(self) -> I32:
         """The dense ``[n, 256]`` table (``-1`` = no edge)."""
+        self.edges()
         t = np.full((self.n, 256), NO_EDGE, dtype=np.int32)
         t[self.src, self.byte] = self.dst
         return t
 
     def start_edges(self) -> tuple[I32, I32]:
-        m = self.src == 0
+        m = self.edges().src == 0
         return self.byte[m], self.dst[m]
 
     def matches(self, data: bytes) -> bool:
@@ -267,7 +280,7 @@ class Builder:
         """Copy ``frag`` in; return the offset of its state 0. ``link`` may target its state 0
         and the states ``entries`` (plus the offset)."""
         off = self.n
-        self._src.append(frag.src + off)
+        self._src.append(frag.edges().src + off)
         self._byte.append(frag.byte)
         self._dst.append(frag.dst + off)
         self._accept.append(frag.accept.copy())
@@ -316,8 +329,9 @@ class Builder:
         self._byte.append(np.array([byte], dtype=np.int32))
         self._dst.append(np.array([target], dtype=np.int32))
 
-    def finish(self) -> Fragment:
-        """The wired fragment; ``ValueError`` if two edges leave a state on the same byte."""
+    def finish(self, defer: bool = False) -> Fragment:
+        """The wired fragment; ``ValueError`` if two edges leave a state on the same byte
+        (``defer``: :class:`NativeBuilder` only; this reference wires now)."""
         src = np.concatenate(self._src) if self._src else np.zeros(0, dtype=np.int32)
         byte = np.concatenate(self._byte) if self._byte else np.zeros(0, dtype=np.int32)
         dst = np.concatenate(self._dst) if self._dst else np.zeros(0, dtype=np.int32)
@@ -363,7 +377,7 @@ class NativeBuilder(Builder):
     def add(self, frag: Fragment, entries: Sequence[int] = ()) -> int:
         off = self.n
         i = len(self._frags)
-        self._frags.append(frag)
+        self._frags.append(frag.edges())
         self._offs.append(off)
         self._where[off] = (i, 0)
         for e in entries:
@@ -405,9 +419,13 @@ class NativeBuilder(Builder):
     def edge(self, state: int, byte: int, target: int) -> None:
         self._extra += (state, byte, target)
 
-    def finish(self) -> Fragment:
+    def finish(self, defer: bool = False) -> Fragment:
+        """``defer``: the wiring left to the core call that builds the automaton's masks
+        (:meth:`ToolAutomaton.masks_call`, on the masks' thread in an eager registry): the
+        fragment holds the ``dfa_wire`` arguments (:attr:`Fragment.wire`) and no edges; an
+        ambiguous continuation is then raised by that call."""
         frags = self._frags
-        src, byte, dst = _backend.native_core().dfa_wire(
+        wire = (
             [f.src for f in frags],
             [f.byte for f in frags],
             [f.dst for f in frags],
@@ -417,6 +435,10 @@ class NativeBuilder(Builder):
             self._lfrom,
             self._extra,
         )
+        if defer:
+            src = byte = dst = np.zeros(0, dtype=np.int32)
+        else:
+            src, byte, dst = _backend.native_core().dfa_wire(*wire)
         accept = np.concatenate([f.accept for f in frags])
         if self._acc:
             accept[np.fromiter(self._acc, np.int64, len(self._acc))] = np.fromiter(
@@ -431,6 +453,7 @@ class NativeBuilder(Builder):
             np.concatenate([f.klass for f in frags]),
             dict(self.exits),
             np.concatenate([f.origin for f in frags]),
+            wire if defer else None,
         )
 
 

@@ -289,8 +289,11 @@ class ToolAutomaton:
     """
 
     def __init__(self, frag: Fragment, tables: VocabTables, masks: bool = True) -> None:
-        # compress the byte alphabet: bytes with the same edges everywhere share one class
-        self.table, self.byte_class = compress(frag, native=tables.native, narrow=True)
+        # compress the byte alphabet: bytes with the same edges everywhere share one class (a
+        # fragment not wired yet: wired and compressed by the masks' core call, kept by _finish)
+        self._wire, self._n = frag.wire, frag.n
+        if frag.wire is None or not tables.native:
+            self.table, self.byte_class = compress(frag, native=tables.native, narrow=True)
         self.accept = frag.accept
         self.klass = frag.klass
         self.origin = frag.origin
@@ -305,7 +308,7 @@ class ToolAutomaton:
         self._bblock: I32 = np.zeros(0, dtype=np.int32)
         self._brow: I32 = np.zeros(0, dtype=np.int32)
         self._packed: dict[int, npt.NDArray[np.int32]] = {}
-        self._toward: dict[int, I32] = {}
+        self._toward: dict[int, I32] = {}  # toward_end's rows, and the distances they use
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
         if tables.native and masks:  # (masks=False: the caller runs masks_call)
@@ -313,7 +316,7 @@ class ToolAutomaton:
 
     @property
     def n_states(self) -> int:
-        return len(self.table)
+        return self._n
 
     @property
     def nbytes(self) -> int:
@@ -440,14 +443,7 @@ class ToolAutomaton:
                 row[:] = self._blocks[b][int(self._brow[state])]
             else:
                 row[:] = 0
-            lo, hi = int(ptr[state]), int(ptr[state + 1])
-            if hi > lo:
-                extra = self._ids[lo:hi]
-                np.bitwise_or.at(
-                    row.view(np.uint32),
-                    extra >> 5,
-                    np.left_shift(np.uint32(1), (extra & 31).astype(np.uint32)),
-                )
+            _set_bits(row, self._ids[int(ptr[state]) : int(ptr[state + 1])])
             return
         k, ids, packed = self._mask(state)
         if packed is not None:
@@ -458,12 +454,7 @@ class ToolAutomaton:
         else:
             row[:] = 0
         assert ids is not None
-        if len(ids):
-            np.bitwise_or.at(
-                row.view(np.uint32),
-                ids >> 5,
-                np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)),
-            )
+        _set_bits(row, ids)
 
     def materialize(self) -> None:
         """Compute every state's mask now (instead of on first visit); the native backend does
@@ -494,9 +485,10 @@ class ToolAutomaton:
         states = np.arange(n, dtype=np.int64)  # -1: an exit, no walk
         if live is not None:
             states[~live] = -1
+        table = (self.table, self.byte_class) if self._wire is None else (self._wire,)
         if live is None and int(self.klass.max(initial=-1)) < 0 and self.origin.max(initial=-1) < 0:
             # no string, no piece, no exit (a fixed format, a range): every state walks the trie
-            args: tuple[Any, ...] = (self.table, self.byte_class, states, t.trie)
+            args: tuple[Any, ...] = (*table, states, t.trie)
             return args, functools.partial(self._finish, blocks, bblock, brow, [])
         # states inside a free string: the per-class row, and the quote tokens walked here
         quoted = self.klass >= 0
@@ -535,14 +527,18 @@ class ToolAutomaton:
                 quoted[on] = True
                 extra.append((on[~wide], hit, local[~wide]))
         # one walk per state, in state order: the quote tokens' trie where a mask is shared
-        args = (self.table, self.byte_class, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8))
+        args = (*table, states, t.trie, 0, t.quote_trie, quoted.view(np.uint8))
         return args, functools.partial(self._finish, blocks, bblock, brow, extra)
 
     def _finish(
-        self, blocks: list[I32], bblock: I32, brow: I32, extra: list[Any], result: tuple[Any, I32]
+        self, blocks: list[I32], bblock: I32, brow: I32, extra: list[Any], result: tuple[Any, ...]
     ) -> None:
-        """Keep the masks of :meth:`materialize` (``result``: the core's (ptr, ids); the narrow
-        pieces' lists, ``extra``, added): long lists packed whole, with their rows."""
+        """Keep the masks of :meth:`materialize` (``result``: the core's (ptr, ids), after the
+        table and classes it made if it wired the automaton; the narrow pieces' lists,
+        ``extra``, added): long lists packed whole, with their rows."""
+        if self._wire is not None:
+            self.table, self.byte_class, result = result
+            self._wire = None
         ptr, ids = _pieces.with_lists(result[0], result[1], extra) if extra else result
         t = self.t
         if ptr[-1] > _BIG and len(big := np.flatnonzero(np.diff(ptr) > _BIG)):  # else none
@@ -553,3 +549,10 @@ class ToolAutomaton:
                 self._packed[s] = packed[j]
         self._blocks, self._bblock, self._brow, self._ids = blocks, bblock, brow, ids
         self._ptr = ptr
+
+
+def _set_bits(row: npt.NDArray[np.int32], ids: I32) -> None:
+    """Set the bits of ``ids`` in the packed ``row``."""
+    if len(ids):
+        bit = np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32))
+        np.bitwise_or.at(row.view(np.uint32), ids >> 5, bit)

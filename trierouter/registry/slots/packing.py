@@ -55,6 +55,7 @@ def compress(
     """``frag``'s dense table over byte classes (bytes with the same edges everywhere share a
     column) and the class of each byte (``native``: computed by the compiled core; ``narrow``:
     the table in the narrowest type its states fit, :func:`narrow_table`)."""
+    frag = frag.edges()
     if native:
         table, byte_class = _backend.native_core().dfa_compress(
             np.ascontiguousarray(frag.src, dtype=np.int32),
