@@ -71,7 +71,8 @@ def test_found_by_fuzzing_max_items_zero(schema: dict[str, Any]) -> None:
 
 
 def test_oracles_catch_a_wrong_mask_and_an_invalid_walk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check fails when one native mask bit flips, and when a walk's JSON breaks the
+    """The check fails when one native mask bit flips, when the automaton wired with its masks
+    has another table type, and when a walk's JSON breaks the
     schema (here: the schema the validator sees is stricter than the compiled one)."""
     schema = {
         "type": "object",
@@ -94,6 +95,18 @@ def test_oracles_catch_a_wrong_mask_and_an_invalid_walk(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(ToolAutomaton, "fill", flipped)
     with pytest.raises(AssertionError, match="mask differs"):
+        check_tool_case(case)
+    monkeypatch.undo()
+    real_finish = ToolAutomaton._finish
+
+    def wider(self: ToolAutomaton, *args: Any) -> None:  # the late-wired table as int32
+        late = self._wire is not None
+        real_finish(self, *args)
+        if late:
+            self.table = self.table.astype(np.int32)
+
+    monkeypatch.setattr(ToolAutomaton, "_finish", wider)
+    with pytest.raises(AssertionError, match="wired with its masks differs"):
         check_tool_case(case)
     monkeypatch.undo()
     loose = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}

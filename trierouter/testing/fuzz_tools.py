@@ -10,7 +10,9 @@ walks. :func:`check_tool_case` checks, against oracles that share no code with t
   reference, up to the order in which the subset construction numbers states (a bijection
   keeping every edge, acceptance and exit), and both refuse the same schemas alike;
 - every state's token mask from the core (``dfa_masks``, shared pieces) equals the numpy
-  reference's and brute force (a token is allowed iff all its bytes have edges);
+  reference's and brute force (a token is allowed iff all its bytes have edges); the automaton
+  wired, compressed and masked in one core call (an eager registry's path) has the same table,
+  byte classes and masks;
 - every byte walk that ends in an accepting state spells JSON that ``jsonschema`` (with its
   format checker) accepts against the original schema: the automaton never allows an invalid
   argument.
@@ -210,6 +212,13 @@ def check_tool_case(case: ToolCase) -> ToolOutcome:
     vocab = _vocabulary(case.tokens)
     with _backend("native"):
         native = ToolAutomaton(nat, VocabTables(vocab))
+        # wired, compressed and masked in one core call (an eager registry's path)
+        late = ToolAutomaton(SlotCompiler().tool(case.schema, TAIL, HEAD, defer=True)[0], native.t)
+    if late.table.dtype != native.table.dtype or not (
+        np.array_equal(late.table, native.table)
+        and np.array_equal(late.byte_class, native.byte_class)
+    ):
+        raise AssertionError("the automaton wired with its masks differs from the one wired first")
     with _backend("numpy"):
         tables = VocabTables(vocab)
         reference = ToolAutomaton(ref, tables)
@@ -226,6 +235,9 @@ def check_tool_case(case: ToolCase) -> ToolOutcome:
         reference.fill(s, b)
         if not np.array_equal(a, b):
             raise AssertionError(f"state {s}: native mask differs from the numpy reference")
+        late.fill(iso[s], b)
+        if not np.array_equal(a, b):
+            raise AssertionError(f"state {s}: the mask wired with its masks differs")
         if set(bitmask_to_ids(a, vocab.width).tolist()) != _brute_force(native, vocab, iso[s]):
             raise AssertionError(f"state {s}: mask differs from brute force")
     dist = _distances(native)

@@ -160,14 +160,15 @@ class SlotCompiler:
         return slots, problems
 
     def tool(
-        self, schema: dict[str, Any], tail: bytes, head: bytes = b""
+        self, schema: dict[str, Any], tail: bytes, head: bytes = b"", defer: bool = False
     ) -> tuple[Fragment, list[Slot]]:
-        """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots."""
-        frag, slots, _ = self._tool(schema, tail, head)
+        """The automaton for ``head``, a tool's arguments object, then ``tail``; its slots
+        (``defer``: its last wiring left to the core call of its masks, ``Fragment.wire``)."""
+        frag, slots, _ = self._tool(schema, tail, head, defer)
         return frag, slots
 
     _frame: tuple[dict[str, Any], bytes, bytes, bool] | None = None
-    """(root schema, head, tail) while a tool's root object is still to be built."""
+    """(root schema, head, tail, defer) while a tool's root object is still to be built."""
 
     def _tool(
         self, schema: dict[str, Any], tail: bytes, head: bytes = b"", defer: bool = False
