@@ -275,3 +275,66 @@ def test_a_fragment_not_wired_yet_is_refused_but_by_an_automaton() -> None:
             a.fill(s, row_a)
             b.fill(s, row_b)
             assert np.array_equal(row_a, row_b), s
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_materialize_builds_through_the_pipeline_and_drops_what_an_error_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CompiledTools.materialize() builds the automata not built yet through the masks'
+    pipeline (wired late): each equals a lazily built one (table, classes, every mask), those
+    built before are kept as they are; if a batch fails, the automata left without masks are
+    dropped and built again, correctly, on first use."""
+    tools = [
+        {"name": t["name"], "parameters": t.get("inputSchema") or {}} for t in server_tools(30)
+    ]
+    index = TokenIndex.get(shipped_vocabulary("qwen2"))
+    lazy = compile_tools(tools, index, strict=False)
+    reg = compile_tools(tools, index, strict=False)
+    first = reg.automaton(0)  # built before: kept
+    late: list[Any] = []
+    real_add = eager.MaskPipeline.add
+
+    def add(self: eager.MaskPipeline, auto: Any) -> None:
+        late.append(auto._wire is not None)
+        real_add(self, auto)
+
+    monkeypatch.setattr(eager.MaskPipeline, "add", add)
+    reg.materialize()
+    assert len(late) > 3 * 3 and all(late)
+    assert reg.automaton(0) is first
+    row_a = np.zeros((index.vocabulary.width + 31) // 32, dtype=np.int32)
+    row_b = row_a.copy()
+
+    def same(a: Any, b: Any) -> None:
+        assert a.table.dtype == b.table.dtype and np.array_equal(a.table, b.table)
+        assert np.array_equal(a.byte_class, b.byte_class)
+        for s in range(a.n_states):
+            if s not in a.exits:
+                a.fill(s, row_a)
+                b.fill(s, row_b)
+                assert np.array_equal(row_a, row_b), s
+
+    for i in range(len(tools)):
+        same(lazy.automaton(i), reg.automaton(i))
+    core = native_core()
+    batches = [0]
+
+    class Core:  # the real core, its second batch failing
+        def __getattr__(self, name: str) -> Any:
+            return getattr(core, name)
+
+        def dfa_masks_many(self, calls: list[Any]) -> list[Any]:
+            batches[0] += 1
+            if batches[0] == 2:
+                raise MemoryError("the second batch")
+            return core.dfa_masks_many(calls)
+
+    monkeypatch.setattr(eager._backend, "native_core", lambda: Core())
+    broken = compile_tools(tools, index, strict=False)
+    with pytest.raises(MemoryError, match="the second batch"):
+        broken.materialize()
+    monkeypatch.undo()
+    assert all(a._ptr is not None for a in broken._automata.values())
+    for i in range(len(tools)):
+        same(lazy.automaton(i), broken.automaton(i))

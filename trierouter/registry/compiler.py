@@ -347,21 +347,31 @@ class CompiledTools:
         without the suffix's last character, see :meth:`CallFormat.tail`), built on first use;
         tools with the same parameter schema share one."""
         with self._lock:
-            skey = self._schema_keys[i]
-            if skey is None:
-                skey = self._schema_keys[i] = _schema_key(_normalized(self.specs[i].parameters), i)
-            key = (skey, hold)
-            a = self._automata.get(key)
-            if a is not None:
-                self._automata.move_to_end(key)
-                return a
-            spec = self.specs[i]
-            frag, _ = self._builder.tool(
-                _normalized(spec.parameters),
-                self.format.tail(hold=hold).encode(),
-                self.format.ARGS_HEAD.encode(),
-            )
-            return self._keep(key, ToolAutomaton(frag, self._tables))
+            return self._automaton(i, hold)[0]
+
+    def _automaton(
+        self, i: int, hold: bool, masks: MaskPipeline | None = None
+    ) -> tuple[ToolAutomaton, tuple[str, bool] | None]:
+        """:meth:`automaton` under the lock, and the key it was kept under if it was built now
+        (``masks``: built with its last wiring, classes and masks queued there)."""
+        skey = self._schema_keys[i]
+        if skey is None:
+            skey = self._schema_keys[i] = _schema_key(_normalized(self.specs[i].parameters), i)
+        key = (skey, hold)
+        a = self._automata.get(key)
+        if a is not None:
+            self._automata.move_to_end(key)
+            return a, None
+        frag, _ = self._builder.tool(
+            _normalized(self.specs[i].parameters),
+            self.format.tail(hold=hold).encode(),
+            self.format.ARGS_HEAD.encode(),
+            defer=masks is not None,
+        )
+        a = ToolAutomaton(frag, self._tables, masks=masks is None)
+        if masks is not None:
+            masks.add(a)
+        return self._keep(key, a), key
 
     def _keep(self, key: tuple[str, bool], a: ToolAutomaton) -> ToolAutomaton:
         """Hold ``a`` under ``key``, dropping the least recently used beyond ``cache_size``."""
@@ -427,13 +437,31 @@ class CompiledTools:
 
     def materialize(self) -> None:
         """Build every tool's automaton and every state's mask now (``eager_automata=True``
-        does it while compiling, sharing the slot analysis's pass). The cyclic collector is
-        paused meanwhile, as in compile."""
+        does it while compiling, sharing the slot analysis's pass); with the compiled core,
+        the automata built now get their last wiring, classes and masks on a second thread, as
+        in an eager compile. Holds the registry's lock until every mask is kept (other threads'
+        ``automaton`` calls wait); on an error, the automata whose masks were not kept are
+        dropped (built again on first use). The cyclic collector is paused meanwhile, as in
+        compile."""
         paused = gc.isenabled()
         gc.disable()
+        built: list[tuple[tuple[str, bool], ToolAutomaton]] = []
         try:
-            for i in range(len(self.specs)):
-                self.automaton(i).materialize()
+            with self._lock:
+                try:
+                    with MaskPipeline() as masks:
+                        pipe = masks if self._tables.native else None
+                        for i in range(len(self.specs)):
+                            a, key = self._automaton(i, False, pipe)
+                            if key is not None and pipe is not None:
+                                built.append((key, a))
+                            elif pipe is None:
+                                a.materialize()
+                except BaseException:
+                    for key, a in built:  # (_ptr: None until the masks are kept)
+                        if a._ptr is None and self._automata.get(key) is a:
+                            del self._automata[key]
+                    raise
         finally:
             if paused:
                 gc.enable()
