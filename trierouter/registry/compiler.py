@@ -39,7 +39,7 @@ from trierouter.registry.slots.eager import MaskPipeline
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.trie import ChoiceSet, compile_choices
-from trierouter.registry.vocabulary import Vocabulary
+from trierouter.registry.vocabulary import Vocabulary, xgrammar_tokenizer_info
 
 __all__ = [
     "CALL_HEAD",
@@ -83,35 +83,6 @@ def _normalized(schema: dict[str, Any]) -> dict[str, Any]:
     if not schema:
         return {"type": "object", "properties": {}}
     return schema
-
-
-_INFOS: OrderedDict[tuple[str, int, tuple[int, ...]], Any] = OrderedDict()
-_INFOS_LOCK = threading.Lock()
-
-
-def xgrammar_tokenizer_info(vocab: Vocabulary) -> Any:
-    """XGrammar's TokenizerInfo for ``vocab``: raw bytes, special ids empty, same width (built
-    once per vocabulary, ~0.1 s at Qwen2 size; the last 4 are kept)."""
-    try:
-        import xgrammar as xgr
-    except ImportError as exc:  # pragma: no cover - xgrammar is in the tools extra
-        raise missing("xgrammar", "tools") from exc
-    key = (vocab.hash, vocab.width, tuple(vocab.end_ids))
-    with _INFOS_LOCK:
-        info = _INFOS.get(key)
-        if info is not None:
-            _INFOS.move_to_end(key)
-            return info
-    special = vocab.special_ids
-    enc = [b"" if i in special else t for i, t in enumerate(vocab.tokens)]
-    info = xgr.TokenizerInfo(
-        enc, xgr.VocabType.RAW, vocab_size=vocab.width, stop_token_ids=list(vocab.end_ids)
-    )
-    with _INFOS_LOCK:
-        _INFOS[key] = info
-        while len(_INFOS) > 4:
-            _INFOS.popitem(last=False)
-    return info
 
 
 @dataclass
@@ -352,8 +323,8 @@ class CompiledTools:
     def _automaton(
         self, i: int, hold: bool, masks: MaskPipeline | None = None
     ) -> tuple[ToolAutomaton, tuple[str, bool] | None]:
-        """:meth:`automaton` under the lock, and the key it was kept under if it was built now
-        (``masks``: built with its last wiring, classes and masks queued there)."""
+        """:meth:`automaton` under the lock; the key it is kept under if built now (``masks``:
+        its last wiring, classes and masks queued there)."""
         skey = self._schema_keys[i]
         if skey is None:
             skey = self._schema_keys[i] = _schema_key(_normalized(self.specs[i].parameters), i)
@@ -437,32 +408,29 @@ class CompiledTools:
 
     def materialize(self) -> None:
         """Build every tool's automaton and every state's mask now (``eager_automata=True``
-        does it while compiling, sharing the slot analysis's pass); with the compiled core,
-        the automata built now get their last wiring, classes and masks on a second thread, as
-        in an eager compile. Holds the registry's lock until every mask is kept (other threads'
-        ``automaton`` calls wait); on an error, the automata whose masks were not kept are
-        dropped (built again on first use). The cyclic collector is paused meanwhile, as in
-        compile."""
+        does it while compiling); with the compiled core, as in an eager compile (wiring,
+        classes and masks on a second thread), holding the lock until every mask is kept; on an
+        error, the automata left without masks are dropped. The cyclic collector is paused."""
         paused = gc.isenabled()
         gc.disable()
         built: list[tuple[tuple[str, bool], ToolAutomaton]] = []
+        self._lock.acquire()
         try:
-            with self._lock:
-                try:
-                    with MaskPipeline() as masks:
-                        pipe = masks if self._tables.native else None
-                        for i in range(len(self.specs)):
-                            a, key = self._automaton(i, False, pipe)
-                            if key is not None and pipe is not None:
-                                built.append((key, a))
-                            elif pipe is None:
-                                a.materialize()
-                except BaseException:
-                    for key, a in built:  # (_ptr: None until the masks are kept)
-                        if a._ptr is None and self._automata.get(key) is a:
-                            del self._automata[key]
-                    raise
+            with MaskPipeline() as masks:
+                pipe = masks if self._tables.native else None
+                for i in range(len(self.specs)):
+                    a, key = self._automaton(i, False, pipe)
+                    if pipe is None:
+                        a.materialize()
+                    elif key is not None:
+                        built.append((key, a))
+        except BaseException:
+            for key, a in built:  # (_ptr: None until the masks are kept)
+                if a._ptr is None and self._automata.get(key) is a:
+                    del self._automata[key]
+            raise
         finally:
+            self._lock.release()
             if paused:
                 gc.enable()
 
