@@ -545,7 +545,7 @@ def test_dfa_masks_shared_rows_equal_every_row_walked(qwen2: Vocabulary) -> None
 
 
 def test_dfa_masks_class_trie_rows_equal_brute_force() -> None:
-    """Over few classes (at most 16) with two wide states, dfa_masks walks the token trie seen
+    """Over few classes (at most 16) with four wide states, dfa_masks walks the token trie seen
     through the classes (tokens with the same class at every position merged; bytes of a class
     with no edge anywhere dropped), alone or under the shared rows' length filter. Checked
     against every token stepped and against ``share=False`` on random tables whose classes
@@ -569,16 +569,16 @@ def test_dfa_masks_class_trie_rows_equal_brute_force() -> None:
         has = np.array([b'"' in t for t in tokens], dtype=np.uint8)
         trie = core.TokenTrie(tokens, np.ones(len(tokens), dtype=np.uint8))
         qtrie = core.TokenTrie(tokens, has)
-        ns = int(rng.integers(3, 40))
+        ns = int(rng.integers(4, 40))
         tab = rng.integers(-1, ns, size=(ns, nc)).astype(np.int32)
         tab[rng.random((ns, nc)) < 0.25] = -1
         tab[:, nc - 1] = -1  # a dead class: its bytes are in no row
         if case % 3 == 0:  # a counter over class 0 (rows alike below its length)
             tab[:-1, 0] = np.arange(1, ns)
             tab[-1, 0] = -1
-        states = rng.integers(-1, ns, size=int(rng.integers(2, 2 * ns))).astype(np.int64)
-        states[:2] = [0, 1]  # two wide states at least (class 0 live from both)
-        tab[:2, 0] = np.maximum(tab[:2, 0], 0)
+        states = rng.integers(-1, ns, size=int(rng.integers(4, 2 * ns))).astype(np.int64)
+        states[:4] = [0, 1, 2, 3]  # four wide states at least (class 0 live from each)
+        tab[:4, 0] = np.maximum(tab[:4, 0], 0)
         ptr, ids = core.dfa_masks(tab, bc, states, trie)
         got = [ids[ptr[i] : ptr[i + 1]].tolist() for i in range(len(states))]
         assert got == _brute_rows(tab, bc, states, tokens), case
@@ -616,6 +616,76 @@ def test_dfa_masks_class_trie_past_the_pruning_bound_equals_brute_force() -> Non
         assert got == _brute_rows(tab, bc, states, tokens), ns
         want = core.dfa_masks(tab, bc, states, trie, 0, None, None, False)
         assert np.array_equal(ptr, want[0]) and np.array_equal(ids, want[1]), ns
+
+
+def test_dfa_masks_long_rows_over_many_ids_equal_brute_force() -> None:
+    """A row of more than 64 tokens is sorted through a two-level bitmap (a summary bit per
+    word of token bits): rows whose ids spread over several summary words (a 20,000-token
+    vocabulary, ids shuffled), one after another (the bitmap cleared between rows), equal
+    brute force, in states' order and reversed, with and without the shared rows."""
+    core = native_core()
+    rng = np.random.default_rng(5)
+    letters = list(b"abcdefghijklmnopqrstuvwxyz")
+    tokens = [bytes([b]) for b in letters]
+    tokens += [
+        bytes(rng.choice(letters, size=int(rng.integers(2, 6))).tolist()) for _ in range(30_000)
+    ]
+    tokens = list(dict.fromkeys(tokens))[:20_000]
+    tokens = [tokens[i] for i in rng.permutation(len(tokens))]
+    trie = core.TokenTrie(tokens, np.ones(len(tokens), dtype=np.uint8))
+    bc = np.full(256, 2, dtype=np.int32)
+    bc[letters[:18]] = 0  # a wide class: the shared rows and the class trie apply
+    bc[letters[18:]] = 1
+    # a counter: state i reads up to 7 - i bytes of class 0, class 1 only from even states
+    table = np.full((8, 3), -1, dtype=np.int32)
+    table[:-1, 0] = np.arange(1, 8)
+    table[0:-1:2, 1] = np.arange(1, 8, 2)
+    for states in (np.arange(8, dtype=np.int64), np.arange(8, dtype=np.int64)[::-1].copy()):
+        want = _brute_rows(table, bc, states, tokens)
+        assert max(len(r) for r in want) > 64 and max(max(r) for r in want if r) >= 3 * 4096
+        for share in (True, False):
+            ptr, ids = core.dfa_masks(table, bc, states, trie, 0, None, None, share)
+            assert [ids[ptr[i] : ptr[i + 1]].tolist() for i in range(len(states))] == want
+
+
+def test_piece_ids_tell_every_content_apart() -> None:
+    """Quoted pieces are interned by a digest of their content (size, edges, acceptance, in
+    two bytes a state up to 2**15 states, else four): fragments differing in one source,
+    byte, target, accepting state or size get their own ids; an equal one built anew (int64
+    arrays) gets the same; past 2**15 states a source 65,536 apart is told apart too."""
+    from trierouter.registry.slots.pieces import tag
+
+    letters = list(range(ord("a"), ord("r")))  # 17 bytes: a wide state
+    q = ord('"')
+
+    def frag(n: int = 5, edges: tuple[tuple[int, int, int], ...] = (), acc: int = 3) -> Fragment:
+        e = np.array([(0, q, 1), *((1, b, 2) for b in letters), (2, q, 3), (4, q, 3)]).T
+        for i, (a, b, c) in enumerate(edges):
+            e[:, i + 1] = (a, b, c)  # replace the letter edges one by one
+        accept = np.zeros(n, dtype=bool)
+        accept[[3, acc]] = True
+        return Fragment(e[0], e[1], e[2], n, accept)
+
+    def pid(f: Fragment) -> int:
+        tagged = tag(f)
+        assert tagged is not f and tagged.origin[0] >= 0
+        return int(tagged.origin[0]) >> 32
+
+    base = pid(frag())
+    same = frag()
+    cols = (same.src.astype(np.int32), same.byte.astype(np.int32), same.dst.astype(np.int32))
+    assert pid(Fragment(*cols, 5, same.accept)) == base
+    variants = [
+        frag(edges=((4, letters[0], 2),)),  # a source
+        frag(edges=((1, ord("z"), 2),)),  # a byte
+        frag(edges=((1, letters[0], 4),)),  # a target
+        frag(acc=4),  # an accepting state
+        frag(n=6),  # the size
+    ]
+    ids = [pid(v) for v in variants]
+    assert base not in ids and len(set(ids)) == len(ids)
+    near, far = ((a, letters[0], 2) for a in (4, 4 + 65_536))
+    assert pid(frag(70_000, (near,))) != pid(frag(70_000, (far,))) == pid(frag(70_000, (far,)))
 
 
 def test_narrow_tables_read_as_their_int32_originals(qwen2: Vocabulary) -> None:

@@ -479,15 +479,20 @@ class ToolAutomaton:
         if self.exits:
             live = np.ones(n, dtype=bool)
             live[np.fromiter(self.exits, np.int64, len(self.exits))] = False
-        bblock = np.full(n, -1, dtype=np.int32)
-        brow = np.zeros(n, dtype=np.int32)
+        bblock, brow = np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int32)
         blocks: list[npt.NDArray[np.int32]] = []
         states = np.arange(n, dtype=np.int64)  # -1: an exit, no walk
         if live is not None:
             states[~live] = -1
         table = (self.table, self.byte_class) if self._wire is None else (self._wire,)
-        if live is None and int(self.klass.max(initial=-1)) < 0 and self.origin.max(initial=-1) < 0:
-            # no string, no piece, no exit (a fixed format, a range): every state walks the trie
+        strings = int(self.klass.max(initial=-1)) >= 0
+        ps: list[int] = []  # the pieces embedded (their ids)
+        if int(self.origin.max(initial=-1)) >= 0:
+            pid = self.origin[(self.origin >= 0) & (self.klass < 0)] >> 32
+            ps = pid[:1].tolist() if len(pid) and (pid == pid[0]).all() else np.unique(pid).tolist()
+        hits = [(p, h) for p in ps if (h := _pieces.shared_rows(t, p)) is not None]
+        if live is None and not strings and not hits:
+            # no string, exit or wide piece (a narrow one's states walk as any): all walk the trie
             args: tuple[Any, ...] = (*table, states, t.trie)
             return args, functools.partial(self._finish, blocks, bblock, brow, [])
         # states inside a free string: the per-class row, and the quote tokens walked here
@@ -505,16 +510,13 @@ class ToolAutomaton:
                     bblock[on[k == kl]], brow[on[k == kl]] = len(blocks) - 1, 0
         # a shared piece's non-accepting states: its row if wide, else its list less quote tokens
         extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
-        if self.origin.max(initial=-1) >= 0:
+        if hits:
             piece = (self.origin >= 0) & (self.klass < 0)
             if live is not None:
                 piece &= live
             on_all = np.flatnonzero(piece)
             pid = self.origin[on_all] >> 32
-            ps = pid[:1].tolist() if len(pid) and (pid == pid[0]).all() else np.unique(pid).tolist()
-            for p in ps:
-                if (hit := _pieces.shared_rows(t, int(p))) is None:
-                    continue
+            for p, hit in hits:
                 on = on_all if len(ps) == 1 else on_all[pid == p]
                 local = self.origin[on] & 0xFFFFFFFF
                 keep = ~_pieces.piece(int(p)).accept[local]
@@ -541,7 +543,7 @@ class ToolAutomaton:
             self._wire = None
         ptr, ids = _pieces.with_lists(result[0], result[1], extra) if extra else result
         t = self.t
-        if ptr[-1] > _BIG and len(big := np.flatnonzero(np.diff(ptr) > _BIG)):  # else none
+        if ptr[-1] > _BIG and len(big := np.flatnonzero((ptr[1:] - ptr[:-1]) > _BIG)):  # or none
             packed = pack_rows(ptr, ids, big, t.width)
             for j, s in enumerate(big.tolist()):
                 if bblock[s] >= 0:
