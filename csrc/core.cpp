@@ -2505,6 +2505,18 @@ PyObject* pair_result(PyObject* a, PyObject* b) {
     return Py_BuildValue("(NN)", a, b);
 }
 
+// (a, b, c, d), stealing the four references; nullptr (and all released) if any is nullptr
+PyObject* quad_result(PyObject* a, PyObject* b, PyObject* c, PyObject* d) {
+    if (!a || !b || !c || !d) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        Py_XDECREF(d);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNNN)", a, b, c, d);
+}
+
 PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
     PyObject* a = to_numpy(ptr, NPY_INT64);
     return pair_result(a, to_numpy(ids, NPY_INT32));
@@ -3852,6 +3864,79 @@ PyObject* py_csr_pack(PyObject*, PyObject* args) {
     return rows_o;
 }
 
+// csr_split(ptr: int64[m + 1], ids: int32[], at: int64[m], n: int, wide: int, drop: bytes-like
+//   (one flag per id), words: int) -> (where int32[n], rows int32 (w, words), lptr int64[n + 1],
+//   lids int32[]): a shared piece's standalone masks (list j: local state at[j], ascending) split
+//   in one pass: each list of ``wide`` ids or more packed into the next row (where[at[j]] = its
+//   row, -1 elsewhere), every other list kept at its state without the ids flagged in ``drop``
+//   (the quote tokens, walked per tool); what pieces.rows did with some twenty numpy calls.
+PyObject* py_csr_split(PyObject*, PyObject* args) {
+    PyObject *ptr_o, *ids_o, *at_o, *drop_o;
+    Py_ssize_t n, wide, words;
+    if (!PyArg_ParseTuple(args, "OOOnnOn", &ptr_o, &ids_o, &at_o, &n, &wide, &drop_o, &words)) return nullptr;
+    I64View ptr, at;
+    I32View ids;
+    ByteView drop;
+    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !at.open(at_o, "at") || !drop.open(drop_o))
+        return nullptr;
+    if (!check_csr(ptr, ids.n, "csr_split")) return nullptr;
+    if (at.n != ptr.n - 1 || n < 0 || words < 0) {
+        PyErr_SetString(PyExc_ValueError, "csr_split: at must have one state per list, n and words >= 0");
+        return nullptr;
+    }
+    for (int64_t j = 0; j < at.n; ++j)
+        if (at.p[j] < 0 || at.p[j] >= n || (j > 0 && at.p[j] <= at.p[j - 1])) {
+            PyErr_SetString(PyExc_ValueError, "csr_split: at must be ascending states below n");
+            return nullptr;
+        }
+    for (int64_t k = 0; k < ids.n; ++k)
+        if (ids.p[k] < 0 || ids.p[k] >= drop.n || static_cast<int64_t>(ids.p[k]) >= static_cast<int64_t>(words) * 32) {
+            PyErr_SetString(PyExc_ValueError, "csr_split: an id past drop or the row");
+            return nullptr;
+        }
+    npy_intp nd[1] = {static_cast<npy_intp>(n)};
+    PyObject* where_o = PyArray_SimpleNew(1, nd, NPY_INT32);
+    if (!where_o) return nullptr;
+    int32_t* where = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(where_o)));
+    std::fill(where, where + n, -1);
+    int32_t n_wide = 0;
+    for (int64_t j = 0; j < at.n; ++j)
+        if (ptr.p[j + 1] - ptr.p[j] >= wide) where[at.p[j]] = n_wide++;
+    npy_intp dims[2] = {static_cast<npy_intp>(n_wide), static_cast<npy_intp>(words)};
+    PyObject* rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
+    Buf<int64_t> lptr;
+    Buf<int32_t> lids;
+    if (!rows_o || !lptr.resize(static_cast<size_t>(n) + 1)) {
+        Py_DECREF(where_o);
+        Py_XDECREF(rows_o);
+        return rows_o ? PyErr_NoMemory() : nullptr;
+    }
+    uint32_t* rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
+    std::fill(lptr.p, lptr.p + n + 1, 0);
+    bool ok = true;
+    int64_t s = 0;  // the next local state whose lptr entry is to be written
+    for (int64_t j = 0; j < at.n && ok; ++j) {
+        for (; s <= at.p[j]; ++s) lptr[static_cast<size_t>(s)] = static_cast<int64_t>(lids.n);
+        const int32_t r = where[at.p[j]];
+        if (r >= 0) {
+            uint32_t* row = rows + static_cast<size_t>(r) * static_cast<size_t>(words);
+            for (int64_t k = ptr.p[j]; k < ptr.p[j + 1]; ++k)
+                row[static_cast<uint32_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
+        } else {
+            for (int64_t k = ptr.p[j]; k < ptr.p[j + 1] && ok; ++k)
+                if (!drop.p[ids.p[k]]) ok = lids.push(ids.p[k]);
+        }
+    }
+    for (; ok && s <= n; ++s) lptr[static_cast<size_t>(s)] = static_cast<int64_t>(lids.n);
+    if (!ok) {
+        Py_DECREF(where_o);
+        Py_DECREF(rows_o);
+        return PyErr_NoMemory();
+    }
+    PyObject* a = to_numpy(lptr, NPY_INT64);
+    return quad_result(where_o, rows_o, a, to_numpy(lids, NPY_INT32));
+}
+
 // spelled_count(trie, allowed: 32 bytes (a 256-bit set, bit b of byte b >> 3), limit) -> int:
 //   how many tokens of ``trie`` have all their bytes in ``allowed``, counted up to ``limit``
 //   (the walk stops there). A state of an automaton over these bytes allows at most that many
@@ -4045,14 +4130,7 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
     PyObject* ac = PyArray_SimpleNew(1, dn, NPY_BOOL);
     if (ac && !acc.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
     PyObject *a = arr(src), *b = arr(byte), *c = arr(dst);
-    if (!a || !b || !c || !ac) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-        Py_XDECREF(ac);
-        return nullptr;
-    }
-    return Py_BuildValue("(NNNN)", a, b, c, ac);
+    return quad_result(a, b, c, ac);
 }
 
 
@@ -4741,6 +4819,8 @@ PyMethodDef module_methods[] = {
      "csr_extend(ptr, ids, states, lo, hi, pool) -> (ptr, ids): pool[lo[j]:hi[j]] appended to the list of states[j]"},
     {"csr_pack", py_csr_pack, METH_VARARGS,
      "csr_pack(ptr, ids, which, words) -> packed rows of the lists of which"},
+    {"csr_split", py_csr_split, METH_VARARGS,
+     "csr_split(ptr, ids, at, n, wide, drop, words) -> (where, rows, ptr, ids): a piece's lists split into packed wide rows and narrow lists less the dropped ids"},
     {"spelled_count", py_spelled_count, METH_VARARGS,
      "spelled_count(trie, allowed, limit) -> tokens spelled with the allowed bytes alone, up to limit"},
     {"int_range_dfa", py_int_range_dfa, METH_VARARGS,

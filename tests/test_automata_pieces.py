@@ -460,6 +460,46 @@ def test_csr_extend_and_pack_equal_numpy() -> None:
         core.csr_extend(ptr, ids, states, lo, hi + 1, pool)  # a span past the pool
 
 
+def test_csr_split_equals_per_state_lists() -> None:
+    """csr_split (a piece's standalone masks kept): each list of ``wide`` ids or more packed
+    into the next row, ``where`` naming it at its state; every other list at its state less
+    the dropped ids; states without a list empty. Random lists at random ascending states,
+    with no wide list, some and all; bad arguments refused."""
+    core = native_core()
+    rng = np.random.default_rng(9)
+    drop = rng.random(300) < 0.3
+    for case in range(40):
+        n = int(rng.integers(1, 30))
+        at = np.sort(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)).astype(
+            np.int64
+        )
+        lens = rng.integers(0, 12, size=len(at))
+        ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        ids = rng.integers(0, 300, size=int(ptr[-1])).astype(np.int32)
+        wide = (0, 6, 99)[case % 3]
+        where, rows, lptr, lids = core.csr_split(ptr, ids, at, n, wide, drop, 10)
+        lists = {int(s): ids[ptr[j] : ptr[j + 1]] for j, s in enumerate(at)}
+        big = [s for s in sorted(lists) if len(lists[s]) >= wide]
+        assert where.tolist() == [big.index(s) if s in big else -1 for s in range(n)]
+        assert rows.shape == (len(big), 10)
+        for r, s in zip(rows, big, strict=True):
+            assert np.array_equal(r, pack_ids(lists[s], 10 * 32))
+        assert len(lptr) == n + 1 and lptr[0] == 0
+        for s in range(n):
+            keep = [] if s in big or s not in lists else [t for t in lists[s] if not drop[t]]
+            assert lids[lptr[s] : lptr[s + 1]].tolist() == keep, (case, s)
+    ok = (np.array([0, 2, 3], dtype=np.int64), np.array([1, 2, 3], dtype=np.int32))
+    for bad in [
+        (*ok, np.array([4], dtype=np.int64), 5, 2, drop, 10),  # a state past n
+        (*ok, np.array([1, 1], dtype=np.int64), 5, 2, drop, 10),  # not ascending
+        (*ok, np.array([0], dtype=np.int64), 5, 2, drop, 10),  # one state for two lists
+        (*ok, np.array([0, 1], dtype=np.int64), 5, 2, drop[:3], 10),  # an id past drop
+        (*ok, np.array([0, 1], dtype=np.int64), 5, 2, drop, 0),  # an id past the row
+    ]:
+        with pytest.raises(ValueError):
+            core.csr_split(*bad)
+
+
 def _brute_rows(table: Any, bc: Any, states: Any, tokens: list[bytes]) -> list[list[int]]:
     """Per state, the tokens whose bytes all have edges from it (every token stepped)."""
     out = []

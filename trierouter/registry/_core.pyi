@@ -140,6 +140,18 @@ def csr_pack(
     words: int,
     /,
 ) -> npt.NDArray[np.int32]: ...
+def csr_split(
+    ptr: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.int32],
+    at: npt.NDArray[np.int64],
+    n: int,
+    wide: int,
+    drop: npt.NDArray[np.bool_] | npt.NDArray[np.uint8] | bytes,
+    words: int,
+    /,
+) -> tuple[
+    npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int32]
+]: ...
 def spelled_count(trie: TokenTrie, allowed: bytes, limit: int, /) -> int: ...
 def int_range_dfa(
     zero: bool, pos_lo: str, pos_hi: str, neg_lo: str, neg_hi: str, /

@@ -145,27 +145,11 @@ def rows(tables: Any, pid: int) -> PieceRows:
     frag = piece(pid)
     table, bc = compress(frag, native=True)
     states = np.flatnonzero(~frag.accept).astype(np.int64)
-    ptr, ids = _backend.native_core().dfa_masks(table, bc, states, tables.trie)
-    lengths = np.diff(ptr)
-    wide = np.flatnonzero(lengths >= WIDE)
-    where = np.full(frag.n, -1, dtype=np.int32)
-    where[states[wide]] = np.arange(len(wide), dtype=np.int32)
-    packed = _backend.native_core().csr_pack(ptr, ids, wide.astype(np.int64), tables.words)
-    # the narrow lists, in local state order, without the quote tokens (gathered from the
-    # narrow states' spans alone: the wide rows' ids, most of them, are not touched again)
-    sub, n_len, on = ids, lengths, states
-    if len(wide):
-        narrow = np.flatnonzero(lengths < WIDE)
-        n_len, on = lengths[narrow], states[narrow]
-        starts = np.repeat(ptr[narrow] - np.cumsum(n_len) + n_len, n_len)
-        sub = ids[starts + np.arange(len(starts), dtype=np.int64)]
-    keep = ~tables.has_quote[sub]
-    kept = np.zeros(len(sub) + 1, dtype=np.int64)
-    np.cumsum(keep, out=kept[1:])
-    ends = np.cumsum(n_len)
-    local = np.zeros(frag.n + 1, dtype=np.int64)
-    local[on + 1] = kept[ends] - kept[ends - n_len]
-    hit = PieceRows(where, packed, np.cumsum(local), sub[keep])
+    core = _backend.native_core()
+    ptr, ids = core.dfa_masks(table, bc, states, tables.trie)
+    # in one pass: the wide lists packed, the narrow ones kept in local state order without the
+    # quote tokens (walked per tool)
+    hit = PieceRows(*core.csr_split(ptr, ids, states, frag.n, WIDE, tables.has_quote, tables.words))
     with tables._pieces_lock:
         tables._pieces[pid] = hit
         tables._pieces_bytes += hit.nbytes
