@@ -4135,17 +4135,21 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
 
 
 // nfa_determinize(n: int, edge_src: int32[], edge_dst: int32[], edge_bytes: uint8 (E, 32),
-//                 eps_src: int32[], eps_dst: int32[], start: int, final: int, max_states=0)
+//                 eps_src: int32[], eps_dst: int32[], start: int, final: int, max_states=0,
+//                 edges=False)
 //   -> (table int32 (m, 256), accept bool[m]), or None once more than ``max_states`` (> 0) DFA
 //   states are found: subset construction of an NFA with byte-set edges
 //   (bit b of edge_bytes[e] = byte b) and epsilon edges; DFA states numbered in discovery order
 //   (breadth first, bytes ascending), state 0 the closure of ``start``; a DFA state accepts
-//   when its set holds ``final``.
+//   when its set holds ``final``. edges=True: (src int32[], byte int32[], dst int32[],
+//   accept bool[m]) instead, the table's edges by state, then byte (a Fragment's edge list,
+//   without a numpy pass over the dense table).
 PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
     long long n_ll, start_ll, final_ll, max_states = 0;  // max_states > 0: None past that many
+    int edges_out = 0;
     PyObject *es_o, *ed_o, *eb_o, *xs_o, *xd_o;
-    if (!PyArg_ParseTuple(args, "LOOOOOLL|L", &n_ll, &es_o, &ed_o, &eb_o, &xs_o, &xd_o, &start_ll, &final_ll,
-                          &max_states))
+    if (!PyArg_ParseTuple(args, "LOOOOOLL|Lp", &n_ll, &es_o, &ed_o, &eb_o, &xs_o, &xd_o, &start_ll, &final_ll,
+                          &max_states, &edges_out))
         return nullptr;
     I32View es, ed, xs, xd;
     if (!es.open(es_o, "edge_src") || !ed.open(ed_o, "edge_dst") || !xs.open(xs_o, "eps_src") ||
@@ -4269,6 +4273,21 @@ PyObject* py_nfa_determinize(PyObject*, PyObject* args) {
     if (!ok) return PyErr_NoMemory();
     if (too_many) Py_RETURN_NONE;
     const npy_intp m = static_cast<npy_intp>(acc.size());
+    if (edges_out) {
+        Buf<int32_t> src, byte, dst;
+        bool fine = true;
+        for (size_t k = 0; k < rows.size() && fine; ++k)
+            if (rows[k] >= 0)
+                fine = src.push(static_cast<int32_t>(k >> 8)) && byte.push(static_cast<int32_t>(k & 255)) &&
+                       dst.push(rows[k]);
+        if (!fine) return PyErr_NoMemory();
+        npy_intp d1[1] = {m};
+        PyObject* ac = PyArray_SimpleNew(1, d1, NPY_BOOL);
+        if (ac && !acc.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
+        PyObject* a = to_numpy(src, NPY_INT32);
+        PyObject* b = to_numpy(byte, NPY_INT32);
+        return quad_result(a, b, to_numpy(dst, NPY_INT32), ac);
+    }
     npy_intp dims[2] = {m, 256};
     PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
     if (!tab) return nullptr;

@@ -27,7 +27,7 @@ from trierouter.registry.slots.format_tables import TABLES
 from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes, quoted_pattern_fragment
 from trierouter.registry.slots.fragment import Builder, Fragment, NativeBuilder, builder
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
-from trierouter.registry.slots.nfa import nfa_fragment
+from trierouter.registry.slots.nfa import cls, lit, nfa_fragment, rep, seq
 from trierouter.registry.slots.packing import compress, pack_ids
 from trierouter.registry.slots.regex import pattern_node
 from trierouter.registry.vocabulary import Vocabulary
@@ -178,6 +178,20 @@ def test_native_subset_construction_equals_python(pattern: str) -> None:
     native, python = nfa_fragment(node, native=True), nfa_fragment(node, native=False)
     assert native.n == python.n  # both are the subset automaton, numbered differently
     assert _includes(native, python) and _includes(python, native)  # the same language
+
+
+def test_nfa_determinize_edge_list_is_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core's subset construction gives its edge list (edges=True, what nfa_fragment
+    takes) as its dense table's edges in Fragment.dense's order, bytes past 127 included."""
+    seen: list[tuple[Any, ...]] = []
+    real = native_core().nfa_determinize
+    monkeypatch.setattr(native_core(), "nfa_determinize", lambda *a: seen.append(a) or real(*a))
+    high = seq(lit(b"\xc3"), cls(range(0x80, 0xC0)), rep(cls(b"\xff\x00a"), 0, 3))
+    for node in [high, *(pattern_node(p) for p in PATTERNS)]:
+        assert node is not None
+        got = nfa_fragment(node, native=True)
+        table, accept = real(*seen[-1][:-1], False)
+        _same_fragment(got, Fragment.dense(table, accept))
 
 
 # -- fragment wiring: the compiled core's Builder against the numpy reference ----------------

@@ -195,8 +195,9 @@ def _native_subsets(nfa: _Nfa, start: int, final: int, max_states: int | None) -
         start,
         final,
         max_states or 0,
+        True,  # the edge list (what Fragment.dense would take from the dense table)
     )
     if out is None:
         raise TooManyStates(f"the automaton has more than {max_states} states")
-    table, accept = out
-    return Fragment.dense(table, accept)
+    src, byte, dst, accept = out
+    return Fragment(src, byte, dst, len(accept), accept)
