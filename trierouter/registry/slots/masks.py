@@ -486,9 +486,10 @@ class ToolAutomaton:
             states[~live] = -1
         table = (self.table, self.byte_class) if self._wire is None else (self._wire,)
         strings = int(self.klass.max(initial=-1)) >= 0
-        ps: list[int] = []  # the pieces embedded (their ids)
+        ps: list[int] = []  # the pieces embedded (their ids), from their states outside strings
         if int(self.origin.max(initial=-1)) >= 0:
-            pid = self.origin[(self.origin >= 0) & (self.klass < 0)] >> 32
+            on_all = np.flatnonzero((self.origin >= 0) & (self.klass < 0))
+            pid = self.origin[on_all] >> 32
             ps = pid[:1].tolist() if len(pid) and (pid == pid[0]).all() else np.unique(pid).tolist()
         hits = [(p, h) for p in ps if (h := _pieces.shared_rows(t, p)) is not None]
         if live is None and not strings and not hits:
@@ -511,11 +512,8 @@ class ToolAutomaton:
         # a shared piece's non-accepting states: its row if wide, else its list less quote tokens
         extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
         if hits:
-            piece = (self.origin >= 0) & (self.klass < 0)
-            if live is not None:
-                piece &= live
-            on_all = np.flatnonzero(piece)
-            pid = self.origin[on_all] >> 32
+            if live is not None:  # (no exit is a piece state; kept as a guard)
+                pid, on_all = pid[live[on_all]], on_all[live[on_all]]
             for p, hit in hits:
                 on = on_all if len(ps) == 1 else on_all[pid == p]
                 local = self.origin[on] & 0xFFFFFFFF
