@@ -44,7 +44,7 @@ _alphabets: list[bytes] = []  # per piece, the bytes of its edges (256 bits, lit
 def _key(frag: Fragment) -> bytes:
     """A digest of the piece's content: its size, edges and acceptance, in a compact encoding
     (a byte is one byte, a state two when every state fits; the sizes fix the layout) that
-    SHA-256 reads in a third of the time BLAKE2b took over int32 columns (uuid: 14 -> 4 us)."""
+    SHA-256 reads in under half the time BLAKE2b took over int32 columns (uuid: 14 -> 6 us)."""
     n, e = frag.n, len(frag.src)
     state = np.int16 if n <= 1 << 15 else np.int32
     h = hashlib.sha256(np.array([n, e], dtype=np.int64).tobytes())
