@@ -3630,9 +3630,9 @@ PyObject* masks_result(MasksJob& j) {
         r = csr_result(j.ptr, j.reordered ? j.out : j.ids);
     }
     if (!j.wire || !r) return r;
-    PyObject* tab = j.tab8.p    ? to_numpy(j.tab8, NPY_INT8, j.nc)
-                    : j.tab16.p ? to_numpy(j.tab16, NPY_INT16, j.nc)
-                                : to_numpy(j.wide, NPY_INT32, j.nc);
+    PyObject* tab = j.ns <= 128     ? to_numpy(j.tab8, NPY_INT8, j.nc)
+                    : j.ns <= 32768 ? to_numpy(j.tab16, NPY_INT16, j.nc)
+                                    : to_numpy(j.wide, NPY_INT32, j.nc);
     PyObject* cls = tab ? to_numpy(j.own_cls, NPY_INT32) : nullptr;
     if (!tab || !cls) {
         Py_XDECREF(tab);
