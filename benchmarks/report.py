@@ -536,7 +536,7 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
                 f"fragments' wiring {core['dfa_wire']:.2f} s, byte classes of the patterns' "
                 "automata"
                 if p.get("tools_wired_with_masks")
-                else "), fragment wiring " + f"{core['dfa_wire']:.2f} s, byte classes"
+                else f"), fragment wiring {core['dfa_wire']:.2f} s, byte classes"
             )
             + f" {core['dfa_compress']:.2f} s, key automata {core['key_automaton']:.2f} s; sampled "
             f"share: the names trie {sh['names']:.0%}, building each schema's fragment "

@@ -3040,9 +3040,8 @@ PyObject* py_dfa_wire(PyObject*, PyObject* args) {
 // per (src, byte); a repeated edge must be identical) and its dense table over them (n rows of
 // nk columns, -1: no edge) into ``table``: bytes whose edges are the same at every state share
 // a class, numbered in order of their smallest byte. No Python call; throws std::bad_alloc.
-template <class T>
 bool compress_run(const int32_t* src, const int32_t* byte, const int32_t* dst, int64_t m, int64_t n,
-                  Buf<T>& table, int32_t* cls, int64_t& nk) {
+                  Buf<int32_t>& table, int32_t* cls, int64_t& nk) {
     // edges grouped by byte, each group in src order: a byte's group is its signature
     std::vector<int32_t> rep;
     std::vector<int64_t> start(257, 0);
@@ -3083,12 +3082,12 @@ bool compress_run(const int32_t* src, const int32_t* byte, const int32_t* dst, i
     }
     nk = static_cast<int64_t>(rep.size());
     if (!table.resize(static_cast<size_t>(n * nk))) return false;
-    T* t = table.p;
-    std::fill(t, t + n * nk, T(-1));
+    int32_t* t = table.p;
+    std::fill(t, t + n * nk, -1);
     for (int64_t k = 0; k < nk; ++k) {
         const int32_t b = rep[static_cast<size_t>(k)];
         for (int64_t e = start[static_cast<size_t>(b)]; e < start[static_cast<size_t>(b) + 1]; ++e)
-            t[static_cast<int64_t>(ed[static_cast<size_t>(e)].first) * nk + k] = static_cast<T>(ed[static_cast<size_t>(e)].second);
+            t[static_cast<int64_t>(ed[static_cast<size_t>(e)].first) * nk + k] = ed[static_cast<size_t>(e)].second;
     }
     return true;
 }

@@ -120,21 +120,25 @@ def test_pipelined_eager_registry_equals_lazy_automata() -> None:
     built = compile_tools(tools, index, strict=False, eager_automata=True)
     assert not {t.name for t in threading.enumerate()} - before
     lazy = compile_tools(tools, index, strict=False)
-    width = index.vocabulary.width
-    row_a = np.zeros((width + 31) // 32, dtype=np.int32)
-    row_b = row_a.copy()
     autos = {id(built.automaton(i)) for i in range(len(tools))}
     assert len(autos) > 3 * 3  # several batches
     for i in range(len(tools)):
-        a, b = lazy.automaton(i), built.automaton(i)
+        b = built.automaton(i)
         assert b.ready == b.n_states - len(b.exits)
-        assert a.table.dtype == b.table.dtype and np.array_equal(a.table, b.table), i
-        assert np.array_equal(a.byte_class, b.byte_class), i
-        for s in range(a.n_states):
-            if s not in a.exits:
-                a.fill(s, row_a)
-                b.fill(s, row_b)
-                assert np.array_equal(row_a, row_b), (i, s)
+        _same_automaton(lazy.automaton(i), b, i)
+
+
+def _same_automaton(a: ToolAutomaton, b: ToolAutomaton, what: Any = None) -> None:
+    """``a`` and ``b`` have the same table (type included), byte classes and mask at every
+    state that is not an exit."""
+    assert a.table.dtype == b.table.dtype and np.array_equal(a.table, b.table), what
+    assert np.array_equal(a.byte_class, b.byte_class) and a.n_states == b.n_states, what
+    row_a, row_b = np.zeros(a.t.words, dtype=np.int32), np.zeros(a.t.words, dtype=np.int32)
+    for s in range(a.n_states):
+        if s not in a.exits:
+            a.fill(s, row_a)
+            b.fill(s, row_b)
+            assert np.array_equal(row_a, row_b), (what, s)
 
 
 @pytest.mark.usefixtures("small_batches")
@@ -266,15 +270,7 @@ def test_a_fragment_not_wired_yet_is_refused_but_by_an_automaton() -> None:
             refuse()
     tables = VocabTables.get(shipped_vocabulary("qwen2"))
     wired = SlotCompiler()._tool(tools[2]["parameters"], b"}", b'{"x": ')[0]
-    a, b = ToolAutomaton(wired, tables), ToolAutomaton(frag, tables)
-    assert a.table.dtype == b.table.dtype and np.array_equal(a.table, b.table)
-    assert np.array_equal(a.byte_class, b.byte_class) and a.n_states == b.n_states
-    row_a, row_b = np.zeros(tables.words, dtype=np.int32), np.zeros(tables.words, dtype=np.int32)
-    for s in range(a.n_states):
-        if s not in a.exits:
-            a.fill(s, row_a)
-            b.fill(s, row_b)
-            assert np.array_equal(row_a, row_b), s
+    _same_automaton(ToolAutomaton(wired, tables), ToolAutomaton(frag, tables))
 
 
 @pytest.mark.usefixtures("small_batches")
@@ -303,20 +299,8 @@ def test_materialize_builds_through_the_pipeline_and_drops_what_an_error_left(
     reg.materialize()
     assert len(late) > 3 * 3 and all(late)
     assert reg.automaton(0) is first
-    row_a = np.zeros((index.vocabulary.width + 31) // 32, dtype=np.int32)
-    row_b = row_a.copy()
-
-    def same(a: Any, b: Any) -> None:
-        assert a.table.dtype == b.table.dtype and np.array_equal(a.table, b.table)
-        assert np.array_equal(a.byte_class, b.byte_class)
-        for s in range(a.n_states):
-            if s not in a.exits:
-                a.fill(s, row_a)
-                b.fill(s, row_b)
-                assert np.array_equal(row_a, row_b), s
-
     for i in range(len(tools)):
-        same(lazy.automaton(i), reg.automaton(i))
+        _same_automaton(lazy.automaton(i), reg.automaton(i), i)
     core = native_core()
     batches = [0]
 
@@ -337,4 +321,4 @@ def test_materialize_builds_through_the_pipeline_and_drops_what_an_error_left(
     monkeypatch.undo()
     assert all(a._ptr is not None for a in broken._automata.values())
     for i in range(len(tools)):
-        same(lazy.automaton(i), broken.automaton(i))
+        _same_automaton(lazy.automaton(i), broken.automaton(i), i)
