@@ -1621,12 +1621,296 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     return result;
 }
 
-// ------------------------------------------------------------------------------------------------
-// Core: serving over the arrays of a ChoiceSet.
-
+// A contiguous 1-D buffer of a given kind ('i' signed, 'u' unsigned) and item size.
 struct View {
     Py_buffer b;
     bool held = false;
+};
+
+bool get_view(PyObject* obj, View& v, char kind, int itemsize, const char* name) {
+    if (PyObject_GetBuffer(obj, &v.b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
+    v.held = true;
+    const char* f = v.b.format ? v.b.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') ++f;
+    bool kind_ok = false;
+    if (kind == 'i') kind_ok = (*f == 'i' || *f == 'l' || *f == 'q' || *f == 'h');
+    if (kind == 'u') kind_ok = (*f == 'H' || *f == 'I' || *f == 'B' || *f == 'L' || *f == 'Q');
+    if (!kind_ok || v.b.itemsize != itemsize || v.b.ndim > 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D array of %s%d", name,
+                     kind == 'i' ? "int" : "uint", itemsize * 8);
+        return false;
+    }
+    return true;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Compact layout: the rows of nodes with few values below (at most ``max_keys``) are not stored;
+// they are walked on demand, the same lockstep walk as the compile's, over the sorted keys
+// (value + terminator) and the tokenizer's forward trie. A node is named by the key that added it
+// to the trie and its depth: key i adds the nodes first[i] .. at depths lcp[i] + 1 .. len(key i)
+// (preorder), and the first key of a group of keys sharing a prefix adds that prefix's node.
+
+struct KeyView {
+    const uint8_t* vb = nullptr;
+    const int64_t* voff = nullptr;
+    const int32_t* first = nullptr;
+    const int32_t* lcp = nullptr;
+    int64_t K = 0;
+    std::string term;
+    inline int64_t klen(int64_t j) const {
+        return voff[j + 1] - voff[j] + static_cast<int64_t>(term.size());
+    }
+    inline uint8_t byte(int64_t j, int64_t p) const {
+        const int64_t vl = voff[j + 1] - voff[j];
+        return p < vl ? vb[voff[j] + p] : static_cast<uint8_t>(term[static_cast<size_t>(p - vl)]);
+    }
+    // the key that added node s >= 1 (the last one whose first node is <= s) and s's depth
+    inline void locate(int64_t s, int64_t* i, int64_t* d) const {
+        if (s == 0) {
+            *i = 0;
+            *d = 0;
+            return;
+        }
+        const int32_t* f = std::upper_bound(first, first + K, static_cast<int32_t>(s));
+        *i = (f - first) - 1;
+        *d = lcp[*i] + 1 + (s - first[*i]);
+    }
+};
+
+struct DemandPair {
+    int32_t token, target;
+};
+
+// Emits (token, node) for every token t with bytes(t) == key[p0 .. p) along keys [lo, hi), which
+// share their first p bytes and have at least p; u is the token-trie state after key[p0 .. p).
+void demand_walk(const KeyView& k, const TT& tt, int32_t u, int64_t lo, int64_t hi, int64_t p,
+                 std::vector<DemandPair>& out) {
+    int64_t j = lo;
+    if (k.klen(j) == p) ++j;  // the key that ends here sorts first and goes no further
+    while (j < hi) {
+        int64_t g = j + 1;
+        while (g < hi && k.lcp[g] > p) ++g;  // keys with key j's byte at p
+        const int32_t v = tt.child(u, k.byte(j, p));
+        if (v >= 0) {
+            // j is the first key of its group, so it added the node at depth p + 1
+            const int32_t target = k.first[j] + static_cast<int32_t>(p - k.lcp[j]);
+            for (int32_t q = tt.tptr[v]; q < tt.tptr[v + 1]; ++q) out.push_back({tt.tids[q], target});
+            if (tt.si[v].chi > tt.si[v].clo) demand_walk(k, tt, v, j, g, p + 1, out);
+        }
+        j = g;
+    }
+}
+
+// The row of node s (valid, not END / DEAD), sorted by token.
+void demand_row(const KeyView& k, const TT& tt, const std::vector<int32_t>& end_ids,
+                int32_t end_state, int64_t s, std::vector<DemandPair>& out) {
+    out.clear();
+    int64_t i, d;
+    k.locate(s, &i, &d);
+    int64_t hi = i + 1;
+    while (hi < k.K && k.lcp[hi] >= d) ++hi;
+    if (k.klen(i) == d)
+        for (int32_t e : end_ids) out.push_back({e, end_state});
+    demand_walk(k, tt, 0, i, hi, d, out);
+    std::sort(out.begin(), out.end(),
+              [](const DemandPair& a, const DemandPair& b) { return a.token < b.token; });
+}
+
+// compact_layout(row_ptr, tokens, children, far_pos, far_child, value_bytes, value_offsets,
+//                terminator, max_keys, trie_or_None, end_ids) -> dict of arrays
+// The rows of the nodes with at most max_keys keys below are dropped (bit set in demand_bits);
+// the rest, END and DEAD keep theirs. With a trie, each dropped row is first walked on demand and
+// compared with the stored one, and kept where they differ (a compile that pruned tokens leading
+// to states no token sequence completes); without, the caller vouches that nothing was pruned.
+PyObject* py_compact_layout(PyObject*, PyObject* args) {
+    PyObject *rp_o, *tk_o, *ch_o, *fp_o, *fc_o, *vb_o, *vo_o, *trie_o, *end_o;
+    Py_buffer term;
+    long long max_keys;
+    if (!PyArg_ParseTuple(args, "OOOOOOOy*LOO", &rp_o, &tk_o, &ch_o, &fp_o, &fc_o, &vb_o, &vo_o,
+                          &term, &max_keys, &trie_o, &end_o))
+        return nullptr;
+    std::string tstr(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
+    PyBuffer_Release(&term);
+    if (trie_o != Py_None && !PyObject_TypeCheck(trie_o, &TokenTrieType)) {
+        PyErr_SetString(PyExc_TypeError, "trie must be a TokenTrie or None");
+        return nullptr;
+    }
+    View rp, tk, ch, fp, fc, vb, vo;
+    struct Release {
+        std::vector<View*> v;
+        ~Release() {
+            for (View* x : v)
+                if (x->held) PyBuffer_Release(&x->b);
+        }
+    } rel{{&rp, &tk, &ch, &fp, &fc, &vb, &vo}};
+    if (!get_view(rp_o, rp, 'i', 4, "row_ptr") || !get_view(tk_o, tk, 'i', 4, "tokens") ||
+        !get_view(ch_o, ch, 'u', 2, "children") || !get_view(fp_o, fp, 'i', 4, "far_pos") ||
+        !get_view(fc_o, fc, 'i', 4, "far_child") || !get_view(vb_o, vb, 'u', 1, "value_bytes") ||
+        !get_view(vo_o, vo, 'i', 8, "value_offsets"))
+        return nullptr;
+    std::vector<int32_t> end_ids;
+    {
+        PyObject* s = PySequence_Fast(end_o, "end_ids must be a sequence of ints");
+        if (!s) return nullptr;
+        for (Py_ssize_t q = 0; q < PySequence_Fast_GET_SIZE(s); ++q)
+            end_ids.push_back(static_cast<int32_t>(PyLong_AsLong(PySequence_Fast_GET_ITEM(s, q))));
+        Py_DECREF(s);
+        if (PyErr_Occurred()) return nullptr;
+        std::sort(end_ids.begin(), end_ids.end());
+    }
+    const int32_t* row_ptr = static_cast<const int32_t*>(rp.b.buf);
+    const int32_t* tokens = static_cast<const int32_t*>(tk.b.buf);
+    const uint16_t* children = static_cast<const uint16_t*>(ch.b.buf);
+    const int32_t* far_pos = static_cast<const int32_t*>(fp.b.buf);
+    const int32_t* far_child = static_cast<const int32_t*>(fc.b.buf);
+    const int64_t n_states = rp.b.len / 4 - 1, n_far = fp.b.len / 4;
+    const int64_t n_nodes = n_states - 2;
+    KeyView k;
+    k.vb = static_cast<const uint8_t*>(vb.b.buf);
+    k.voff = static_cast<const int64_t*>(vo.b.buf);
+    k.K = vo.b.len / 8 - 1;
+    k.term = tstr;
+    if (n_nodes < 1 || k.K < 1) {
+        PyErr_SetString(PyExc_ValueError, "compact_layout: a set has a root and a value");
+        return nullptr;
+    }
+    Buf<int32_t> first, lcp;
+    bool ok = first.resize(static_cast<size_t>(k.K)) && lcp.resize(static_cast<size_t>(k.K));
+    if (!ok) return PyErr_NoMemory();
+    const int64_t words = (n_states + 63) / 64;
+    Buf<uint64_t> bits;
+    Buf<int32_t> rank, nrp, ntk, nfp, nfc;
+    Buf<uint16_t> nch;
+    if (!bits.assign(static_cast<size_t>(words), 0) || !rank.resize(static_cast<size_t>(words)))
+        return PyErr_NoMemory();
+    int64_t mismatched = 0;
+    TokenTrieObject* trie = trie_o == Py_None ? nullptr : reinterpret_cast<TokenTrieObject*>(trie_o);
+    int64_t next_first = 1;
+    Py_BEGIN_ALLOW_THREADS;
+    // keys: common prefix with the previous key, and the first node each adds
+    for (int64_t i = 0; i < k.K; ++i) {
+        int64_t l = 0;
+        if (i) {
+            const int64_t m = std::min(k.klen(i - 1), k.klen(i));
+            while (l < m && k.byte(i - 1, l) == k.byte(i, l)) ++l;
+        }
+        lcp[static_cast<size_t>(i)] = static_cast<int32_t>(l);
+        first[static_cast<size_t>(i)] = static_cast<int32_t>(next_first);
+        next_first += k.klen(i) - l;
+    }
+    k.first = first.p;
+    k.lcp = lcp.p;
+    ok = next_first == n_nodes;
+    // node (i, d) has at most max_keys keys below iff i + max_keys >= K or some key in
+    // (i, i + max_keys] shares fewer than d bytes with its predecessor: a sliding minimum
+    std::vector<int64_t> dq;  // indices of increasing lcp, the window (i, i + max_keys]
+    size_t head = 0;
+    auto mark = [&](int64_t s) { bits[static_cast<size_t>(s >> 6)] |= uint64_t(1) << (s & 63); };
+    for (int64_t i = k.K - 1; ok && i >= 0; --i) {
+        // i + 1 enters the window, indices past i + max_keys leave it (the oldest, at the head);
+        // an entry whose lcp is not below the newcomer's can never be the minimum again
+        const int64_t add = i + 1;
+        if (add < k.K) {
+            while (dq.size() > head && lcp[static_cast<size_t>(dq.back())] >= lcp[static_cast<size_t>(add)])
+                dq.pop_back();
+            dq.push_back(add);
+        }
+        while (dq.size() > head && dq[head] > i + max_keys) ++head;
+        const int64_t thr = (i + max_keys >= k.K) ? -1 : lcp[static_cast<size_t>(dq[head])];
+        const int64_t from = std::max<int64_t>(lcp[static_cast<size_t>(i)] + 1, thr + 1);
+        for (int64_t d = from; d <= k.klen(i); ++d)
+            mark(first[static_cast<size_t>(i)] + d - lcp[static_cast<size_t>(i)] - 1);
+    }
+    if (ok && k.K <= max_keys) mark(0);
+    // with a trie: a dropped row must equal its walk
+    if (ok && trie) {
+        const TT tt(trie);
+        std::vector<DemandPair> row;
+        for (int64_t w = 0; w < words; ++w) {
+            for (uint64_t b = bits[static_cast<size_t>(w)]; b; b &= b - 1) {
+                const int64_t s = (w << 6) + __builtin_ctzll(b);
+                demand_row(k, tt, end_ids, static_cast<int32_t>(n_nodes), s, row);
+                const int64_t lo = row_ptr[s], n = row_ptr[s + 1] - lo;
+                bool same = n == static_cast<int64_t>(row.size());
+                for (int64_t q = 0; same && q < n; ++q) {
+                    const int64_t at = lo + q;
+                    const uint16_t c = children[at];
+                    int64_t target = s + c;
+                    if (c == TO_END) target = n_nodes;
+                    else if (c == FAR)
+                        target = far_child[std::lower_bound(far_pos, far_pos + n_far,
+                                                            static_cast<int32_t>(at)) - far_pos];
+                    same = tokens[at] == row[static_cast<size_t>(q)].token &&
+                           target == row[static_cast<size_t>(q)].target;
+                }
+                if (!same) {
+                    bits[static_cast<size_t>(w)] &= ~(uint64_t(1) << (s & 63));
+                    ++mismatched;
+                }
+            }
+        }
+    }
+    // the stored rows: every state whose bit is clear, in order
+    int64_t dropped = 0;
+    for (int64_t w = 0; ok && w < words; ++w) {
+        rank[static_cast<size_t>(w)] = static_cast<int32_t>(dropped);
+        dropped += __builtin_popcountll(bits[static_cast<size_t>(w)]);
+    }
+    ok = ok && nrp.reserve(static_cast<size_t>(n_states - dropped + 1)) && nrp.push(0);
+    int64_t f = 0;
+    for (int64_t s = 0; ok && s < n_states; ++s) {
+        if ((bits[static_cast<size_t>(s >> 6)] >> (s & 63)) & 1) continue;
+        for (int64_t at = row_ptr[s]; ok && at < row_ptr[s + 1]; ++at) {
+            while (f < n_far && far_pos[f] < at) ++f;
+            if (children[at] == FAR)
+                ok = nfp.push(static_cast<int32_t>(ntk.size())) && nfc.push(far_child[f]);
+            ok = ok && ntk.push(tokens[at]) && nch.push(children[at]);
+        }
+        ok = ok && nrp.push(static_cast<int32_t>(ntk.size()));
+    }
+    Py_END_ALLOW_THREADS;
+    if (!ok) {
+        if (next_first != n_nodes)
+            PyErr_SetString(PyExc_ValueError, "compact_layout: the values do not make these nodes");
+        else
+            PyErr_NoMemory();
+        return nullptr;
+    }
+    Buf<int64_t> info;
+    if (!info.resize(3)) return PyErr_NoMemory();
+    info[0] = n_nodes;
+    info[1] = max_keys;
+    info[2] = mismatched;
+    Named out[] = {
+        {"row_ptr", to_numpy(nrp, NPY_INT32)},        {"tokens", to_numpy(ntk, NPY_INT32)},
+        {"children", to_numpy(nch, NPY_UINT16)},      {"far_pos", to_numpy(nfp, NPY_INT32)},
+        {"far_child", to_numpy(nfc, NPY_INT32)},      {"demand_bits", to_numpy(bits, NPY_UINT64)},
+        {"demand_rank", to_numpy(rank, NPY_INT32)},   {"key_first", to_numpy(first, NPY_INT32)},
+        {"key_lcp", to_numpy(lcp, NPY_INT32)},        {"compact_info", to_numpy(info, NPY_INT64)},
+    };
+    return dict_of(out);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Core: serving over the arrays of a ChoiceSet.
+
+// A compact layout's serving side (Core(..., compact=...)): which states are walked on demand
+// (demand_bits; demand_rank[w] = such states before word w), the keys and the token trie.
+struct Compact {
+    View v_bits, v_rank, v_first, v_lcp, v_vb, v_voff;
+    const uint64_t* bits = nullptr;
+    const int32_t* rank = nullptr;
+    KeyView keys;
+    PyObject* trie = nullptr;
+    TT tt;
+    std::vector<int32_t> end_ids;  // sorted; empty when the set leaves them out (allow_end=False)
+    int64_t n_nodes = 0;
+    explicit Compact(TokenTrieObject* t) : trie(Py_NewRef(reinterpret_cast<PyObject*>(t))), tt(t) {}
+    ~Compact() {
+        for (View* v : {&v_bits, &v_rank, &v_first, &v_lcp, &v_vb, &v_voff})
+            if (v->held) PyBuffer_Release(&v->b);
+        Py_XDECREF(trie);
+    }
 };
 
 struct CoreObject {
@@ -1640,39 +1924,92 @@ struct CoreObject {
     const int32_t* far_child;
     const int32_t* ends;
     int64_t n_far, n_ends, n_states, n_pairs, end_state, dead_state, width, words;
+    Compact* cx;  // null: every row stored (row_ptr indexed by state)
 };
 
 PyTypeObject CoreType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-
-bool get_view(PyObject* obj, View& v, char kind, int itemsize, const char* name) {
-    if (PyObject_GetBuffer(obj, &v.b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
-    v.held = true;
-    const char* f = v.b.format ? v.b.format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') ++f;
-    bool kind_ok = false;
-    if (kind == 'i') kind_ok = (*f == 'i' || *f == 'l' || *f == 'q' || *f == 'h');
-    if (kind == 'u') kind_ok = (*f == 'H' || *f == 'I' || *f == 'B');
-    if (!kind_ok || v.b.itemsize != itemsize || v.b.ndim > 1) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D array of %s%d", name,
-                     kind == 'i' ? "int" : "uint", itemsize * 8);
-        return false;
-    }
-    return true;
-}
 
 void Core_dealloc(CoreObject* self) {
     for (View* v : {&self->v_row_ptr, &self->v_tokens, &self->v_children, &self->v_far_pos,
                     &self->v_far_child, &self->v_ends})
         if (v->held) PyBuffer_Release(&v->b);
     Py_XDECREF(self->tokens_obj);
+    delete self->cx;
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
 
-// Core(row_ptr, tokens, children, far_pos, far_child, ends, width)
+// compact = (demand_bits, demand_rank, key_first, key_lcp, value_bytes, value_offsets,
+//            terminator, trie, end_ids, n_nodes): checked against the stored rows
+bool open_compact(CoreObject* self, PyObject* spec) {
+    PyObject *bo, *ro, *fo, *lo, *vbo, *voo, *trie, *endo;
+    Py_buffer term;
+    long long n_nodes;
+    if (!PyArg_ParseTuple(spec, "OOOOOOy*O!OL", &bo, &ro, &fo, &lo, &vbo, &voo, &term,
+                          &TokenTrieType, &trie, &endo, &n_nodes))
+        return false;
+    std::string tstr(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
+    PyBuffer_Release(&term);
+    auto* x = new Compact(reinterpret_cast<TokenTrieObject*>(trie));
+    delete self->cx;
+    self->cx = x;
+    if (!get_view(bo, x->v_bits, 'u', 8, "demand_bits") || !get_view(ro, x->v_rank, 'i', 4, "demand_rank") ||
+        !get_view(fo, x->v_first, 'i', 4, "key_first") || !get_view(lo, x->v_lcp, 'i', 4, "key_lcp") ||
+        !get_view(vbo, x->v_vb, 'u', 1, "value_bytes") || !get_view(voo, x->v_voff, 'i', 8, "value_offsets"))
+        return false;
+    PyObject* s = PySequence_Fast(endo, "end_ids must be a sequence of ints");
+    if (!s) return false;
+    for (Py_ssize_t q = 0; q < PySequence_Fast_GET_SIZE(s); ++q)
+        x->end_ids.push_back(static_cast<int32_t>(PyLong_AsLong(PySequence_Fast_GET_ITEM(s, q))));
+    Py_DECREF(s);
+    if (PyErr_Occurred()) return false;
+    std::sort(x->end_ids.begin(), x->end_ids.end());
+    x->bits = static_cast<const uint64_t*>(x->v_bits.b.buf);
+    x->rank = static_cast<const int32_t*>(x->v_rank.b.buf);
+    KeyView& k = x->keys;
+    k.vb = static_cast<const uint8_t*>(x->v_vb.b.buf);
+    k.voff = static_cast<const int64_t*>(x->v_voff.b.buf);
+    k.first = static_cast<const int32_t*>(x->v_first.b.buf);
+    k.lcp = static_cast<const int32_t*>(x->v_lcp.b.buf);
+    k.K = x->v_voff.b.len / 8 - 1;
+    k.term = tstr;
+    const int64_t n_states = n_nodes + 2, words = (n_states + 63) / 64;
+    bool ok = n_nodes >= 1 && k.K >= 1 && x->v_bits.b.len / 8 == words && x->v_rank.b.len / 4 == words &&
+              x->v_first.b.len / 4 == k.K && x->v_lcp.b.len / 4 == k.K;
+    int64_t dropped = 0;
+    for (int64_t w = 0; ok && w < words; ++w) {
+        ok = x->rank[w] == dropped;
+        dropped += __builtin_popcountll(x->bits[w]);
+    }
+    // END and DEAD are stored; every key's bytes and nodes within the set
+    ok = ok && !((x->bits[n_nodes >> 6] >> (n_nodes & 63)) & 1) &&
+         !((x->bits[(n_nodes + 1) >> 6] >> ((n_nodes + 1) & 63)) & 1) &&
+         self->v_row_ptr.b.len / 4 == n_states - dropped + 1 && k.voff[0] == 0 &&
+         k.voff[k.K] <= x->v_vb.b.len;
+    int64_t next_first = 1;
+    for (int64_t i = 0; ok && i < k.K; ++i) {
+        ok = k.voff[i + 1] >= k.voff[i] && k.first[i] == next_first;
+        int64_t l = 0;  // the walks read keys where lcp says they agree: the true lcp, and sorted
+        if (ok && i) {
+            const int64_t m = std::min(k.klen(i - 1), k.klen(i));
+            while (l < m && k.byte(i - 1, l) == k.byte(i, l)) ++l;
+            ok = l < k.klen(i) && (l == k.klen(i - 1) || k.byte(i - 1, l) < k.byte(i, l));
+        }
+        ok = ok && k.lcp[i] == l;
+        next_first += k.klen(i) - l;
+    }
+    if (!ok || next_first != n_nodes) {
+        PyErr_SetString(PyExc_ValueError, "compact layout: its arrays do not describe one set");
+        return false;
+    }
+    x->n_nodes = n_nodes;
+    return true;
+}
+
+// Core(row_ptr, tokens, children, far_pos, far_child, ends, width, compact=None)
 int Core_init(CoreObject* self, PyObject* args, PyObject*) {
-    PyObject *rp, *tk, *ch, *fp, *fc, *en;
+    PyObject *rp, *tk, *ch, *fp, *fc, *en, *spec = Py_None;
     long long width;
-    if (!PyArg_ParseTuple(args, "OOOOOOL", &rp, &tk, &ch, &fp, &fc, &en, &width)) return -1;
+    if (!PyArg_ParseTuple(args, "OOOOOOL|O", &rp, &tk, &ch, &fp, &fc, &en, &width, &spec)) return -1;
     if (!get_view(rp, self->v_row_ptr, 'i', 4, "row_ptr") ||
         !get_view(tk, self->v_tokens, 'i', 4, "tokens") ||
         !get_view(ch, self->v_children, 'u', 2, "children") ||
@@ -1681,7 +2018,7 @@ int Core_init(CoreObject* self, PyObject* args, PyObject*) {
         !get_view(en, self->v_ends, 'i', 4, "ends"))
         return -1;
     int64_t nrp = self->v_row_ptr.b.len / 4;
-    if (nrp < 4) {
+    if (nrp < (spec == Py_None ? 4 : 3)) {
         PyErr_SetString(PyExc_ValueError, "row_ptr: fewer than 4 entries");
         return -1;
     }
@@ -1697,17 +2034,64 @@ int Core_init(CoreObject* self, PyObject* args, PyObject*) {
     self->n_ends = self->v_ends.b.len / 4;
     self->n_pairs = self->v_tokens.b.len / 4;
     self->n_states = nrp - 1;
-    self->end_state = nrp - 3;
-    self->dead_state = nrp - 2;
+    if (spec != Py_None) {
+        if (!PyTuple_Check(spec) || !open_compact(self, spec)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "compact must be a tuple or None");
+            return -1;
+        }
+        self->n_states = self->cx->n_nodes + 2;
+    }
+    self->end_state = self->n_states - 2;
+    self->dead_state = self->n_states - 1;
     self->width = width;
     self->words = (width + 31) / 32;
     return 0;
 }
 
+// Compact layout: the index of s's stored row, or -1 when s's row is walked on demand (s valid).
+inline int64_t stored_row(const CoreObject* c, int64_t s) {
+    const Compact* x = c->cx;
+    if (!x) return s;
+    const uint64_t word = x->bits[s >> 6], bit = uint64_t(1) << (s & 63);
+    if (word & bit) return -1;
+    return s - x->rank[s >> 6] - __builtin_popcountll(word & (bit - 1));
+}
+
+// The walked row of s (a thread's scratch: valid until its next walk).
+inline const std::vector<DemandPair>& walked_row(const CoreObject* c, int64_t s) {
+    thread_local std::vector<DemandPair> row;
+    const Compact* x = c->cx;
+    demand_row(x->keys, x->tt, x->end_ids, static_cast<int32_t>(c->end_state), s, row);
+    return row;
+}
+
+// The ids allowed at s (valid): a span of the stored tokens, or a walked row copied to ``ids``.
+inline const int32_t* row_ids(const CoreObject* c, int64_t s, int64_t* n, std::vector<int32_t>& ids) {
+    const int64_t r = stored_row(c, s);
+    if (r >= 0) {
+        *n = c->row_ptr[r + 1] - c->row_ptr[r];
+        return c->tokens + c->row_ptr[r];
+    }
+    const auto& row = walked_row(c, s);
+    ids.resize(row.size());
+    for (size_t q = 0; q < row.size(); ++q) ids[q] = row[q].token;
+    *n = static_cast<int64_t>(row.size());
+    return ids.data();
+}
+
+int64_t walked_advance(const CoreObject* c, int64_t s, int64_t token) {
+    const auto& row = walked_row(c, s);
+    auto f = std::lower_bound(row.begin(), row.end(), token,
+                              [](const DemandPair& a, int64_t t) { return a.token < t; });
+    return f != row.end() && f->token == token ? f->target : c->dead_state;
+}
+
 inline int64_t core_advance(const CoreObject* c, int64_t s, int64_t token) {
     if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(c->n_states)) return c->dead_state;
-    const int64_t lo = c->row_ptr[s];
-    int64_t n = c->row_ptr[s + 1] - lo;
+    const int64_t r = stored_row(c, s);
+    if (r < 0) return walked_advance(c, s, token);
+    const int64_t lo = c->row_ptr[r];
+    int64_t n = c->row_ptr[r + 1] - lo;
     if (n == 0) return c->dead_state;
     // The last id <= token in the sorted row, without branches on the ids (a conditional move):
     // rows of a batch are random, and the branches of a plain binary search mispredicted (A/B on
@@ -1755,7 +2139,17 @@ PyObject* make_mask(CoreObject* self, int64_t s) {
                      static_cast<long long>(s), static_cast<long long>(self->n_states - 1));
         return nullptr;
     }
-    int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+    const int64_t r = stored_row(self, s);
+    if (r < 0) {  // a walked row: a new array
+        std::vector<int32_t> ids;
+        int64_t n;
+        const int32_t* p = row_ids(self, s, &n, ids);
+        npy_intp dims[1] = {static_cast<npy_intp>(n)};
+        PyObject* arr = PyArray_SimpleNew(1, dims, NPY_INT32);
+        if (arr && n) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(arr)), p, static_cast<size_t>(n) * 4);
+        return arr;
+    }
+    int64_t lo = self->row_ptr[r], hi = self->row_ptr[r + 1];
     npy_intp dims[1] = {static_cast<npy_intp>(hi - lo)};
     PyObject* arr = PyArray_New(&PyArray_Type, 1, dims, NPY_INT32, nullptr,
                                 const_cast<int32_t*>(self->tokens + lo), 0, NPY_ARRAY_CARRAY_RO,
@@ -1843,10 +2237,10 @@ constexpr int64_t FILL_STRETCH = 512;  // words
 
 inline void fill_row(const CoreObject* c, int64_t s, int32_t* row, int64_t words) {
     s = valid_state(c, s);
-    const int32_t* tk = c->tokens;
+    thread_local std::vector<int32_t> scratch;
+    int64_t j = 0, hi;
+    const int32_t* tk = row_ids(c, s, &hi, scratch);
     uint32_t* w = reinterpret_cast<uint32_t*>(row);
-    int64_t j = c->row_ptr[s];
-    const int64_t hi = c->row_ptr[s + 1];
     for (int64_t p0 = 0; p0 < words; p0 += FILL_STRETCH) {
         const int64_t p1 = std::min(words, p0 + FILL_STRETCH);
         std::memset(w + p0, 0, static_cast<size_t>(p1 - p0) * 4);
@@ -1980,6 +2374,7 @@ PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t
     auto valid = [c](int64_t s) { return static_cast<uint64_t>(s) < static_cast<uint64_t>(c->n_states); };
     for (int64_t b0 = 0; b0 < n; b0 += BLOCK) {
         const int64_t b1 = std::min(n, b0 + BLOCK);
+        if (!c->cx) {  // (the compact layout: row_ptr is not indexed by state)
         for (int64_t i = b0; i < b1; ++i)
             if (valid(st.p[i])) __builtin_prefetch(c->row_ptr + st.p[i]);
         for (int64_t i = b0; i < b1; ++i)
@@ -1988,6 +2383,7 @@ PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t
                 __builtin_prefetch(c->tokens + lo);
                 __builtin_prefetch(c->children + lo);
             }
+        }
         for (int64_t i = b0; i < b1; ++i) o[i] = core_advance(c, st.p[i], tk.p[i]);
     }
     if (made) return made;
@@ -2021,13 +2417,13 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
     }
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < st.n; ++i) {
-        if (i + 1 < st.n) {  // the next row's ids (every line of them) load while this row is written
+        if (i + 1 < st.n && !self->cx) {  // the next row's ids (every line of them) load while this row is written
             const int64_t s2 = valid_state(self, st.p[i + 1]);
             const char* a = reinterpret_cast<const char*>(self->tokens + self->row_ptr[s2]);
             const char* b = reinterpret_cast<const char*>(self->tokens + self->row_ptr[s2 + 1]);
             for (; a < b; a += 64) __builtin_prefetch(a);
         }
-        if (i + 2 < st.n) __builtin_prefetch(self->row_ptr + valid_state(self, st.p[i + 2]));
+        if (i + 2 < st.n && !self->cx) __builtin_prefetch(self->row_ptr + valid_state(self, st.p[i + 2]));
         int64_t r = has_rows ? rw.p[i] : i;
         if (r < 0) r += m.rows;
         fill_row(self, st.p[i], m.row32(r), m.words);
@@ -2085,33 +2481,35 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
     const int64_t V = a.m.words;
     const long long bits = a.bits, isz = a.isz;
     std::vector<uint32_t> keep;
+    std::vector<int32_t> scratch;
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < a.st.n; ++i) {
         int64_t s = valid_state(self, a.st.p[i]);
-        int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+        int64_t hi;
+        const int32_t* tk = row_ids(self, s, &hi, scratch);
         char* row = a.m.base + a.row(i) * a.m.row_stride;
-        keep.resize(static_cast<size_t>(hi - lo));
+        keep.resize(static_cast<size_t>(hi));
         if (isz == 4) {
             uint32_t* x = reinterpret_cast<uint32_t*>(row);
-            for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = self->tokens[j];
-                keep[static_cast<size_t>(j - lo)] = t < V ? x[t] : 0;
+            for (int64_t j = 0; j < hi; ++j) {
+                int32_t t = tk[j];
+                keep[static_cast<size_t>(j)] = t < V ? x[t] : 0;
             }
             std::fill(x, x + V, static_cast<uint32_t>(bits));
-            for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = self->tokens[j];
-                if (t < V) x[t] = keep[static_cast<size_t>(j - lo)];
+            for (int64_t j = 0; j < hi; ++j) {
+                int32_t t = tk[j];
+                if (t < V) x[t] = keep[static_cast<size_t>(j)];
             }
         } else {
             uint16_t* x = reinterpret_cast<uint16_t*>(row);
-            for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = self->tokens[j];
-                keep[static_cast<size_t>(j - lo)] = t < V ? x[t] : 0;
+            for (int64_t j = 0; j < hi; ++j) {
+                int32_t t = tk[j];
+                keep[static_cast<size_t>(j)] = t < V ? x[t] : 0;
             }
             std::fill(x, x + V, static_cast<uint16_t>(bits));
-            for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = self->tokens[j];
-                if (t < V) x[t] = static_cast<uint16_t>(keep[static_cast<size_t>(j - lo)]);
+            for (int64_t j = 0; j < hi; ++j) {
+                int32_t t = tk[j];
+                if (t < V) x[t] = static_cast<uint16_t>(keep[static_cast<size_t>(j)]);
             }
         }
     }
@@ -2142,10 +2540,12 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
     }
     const int64_t V = a.m.words;
     const long long bits = a.bits, isz = a.isz;
+    std::vector<int32_t> scratch;
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < a.st.n; ++i) {
         int64_t s = valid_state(self, a.st.p[i]);
-        int64_t lo = self->row_ptr[s], hi = self->row_ptr[s + 1];
+        int64_t lo = 0, hi;
+        const int32_t* tk = row_ids(self, s, &hi, scratch);
         const int64_t r = a.row(i);
         char* row = a.m.base + r * a.m.row_stride;
         const char* from = has_src ? src.base + r * src.row_stride : nullptr;
@@ -2153,14 +2553,14 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
             uint32_t* x = reinterpret_cast<uint32_t*>(row);
             const uint32_t* y = reinterpret_cast<const uint32_t*>(from);
             for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = self->tokens[j];
+                int32_t t = tk[j];
                 if (t < V) x[t] = y ? y[t] : static_cast<uint32_t>(bits);
             }
         } else {
             uint16_t* x = reinterpret_cast<uint16_t*>(row);
             const uint16_t* y = reinterpret_cast<const uint16_t*>(from);
             for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = self->tokens[j];
+                int32_t t = tk[j];
                 if (t < V) x[t] = y ? y[t] : static_cast<uint16_t>(bits);
             }
         }
@@ -4800,6 +5200,9 @@ PyObject* py_join_tokens(PyObject*, PyObject* args) {
 }
 
 PyMethodDef module_methods[] = {
+    {"compact_layout", py_compact_layout, METH_VARARGS,
+     "compact_layout(row_ptr, tokens, children, far_pos, far_child, value_bytes, value_offsets, "
+     "terminator, max_keys, trie_or_None, end_ids) -> arrays of the compact layout"},
     {"compile", py_compile, METH_VARARGS,
      "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
     {"dfa_masks", py_dfa_masks, METH_VARARGS,

@@ -36,6 +36,13 @@ from trierouter.errors import (
 )
 from trierouter.registry import core as _backend
 from trierouter.registry.arrays import build_trie, pack_strings, ranges
+from trierouter.registry.compact import (
+    COMPACT_ARRAYS,
+    check_layout,
+    compact_arrays,
+    compact_spec,
+    stored_states,
+)
 from trierouter.registry.index import TokenIndex, TriePairs
 from trierouter.registry.store import load_arrays, save_arrays
 from trierouter.registry.validate import Checker
@@ -94,8 +101,13 @@ class ChoiceSet:
         terminator: str | None,
         arrays: dict[str, npt.NDArray[Any]],
         backend: str | None = None,
+        trie: Any = None,
     ) -> None:
         self.backend = _backend.resolve_backend(backend)
+        self.layout = "compact" if "compact_info" in arrays else "full"
+        """``"full"`` (every row stored) or ``"compact"`` (rows walked on demand where at most
+        :data:`~trierouter.registry.compact.COMPACT_KEYS` values lie below a node)."""
+        check_layout(self.layout, self.backend)
         self.vocabulary_hash = vocabulary_hash
         """:attr:`Vocabulary.content_hash` of the tokenizer the set was compiled for."""
         self.vocabulary_name = ""
@@ -109,7 +121,8 @@ class ChoiceSet:
         self._far_pos: I32 = arrays["far_pos"]
         self._far_child: I32 = arrays["far_child"]
         self.ends: I32 = arrays["ends"]
-        self.n_nodes = len(self.row_ptr) - 3
+        compact = self.layout == "compact"
+        self.n_nodes = int(arrays["compact_info"][0]) if compact else len(self.row_ptr) - 3
         self.END = self.n_nodes
         self.DEAD = self.n_nodes + 1
         self.compile_seconds = 0.0
@@ -125,6 +138,7 @@ class ChoiceSet:
                 self._far_child,
                 self.ends,
                 self.width,
+                compact_spec(arrays, trie, terminator, end_ids) if compact else None,
             )
             self._core = core
             self._advance, self._mask = core.advance, core.mask
@@ -145,10 +159,16 @@ class ChoiceSet:
         terminator: str | None = None,
         allow_end: bool = True,
         backend: str | None = None,
+        layout: str = "full",
     ) -> ChoiceSet:
         """Same as :func:`compile_choices`."""
         return compile_choices(
-            values, index, terminator=terminator, allow_end=allow_end, backend=backend
+            values,
+            index,
+            terminator=terminator,
+            allow_end=allow_end,
+            backend=backend,
+            layout=layout,
         )
 
     # -- serving -----------------------------------------------------------------------------------
@@ -204,7 +224,8 @@ class ChoiceSet:
 
     @property
     def n_pairs(self) -> int:
-        """Number of (state, allowed token) pairs stored."""
+        """Number of (state, allowed token) pairs stored (the compact layout: in the rows it
+        keeps)."""
         return len(self.tokens)
 
     @property
@@ -432,6 +453,7 @@ class ChoiceSet:
             "width": self.width,
             "end_ids": list(self.end_ids),
             "terminator": self.terminator,
+            "layout": self.layout,
         }
         save_arrays(path, _KIND, self._arrays, meta)
 
@@ -482,15 +504,29 @@ class ChoiceSet:
             )
         ):
             raise CorruptFileError(f"{path}: metadata end_ids={end_ids!r:.60} are not token ids")
-        _check_arrays(Checker(path, arrays), len(vocab))
-        cs = cls(
-            vocabulary_hash=vocab.content_hash,
-            width=vocab.width,
-            end_ids=tuple(int(e) for e in end_ids),
-            terminator=term,
-            arrays=arrays,
-            backend=backend,
-        )
+        layout = meta.get("layout", "full")
+        if layout not in ("full", "compact"):
+            raise CorruptFileError(f"{path}: metadata layout={layout!r:.40} is not a layout")
+        _check_arrays(Checker(path, arrays), len(vocab), compact=layout == "compact")
+        trie = None
+        if layout == "compact":
+            check_layout(layout, _backend.resolve_backend(backend))
+            index = vocabulary if isinstance(vocabulary, TokenIndex) else TokenIndex.get(vocab)
+            trie = index.native_trie
+        try:
+            cs = cls(
+                vocabulary_hash=vocab.content_hash,
+                width=vocab.width,
+                end_ids=tuple(int(e) for e in end_ids),
+                terminator=term,
+                arrays=arrays,
+                backend=backend,
+                trie=trie,
+            )
+        except ValueError as exc:  # the core's checks of a compact layout
+            if layout != "compact":
+                raise
+            raise CorruptFileError(f"{path}: {exc} (crafted or damaged file)") from exc
         name = meta.get("tokenizer")
         cs.vocabulary_name = name if isinstance(name, str) else ""
         return cs
@@ -526,16 +562,25 @@ def _raw_logits(logits: Any) -> tuple[npt.NDArray[Any], int, int]:
     raise TypeError(f"logits dtype {arr.dtype}: expected float32, float16 or bfloat16")
 
 
-def _check_arrays(c: Checker, width: int) -> None:
+def _check_arrays(c: Checker, width: int, *, compact: bool = False) -> None:
     """Everything the serving functions rely on, checked before a loaded set is used: CSR rows
     over valid token ids, sorted within each row (binary search), every child code leading to a
-    state, far targets where the codes say, completed nodes and value offsets in range."""
-    c.names({"row_ptr", "tokens", "children", "far_pos", "far_child", "ends"} | _VALUE_ARRAYS)
+    state, far targets where the codes say, completed nodes and value offsets in range (a
+    compact layout's keys are checked by the core)."""
+    names = {"row_ptr", "tokens", "children", "far_pos", "far_child", "ends"} | _VALUE_ARRAYS
+    c.names(names | COMPACT_ARRAYS if compact else names)
     row_ptr = c.array("row_ptr", np.int32)
-    if len(row_ptr) < 4:
-        raise c.fail("row_ptr has fewer than 4 entries (a root, END and DEAD)")
-    n_states = len(row_ptr) - 1
-    n_nodes = n_states - 2
+    if compact:
+        states, n_nodes = stored_states(c)
+        n_states = n_nodes + 2
+        if len(row_ptr) != len(states) + 1:
+            raise c.fail(f"row_ptr has {len(row_ptr)} entries for {len(states)} stored rows")
+    else:
+        if len(row_ptr) < 4:
+            raise c.fail("row_ptr has fewer than 4 entries (a root, END and DEAD)")
+        n_states = len(row_ptr) - 1
+        n_nodes = n_states - 2
+        states = np.arange(n_states, dtype=np.int64)
     tokens = c.array("tokens", np.int32)
     c.offsets("row_ptr", row_ptr, len(tokens))
     c.within("tokens", tokens, 0, width)
@@ -546,7 +591,7 @@ def _check_arrays(c: Checker, width: int) -> None:
         row_start[row_ptr[:-1][np.diff(row_ptr) > 0]] = True
         if bool(((step <= 0) & ~row_start[1:]).any()):
             raise c.fail("tokens are not strictly increasing within a row")
-    node = np.repeat(np.arange(n_states, dtype=np.int64), np.diff(row_ptr))
+    node = np.repeat(states, np.diff(row_ptr))
     near = children < _FAR
     target = node[near] + children[near]
     if len(target) and int(target.max()) >= n_states:
@@ -676,6 +721,7 @@ def compile_choices(
     terminator: str | None = None,
     allow_end: bool = True,
     backend: str | None = None,
+    layout: str = "full",
 ) -> ChoiceSet:
     """Compile ``values`` against a tokenizer index into a :class:`ChoiceSet`.
 
@@ -687,14 +733,29 @@ def compile_choices(
     Duplicates collapse; a value may be a prefix of another; the empty string is a value.
     ``backend``: ``"native"`` (the C++ core) or ``"numpy"`` (the reference); default
     ``$TRIEROUTER_BACKEND``, else native (see :mod:`trierouter.registry.core`).
+    ``layout``: ``"full"`` (default: every node's row stored, a step is a lookup) or
+    ``"compact"`` (native only: the rows of nodes with at most
+    :data:`~trierouter.registry.compact.COMPACT_KEYS` values below are walked when asked for;
+    the same masks and states in a fraction of the memory, a walk per step on those nodes).
     Raises :class:`EmptySetError`, :class:`InvalidValueError` or :class:`UnreachableValueError`.
     """
     t0 = time.perf_counter()
     which = _backend.resolve_backend(backend)
+    check_layout(layout, which)
     if isinstance(index, Vocabulary):
         index = TokenIndex.get(index, backend=which)
     if which == "native":
         cs = _compile_native(values, index, terminator, allow_end)
+        if layout == "compact":
+            cs = ChoiceSet(
+                vocabulary_hash=cs.vocabulary_hash,
+                width=cs.width,
+                end_ids=cs.end_ids,
+                terminator=terminator,
+                arrays=compact_arrays(cs._arrays, index, terminator, cs.end_ids, allow_end),
+                backend="native",
+                trie=index.native_trie,
+            )
     else:
         cs = _compile_numpy(values, index, terminator, allow_end)
     cs.vocabulary_name = index.vocabulary.name
