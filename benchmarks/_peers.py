@@ -205,6 +205,7 @@ class TrieRouter(Engine):
     has_native_batch = True
     has_ids_view = True
     backend = "native"
+    layout = "full"
 
     def __init__(self) -> None:
         super().__init__()
@@ -217,7 +218,9 @@ class TrieRouter(Engine):
 
     def compile(self, values: Sequence[str]) -> None:
         assert self.index is not None
-        self.cs = compile_choices(list(values), self.index, backend=self.backend)
+        self.cs = compile_choices(
+            list(values), self.index, backend=self.backend, layout=self.layout
+        )
 
     def reported_bytes(self) -> int | None:
         assert self.cs is not None
@@ -281,6 +284,15 @@ class TrieRouterNumpy(TrieRouter):
     name = "trierouter-numpy"
     grammar_form = "ChoiceSet, numpy reference backend"
     backend = "numpy"
+
+
+class TrieRouterCompact(TrieRouter):
+    """trierouter's compact layout (``layout="compact"``): rows of nodes with few values below
+    walked on demand by the core instead of stored."""
+
+    name = "trierouter-compact"
+    grammar_form = "ChoiceSet, compact layout (rows walked on demand below 64 values)"
+    layout = "compact"
 
 
 class XGrammar(Engine):
@@ -590,6 +602,7 @@ ENGINES: dict[str, type[Engine]] = {
     e.name: e
     for e in (
         TrieRouter,
+        TrieRouterCompact,
         TrieRouterNumpy,
         XGrammar,
         LLGuidance,

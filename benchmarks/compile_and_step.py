@@ -13,7 +13,7 @@ Method:
 * every (vocabulary, engine, K) case runs in its own subprocess; each phase (setup, compile,
   measure) has ``--timeout`` seconds, a stall is recorded as ``{"status": "timeout"}`` and an
   exception as ``{"status": "error"}``; an engine that timed out at some K is not run at larger K;
-* above ``--peer-max-k`` (100,000) only trierouter's compiled core runs (``{"status":
+* above ``--peer-max-k`` (100,000) only trierouter's compiled core runs, both layouts (``{"status":
   "skipped"}`` for the others): XGrammar alone takes about 100 s at 100,000, and the numpy
   reference would hold gigabytes; the 1,000,000 case shows whether the compile stays linear;
 * tokenizer-level preprocessing (trierouter ``TokenIndex.build``, XGrammar ``TokenizerInfo`` +
@@ -544,7 +544,9 @@ def worker(args: argparse.Namespace) -> int:
 
         paths = canonical_paths(vocab, values, args.paths, SEED)
         res["path_tokens_mean"] = float(np.mean([len(p) for p in paths]))
-        ref = eng.cs if isinstance(eng, TrieRouter) else None
+        # the guard's reference: the engine's own set where it is the full layout (checked
+        # against XGrammar by the tests), else a full set compiled apart
+        ref = eng.cs if isinstance(eng, TrieRouter) and eng.cs.layout == "full" else None
         if ref is None:
             ref = compile_choices(values, TokenIndex.get(vocab))
         res["guard"] = guard(eng, ref, vocab, paths[:GUARD_PATHS])
@@ -858,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
             if vi > 0 and k > args.second_max_k:
                 continue
             for engine in engines:
-                if k > args.peer_max_k and engine != "trierouter":
+                if k > args.peer_max_k and engine not in ("trierouter", "trierouter-compact"):
                     r: dict[str, Any] = {
                         "engine": engine,
                         "vocab": vocab,

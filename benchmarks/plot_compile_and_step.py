@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 HERE = Path(__file__).resolve().parent / "results"
 COLORS = {
     "trierouter": "#d62728",
+    "trierouter-compact": "#ff7f0e",
     "trierouter-numpy": "#ff9896",
     "xgrammar": "#1f77b4",
     "llguidance": "#2ca02c",

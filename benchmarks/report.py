@@ -19,6 +19,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 ENGINES = [
     "trierouter",
+    "trierouter-compact",
     "trierouter-numpy",
     "xgrammar",
     "llguidance",
@@ -62,7 +63,10 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         f"outlines-core {m['versions'].get('outlines_core')}; load average "
         f"{_num((m.get('loadavg_start') or [None])[0], '.1f')} at the start, "
         f"{_num((m.get('loadavg_end') or [None])[0], '.1f')} at the end. "
-        "trierouter = the compiled core (C++), trierouter-numpy = the numpy reference backend. "
+        "trierouter = the compiled core (C++), full layout (every row stored); "
+        'trierouter-compact = the same core, `layout="compact"` (rows of nodes with at most '
+        "64 values below walked on demand, not stored); trierouter-numpy = the numpy reference "
+        "backend. "
         "Compile = compile to first mask: "
         "the first compile in a fresh process through the first packed mask, serving tables "
         "included (tokenizer preprocessing excluded); step = accept a token + fill the next "

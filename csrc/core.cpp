@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <new>
 #include <cstddef>
@@ -1905,6 +1906,7 @@ struct Compact {
     TT tt;
     std::vector<int32_t> end_ids;  // sorted; empty when the set leaves them out (allow_end=False)
     int64_t n_nodes = 0;
+    uint64_t uid = 0;  // names this layout in the walked-row caches (never reused)
     explicit Compact(TokenTrieObject* t) : trie(Py_NewRef(reinterpret_cast<PyObject*>(t))), tt(t) {}
     ~Compact() {
         for (View* v : {&v_bits, &v_rank, &v_first, &v_lcp, &v_vb, &v_voff})
@@ -2002,6 +2004,8 @@ bool open_compact(CoreObject* self, PyObject* spec) {
         return false;
     }
     x->n_nodes = n_nodes;
+    static std::atomic<uint64_t> next_uid{1};
+    x->uid = next_uid.fetch_add(1);
     return true;
 }
 
@@ -2057,12 +2061,26 @@ inline int64_t stored_row(const CoreObject* c, int64_t s) {
     return s - x->rank[s >> 6] - __builtin_popcountll(word & (bit - 1));
 }
 
-// The walked row of s (a thread's scratch: valid until its next walk).
+// The walked row of s, from a thread's cache of recent rows (direct-mapped by state): a step
+// walks the row its fill walked before (advance, then the next state's mask), and a batch's
+// advance the rows its previous fill walked. Valid until the thread's next walk.
+struct WalkedRow {
+    uint64_t uid = 0;
+    int64_t state = -1;
+    std::vector<DemandPair> row;
+};
+constexpr size_t WALK_CACHE = 1024;
+
 inline const std::vector<DemandPair>& walked_row(const CoreObject* c, int64_t s) {
-    thread_local std::vector<DemandPair> row;
+    thread_local std::vector<WalkedRow> cache(WALK_CACHE);
     const Compact* x = c->cx;
-    demand_row(x->keys, x->tt, x->end_ids, static_cast<int32_t>(c->end_state), s, row);
-    return row;
+    WalkedRow& e = cache[static_cast<size_t>(s) & (WALK_CACHE - 1)];
+    if (e.uid != x->uid || e.state != s) {
+        demand_row(x->keys, x->tt, x->end_ids, static_cast<int32_t>(c->end_state), s, e.row);
+        e.uid = x->uid;
+        e.state = s;
+    }
+    return e.row;
 }
 
 // The ids allowed at s (valid): a span of the stored tokens, or a walked row copied to ``ids``.
