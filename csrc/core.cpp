@@ -1665,6 +1665,17 @@ struct KeyView {
         const int64_t vl = voff[j + 1] - voff[j];
         return p < vl ? vb[voff[j] + p] : static_cast<uint8_t>(term[static_cast<size_t>(p - vl)]);
     }
+    // the common prefix of keys a and b (the values' bytes compared directly, then the rest)
+    inline int64_t common(int64_t a, int64_t b) const {
+        const int64_t oa = voff[a], ob = voff[b];
+        const int64_t m = std::min(voff[a + 1] - oa, voff[b + 1] - ob);
+        int64_t l = 0;
+        while (l < m && vb[oa + l] == vb[ob + l]) ++l;
+        if (l < m) return l;
+        const int64_t n = std::min(klen(a), klen(b));
+        while (l < n && byte(a, l) == byte(b, l)) ++l;
+        return l;
+    }
     // the key that added node s >= 1 (the last one whose first node is <= s) and s's depth
     inline void locate(int64_t s, int64_t* i, int64_t* d) const {
         if (s == 0) {
@@ -1720,9 +1731,10 @@ void demand_row(const KeyView& k, const TT& tt, const std::vector<int32_t>& end_
 // compact_layout(row_ptr, tokens, children, far_pos, far_child, value_bytes, value_offsets,
 //                terminator, max_keys, trie_or_None, end_ids) -> dict of arrays
 // The rows of the nodes with at most max_keys keys below are dropped (bit set in demand_bits);
-// the rest, END and DEAD keep theirs. With a trie, each dropped row is first walked on demand and
-// compared with the stored one, and kept where they differ (a compile that pruned tokens leading
-// to states no token sequence completes); without, the caller vouches that nothing was pruned.
+// the rest, END and DEAD keep theirs. Where some byte of the keys has no single-byte token in the
+// trie, the compile may have pruned tokens leading to nodes no token sequence completes: then
+// each dropped row is first walked and compared with the stored one, and kept where they differ.
+// trie=None skips that check (the tests show that it matters).
 PyObject* py_compact_layout(PyObject*, PyObject* args) {
     PyObject *rp_o, *tk_o, *ch_o, *fp_o, *fc_o, *vb_o, *vo_o, *trie_o, *end_o;
     Py_buffer term;
@@ -1790,11 +1802,7 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
     Py_BEGIN_ALLOW_THREADS;
     // keys: common prefix with the previous key, and the first node each adds
     for (int64_t i = 0; i < k.K; ++i) {
-        int64_t l = 0;
-        if (i) {
-            const int64_t m = std::min(k.klen(i - 1), k.klen(i));
-            while (l < m && k.byte(i - 1, l) == k.byte(i, l)) ++l;
-        }
+        const int64_t l = i ? k.common(i - 1, i) : 0;
         lcp[static_cast<size_t>(i)] = static_cast<int32_t>(l);
         first[static_cast<size_t>(i)] = static_cast<int32_t>(next_first);
         next_first += k.klen(i) - l;
@@ -1823,8 +1831,14 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
             mark(first[static_cast<size_t>(i)] + d - lcp[static_cast<size_t>(i)] - 1);
     }
     if (ok && k.K <= max_keys) mark(0);
-    // with a trie: a dropped row must equal its walk
+    bool verify = false;  // some byte no single token spells
     if (ok && trie) {
+        uint8_t used[256] = {0};
+        for (int64_t q = 0; q < k.voff[k.K]; ++q) used[k.vb[q]] = 1;
+        for (char ch : k.term) used[static_cast<uint8_t>(ch)] = 1;
+        for (int b = 0; b < 256; ++b) verify = verify || (used[b] && !trie->single[b]);
+    }
+    if (ok && verify) {
         const TT tt(trie);
         std::vector<DemandPair> row;
         for (int64_t w = 0; w < words; ++w) {
@@ -1857,18 +1871,25 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
         rank[static_cast<size_t>(w)] = static_cast<int32_t>(dropped);
         dropped += __builtin_popcountll(bits[static_cast<size_t>(w)]);
     }
-    ok = ok && nrp.reserve(static_cast<size_t>(n_states - dropped + 1)) && nrp.push(0);
-    int64_t f = 0;
+    int64_t kept_pairs = 0;
+    auto walked = [&](int64_t s) { return (bits[static_cast<size_t>(s >> 6)] >> (s & 63)) & 1; };
+    for (int64_t s = 0; ok && s < n_states; ++s)
+        if (!walked(s)) kept_pairs += row_ptr[s + 1] - row_ptr[s];
+    ok = ok && nrp.resize(static_cast<size_t>(n_states - dropped + 1)) &&
+         ntk.resize(static_cast<size_t>(kept_pairs)) && nch.resize(static_cast<size_t>(kept_pairs));
+    int64_t f = 0, w = 0, r = 0;
     for (int64_t s = 0; ok && s < n_states; ++s) {
-        if ((bits[static_cast<size_t>(s >> 6)] >> (s & 63)) & 1) continue;
-        for (int64_t at = row_ptr[s]; ok && at < row_ptr[s + 1]; ++at) {
-            while (f < n_far && far_pos[f] < at) ++f;
-            if (children[at] == FAR)
-                ok = nfp.push(static_cast<int32_t>(ntk.size())) && nfc.push(far_child[f]);
-            ok = ok && ntk.push(tokens[at]) && nch.push(children[at]);
-        }
-        ok = ok && nrp.push(static_cast<int32_t>(ntk.size()));
+        if (walked(s)) continue;
+        const int64_t lo = row_ptr[s], len = row_ptr[s + 1] - lo;
+        nrp[static_cast<size_t>(r++)] = static_cast<int32_t>(w);
+        std::memcpy(ntk.p + w, tokens + lo, static_cast<size_t>(len) * 4);
+        std::memcpy(nch.p + w, children + lo, static_cast<size_t>(len) * 2);
+        for (; f < n_far && far_pos[f] < lo + len; ++f)  // far children (in pair order)
+            if (far_pos[f] >= lo)
+                ok = ok && nfp.push(static_cast<int32_t>(w + far_pos[f] - lo)) && nfc.push(far_child[f]);
+        w += len;
     }
+    if (ok) nrp[static_cast<size_t>(r)] = static_cast<int32_t>(w);
     Py_END_ALLOW_THREADS;
     if (!ok) {
         if (next_first != n_nodes)
@@ -1898,9 +1919,15 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
 // A compact layout's serving side (Core(..., compact=...)): which states are walked on demand
 // (demand_bits; demand_rank[w] = such states before word w), the keys and the token trie.
 struct Compact {
-    View v_bits, v_rank, v_first, v_lcp, v_vb, v_voff;
+    View v_bits, v_rank, v_first, v_lcp, v_vb, v_voff, v_tbuf, v_toff, v_match;
     const uint64_t* bits = nullptr;
     const int32_t* rank = nullptr;
+    // the vocabulary's token bytes (buffer, offsets) and matchable flags: an advance compares
+    // the token's bytes with the node's keys instead of walking the row
+    const uint8_t* tbuf = nullptr;
+    const int64_t* toff = nullptr;
+    const uint8_t* matchable = nullptr;
+    int64_t n_tokens = 0;
     KeyView keys;
     PyObject* trie = nullptr;
     TT tt;
@@ -1909,7 +1936,7 @@ struct Compact {
     uint64_t uid = 0;  // names this layout in the walked-row caches (never reused)
     explicit Compact(TokenTrieObject* t) : trie(Py_NewRef(reinterpret_cast<PyObject*>(t))), tt(t) {}
     ~Compact() {
-        for (View* v : {&v_bits, &v_rank, &v_first, &v_lcp, &v_vb, &v_voff})
+        for (View* v : {&v_bits, &v_rank, &v_first, &v_lcp, &v_vb, &v_voff, &v_tbuf, &v_toff, &v_match})
             if (v->held) PyBuffer_Release(&v->b);
         Py_XDECREF(trie);
     }
@@ -1941,13 +1968,15 @@ void Core_dealloc(CoreObject* self) {
 }
 
 // compact = (demand_bits, demand_rank, key_first, key_lcp, value_bytes, value_offsets,
-//            terminator, trie, end_ids, n_nodes): checked against the stored rows
+//            terminator, trie, end_ids, n_nodes, token_buffer, token_offsets, matchable, check):
+// checked against the stored rows; with check (a loaded file), every key's common prefix too
 bool open_compact(CoreObject* self, PyObject* spec) {
-    PyObject *bo, *ro, *fo, *lo, *vbo, *voo, *trie, *endo;
+    PyObject *bo, *ro, *fo, *lo, *vbo, *voo, *trie, *endo, *tbo, *too, *mo;
     Py_buffer term;
     long long n_nodes;
-    if (!PyArg_ParseTuple(spec, "OOOOOOy*O!OL", &bo, &ro, &fo, &lo, &vbo, &voo, &term,
-                          &TokenTrieType, &trie, &endo, &n_nodes))
+    int check;
+    if (!PyArg_ParseTuple(spec, "OOOOOOy*O!OLOOOp", &bo, &ro, &fo, &lo, &vbo, &voo, &term,
+                          &TokenTrieType, &trie, &endo, &n_nodes, &tbo, &too, &mo, &check))
         return false;
     std::string tstr(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
     PyBuffer_Release(&term);
@@ -1956,8 +1985,21 @@ bool open_compact(CoreObject* self, PyObject* spec) {
     self->cx = x;
     if (!get_view(bo, x->v_bits, 'u', 8, "demand_bits") || !get_view(ro, x->v_rank, 'i', 4, "demand_rank") ||
         !get_view(fo, x->v_first, 'i', 4, "key_first") || !get_view(lo, x->v_lcp, 'i', 4, "key_lcp") ||
-        !get_view(vbo, x->v_vb, 'u', 1, "value_bytes") || !get_view(voo, x->v_voff, 'i', 8, "value_offsets"))
+        !get_view(vbo, x->v_vb, 'u', 1, "value_bytes") || !get_view(voo, x->v_voff, 'i', 8, "value_offsets") ||
+        !get_view(tbo, x->v_tbuf, 'u', 1, "token_buffer") || !get_view(too, x->v_toff, 'i', 8, "token_offsets") ||
+        !get_view(mo, x->v_match, 'u', 1, "matchable"))
         return false;
+    x->tbuf = static_cast<const uint8_t*>(x->v_tbuf.b.buf);
+    x->toff = static_cast<const int64_t*>(x->v_toff.b.buf);
+    x->matchable = static_cast<const uint8_t*>(x->v_match.b.buf);
+    x->n_tokens = x->v_match.b.len;
+    bool tok_ok = x->v_toff.b.len / 8 == x->n_tokens + 1 && x->toff[0] == 0 &&
+                  x->toff[x->n_tokens] <= x->v_tbuf.b.len;
+    for (int64_t t = 0; tok_ok && t < x->n_tokens; ++t) tok_ok = x->toff[t + 1] >= x->toff[t];
+    if (!tok_ok) {
+        PyErr_SetString(PyExc_ValueError, "compact layout: token offsets do not fit the token buffer");
+        return false;
+    }
     PyObject* s = PySequence_Fast(endo, "end_ids must be a sequence of ints");
     if (!s) return false;
     for (Py_ssize_t q = 0; q < PySequence_Fast_GET_SIZE(s); ++q)
@@ -1991,10 +2033,12 @@ bool open_compact(CoreObject* self, PyObject* spec) {
     for (int64_t i = 0; ok && i < k.K; ++i) {
         ok = k.voff[i + 1] >= k.voff[i] && k.first[i] == next_first;
         int64_t l = 0;  // the walks read keys where lcp says they agree: the true lcp, and sorted
-        if (ok && i) {
-            const int64_t m = std::min(k.klen(i - 1), k.klen(i));
-            while (l < m && k.byte(i - 1, l) == k.byte(i, l)) ++l;
+        if (ok && i && check) {
+            l = k.common(i - 1, i);
             ok = l < k.klen(i) && (l == k.klen(i - 1) || k.byte(i - 1, l) < k.byte(i, l));
+        } else if (i) {
+            l = k.lcp[i];
+            ok = ok && l >= 0 && l <= std::min(k.klen(i - 1), k.klen(i));
         }
         ok = ok && k.lcp[i] == l;
         next_first += k.klen(i) - l;
@@ -2097,11 +2141,27 @@ inline const int32_t* row_ids(const CoreObject* c, int64_t s, int64_t* n, std::v
     return ids.data();
 }
 
+// advance from a walked node: the token's bytes against the node's keys (no walk). The first
+// key that continues with them added the node they lead to (the keys before it do not share
+// path + bytes, so its common prefix with its predecessor is shorter).
 int64_t walked_advance(const CoreObject* c, int64_t s, int64_t token) {
-    const auto& row = walked_row(c, s);
-    auto f = std::lower_bound(row.begin(), row.end(), token,
-                              [](const DemandPair& a, int64_t t) { return a.token < t; });
-    return f != row.end() && f->token == token ? f->target : c->dead_state;
+    const Compact* x = c->cx;
+    const KeyView& k = x->keys;
+    int64_t i, d;
+    k.locate(s, &i, &d);
+    if (std::binary_search(x->end_ids.begin(), x->end_ids.end(), token))
+        return k.klen(i) == d ? c->end_state : c->dead_state;
+    if (token < 0 || token >= x->n_tokens || !x->matchable[token]) return c->dead_state;
+    const uint8_t* b = x->tbuf + x->toff[token];
+    const int64_t L = x->toff[token + 1] - x->toff[token];
+    for (int64_t j = i; j < k.K && (j == i || k.lcp[j] >= d); ++j) {
+        if (k.klen(j) < d + L) continue;
+        int64_t q = 0;
+        while (q < L && k.byte(j, d + q) == b[q]) ++q;
+        if (q == L) return k.first[j] + (d + L) - k.lcp[j] - 1;
+        if (k.byte(j, d + q) > b[q]) break;  // sorted: no later key continues with the token
+    }
+    return c->dead_state;
 }
 
 inline int64_t core_advance(const CoreObject* c, int64_t s, int64_t token) {

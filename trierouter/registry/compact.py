@@ -60,10 +60,8 @@ def compact_arrays(
     """The compact layout of a full set's ``arrays`` (compiled with these arguments)."""
     core = _backend.native_core()
     term = terminator.encode("utf-8") if terminator else b""
-    used = np.bincount(arrays["value_bytes"], minlength=256) > 0
-    used[list(term)] = True
-    # a byte no single token spells: the compile may have pruned rows, so each one is compared
-    verify = bool(np.any(used & ~index.can_spell_bytes()))
+    # with the trie, the core compares each dropped row with its walk where some byte of the
+    # values has no single-byte token (the compile may have pruned rows there)
     out: dict[str, npt.NDArray[Any]] = core.compact_layout(
         arrays["row_ptr"],
         arrays["tokens"],
@@ -74,7 +72,7 @@ def compact_arrays(
         arrays["value_offsets"],
         term,
         COMPACT_KEYS,
-        index.native_trie if verify else None,
+        index.native_trie,
         end_ids if allow_end else (),
     )
     n_nodes, max_keys, kept = (int(x) for x in out["compact_info"])
@@ -85,10 +83,17 @@ def compact_arrays(
 
 
 def compact_spec(
-    arrays: dict[str, npt.NDArray[Any]], trie: Any, terminator: str | None, end_ids: tuple[int, ...]
+    arrays: dict[str, npt.NDArray[Any]],
+    index: TokenIndex,
+    terminator: str | None,
+    end_ids: tuple[int, ...],
+    check: bool,
 ) -> tuple[Any, ...]:
-    """The ``compact`` argument of ``_core.Core`` for a compact set's arrays."""
+    """The ``compact`` argument of ``_core.Core`` for a compact set's arrays: its keys, and the
+    tokenizer's forward trie (walks) and token bytes (advances), shared by every set.
+    ``check``: the core verifies every key's common prefix (arrays read from a file)."""
     info = arrays["compact_info"]
+    vocab = index.vocabulary
     return (
         arrays["demand_bits"],
         arrays["demand_rank"],
@@ -97,9 +102,13 @@ def compact_spec(
         arrays["value_bytes"],
         arrays["value_offsets"],
         terminator.encode("utf-8") if terminator else b"",
-        trie,
+        index.native_trie,
         end_ids if int(info[3]) else (),
         int(info[0]),
+        vocab.buffer,
+        vocab.offsets,
+        vocab.matchable.view(np.uint8),
+        check,
     )
 
 

@@ -101,13 +101,16 @@ class ChoiceSet:
         terminator: str | None,
         arrays: dict[str, npt.NDArray[Any]],
         backend: str | None = None,
-        trie: Any = None,
+        index: TokenIndex | None = None,
+        checked: bool = False,
     ) -> None:
         self.backend = _backend.resolve_backend(backend)
         self.layout = "compact" if "compact_info" in arrays else "full"
         """``"full"`` (every row stored) or ``"compact"`` (rows walked on demand where at most
         :data:`~trierouter.registry.compact.COMPACT_KEYS` values lie below a node)."""
         check_layout(self.layout, self.backend)
+        if self.layout == "compact" and index is None:
+            raise ValueError("a compact set serves over its tokenizer's index: pass index=")
         self.vocabulary_hash = vocabulary_hash
         """:attr:`Vocabulary.content_hash` of the tokenizer the set was compiled for."""
         self.vocabulary_name = ""
@@ -138,7 +141,9 @@ class ChoiceSet:
                 self._far_child,
                 self.ends,
                 self.width,
-                compact_spec(arrays, trie, terminator, end_ids) if compact else None,
+                compact_spec(arrays, index, terminator, end_ids, not checked)
+                if index and compact
+                else None,
             )
             self._core = core
             self._advance, self._mask = core.advance, core.mask
@@ -508,11 +513,10 @@ class ChoiceSet:
         if layout not in ("full", "compact"):
             raise CorruptFileError(f"{path}: metadata layout={layout!r:.40} is not a layout")
         _check_arrays(Checker(path, arrays), len(vocab), compact=layout == "compact")
-        trie = None
+        index = None
         if layout == "compact":
             check_layout(layout, _backend.resolve_backend(backend))
             index = vocabulary if isinstance(vocabulary, TokenIndex) else TokenIndex.get(vocab)
-            trie = index.native_trie
         try:
             cs = cls(
                 vocabulary_hash=vocab.content_hash,
@@ -521,7 +525,7 @@ class ChoiceSet:
                 terminator=term,
                 arrays=arrays,
                 backend=backend,
-                trie=trie,
+                index=index,
             )
         except ValueError as exc:  # the core's checks of a compact layout
             if layout != "compact":
@@ -754,7 +758,8 @@ def compile_choices(
                 terminator=terminator,
                 arrays=compact_arrays(cs._arrays, index, terminator, cs.end_ids, allow_end),
                 backend="native",
-                trie=index.native_trie,
+                index=index,
+                checked=True,  # made by the core from this compile
             )
     else:
         cs = _compile_numpy(values, index, terminator, allow_end)
