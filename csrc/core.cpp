@@ -1179,8 +1179,9 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     Py_buffer term;
     PyObject* end_ids;
     int allow_end;
-    if (!PyArg_ParseTuple(args, "OO!y*Op", &values, &TokenTrieType, &tri, &term, &end_ids,
-                          &allow_end))
+    long long max_keys = 0;  // > 0: the compact layout (see compact_layout), where no row is pruned
+    if (!PyArg_ParseTuple(args, "OO!y*Op|L", &values, &TokenTrieType, &tri, &term, &end_ids,
+                          &allow_end, &max_keys))
         return nullptr;
     std::string termb(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
     PyBuffer_Release(&term);
@@ -1275,6 +1276,47 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     }
     const size_t nv = strs.size();
     LAP("sort");
+    // The compact layout: each key's common prefix with the previous one first, then the depth
+    // from which the nodes a key adds have at most max_keys keys below (compact_layout's rule);
+    // their rows are neither counted nor written. Not where a byte has no single-byte token: the
+    // pruning below needs every row (the layout is then derived from the full one).
+    Buf<int32_t> lcps, walk_from;
+    Buf<uint8_t> walked;
+    bool compact = max_keys > 0;
+    if (compact) {
+        uint8_t seen[256] = {0};
+        for (auto& s : strs)
+            for (int64_t q = 0; q < s.n; ++q) seen[s.p[q]] = 1;
+        for (int b = 0; b < 256; ++b) compact = compact && !(seen[b] && !tri->single[b]);
+    }
+    if (compact) {
+        if (!lcps.resize(nv) || !walk_from.resize(nv)) {
+            PyEval_RestoreThread(save);
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        for (size_t i = 0; i < nv; ++i) {
+            int64_t l = 0;
+            if (i) {
+                const int64_t m = std::min(strs[i - 1].n, strs[i].n);
+                while (l < m && strs[i - 1].p[l] == strs[i].p[l]) ++l;
+            }
+            lcps[i] = static_cast<int32_t>(l);
+        }
+        std::vector<int64_t> dq;  // sliding minimum of lcps over (i, i + max_keys], as compact_layout
+        size_t head = 0;
+        for (int64_t i = static_cast<int64_t>(nv) - 1; i >= 0; --i) {
+            const int64_t add = i + 1;
+            if (add < static_cast<int64_t>(nv)) {
+                while (dq.size() > head && lcps[static_cast<size_t>(dq.back())] >= lcps[static_cast<size_t>(add)])
+                    dq.pop_back();
+                dq.push_back(add);
+            }
+            while (dq.size() > head && dq[head] > i + max_keys) ++head;
+            const int64_t thr = (i + max_keys >= static_cast<int64_t>(nv)) ? -1 : lcps[static_cast<size_t>(dq[head])];
+            walk_from[static_cast<size_t>(i)] = static_cast<int32_t>(std::max<int64_t>(lcps[static_cast<size_t>(i)] + 1, thr + 1));
+        }
+    }
     // Trie in preorder, built string by string (path[d]: node at depth d on the current string),
     // and at once the Aho-Corasick state of every node (st[d] on the path): the tokens that end
     // at node m are the outputs of its state, and a token of length L ending at m starts at the
@@ -1293,14 +1335,15 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         Py_DECREF(seq);
         return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: node ids would overflow int32; split the set into smaller ones");
     }
-    Buf<int32_t> ends, lcps, row_ptr;
+    Buf<int32_t> ends, row_ptr;
     Spans state_of(tri);  // per node, its outputs span
     Buf<uint8_t> vbytes;
     Buf<int64_t> voff;
     // row_ptr first counts the pairs of row v in row_ptr[v + 1]
     bool ok = ends.resize(nv) && vbytes.reserve(total_bytes - nv * static_cast<size_t>(tl) + 1) &&
               voff.resize(nv + 1) && state_of.resize(total_bytes + 1) && lcps.resize(nv) &&
-              row_ptr.resize(total_bytes + 4);  // zeroed per node as nodes are made
+              row_ptr.resize(total_bytes + 4) &&  // zeroed per node as nodes are made
+              (!compact || walked.resize(total_bytes + 3));
     std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), st(static_cast<size_t>(max_len) + 2, 0);
     if (!ok) {
         PyEval_RestoreThread(save);
@@ -1311,6 +1354,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     row_ptr[0] = 0;
     cnt[0] = 0;
     int32_t next = 1;
+    uint8_t* wk = compact ? walked.p : nullptr;  // per node: its row is walked (not stored)
+    if (wk) wk[0] = static_cast<int64_t>(nv) <= max_keys;
     state_of.set(0, 0, 0);
     uint8_t used[256] = {0};
     Str prev{nullptr, 0};
@@ -1319,12 +1364,17 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         const Str& s = strs[i];
         if (i + 8 < nv) __builtin_prefetch(strs[i + 8].p);  // sorted order is not memory order
         int64_t l = 0;
-        const int64_t m = std::min(prev.n, s.n);
-        while (l < m && prev.p[l] == s.p[l]) ++l;
-        lcps[i] = static_cast<int32_t>(l);
+        if (compact) {
+            l = lcps[i];
+        } else {
+            const int64_t m = std::min(prev.n, s.n);
+            while (l < m && prev.p[l] == s.p[l]) ++l;
+            lcps[i] = static_cast<int32_t>(l);
+        }
         for (int64_t d = l; d < s.n; ++d) {
             const int32_t id = next++;
             cnt[id] = 0;
+            if (wk) wk[id] = d + 1 >= walk_from[i];
             const uint8_t b = s.p[d];
             used[b] = 1;
             // transition through a small direct-mapped memo: values repeat their words, so most
@@ -1351,7 +1401,12 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             state_of.set(static_cast<size_t>(id), olo, ohi);
             path[static_cast<size_t>(d + 1)] = id;
             st[static_cast<size_t>(d + 1)] = q;
-            if (e.lens != ~uint64_t(0)) {  // lengths from the memo: no read of the outputs table
+            if (wk) {  // only the stored rows are counted
+                for (int32_t j = olo; j < ohi; ++j) {
+                    const int32_t a = path[static_cast<size_t>(d + 1 - tt.outs[j].len)];
+                    cnt[a] += !wk[a];
+                }
+            } else if (e.lens != ~uint64_t(0)) {  // lengths from the memo: no read of the outputs table
                 for (uint64_t ls = e.lens; ls; ls >>= 8)
                     cnt[path[static_cast<size_t>(d + 1 - static_cast<int64_t>(ls & 0xFF))]]++;
             } else {
@@ -1376,7 +1431,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     const int32_t end_state = n, dead_state = n + 1;
     const int32_t n_eos = static_cast<int32_t>(eos.size());
     if (allow_end)
-        for (size_t i = 0; i < nv; ++i) cnt[ends[i]] += n_eos;
+        for (size_t i = 0; i < nv; ++i) cnt[ends[i]] += (wk && wk[ends[i]]) ? 0 : n_eos;
+    if (wk) wk[n] = wk[n + 1] = 0;  // END and DEAD are stored
     cnt[n] = n_eos;      // END
     cnt[n + 1] = n_eos;  // DEAD
     bool prune = false;
@@ -1444,6 +1500,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         int32_t* tk = tokens.p;
         uint16_t* ch = children.p;
         auto emit = [&](int32_t nd, int32_t t, int32_t m) {
+            if (wk && wk[nd]) return;
             const int32_t at = cur[nd]++;
             tk[at] = t;
             if (m == end_state) {
@@ -1484,7 +1541,9 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                 state_of.get(static_cast<size_t>(m), &j, &hi);
                 if (j >= hi) continue;
                 // outputs come longest first: the farthest ancestor decides whether any is FAR
-                if (m - path[static_cast<size_t>(d + 1 - outs[j].len)] < FAR) {
+                if (wk) {
+                    for (; j < hi; ++j) emit(path[static_cast<size_t>(d + 1 - outs[j].len)], outs[j].token, m);
+                } else if (m - path[static_cast<size_t>(d + 1 - outs[j].len)] < FAR) {
                     for (; j < hi; ++j) {
                         const int32_t nd = path[static_cast<size_t>(d + 1 - outs[j].len)];
                         const int32_t at = cur[nd]++;
@@ -1601,6 +1660,39 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     }
     (void)dead_state;
     LAP("codes");
+    // the compact layout: row_ptr over the stored states alone, which states are walked, the keys
+    Buf<uint64_t> dbits;
+    Buf<int32_t> drank, kfirst;
+    Buf<int64_t> info;
+    if (ok && wk) {
+        const int64_t n_states = int64_t{n} + 2, words = (n_states + 63) / 64;
+        ok = dbits.assign(static_cast<size_t>(words), 0) && drank.resize(static_cast<size_t>(words)) &&
+             kfirst.resize(nv) && info.resize(4);
+        int64_t r = 0, dropped = 0;
+        for (int64_t s = 0; ok && s < n_states; ++s) {
+            if ((s & 63) == 0) drank[static_cast<size_t>(s >> 6)] = static_cast<int32_t>(dropped);
+            if (wk[s]) {
+                dbits[static_cast<size_t>(s >> 6)] |= uint64_t(1) << (s & 63);
+                ++dropped;
+            } else {
+                row_ptr[static_cast<size_t>(r++)] = row_ptr[static_cast<size_t>(s)];
+            }
+        }
+        if (ok) {
+            row_ptr[static_cast<size_t>(r)] = row_ptr[static_cast<size_t>(n_states)];
+            row_ptr.n = static_cast<size_t>(r) + 1;
+            int64_t nf = 1;
+            for (size_t i = 0; i < nv; ++i) {
+                kfirst[i] = static_cast<int32_t>(nf);
+                nf += voff[i + 1] - voff[i] + tl - lcps[i];
+            }
+            info[0] = n;
+            info[1] = max_keys;
+            info[2] = 0;
+            info[3] = allow_end;
+        }
+        walked.release();
+    }
     {
         Buf<Pair> drop;
         std::swap(drop.p, pairs.p);
@@ -1617,6 +1709,21 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     };
     PyObject* arrays = dict_of(out);
     if (!arrays) return nullptr;
+    if (info.n) {
+        Named more[] = {
+            {"demand_bits", to_numpy(dbits, NPY_UINT64)}, {"demand_rank", to_numpy(drank, NPY_INT32)},
+            {"key_first", to_numpy(kfirst, NPY_INT32)},   {"key_lcp", to_numpy(lcps, NPY_INT32)},
+            {"compact_info", to_numpy(info, NPY_INT64)},
+        };
+        for (auto& it : more) {
+            if (!it.obj || PyDict_SetItemString(arrays, it.name, it.obj) < 0) ok = false;
+        }
+        for (auto& it : more) Py_XDECREF(it.obj);
+        if (!ok) {
+            Py_DECREF(arrays);
+            return nullptr;
+        }
+    }
     result = Py_BuildValue("(NO)", arrays, Py_None);
     LAP("out");
     return result;

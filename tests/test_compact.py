@@ -15,7 +15,7 @@ import pytest
 from trierouter import Matcher
 from trierouter.data.synthetic import tool_names
 from trierouter.errors import CorruptFileError
-from trierouter.registry.compact import COMPACT_KEYS
+from trierouter.registry.compact import COMPACT_KEYS, compact_arrays
 from trierouter.registry.core import native_core
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.store import load_arrays, save_arrays
@@ -90,6 +90,11 @@ def test_compact_serves_as_the_full_layout(
     assert info == [full.n_nodes, COMPACT_KEYS, 0, int(allow_end)]
     # most rows are walked: only nodes with more than COMPACT_KEYS values below keep theirs
     assert len(cx.row_ptr) - 1 < (full.n_nodes + 2) // 20
+    # the compile's own compact arrays are those derived from the full layout, bit for bit
+    derived = compact_arrays(full._arrays, qwen2_index, terminator, full.end_ids, allow_end)
+    assert sorted(derived) == sorted(cx._arrays)
+    for name, a in derived.items():
+        assert a.dtype == cx._arrays[name].dtype and np.array_equal(a, cx._arrays[name]), name
     _same_everywhere(full, cx, seed=len(values))
 
 

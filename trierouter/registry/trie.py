@@ -38,6 +38,7 @@ from trierouter.registry import core as _backend
 from trierouter.registry.arrays import build_trie, pack_strings, ranges
 from trierouter.registry.compact import (
     COMPACT_ARRAYS,
+    COMPACT_KEYS,
     check_layout,
     compact_arrays,
     compact_spec,
@@ -749,8 +750,8 @@ def compile_choices(
     if isinstance(index, Vocabulary):
         index = TokenIndex.get(index, backend=which)
     if which == "native":
-        cs = _compile_native(values, index, terminator, allow_end)
-        if layout == "compact":
+        cs = _compile_native(values, index, terminator, allow_end, layout == "compact")
+        if layout == "compact" and cs.layout == "full":  # a byte no single token spells
             cs = ChoiceSet(
                 vocabulary_hash=cs.vocabulary_hash,
                 width=cs.width,
@@ -802,9 +803,15 @@ def _unreachable(
 
 
 def _compile_native(
-    values: Iterable[str], index: TokenIndex, terminator: str | None, allow_end: bool
+    values: Iterable[str],
+    index: TokenIndex,
+    terminator: str | None,
+    allow_end: bool,
+    compact: bool = False,
 ) -> ChoiceSet:
-    """The C++ core: values to serving arrays in one call (csrc/core.cpp)."""
+    """The C++ core: values to serving arrays in one call (csrc/core.cpp); ``compact``: the
+    compact layout's arrays straight from the compile, unless some byte of the values has no
+    single-byte token (the full layout then, which the caller derives it from)."""
     core = _backend.native_core()
     vocab = index.vocabulary
     if isinstance(values, (str, bytes)):
@@ -820,6 +827,7 @@ def _compile_native(
             terminator.encode("utf-8") if isinstance(terminator, str) else b"",
             vocab.end_ids,
             allow_end,
+            COMPACT_KEYS if compact else 0,
         )
     except (TypeError, UnicodeEncodeError):
         _encode_values(items)  # raises InvalidValueError naming the value
@@ -837,6 +845,8 @@ def _compile_native(
         terminator=terminator,
         arrays=arrays,
         backend="native",
+        index=index,
+        checked=True,  # the core's own arrays
     )
 
 
