@@ -139,6 +139,29 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         + _median_range(t, "tokenizer_prep_cpu_s")
         + " ms CPU (median, range over the workers)."
     )
+    cx = [rows.get(("trierouter-compact", k)) for k in ks]
+    if any(r is not None and r.get("status") == "ok" for r in cx):
+        out += [
+            "",
+            "trierouter-compact details (same K): the set's own arrays (`ChoiceSet.nbytes`) "
+            + series("reported_mb", ".2f", of=cx)
+            + " MB, against the full layout's above; warm compile, best of 3, wall "
+            + series("compile_warm_ms", ".1f", of=cx)
+            + " ms; a step through the public API "
+            + series("step_matcher.median_us", ".2f", of=cx)
+            + " µs; advance + mask "
+            + series("step_ids.median_us", ".2f", of=cx)
+            + " µs; batch of 256: `advance_batch` "
+            + series("batch.vectorized_advance.median_us", ".1f", of=cx)
+            + " µs, bitmask fill "
+            + series("batch.fill_gbps", ".0f", of=cx)
+            + " GB/s; RSS growth during compile "
+            + series("rss_compile_mb", ".1f", of=cx)
+            + " MB. A walked row is computed when a step reaches it (each thread keeps the "
+            "last 1,024); the walks also read the tokenizer's token trie and token bytes, built "
+            "once per tokenizer and shared by every set (not counted, as every engine's "
+            "tokenizer tables).",
+        ]
     return out
 
 

@@ -187,7 +187,13 @@ def check_case(case: Case, *, index: TokenIndex | None = None) -> Outcome:
     ref = _Reference(vocab, strings)
     assert all(ref.spellable(s) for s in strings), "compiled though a value is unspellable"
     assert set(cs.values) == set(case.values) and len(cs) == len(set(case.values))
-    return Outcome("compiled", _walk(cs, vocab, ref, case.walks, len(term)))
+    steps = _walk(cs, vocab, ref, case.walks, len(term))
+    if cs.backend == "native":  # the compact layout walks the same paths against the reference
+        cx = compile_choices(
+            list(case.values), index, terminator=case.terminator, layout="compact"
+        )
+        assert cx.layout == "compact" and _walk(cx, vocab, ref, case.walks, len(term)) == steps
+    return Outcome("compiled", steps)
 
 
 def _walk(
