@@ -189,9 +189,7 @@ def check_case(case: Case, *, index: TokenIndex | None = None) -> Outcome:
     assert set(cs.values) == set(case.values) and len(cs) == len(set(case.values))
     steps = _walk(cs, vocab, ref, case.walks, len(term))
     if cs.backend == "native":  # the compact layout walks the same paths against the reference
-        cx = compile_choices(
-            list(case.values), index, terminator=case.terminator, layout="compact"
-        )
+        cx = compile_choices(list(case.values), index, terminator=case.terminator, layout="compact")
         assert cx.layout == "compact" and _walk(cx, vocab, ref, case.walks, len(term)) == steps
     return Outcome("compiled", steps)
 
