@@ -1181,6 +1181,26 @@ constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 384 KB
 //   -> (arrays: dict[str, ndarray], unreachable: list[int] | None)
 // On a value that is not a str or not encodable, raises TypeError / UnicodeEncodeError (the
 // Python caller turns them into the documented errors).
+// The compact layout's rule, shared by compile and compact_layout: key i's nodes from depth
+// out[i] on have at most max_keys keys below them. Node (i, d) has that many iff
+// i + max_keys >= n or some key in (i, i + max_keys] shares fewer than d bytes with its
+// predecessor: a sliding minimum of lcp (lcp[i]: key i's common prefix with key i - 1).
+void walked_depths(const int32_t* lcp, int64_t n, int64_t max_keys, int32_t* out) {
+    std::vector<int64_t> dq;  // indices of increasing lcp over the window (i, i + max_keys]
+    size_t head = 0;
+    for (int64_t i = n - 1; i >= 0; --i) {
+        // i + 1 enters, indices past i + max_keys leave (the oldest, at the head); an entry whose
+        // lcp is not below the newcomer's can never be the minimum again
+        if (i + 1 < n) {
+            while (dq.size() > head && lcp[dq.back()] >= lcp[i + 1]) dq.pop_back();
+            dq.push_back(i + 1);
+        }
+        while (dq.size() > head && dq[head] > i + max_keys) ++head;
+        const int64_t thr = (i + max_keys >= n) ? -1 : lcp[dq[head]];
+        out[i] = static_cast<int32_t>(std::max<int64_t>(lcp[i] + 1, thr + 1));
+    }
+}
+
 PyObject* py_compile(PyObject*, PyObject* args) {
     Lap lap;
 #define LAP(name) lap.mark(name)
@@ -1317,19 +1337,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             }
             lcps[i] = static_cast<int32_t>(l);
         }
-        std::vector<int64_t> dq;  // sliding minimum of lcps over (i, i + max_keys], as compact_layout
-        size_t head = 0;
-        for (int64_t i = static_cast<int64_t>(nv) - 1; i >= 0; --i) {
-            const int64_t add = i + 1;
-            if (add < static_cast<int64_t>(nv)) {
-                while (dq.size() > head && lcps[static_cast<size_t>(dq.back())] >= lcps[static_cast<size_t>(add)])
-                    dq.pop_back();
-                dq.push_back(add);
-            }
-            while (dq.size() > head && dq[head] > i + max_keys) ++head;
-            const int64_t thr = (i + max_keys >= static_cast<int64_t>(nv)) ? -1 : lcps[static_cast<size_t>(dq[head])];
-            walk_from[static_cast<size_t>(i)] = static_cast<int32_t>(std::max<int64_t>(lcps[static_cast<size_t>(i)] + 1, thr + 1));
-        }
+        walked_depths(lcps.p, static_cast<int64_t>(nv), max_keys, walk_from.p);
     }
     // Trie in preorder, built string by string (path[d]: node at depth d on the current string),
     // and at once the Aho-Corasick state of every node (st[d] on the path): the tokens that end
@@ -1948,26 +1956,12 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
     k.first = first.p;
     k.lcp = lcp.p;
     ok = next_first == n_nodes;
-    // node (i, d) has at most max_keys keys below iff i + max_keys >= K or some key in
-    // (i, i + max_keys] shares fewer than d bytes with its predecessor: a sliding minimum
-    std::vector<int64_t> dq;  // indices of increasing lcp, the window (i, i + max_keys]
-    size_t head = 0;
     auto mark = [&](int64_t s) { bits[static_cast<size_t>(s >> 6)] |= uint64_t(1) << (s & 63); };
-    for (int64_t i = k.K - 1; ok && i >= 0; --i) {
-        // i + 1 enters the window, indices past i + max_keys leave it (the oldest, at the head);
-        // an entry whose lcp is not below the newcomer's can never be the minimum again
-        const int64_t add = i + 1;
-        if (add < k.K) {
-            while (dq.size() > head && lcp[static_cast<size_t>(dq.back())] >= lcp[static_cast<size_t>(add)])
-                dq.pop_back();
-            dq.push_back(add);
-        }
-        while (dq.size() > head && dq[head] > i + max_keys) ++head;
-        const int64_t thr = (i + max_keys >= k.K) ? -1 : lcp[static_cast<size_t>(dq[head])];
-        const int64_t from = std::max<int64_t>(lcp[static_cast<size_t>(i)] + 1, thr + 1);
-        for (int64_t d = from; d <= k.klen(i); ++d)
+    std::vector<int32_t> from(static_cast<size_t>(k.K));
+    if (ok) walked_depths(lcp.p, k.K, max_keys, from.data());
+    for (int64_t i = 0; ok && i < k.K; ++i)
+        for (int64_t d = from[static_cast<size_t>(i)]; d <= k.klen(i); ++d)
             mark(first[static_cast<size_t>(i)] + d - lcp[static_cast<size_t>(i)] - 1);
-    }
     if (ok && k.K <= max_keys) mark(0);
     bool verify = false;  // some byte no single token spells
     if (ok && trie) {
@@ -2205,7 +2199,8 @@ int Core_init(CoreObject* self, PyObject* args, PyObject*) {
         return -1;
     int64_t nrp = self->v_row_ptr.b.len / 4;
     if (nrp < (spec == Py_None ? 4 : 3)) {
-        PyErr_SetString(PyExc_ValueError, "row_ptr: fewer than 4 entries");
+        PyErr_SetString(PyExc_ValueError, spec == Py_None ? "row_ptr: fewer than 4 entries (a root, END and DEAD)"
+                                                          : "row_ptr: fewer than 3 entries (END and DEAD)");
         return -1;
     }
     Py_INCREF(tk);
@@ -2451,11 +2446,22 @@ struct Mask2D {
 // slower (the stretches are short, the branches unpredictable); streaming stores 2-4x slower.
 constexpr int64_t FILL_STRETCH = 512;  // words
 
+const int32_t* walked_ids(const CoreObject* c, int64_t s, int64_t* n) {
+    thread_local std::vector<int32_t> scratch;  // (only a walked row reads the thread's storage)
+    return row_ids(c, s, n, scratch);
+}
+
 inline void fill_row(const CoreObject* c, int64_t s, int32_t* row, int64_t words) {
     s = valid_state(c, s);
-    thread_local std::vector<int32_t> scratch;
+    const int64_t r = stored_row(c, s);
     int64_t j = 0, hi;
-    const int32_t* tk = row_ids(c, s, &hi, scratch);
+    const int32_t* tk;
+    if (r >= 0) {
+        tk = c->tokens + c->row_ptr[r];
+        hi = c->row_ptr[r + 1] - c->row_ptr[r];
+    } else {
+        tk = walked_ids(c, s, &hi);
+    }
     uint32_t* w = reinterpret_cast<uint32_t*>(row);
     for (int64_t p0 = 0; p0 < words; p0 += FILL_STRETCH) {
         const int64_t p1 = std::min(words, p0 + FILL_STRETCH);

@@ -444,9 +444,10 @@ class ChoiceSet:
 
     def __repr__(self) -> str:
         term = f", terminator={self.terminator!r}" if self.terminator is not None else ""
+        layout = ", compact" if self.layout == "compact" else ""
         return (
             f"ChoiceSet({len(self)} values, {self.n_nodes} nodes, {self.n_pairs} pairs, "
-            f"{self.nbytes / 1e6:.2f} MB{term})"
+            f"{self.nbytes / 1e6:.2f} MB{term}{layout})"
         )
 
     # -- persistence -------------------------------------------------------------------------
