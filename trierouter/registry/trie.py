@@ -39,6 +39,7 @@ from trierouter.registry.arrays import build_trie, pack_strings, ranges
 from trierouter.registry.compact import (
     COMPACT_ARRAYS,
     COMPACT_KEYS,
+    LAYOUTS,
     check_layout,
     compact_arrays,
     compact_spec,
@@ -512,7 +513,7 @@ class ChoiceSet:
         ):
             raise CorruptFileError(f"{path}: metadata end_ids={end_ids!r:.60} are not token ids")
         layout = meta.get("layout", "full")
-        if layout not in ("full", "compact"):
+        if layout not in LAYOUTS:
             raise CorruptFileError(f"{path}: metadata layout={layout!r:.40} is not a layout")
         _check_arrays(Checker(path, arrays), len(vocab), compact=layout == "compact")
         index = None
