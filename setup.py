@@ -21,10 +21,10 @@ SOURCE_HASH = hashlib.sha256(b"".join((ROOT / s).read_bytes() for s in SOURCES))
 debug = os.environ.get("TRIEROUTER_DEBUG_BUILD", "") not in ("", "0")
 if debug:
     flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
-    link = ["-fsanitize=address,undefined"]
+    link = ["-fsanitize=address,undefined", "-pthread"]
 else:
     flags = ["-O3", "-DNDEBUG"]
-    link = []
+    link = ["-pthread"]
 
 setup(
     ext_modules=[
@@ -33,7 +33,7 @@ setup(
             sources=SOURCES,
             include_dirs=[np.get_include()],
             define_macros=[("TRIEROUTER_SOURCE_HASH", f'"{SOURCE_HASH}"')],
-            extra_compile_args=["-std=c++17", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-missing-field-initializers", *flags],
+            extra_compile_args=["-std=c++17", "-pthread", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-missing-field-initializers", *flags],
             extra_link_args=link,
             language="c++",
         )

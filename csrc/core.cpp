@@ -34,6 +34,7 @@
 #include <ctime>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -1177,10 +1178,83 @@ struct GoMemo {
 };
 constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 384 KB
 
-// compile(values, trie, terminator: bytes, end_ids: tuple[int], allow_end: bool)
-//   -> (arrays: dict[str, ndarray], unreachable: list[int] | None)
-// On a value that is not a str or not encodable, raises TypeError / UnicodeEncodeError (the
-// Python caller turns them into the documented errors).
+// -- the compile's chunks: consecutive values walked on threads of their own ---------------------
+
+constexpr int64_t SPLIT_MIN = 2048;  // values per chunk, at least (compile's split_min default)
+
+struct NodePair {
+    int32_t node, token, child;
+};
+
+struct Chunk {
+    size_t b = 0, e = 0;  // its values
+    int32_t sid = 1;      // its first node
+    int32_t own = 0;      // nodes below it are shared ancestors (an earlier chunk's)
+    int32_t nodes = 0;    // after the trie pass: the next chunk's first node
+    int64_t need = 0;     // the shared ancestors' depths: 0 .. need
+    std::vector<int32_t> path0;   // their ids, by depth
+    std::vector<int64_t> side;    // the pairs counted into them, by depth
+    std::vector<NodePair> pend;   // the pairs written into them
+    std::vector<NodePair> fars;   // far children of its own rows
+    uint8_t used[256] = {0};      // the bytes of its values
+};
+
+inline int64_t common_prefix(const Str& a, const Str& b) {
+    const int64_t m = std::min(a.n, b.n);
+    int64_t l = 0;
+    while (l < m && a.p[l] == b.p[l]) ++l;
+    return l;
+}
+
+inline int64_t chunk_count(int64_t nv, int64_t threads, int64_t split_min) {
+    if (threads <= 1 || split_min <= 0) return 1;
+    return std::max<int64_t>(1, std::min<int64_t>({threads, nv / split_min, 64}));
+}
+
+// Chunk boundaries near an even split, each where the value's common prefix with the previous
+// one is shortest within a window (fewer shared ancestors); ``chunks[c].b`` and ``.e`` are set.
+void plan_chunks(std::vector<Chunk>& chunks, const int32_t* lcps, size_t nv) {
+    const size_t n = chunks.size(), w = nv / (8 * n);
+    size_t prev = 0;
+    for (size_t c = 1; c < n; ++c) {
+        const size_t ideal = nv * c / n;
+        size_t best = ideal;
+        for (size_t i = ideal - w; i <= ideal + w; ++i) {
+            const bool shorter = lcps[i] < lcps[best];
+            const size_t di = i > ideal ? i - ideal : ideal - i, db = best > ideal ? best - ideal : ideal - best;
+            if (shorter || (lcps[i] == lcps[best] && di < db)) best = i;
+        }
+        chunks[c - 1].b = prev;
+        chunks[c - 1].e = best;
+        prev = best;
+    }
+    chunks[n - 1].b = prev;
+    chunks[n - 1].e = nv;
+}
+
+// fn(c) for c in 0 .. n - 1: chunk 0 on the calling thread, the others on threads of their own
+// (where a thread cannot start, its chunk runs here after). False if some chunk threw.
+template <class F>
+bool run_chunks(int64_t n, F&& fn) {
+    std::atomic<bool> ok{true};
+    auto body = [&](int64_t c) {
+        try {
+            fn(c);
+        } catch (...) {
+            ok = false;
+        }
+    };
+    std::vector<std::thread> ts;
+    try {
+        for (int64_t c = 1; c < n; ++c) ts.emplace_back(body, c);
+    } catch (...) {
+    }
+    body(0);
+    for (auto& t : ts) t.join();
+    for (int64_t c = static_cast<int64_t>(ts.size()) + 1; c < n; ++c) body(c);
+    return ok;
+}
+
 // The compact layout's rule, shared by compile and compact_layout: key i's nodes from depth
 // out[i] on have at most max_keys keys below them. Node (i, d) has that many iff
 // i + max_keys >= n or some key in (i, i + max_keys] shares fewer than d bytes with its
@@ -1201,6 +1275,68 @@ void walked_depths(const int32_t* lcp, int64_t n, int64_t max_keys, int32_t* out
     }
 }
 
+// sort_values over two threads where the first bytes split the strings into two groups of at
+// least a quarter each (each sorted, and relocated into its own buffer, on a thread of its
+// own: together they are the sorted order); else sort_values itself. Stable as sort_values.
+// Returns the first group's size (0: not split).
+template <class T>
+size_t sort_values_split(T* a, size_t n, Buf<uint8_t>* relocate, Buf<uint8_t>* relocate2, bool split) {
+    size_t left = 0;
+    if (split && n >= 64) {
+        std::vector<size_t> cnt(258, 0);  // bucket 0: the empty string; b + 1: first byte b
+        for (size_t i = 0; i < n; ++i) {
+            const Str& x = skey(a[i]);
+            cnt[x.n ? size_t(x.p[0]) + 1 : 0]++;
+        }
+        size_t best = 0, at = 0;  // the bucket boundary closest to half
+        for (size_t b = 0; b <= 256; ++b) {
+            at += cnt[b];
+            const size_t d = at > n / 2 ? at - n / 2 : n / 2 - at;
+            const size_t db = left > n / 2 ? left - n / 2 : n / 2 - left;
+            if (b == 0 || d < db) {
+                best = b;
+                left = at;
+            }
+        }
+        if (left < n / 4 || n - left < n / 4) left = 0;
+        if (left) {
+            Buf<T> tmp;
+            tmp.huge_min = relocate->huge_min;
+            if (!tmp.resize(n)) throw std::bad_alloc();
+            size_t lo = 0, hi = left;
+            for (size_t i = 0; i < n; ++i) {
+                const Str& x = skey(a[i]);
+                const size_t b = x.n ? size_t(x.p[0]) + 1 : 0;
+                tmp[b <= best ? lo++ : hi++] = a[i];
+            }
+            std::copy(tmp.p, tmp.p + n, a);
+        }
+    }
+    if (!left) {
+        sort_values(a, n, 0, relocate);
+        return 0;
+    }
+    std::atomic<bool> bad{false};
+    const bool ran = run_chunks(2, [&](int64_t c) {
+        try {
+            if (c == 0)
+                sort_values(a, left, 0, relocate);
+            else
+                sort_values(a + left, n - left, 0, relocate2);
+        } catch (const std::bad_alloc&) {
+            bad = true;
+        }
+    });
+    if (!ran || bad) throw std::bad_alloc();
+    return left;
+}
+
+// compile(values, trie, terminator: bytes, end_ids: tuple[int], allow_end: bool, max_keys=0,
+//         threads=1, split_min=SPLIT_MIN)
+//   -> (arrays: dict[str, ndarray], unreachable: list[int] | None)
+// On a value that is not a str or not encodable, raises TypeError / UnicodeEncodeError (the
+// Python caller turns them into the documented errors). threads > 1: the trie pass and the rows'
+// pass run in up to that many chunks of at least split_min values each (the same arrays).
 PyObject* py_compile(PyObject*, PyObject* args) {
     Lap lap;
 #define LAP(name) lap.mark(name)
@@ -1210,8 +1346,9 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     PyObject* end_ids;
     int allow_end;
     long long max_keys = 0;  // > 0: the compact layout (see compact_layout), where no row is pruned
-    if (!PyArg_ParseTuple(args, "OO!y*Op|L", &values, &TokenTrieType, &tri, &term, &end_ids,
-                          &allow_end, &max_keys))
+    long long threads = 1, split_min = SPLIT_MIN;  // chunks of >= split_min values, one a thread
+    if (!PyArg_ParseTuple(args, "OO!y*Op|LLL", &values, &TokenTrieType, &tri, &term, &end_ids,
+                          &allow_end, &max_keys, &threads, &split_min))
         return nullptr;
     std::string termb(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
     PyBuffer_Release(&term);
@@ -1282,21 +1419,23 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     // values stay alive (seq holds them) until the end of this function
     LAP("collect");
     PyThreadState* save = PyEval_SaveThread();
-    Buf<uint8_t> relocated;  // the strings in sorted order (when they were not)
-    relocated.huge_min = BIG_VEC_MIN;
+    Buf<uint8_t> relocated, relocated2;  // the strings in sorted order (when they were not)
+    relocated.huge_min = relocated2.huge_min = BIG_VEC_MIN;
     bool sorted = true;
     for (size_t i = 1; i < strs.size() && sorted; ++i)
         if (str_less(strs[i], strs[i - 1])) sorted = false;
     if (!sorted) {
-        std::vector<Str> tmp;
+        size_t split_at = 0;
         try {
-            sort_values(strs.data(), strs.size(), 0, &relocated);
+            const bool split = chunk_count(static_cast<int64_t>(strs.size()), threads, split_min) > 1;
+            split_at = sort_values_split(strs.data(), strs.size(), &relocated, &relocated2, split);
         } catch (const std::bad_alloc&) {
             PyEval_RestoreThread(save);
             Py_DECREF(seq);
             return PyErr_NoMemory();
         }
-        if (relocated.p) joined.release();  // the strings are read from ``relocated`` now
+        // the strings are read from ``relocated`` (and ``relocated2``, when split) now
+        if (relocated.p && (relocated2.p || !split_at)) joined.release();
     }
     {
         size_t w = 0;
@@ -1343,8 +1482,14 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     // and at once the Aho-Corasick state of every node (st[d] on the path): the tokens that end
     // at node m are the outputs of its state, and a token of length L ending at m starts at the
     // ancestor path[depth(m) - L]. This first pass counts each row's pairs; the second fills them.
+    //
+    // Large sets are split into chunks of consecutive values, one per thread (run_chunks), in
+    // both passes. A chunk's nodes are numbered from the nodes of the chunks before it (from the
+    // values' common prefixes), and its walk starts on the path its first value shares with the
+    // previous chunk. Those shared ancestors belong to an earlier chunk: a chunk counts the
+    // pairs it adds to them apart (by depth) and writes them apart, and they are added and their
+    // rows sorted once the chunks are done. The arrays are those of one walk, bit for bit.
     const TT tt(tri);
-    std::vector<GoMemo> memo(size_t(1) << GO_MEMO_BITS, GoMemo{0, 0, 0, 0, 0});  // key 0: empty
     const bool use_memo = tri->n_nodes < (int32_t{1} << 24);  // the key holds state << 8
     size_t total_bytes = 0;
     int64_t max_len = 0;
@@ -1357,6 +1502,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         Py_DECREF(seq);
         return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: node ids would overflow int32; split the set into smaller ones");
     }
+    const int64_t n_chunks = chunk_count(static_cast<int64_t>(nv), threads, split_min);
     Buf<int32_t> ends, row_ptr;
     Spans state_of(tri);  // per node, its outputs span
     Buf<uint8_t> vbytes;
@@ -1367,87 +1513,169 @@ PyObject* py_compile(PyObject*, PyObject* args) {
               voff.resize(nv + 1) && state_of.resize(total_bytes + 1) && lcps.resize(nv) &&
               row_ptr.resize(total_bytes + 4) &&  // zeroed per node as nodes are made
               (!compact || walked.resize(total_bytes + 3));
-    std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), st(static_cast<size_t>(max_len) + 2, 0);
     if (!ok) {
         PyEval_RestoreThread(save);
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
+    std::vector<Chunk> chunks(static_cast<size_t>(n_chunks));
+    if (n_chunks > 1) {
+        // the values' common prefixes (unless the compact layout has them), then the chunks:
+        // where they start (a short common prefix near an even split), their first node ids
+        // and byte offsets, and the shared ancestors' ids
+        if (!compact && !run_chunks(n_chunks, [&](int64_t c) {
+                const size_t b = static_cast<size_t>(nv * c / n_chunks), e = static_cast<size_t>(nv * (c + 1) / n_chunks);
+                for (size_t i = b; i < e; ++i) lcps[i] = static_cast<int32_t>(i ? common_prefix(strs[i - 1], strs[i]) : 0);
+            })) {
+            PyEval_RestoreThread(save);
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        plan_chunks(chunks, lcps.p, nv);
+        voff[0] = 0;
+        int64_t node = 1;
+        size_t c = 0;
+        for (size_t i = 0; i < nv; ++i) {
+            if (c < chunks.size() && chunks[c].b == i) chunks[c++].sid = static_cast<int32_t>(node);
+            node += strs[i].n - lcps[i];
+            voff[i + 1] = voff[i] + strs[i].n - tl;
+        }
+        for (size_t k = 1; k < chunks.size(); ++k) {
+            Chunk& ck = chunks[k];
+            ck.own = ck.sid;
+            ck.need = lcps[ck.b];
+            ck.path0.assign(static_cast<size_t>(ck.need) + 1, 0);
+            // the node at depth d on value b - 1's path: made by the last value j < b with
+            // lcps[j] < d, as its (d - lcps[j])-th node
+            int64_t hi = ck.need, first = ck.sid;
+            for (size_t j = ck.b; hi > 0 && j-- > 0;) {
+                first -= strs[j].n - lcps[j];
+                for (int64_t d = lcps[j] + 1; d <= hi; ++d)
+                    ck.path0[static_cast<size_t>(d)] = static_cast<int32_t>(first + d - lcps[j] - 1);
+                hi = std::min<int64_t>(hi, lcps[j]);
+            }
+            ck.side.assign(static_cast<size_t>(ck.need) + 1, 0);
+        }
+    } else {
+        chunks[0].e = nv;
+    }
+    chunks[0].path0.assign(1, 0);  // the root, its own
+    const bool lcps_ready = compact || n_chunks > 1;
     int32_t* cnt = row_ptr.p + 1;
     row_ptr[0] = 0;
     cnt[0] = 0;
-    int32_t next = 1;
     uint8_t* wk = compact ? walked.p : nullptr;  // per node: its row is walked (not stored)
     if (wk) wk[0] = static_cast<int64_t>(nv) <= max_keys;
     state_of.set(0, 0, 0);
-    uint8_t used[256] = {0};
-    Str prev{nullptr, 0};
-    voff[0] = 0;
-    for (size_t i = 0; i < nv; ++i) {
-        const Str& s = strs[i];
-        if (i + 8 < nv) __builtin_prefetch(strs[i + 8].p);  // sorted order is not memory order
-        int64_t l = 0;
-        if (compact) {
-            l = lcps[i];
-        } else {
-            const int64_t m = std::min(prev.n, s.n);
-            while (l < m && prev.p[l] == s.p[l]) ++l;
-            lcps[i] = static_cast<int32_t>(l);
-        }
-        for (int64_t d = l; d < s.n; ++d) {
-            const int32_t id = next++;
-            cnt[id] = 0;
-            if (wk) wk[id] = d + 1 >= walk_from[i];
-            const uint8_t b = s.p[d];
-            used[b] = 1;
-            // transition through a small direct-mapped memo: values repeat their words, so most
-            // (state, byte) steps were taken before, and a hit reads no trie state
-            const int32_t from = st[static_cast<size_t>(d)];
-            const uint32_t key = (static_cast<uint32_t>(from) << 8 | b) + 1u;
-            GoMemo own;
-            GoMemo& e = use_memo ? memo[(key * 0x9E3779B1u) >> (32 - GO_MEMO_BITS)] : own;
-            if (!use_memo || e.key != key) {
-                const int32_t qq = tt.go(from, b);
-                const int32_t lo = tt.si[qq].olo, hi = tt.si[qq].ohi;
-                uint64_t lens = 0;
-                if (hi - lo <= 8) {
-                    for (int32_t j = lo; j < hi && lens != ~uint64_t(0); ++j) {
-                        const int32_t L = tt.outs[j].len;
-                        lens = L < 256 ? lens | static_cast<uint64_t>(L) << (8 * (j - lo)) : ~uint64_t(0);
+    auto trie_chunk = [&](int64_t c) {
+        Chunk& ck = chunks[static_cast<size_t>(c)];
+        std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), st(static_cast<size_t>(max_len) + 2, 0);
+        std::vector<GoMemo> memo(size_t(1) << GO_MEMO_BITS, GoMemo{0, 0, 0, 0, 0});  // key 0: empty
+        for (int64_t d = 0; d <= ck.need; ++d) path[static_cast<size_t>(d)] = ck.path0[static_cast<size_t>(d)];
+        for (int64_t d = 1; d <= ck.need; ++d)
+            st[static_cast<size_t>(d)] = tt.go(st[static_cast<size_t>(d - 1)], strs[ck.b].p[d - 1]);
+        const int32_t own = ck.own;
+        int64_t* side = ck.side.data();
+        // a pair into ancestor a (at depth da): counted in its row, or apart if it is shared
+        // (then whether its row is walked is read after the chunks: an earlier chunk marks it)
+        auto count = [&](int32_t a, int64_t da, int32_t x) {
+            if (a >= own)
+                cnt[a] += x;
+            else
+                side[da]++;
+        };
+        uint8_t* used = ck.used;
+        int32_t next = ck.sid;
+        Str prev = ck.b ? strs[ck.b - 1] : Str{nullptr, 0};
+        size_t vat = ck.b ? static_cast<size_t>(voff[ck.b]) : 0;
+        if (n_chunks == 1) voff[0] = 0;
+        for (size_t i = ck.b; i < ck.e; ++i) {
+            const Str& s = strs[i];
+            if (i + 8 < ck.e) __builtin_prefetch(strs[i + 8].p);  // sorted order is not memory order
+            int64_t l = 0;
+            if (lcps_ready) {
+                l = lcps[i];
+            } else {
+                l = common_prefix(prev, s);
+                lcps[i] = static_cast<int32_t>(l);
+            }
+            for (int64_t d = l; d < s.n; ++d) {
+                const int32_t id = next++;
+                cnt[id] = 0;
+                if (wk) wk[id] = d + 1 >= walk_from[i];
+                const uint8_t b = s.p[d];
+                used[b] = 1;
+                // transition through a small direct-mapped memo: values repeat their words, so
+                // most (state, byte) steps were taken before, and a hit reads no trie state
+                const int32_t from = st[static_cast<size_t>(d)];
+                const uint32_t key = (static_cast<uint32_t>(from) << 8 | b) + 1u;
+                GoMemo own_e;
+                GoMemo& e = use_memo ? memo[(key * 0x9E3779B1u) >> (32 - GO_MEMO_BITS)] : own_e;
+                if (!use_memo || e.key != key) {
+                    const int32_t qq = tt.go(from, b);
+                    const int32_t lo = tt.si[qq].olo, hi = tt.si[qq].ohi;
+                    uint64_t lens = 0;
+                    if (hi - lo <= 8) {
+                        for (int32_t j = lo; j < hi && lens != ~uint64_t(0); ++j) {
+                            const int32_t L = tt.outs[j].len;
+                            lens = L < 256 ? lens | static_cast<uint64_t>(L) << (8 * (j - lo)) : ~uint64_t(0);
+                        }
+                    } else {
+                        lens = ~uint64_t(0);
+                    }
+                    e = {key, qq, lo, hi, lens};
+                }
+                const int32_t q = e.q, olo = e.olo, ohi = e.ohi;
+                state_of.set(static_cast<size_t>(id), olo, ohi);
+                path[static_cast<size_t>(d + 1)] = id;
+                st[static_cast<size_t>(d + 1)] = q;
+                if (wk) {  // only the stored rows are counted
+                    for (int32_t j = olo; j < ohi; ++j) {
+                        const int64_t da = d + 1 - tt.outs[j].len;
+                        const int32_t a = path[static_cast<size_t>(da)];
+                        count(a, da, a >= own && !wk[a]);
+                    }
+                } else if (e.lens != ~uint64_t(0)) {  // lengths from the memo: no read of the outputs table
+                    for (uint64_t ls = e.lens; ls; ls >>= 8) {
+                        const int64_t da = d + 1 - static_cast<int64_t>(ls & 0xFF);
+                        count(path[static_cast<size_t>(da)], da, 1);
                     }
                 } else {
-                    lens = ~uint64_t(0);
+                    for (int32_t j = olo; j < ohi; ++j) {
+                        const int64_t da = d + 1 - tt.outs[j].len;
+                        count(path[static_cast<size_t>(da)], da, 1);
+                    }
                 }
-                e = {key, qq, lo, hi, lens};
             }
-            const int32_t q = e.q, olo = e.olo, ohi = e.ohi;
-            state_of.set(static_cast<size_t>(id), olo, ohi);
-            path[static_cast<size_t>(d + 1)] = id;
-            st[static_cast<size_t>(d + 1)] = q;
-            if (wk) {  // only the stored rows are counted
-                for (int32_t j = olo; j < ohi; ++j) {
-                    const int32_t a = path[static_cast<size_t>(d + 1 - tt.outs[j].len)];
-                    cnt[a] += !wk[a];
-                }
-            } else if (e.lens != ~uint64_t(0)) {  // lengths from the memo: no read of the outputs table
-                for (uint64_t ls = e.lens; ls; ls >>= 8)
-                    cnt[path[static_cast<size_t>(d + 1 - static_cast<int64_t>(ls & 0xFF))]]++;
-            } else {
-                for (int32_t j = olo; j < ohi; ++j)
-                    cnt[path[static_cast<size_t>(d + 1 - tt.outs[j].len)]]++;
-            }
+            ends[i] = path[static_cast<size_t>(s.n)];
+            const int64_t vl = s.n - tl;
+            if (vl) std::memcpy(vbytes.p + vat, s.p, static_cast<size_t>(vl));
+            vat += static_cast<size_t>(vl);
+            if (n_chunks == 1) voff[i + 1] = voff[i] + vl;
+            prev = s;
         }
-        ends[i] = path[static_cast<size_t>(s.n)];
-        int64_t vl = s.n - tl;
-        if (vl) std::memcpy(vbytes.p + vbytes.n, s.p, static_cast<size_t>(vl));
-        vbytes.n += static_cast<size_t>(vl);
-        voff[i + 1] = voff[i] + vl;
-        prev = s;
+        ck.nodes = next;
+    };
+    if (!run_chunks(n_chunks, trie_chunk)) {
+        PyEval_RestoreThread(save);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
     }
+    vbytes.n = static_cast<size_t>(voff[nv]);
+    uint8_t used[256] = {0};
+    for (const Chunk& ck : chunks) {
+        for (int b = 0; b < 256; ++b) used[b] |= ck.used[b];
+        for (size_t d = 0; d < ck.side.size(); ++d) {
+            const int32_t a = ck.path0[d];
+            if (!(wk && wk[a])) cnt[a] += static_cast<int32_t>(ck.side[d]);
+        }
+    }
+    const int32_t next = chunks.back().nodes;
     LAP("trie");
     // the values' bytes are in vbytes now, and the passes below read only their lengths (from
     // voff): the pages go back before the rows are allocated (fewer fresh pages touched in all)
     relocated.release();
+    relocated2.release();
     joined.release();
     strs.release();
     const int32_t n = next;
@@ -1496,6 +1724,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         return PyErr_NoMemory();
     }
     int32_t* cur = row_ptr.p;
+    std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0);
     auto second_pass = [&](auto emit) {
         int32_t id = 1;
         for (size_t i = 0; i < nv; ++i) {
@@ -1523,8 +1752,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         // the end ids of a value go into its row when the walk reaches its end
         int32_t* tk = tokens.p;
         uint16_t* ch = children.p;
-        auto emit = [&](int32_t nd, int32_t t, int32_t m) {
-            if (wk && wk[nd]) return;
+        // a pair into row nd (not walked), its far child kept in ``far``
+        auto put = [&](int32_t nd, int32_t t, int32_t m, std::vector<NodePair>& far) {
             const int32_t at = cur[nd]++;
             tk[at] = t;
             if (m == end_state) {
@@ -1533,58 +1762,100 @@ PyObject* py_compile(PyObject*, PyObject* args) {
                 ch[at] = static_cast<uint16_t>(m - nd);
             } else {
                 ch[at] = FAR;
-                fars.push_back({nd, t, m});
+                far.push_back({nd, t, m});
             }
         };
-        // the node at depth d of the path: its row starts at pstart[d] (its cursor when the walk
-        // reached it: rows only receive pairs from nodes below them)
-        std::vector<int32_t> pstart(path.size(), 0);
-        std::unique_ptr<IdBits> big;  // made for the first row of more than 16 pairs
         int64_t max_id = tri->n_ids;
         for (int32_t e : eos) max_id = std::max(max_id, int64_t{e} + 1);
         const bool bits_fit = max_id <= (int64_t{1} << 24);  // else the radix sort alone
-        auto finish = [&](int64_t dd) {
-            const int32_t v = path[static_cast<size_t>(dd)], lo = pstart[static_cast<size_t>(dd)];
-            const size_t len = static_cast<size_t>(cur[v] - lo);
+        auto sort_rows = [&](std::unique_ptr<IdBits>& big, int32_t lo, size_t len) {
             if (len > 16 && !big && bits_fit) big.reset(new IdBits(static_cast<size_t>(max_id)));
             sort_row2(tk + lo, ch + lo, len, big.get());
         };
         const Out* outs = tt.outs;
-        int32_t id = 1;
-        int64_t prev_len = 0;
-        for (size_t i = 0; i < nv; ++i) {
-            const int64_t len = voff[i + 1] - voff[i] + tl;
-            const int64_t l = lcps[i];
-            for (int64_t dd = prev_len; dd > l; --dd) finish(dd);
-            for (int64_t d = l; d < len; ++d) {
-                const int32_t m = id++;
-                path[static_cast<size_t>(d + 1)] = m;
-                pstart[static_cast<size_t>(d + 1)] = cur[m];
-                if (m + 8 < n) __builtin_prefetch(outs + state_of.lo(static_cast<size_t>(m) + 8));
-                int32_t j, hi;
-                state_of.get(static_cast<size_t>(m), &j, &hi);
-                if (j >= hi) continue;
-                // outputs come longest first: the farthest ancestor decides whether any is FAR
-                if (wk) {
-                    for (; j < hi; ++j) emit(path[static_cast<size_t>(d + 1 - outs[j].len)], outs[j].token, m);
-                } else if (m - path[static_cast<size_t>(d + 1 - outs[j].len)] < FAR) {
-                    for (; j < hi; ++j) {
-                        const int32_t nd = path[static_cast<size_t>(d + 1 - outs[j].len)];
-                        const int32_t at = cur[nd]++;
-                        tk[at] = outs[j].token;
-                        ch[at] = static_cast<uint16_t>(m - nd);
+        auto emit_chunk = [&](int64_t c) {
+            Chunk& ck = chunks[static_cast<size_t>(c)];
+            const int32_t own = ck.own;  // rows below it: shared ancestors, written after the chunks
+            auto emit = [&](int32_t nd, int32_t t, int32_t m) {
+                if (wk && wk[nd]) return;
+                if (nd < own)
+                    ck.pend.push_back({nd, t, m});
+                else
+                    put(nd, t, m, ck.fars);
+            };
+            // the node at depth d of the path: its row starts at pstart[d] (its cursor when the
+            // walk reached it: rows only receive pairs from nodes below them)
+            std::vector<int32_t> path(static_cast<size_t>(max_len) + 2, 0), pstart(path.size(), 0);
+            for (int64_t d = 0; d <= ck.need; ++d) path[static_cast<size_t>(d)] = ck.path0[static_cast<size_t>(d)];
+            std::unique_ptr<IdBits> big;  // made for the first row of more than 16 pairs
+            auto finish = [&](int64_t dd) {
+                const int32_t v = path[static_cast<size_t>(dd)], lo = pstart[static_cast<size_t>(dd)];
+                if (v < own) return;  // a shared ancestor: sorted once every chunk is done
+                sort_rows(big, lo, static_cast<size_t>(cur[v] - lo));
+            };
+            int32_t id = ck.sid;
+            int64_t prev_len = ck.need;
+            for (size_t i = ck.b; i < ck.e; ++i) {
+                const int64_t len = voff[i + 1] - voff[i] + tl;
+                const int64_t l = lcps[i];
+                for (int64_t dd = prev_len; dd > l; --dd) finish(dd);
+                for (int64_t d = l; d < len; ++d) {
+                    const int32_t m = id++;
+                    path[static_cast<size_t>(d + 1)] = m;
+                    pstart[static_cast<size_t>(d + 1)] = cur[m];
+                    if (m + 8 < n) __builtin_prefetch(outs + state_of.lo(static_cast<size_t>(m) + 8));
+                    int32_t j, hi;
+                    state_of.get(static_cast<size_t>(m), &j, &hi);
+                    if (j >= hi) continue;
+                    // outputs come longest first: the farthest ancestor decides whether any is
+                    // FAR or shared
+                    const int32_t far_nd = path[static_cast<size_t>(d + 1 - outs[j].len)];
+                    if (!wk && m - far_nd < FAR && far_nd >= own) {
+                        for (; j < hi; ++j) {
+                            const int32_t nd = path[static_cast<size_t>(d + 1 - outs[j].len)];
+                            const int32_t at = cur[nd]++;
+                            tk[at] = outs[j].token;
+                            ch[at] = static_cast<uint16_t>(m - nd);
+                        }
+                    } else {
+                        for (; j < hi; ++j) emit(path[static_cast<size_t>(d + 1 - outs[j].len)], outs[j].token, m);
                     }
-                } else {
-                    for (; j < hi; ++j) emit(path[static_cast<size_t>(d + 1 - outs[j].len)], outs[j].token, m);
                 }
+                if (allow_end)
+                    for (int32_t e : eos) emit(ends[i], e, end_state);
+                prev_len = len;
             }
-            if (allow_end)
-                for (int32_t e : eos) emit(ends[i], e, end_state);
-            prev_len = len;
+            // the path the next chunk starts on is left to it (and sorted after the chunks)
+            const int64_t keep = c + 1 < n_chunks ? chunks[static_cast<size_t>(c) + 1].need : -1;
+            for (int64_t dd = prev_len; dd > keep; --dd) finish(dd);
+        };
+        if (!run_chunks(n_chunks, emit_chunk)) {
+            PyEval_RestoreThread(save);
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
         }
-        for (int64_t dd = prev_len; dd >= 0; --dd) finish(dd);
-        for (int32_t e : eos) emit(n, e, end_state);
-        for (int32_t e : eos) emit(n + 1, e, end_state);
+        // the chunks' pairs into shared ancestors, then those rows sorted (row v ends where row
+        // v + 1 starts, every row being complete now)
+        std::vector<NodePair> far_all;
+        std::vector<int32_t> shared;
+        std::unique_ptr<IdBits> big;
+        for (Chunk& ck : chunks) {
+            for (const NodePair& p : ck.pend) put(p.node, p.token, p.child, far_all);
+            if (&ck != &chunks[0]) shared.insert(shared.end(), ck.path0.begin(), ck.path0.end());
+            far_all.insert(far_all.end(), ck.fars.begin(), ck.fars.end());
+            std::vector<NodePair>().swap(ck.pend);
+            std::vector<NodePair>().swap(ck.fars);
+        }
+        std::sort(shared.begin(), shared.end());
+        shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
+        for (int32_t v : shared) {
+            if (wk && wk[v]) continue;
+            const int32_t lo = v ? cur[v - 1] : 0;
+            sort_rows(big, lo, static_cast<size_t>(cur[v] - lo));
+        }
+        for (int32_t e : eos) put(n, e, end_state, far_all);
+        for (int32_t e : eos) put(n + 1, e, end_state, far_all);
+        for (const NodePair& f : far_all) fars.push_back({f.node, f.token, f.child});
         std::memmove(row_ptr.p + 1, row_ptr.p, (static_cast<size_t>(n) + 2) * sizeof(int32_t));
         row_ptr[0] = 0;
         LAP("emit");
@@ -5426,7 +5697,7 @@ PyMethodDef module_methods[] = {
      "compact_layout(row_ptr, tokens, children, far_pos, far_child, value_bytes, value_offsets, "
      "terminator, max_keys, trie_or_None, end_ids) -> arrays of the compact layout"},
     {"compile", py_compile, METH_VARARGS,
-     "compile(values, trie, terminator, end_ids, allow_end) -> (arrays, unreachable)"},
+     "compile(values, trie, terminator, end_ids, allow_end, max_keys=0, threads=1, split_min=2048) -> (arrays, unreachable)"},
     {"dfa_masks", py_dfa_masks, METH_VARARGS,
      "dfa_masks(table, byte_class, states, trie, words=0, alt_trie=None, alt=None, share=True) -> (ptr, ids), "
      "or packed rows; dfa_masks(wire, states, trie, ...) -> (table, byte_class, that)"},

@@ -167,6 +167,7 @@ class ChoiceSet:
         allow_end: bool = True,
         backend: str | None = None,
         layout: str = "full",
+        threads: int | None = None,
     ) -> ChoiceSet:
         """Same as :func:`compile_choices`."""
         return compile_choices(
@@ -176,6 +177,7 @@ class ChoiceSet:
             allow_end=allow_end,
             backend=backend,
             layout=layout,
+            threads=threads,
         )
 
     # -- serving -----------------------------------------------------------------------------------
@@ -729,6 +731,7 @@ def compile_choices(
     allow_end: bool = True,
     backend: str | None = None,
     layout: str = "full",
+    threads: int | None = None,
 ) -> ChoiceSet:
     """Compile ``values`` against a tokenizer index into a :class:`ChoiceSet`.
 
@@ -744,15 +747,24 @@ def compile_choices(
     ``"compact"`` (native only: the rows of nodes with at most
     :data:`~trierouter.registry.compact.COMPACT_KEYS` values below are walked when asked for;
     the same masks and states in a fraction of the memory, a walk per step on those nodes).
+    ``threads``: the native compile of a large set (from 2 x :data:`SPLIT_MIN` values) sorts,
+    builds and fills its rows in up to this many threads, in chunks of consecutive values (the
+    arrays are those of one thread, bit for bit); default: the CPUs this process may run on;
+    ``1``: one thread.
     Raises :class:`EmptySetError`, :class:`InvalidValueError` or :class:`UnreachableValueError`.
     """
     t0 = time.perf_counter()
     which = _backend.resolve_backend(backend)
     check_layout(layout, which)
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ValueError(f"threads={threads!r}: a positive int, or None for the CPUs available")
     if isinstance(index, Vocabulary):
         index = TokenIndex.get(index, backend=which)
     if which == "native":
-        cs = _compile_native(values, index, terminator, allow_end, layout == "compact")
+        n_threads = threads if threads is not None else compile_threads()
+        cs = _compile_native(values, index, terminator, allow_end, layout == "compact", n_threads)
         if layout == "compact" and cs.layout == "full":  # a byte no single token spells
             cs = ChoiceSet(
                 vocabulary_hash=cs.vocabulary_hash,
@@ -769,6 +781,20 @@ def compile_choices(
     cs.vocabulary_name = index.vocabulary.name
     cs.compile_seconds = time.perf_counter() - t0
     return cs
+
+
+SPLIT_MIN = 2048
+"""The native compile splits its work into chunks of at least this many values, one per
+thread (``compile_choices(threads=...)``): from 2 x 2,048 values, where a chunk's walk costs
+more than starting a thread (measured: 10,000 tool names 15.5 -> 9.4 ms with 2 threads)."""
+
+
+def compile_threads() -> int:
+    """The default ``threads`` of :func:`compile_choices`: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # (no sched_getaffinity on this platform)
+        return max(1, os.cpu_count() or 1)
 
 
 def _check_terminator(terminator: object) -> None:
@@ -810,10 +836,12 @@ def _compile_native(
     terminator: str | None,
     allow_end: bool,
     compact: bool = False,
+    threads: int = 1,
 ) -> ChoiceSet:
     """The C++ core: values to serving arrays in one call (csrc/core.cpp); ``compact``: the
     compact layout's arrays straight from the compile, unless some byte of the values has no
-    single-byte token (the full layout then, which the caller derives it from)."""
+    single-byte token (the full layout then, which the caller derives it from); ``threads``:
+    chunks of at least :data:`SPLIT_MIN` values walked on threads of their own."""
     core = _backend.native_core()
     vocab = index.vocabulary
     if isinstance(values, (str, bytes)):
@@ -830,6 +858,8 @@ def _compile_native(
             vocab.end_ids,
             allow_end,
             COMPACT_KEYS if compact else 0,
+            threads,
+            SPLIT_MIN,
         )
     except (TypeError, UnicodeEncodeError):
         _encode_values(items)  # raises InvalidValueError naming the value
