@@ -53,7 +53,9 @@ def test_chunks_compile_the_same_arrays(qwen2: Vocabulary, qwen2_index: TokenInd
         one = core.compile(values, trie, term, qwen2.end_ids, allow, max_keys, 1)
         for threads in (2, 3, 5):
             split_min = rng.randint(1, 40)
-            got = core.compile(values, trie, term, qwen2.end_ids, allow, max_keys, threads, split_min)
+            got = core.compile(
+                values, trie, term, qwen2.end_ids, allow, max_keys, threads, split_min
+            )
             try:
                 _same(one, got)
             except AssertionError as e:
@@ -70,7 +72,9 @@ def test_chunks_where_rows_are_pruned() -> None:
     core = native_core()
     rng = random.Random(2)
     for _ in range(40):
-        values = ["".join(rng.choice("xyzqa") for _ in range(rng.randint(0, 6))) for _ in range(150)]
+        values = [
+            "".join(rng.choice("xyzqa") for _ in range(rng.randint(0, 6))) for _ in range(150)
+        ]
         spelled = [v for v in values if "y" not in v.replace("xy", "").replace("zy", "")]
         for vals in (values, spelled or ["a"]):
             one = core.compile(vals, trie, b"", vocab.end_ids, True, 0, 1)
