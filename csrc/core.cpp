@@ -20,6 +20,7 @@
 #include <numpy/arrayobject.h>
 
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -607,6 +608,167 @@ struct Lap {
     }
 };
 
+// -- the compile's chunks: consecutive values walked on threads of their own ---------------------
+
+constexpr int64_t SPLIT_MIN = 2048;  // values per chunk, at least (compile's split_min default)
+
+struct NodePair {
+    int32_t node, token, child;
+};
+
+struct Chunk {
+    size_t b = 0, e = 0;  // its values
+    int32_t sid = 1;      // its first node
+    int32_t own = 0;      // nodes below it are shared ancestors (an earlier chunk's)
+    int32_t nodes = 0;    // after the trie pass: the next chunk's first node
+    int64_t need = 0;     // the shared ancestors' depths: 0 .. need
+    std::vector<int32_t> path0;   // their ids, by depth
+    std::vector<int64_t> side;    // the pairs counted into them, by depth
+    std::vector<NodePair> pend;   // the pairs written into them
+    std::vector<NodePair> fars;   // far children of its own rows
+    uint8_t used[256] = {0};      // the bytes of its values
+};
+
+inline int64_t common_prefix(const Str& a, const Str& b) {
+    const int64_t m = std::min(a.n, b.n);
+    int64_t l = 0;
+    while (l < m && a.p[l] == b.p[l]) ++l;
+    return l;
+}
+
+inline int64_t chunk_count(int64_t nv, int64_t threads, int64_t split_min) {
+    if (threads <= 1 || split_min <= 0) return 1;
+    return std::max<int64_t>(1, std::min<int64_t>({threads, nv / split_min, 64}));
+}
+
+// Chunk boundaries near an even split, each where the value's common prefix with the previous
+// one is shortest within a window (fewer shared ancestors); ``chunks[c].b`` and ``.e`` are set.
+void plan_chunks(std::vector<Chunk>& chunks, const int32_t* lcps, size_t nv) {
+    const size_t n = chunks.size(), w = nv / (8 * n);
+    size_t prev = 0;
+    for (size_t c = 1; c < n; ++c) {
+        const size_t ideal = nv * c / n;
+        size_t best = ideal;
+        for (size_t i = ideal - w; i <= ideal + w; ++i) {
+            const bool shorter = lcps[i] < lcps[best];
+            const size_t di = i > ideal ? i - ideal : ideal - i, db = best > ideal ? best - ideal : ideal - best;
+            if (shorter || (lcps[i] == lcps[best] && di < db)) best = i;
+        }
+        chunks[c - 1].b = prev;
+        chunks[c - 1].e = best;
+        prev = best;
+    }
+    chunks[n - 1].b = prev;
+    chunks[n - 1].e = nv;
+}
+
+// fn(c) for c in 0 .. n - 1: chunk 0 on the calling thread, the others on threads of their own
+// (where a thread cannot start, its chunk runs here after). False if some chunk threw.
+template <class F>
+bool run_chunks(int64_t n, F&& fn) {
+    std::atomic<bool> ok{true};
+    auto body = [&](int64_t c) {
+        try {
+            fn(c);
+        } catch (...) {
+            ok = false;
+        }
+    };
+    std::vector<std::thread> ts;
+    try {
+        for (int64_t c = 1; c < n; ++c) ts.emplace_back(body, c);
+    } catch (...) {
+    }
+    body(0);
+    for (auto& t : ts) t.join();
+    for (int64_t c = static_cast<int64_t>(ts.size()) + 1; c < n; ++c) body(c);
+    return ok;
+}
+
+// The compact layout's rule, shared by compile and compact_layout: key i's nodes from depth
+// out[i] on have at most max_keys keys below them. Node (i, d) has that many iff
+// i + max_keys >= n or some key in (i, i + max_keys] shares fewer than d bytes with its
+// predecessor: a sliding minimum of lcp (lcp[i]: key i's common prefix with key i - 1).
+void walked_depths(const int32_t* lcp, int64_t n, int64_t max_keys, int32_t* out) {
+    std::vector<int64_t> dq;  // indices of increasing lcp over the window (i, i + max_keys]
+    size_t head = 0;
+    for (int64_t i = n - 1; i >= 0; --i) {
+        // i + 1 enters, indices past i + max_keys leave (the oldest, at the head); an entry whose
+        // lcp is not below the newcomer's can never be the minimum again
+        if (i + 1 < n) {
+            while (dq.size() > head && lcp[dq.back()] >= lcp[i + 1]) dq.pop_back();
+            dq.push_back(i + 1);
+        }
+        while (dq.size() > head && dq[head] > i + max_keys) ++head;
+        const int64_t thr = (i + max_keys >= n) ? -1 : lcp[dq[head]];
+        out[i] = static_cast<int32_t>(std::max<int64_t>(lcp[i] + 1, thr + 1));
+    }
+}
+
+// sort_values over two threads where the first bytes split the strings into two groups of at
+// least a quarter each (each sorted, and relocated into its own buffer, on a thread of its
+// own: together they are the sorted order); else sort_values itself. Stable as sort_values.
+// Returns the first group's size (0: not split).
+template <class T>
+size_t sort_values_split(T* a, size_t n, Buf<uint8_t>* relocate, Buf<uint8_t>* relocate2, bool split) {
+    size_t left = 0;
+    if (split && n >= 64) {
+        std::vector<size_t> cnt(258, 0);  // bucket 0: the empty string; b + 1: first byte b
+        for (size_t i = 0; i < n; ++i) {
+            const Str& x = skey(a[i]);
+            cnt[x.n ? size_t(x.p[0]) + 1 : 0]++;
+        }
+        size_t best = 0, at = 0;  // the bucket boundary closest to half
+        for (size_t b = 0; b <= 256; ++b) {
+            at += cnt[b];
+            const size_t d = at > n / 2 ? at - n / 2 : n / 2 - at;
+            const size_t db = left > n / 2 ? left - n / 2 : n / 2 - left;
+            if (b == 0 || d < db) {
+                best = b;
+                left = at;
+            }
+        }
+        if (left < n / 4 || n - left < n / 4) left = 0;
+        if (left) {
+            Buf<T> tmp;
+            tmp.huge_min = relocate->huge_min;
+            if (!tmp.resize(n)) throw std::bad_alloc();
+            size_t lo = 0, hi = left;
+            for (size_t i = 0; i < n; ++i) {
+                const Str& x = skey(a[i]);
+                const size_t b = x.n ? size_t(x.p[0]) + 1 : 0;
+                tmp[b <= best ? lo++ : hi++] = a[i];
+            }
+            std::copy(tmp.p, tmp.p + n, a);
+        }
+    }
+    if (!left) {
+        sort_values(a, n, 0, relocate);
+        return 0;
+    }
+    std::atomic<bool> bad{false};
+    const bool ran = run_chunks(2, [&](int64_t c) {
+        try {
+            if (c == 0)
+                sort_values(a, left, 0, relocate);
+            else
+                sort_values(a + left, n - left, 0, relocate2);
+        } catch (const std::bad_alloc&) {
+            bad = true;
+        }
+    });
+    if (!ran || bad) throw std::bad_alloc();
+    return left;
+}
+
+// The CPUs this process may run on (sched_getaffinity; 1 if unknown).
+inline int64_t available_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    return std::max(1, CPU_COUNT(&set));
+}
+
 // TokenTrie(tokens: sequence of bytes, matchable: bool buffer of len(tokens))
 int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     static const char* kwlist[] = {"tokens", "matchable", nullptr};
@@ -651,10 +813,13 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     }
     PyBuffer_Release(&mview);
     lap.mark("collect");
-    Buf<uint8_t> relocated;  // the token bytes in sorted order, read by the trie build below
-    relocated.huge_min = BIG_VEC_MIN;  // the sort's buffers too (built once per tokenizer)
+    // the token bytes in sorted order, read by the trie build below (two buffers where the sort
+    // ran in two threads)
+    Buf<uint8_t> relocated, relocated2;
+    relocated.huge_min = relocated2.huge_min = BIG_VEC_MIN;  // the sort's buffers too
     try {
-        sort_values(ents.data(), ents.size(), 0, &relocated);
+        sort_values_split(ents.data(), ents.size(), &relocated, &relocated2,
+                          available_cpus() > 1 && ents.size() >= 2 * SPLIT_MIN);
     } catch (const std::bad_alloc&) {
         Py_DECREF(seq);
         PyErr_NoMemory();
@@ -1177,159 +1342,6 @@ struct GoMemo {
     uint64_t lens;  // the outputs' lengths, one byte each, when there are at most 8 of < 256
 };
 constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 384 KB
-
-// -- the compile's chunks: consecutive values walked on threads of their own ---------------------
-
-constexpr int64_t SPLIT_MIN = 2048;  // values per chunk, at least (compile's split_min default)
-
-struct NodePair {
-    int32_t node, token, child;
-};
-
-struct Chunk {
-    size_t b = 0, e = 0;  // its values
-    int32_t sid = 1;      // its first node
-    int32_t own = 0;      // nodes below it are shared ancestors (an earlier chunk's)
-    int32_t nodes = 0;    // after the trie pass: the next chunk's first node
-    int64_t need = 0;     // the shared ancestors' depths: 0 .. need
-    std::vector<int32_t> path0;   // their ids, by depth
-    std::vector<int64_t> side;    // the pairs counted into them, by depth
-    std::vector<NodePair> pend;   // the pairs written into them
-    std::vector<NodePair> fars;   // far children of its own rows
-    uint8_t used[256] = {0};      // the bytes of its values
-};
-
-inline int64_t common_prefix(const Str& a, const Str& b) {
-    const int64_t m = std::min(a.n, b.n);
-    int64_t l = 0;
-    while (l < m && a.p[l] == b.p[l]) ++l;
-    return l;
-}
-
-inline int64_t chunk_count(int64_t nv, int64_t threads, int64_t split_min) {
-    if (threads <= 1 || split_min <= 0) return 1;
-    return std::max<int64_t>(1, std::min<int64_t>({threads, nv / split_min, 64}));
-}
-
-// Chunk boundaries near an even split, each where the value's common prefix with the previous
-// one is shortest within a window (fewer shared ancestors); ``chunks[c].b`` and ``.e`` are set.
-void plan_chunks(std::vector<Chunk>& chunks, const int32_t* lcps, size_t nv) {
-    const size_t n = chunks.size(), w = nv / (8 * n);
-    size_t prev = 0;
-    for (size_t c = 1; c < n; ++c) {
-        const size_t ideal = nv * c / n;
-        size_t best = ideal;
-        for (size_t i = ideal - w; i <= ideal + w; ++i) {
-            const bool shorter = lcps[i] < lcps[best];
-            const size_t di = i > ideal ? i - ideal : ideal - i, db = best > ideal ? best - ideal : ideal - best;
-            if (shorter || (lcps[i] == lcps[best] && di < db)) best = i;
-        }
-        chunks[c - 1].b = prev;
-        chunks[c - 1].e = best;
-        prev = best;
-    }
-    chunks[n - 1].b = prev;
-    chunks[n - 1].e = nv;
-}
-
-// fn(c) for c in 0 .. n - 1: chunk 0 on the calling thread, the others on threads of their own
-// (where a thread cannot start, its chunk runs here after). False if some chunk threw.
-template <class F>
-bool run_chunks(int64_t n, F&& fn) {
-    std::atomic<bool> ok{true};
-    auto body = [&](int64_t c) {
-        try {
-            fn(c);
-        } catch (...) {
-            ok = false;
-        }
-    };
-    std::vector<std::thread> ts;
-    try {
-        for (int64_t c = 1; c < n; ++c) ts.emplace_back(body, c);
-    } catch (...) {
-    }
-    body(0);
-    for (auto& t : ts) t.join();
-    for (int64_t c = static_cast<int64_t>(ts.size()) + 1; c < n; ++c) body(c);
-    return ok;
-}
-
-// The compact layout's rule, shared by compile and compact_layout: key i's nodes from depth
-// out[i] on have at most max_keys keys below them. Node (i, d) has that many iff
-// i + max_keys >= n or some key in (i, i + max_keys] shares fewer than d bytes with its
-// predecessor: a sliding minimum of lcp (lcp[i]: key i's common prefix with key i - 1).
-void walked_depths(const int32_t* lcp, int64_t n, int64_t max_keys, int32_t* out) {
-    std::vector<int64_t> dq;  // indices of increasing lcp over the window (i, i + max_keys]
-    size_t head = 0;
-    for (int64_t i = n - 1; i >= 0; --i) {
-        // i + 1 enters, indices past i + max_keys leave (the oldest, at the head); an entry whose
-        // lcp is not below the newcomer's can never be the minimum again
-        if (i + 1 < n) {
-            while (dq.size() > head && lcp[dq.back()] >= lcp[i + 1]) dq.pop_back();
-            dq.push_back(i + 1);
-        }
-        while (dq.size() > head && dq[head] > i + max_keys) ++head;
-        const int64_t thr = (i + max_keys >= n) ? -1 : lcp[dq[head]];
-        out[i] = static_cast<int32_t>(std::max<int64_t>(lcp[i] + 1, thr + 1));
-    }
-}
-
-// sort_values over two threads where the first bytes split the strings into two groups of at
-// least a quarter each (each sorted, and relocated into its own buffer, on a thread of its
-// own: together they are the sorted order); else sort_values itself. Stable as sort_values.
-// Returns the first group's size (0: not split).
-template <class T>
-size_t sort_values_split(T* a, size_t n, Buf<uint8_t>* relocate, Buf<uint8_t>* relocate2, bool split) {
-    size_t left = 0;
-    if (split && n >= 64) {
-        std::vector<size_t> cnt(258, 0);  // bucket 0: the empty string; b + 1: first byte b
-        for (size_t i = 0; i < n; ++i) {
-            const Str& x = skey(a[i]);
-            cnt[x.n ? size_t(x.p[0]) + 1 : 0]++;
-        }
-        size_t best = 0, at = 0;  // the bucket boundary closest to half
-        for (size_t b = 0; b <= 256; ++b) {
-            at += cnt[b];
-            const size_t d = at > n / 2 ? at - n / 2 : n / 2 - at;
-            const size_t db = left > n / 2 ? left - n / 2 : n / 2 - left;
-            if (b == 0 || d < db) {
-                best = b;
-                left = at;
-            }
-        }
-        if (left < n / 4 || n - left < n / 4) left = 0;
-        if (left) {
-            Buf<T> tmp;
-            tmp.huge_min = relocate->huge_min;
-            if (!tmp.resize(n)) throw std::bad_alloc();
-            size_t lo = 0, hi = left;
-            for (size_t i = 0; i < n; ++i) {
-                const Str& x = skey(a[i]);
-                const size_t b = x.n ? size_t(x.p[0]) + 1 : 0;
-                tmp[b <= best ? lo++ : hi++] = a[i];
-            }
-            std::copy(tmp.p, tmp.p + n, a);
-        }
-    }
-    if (!left) {
-        sort_values(a, n, 0, relocate);
-        return 0;
-    }
-    std::atomic<bool> bad{false};
-    const bool ran = run_chunks(2, [&](int64_t c) {
-        try {
-            if (c == 0)
-                sort_values(a, left, 0, relocate);
-            else
-                sort_values(a + left, n - left, 0, relocate2);
-        } catch (const std::bad_alloc&) {
-            bad = true;
-        }
-    });
-    if (!ran || bad) throw std::bad_alloc();
-    return left;
-}
 
 // compile(values, trie, terminator: bytes, end_ids: tuple[int], allow_end: bool, max_keys=0,
 //         threads=1, split_min=SPLIT_MIN)
