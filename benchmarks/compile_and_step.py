@@ -75,7 +75,7 @@ from _peers import (
 
 from trierouter.data.synthetic import tool_names
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.trie import ChoiceSet, compile_choices
+from trierouter.registry.trie import ChoiceSet, compile_choices, compile_threads
 from trierouter.registry.vocabulary import Vocabulary
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -526,6 +526,7 @@ def worker(args: argparse.Namespace) -> int:
             res["compile_warm_ms"] = min(warm)
             res["compile_warm_cpu_ms"] = min(warm_cpu)
         if isinstance(eng, TrieRouter) and eng.cs is not None:
+            res["compile_threads"] = compile_threads() if eng.backend == "native" else 1
             res["n_nodes"] = eng.cs.n_nodes
             res["n_pairs"] = eng.cs.n_pairs
 

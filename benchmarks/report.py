@@ -51,6 +51,16 @@ def _cell(r: dict[str, Any] | None, key: str, fmt: str, scale: float = 1.0) -> s
     return _num(None if v is None else float(v) * scale, fmt)
 
 
+def _threads(rows: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """The compile threads of trierouter's rows, as words."""
+    got = {r.get("compile_threads") for (e, _), r in rows.items() if e.startswith("trierouter")}
+    got.discard(None)
+    if not got:
+        return "one thread (a run before threads were recorded)"
+    n = max(got)
+    return "1 thread" if n == 1 else f"{n} threads"
+
+
 def compile_and_step(d: dict[str, Any]) -> list[str]:
     rows = {(r["engine"], r["k"]): r for r in d["results"] if r.get("vocab") == "qwen2"}
     ks = sorted({k for _, k in rows})
@@ -63,7 +73,9 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         f"outlines-core {m['versions'].get('outlines_core')}; load average "
         f"{_num((m.get('loadavg_start') or [None])[0], '.1f')} at the start, "
         f"{_num((m.get('loadavg_end') or [None])[0], '.1f')} at the end. "
-        "trierouter = the compiled core (C++), full layout (every row stored); "
+        "trierouter = the compiled core (C++), full layout (every row stored), compiling on "
+        f"{_threads(rows)} (the CPUs available: from 4,096 values the sort and both passes "
+        "run in chunks, one per thread; the table's CPU row counts every thread); "
         'trierouter-compact = the same core, `layout="compact"` (rows of nodes with at most '
         "64 values below walked on demand, not stored); trierouter-numpy = the numpy reference "
         "backend. "
