@@ -74,8 +74,9 @@ def compile_and_step(d: dict[str, Any]) -> list[str]:
         f"{_num((m.get('loadavg_start') or [None])[0], '.1f')} at the start, "
         f"{_num((m.get('loadavg_end') or [None])[0], '.1f')} at the end. "
         "trierouter = the compiled core (C++), full layout (every row stored), compiling on "
-        f"{_threads(rows)} (the CPUs available: from 4,096 values the sort and both passes "
-        "run in chunks, one per thread; the table's CPU row counts every thread); "
+        f"{_threads(rows)} (the CPUs available: from 4,096 values both passes run in chunks, "
+        "one per thread, and the sort in two where the first bytes divide the values; the "
+        "table's CPU row counts every thread); "
         'trierouter-compact = the same core, `layout="compact"` (rows of nodes with at most '
         "64 values below walked on demand, not stored); trierouter-numpy = the numpy reference "
         "backend. "

@@ -842,9 +842,7 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     Str prev{nullptr, 0};
     for (size_t i = 0; i < ents.size(); ++i) {
         const Str& s = ents[i].s;
-        int64_t l = 0;
-        int64_t m = std::min(prev.n, s.n);
-        while (l < m && prev.p[l] == s.p[l]) ++l;
+        const int64_t l = common_prefix(prev, s);
         path.resize(static_cast<size_t>(l) + 1);
         for (int64_t d = l; d < s.n; ++d) {
             int32_t id = static_cast<int32_t>(parent.size());
@@ -1457,11 +1455,21 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     }
     const size_t nv = strs.size();
     LAP("sort");
+    const int64_t n_chunks = chunk_count(static_cast<int64_t>(nv), threads, split_min);
+    Buf<int32_t> lcps;
+    // each value's common prefix with the previous one, in the chunks' threads (for the compact
+    // layout's rule, or to plan the chunks; one thread alone computes them in the trie pass)
+    auto fill_lcps = [&]() {
+        return run_chunks(n_chunks, [&](int64_t c) {
+            const size_t b = static_cast<size_t>(nv * c / n_chunks), e = static_cast<size_t>(nv * (c + 1) / n_chunks);
+            for (size_t i = b; i < e; ++i) lcps[i] = static_cast<int32_t>(i ? common_prefix(strs[i - 1], strs[i]) : 0);
+        });
+    };
     // The compact layout: each key's common prefix with the previous one first, then the depth
     // from which the nodes a key adds have at most max_keys keys below (compact_layout's rule);
     // their rows are neither counted nor written. Not where a byte has no single-byte token: the
     // pruning below needs every row (the layout is then derived from the full one).
-    Buf<int32_t> lcps, walk_from;
+    Buf<int32_t> walk_from;
     Buf<uint8_t> walked;
     bool compact = max_keys > 0;
     // a compact set's arrays (and its temporaries) get pages of their own from 64 KB: freed, they
@@ -1475,18 +1483,10 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     }
     if (compact) {
         lcps.pages_from = walk_from.pages_from = walked.pages_from = PAGES_FROM;
-        if (!lcps.resize(nv) || !walk_from.resize(nv)) {
+        if (!lcps.resize(nv) || !walk_from.resize(nv) || !fill_lcps()) {
             PyEval_RestoreThread(save);
             Py_DECREF(seq);
             return PyErr_NoMemory();
-        }
-        for (size_t i = 0; i < nv; ++i) {
-            int64_t l = 0;
-            if (i) {
-                const int64_t m = std::min(strs[i - 1].n, strs[i].n);
-                while (l < m && strs[i - 1].p[l] == strs[i].p[l]) ++l;
-            }
-            lcps[i] = static_cast<int32_t>(l);
         }
         walked_depths(lcps.p, static_cast<int64_t>(nv), max_keys, walk_from.p);
     }
@@ -1514,7 +1514,6 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         Py_DECREF(seq);
         return PyErr_Format(PyExc_OverflowError, "more than 2**31 trie nodes: node ids would overflow int32; split the set into smaller ones");
     }
-    const int64_t n_chunks = chunk_count(static_cast<int64_t>(nv), threads, split_min);
     Buf<int32_t> ends, row_ptr;
     Spans state_of(tri);  // per node, its outputs span
     Buf<uint8_t> vbytes;
@@ -1535,10 +1534,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         // the values' common prefixes (unless the compact layout has them), then the chunks:
         // where they start (a short common prefix near an even split), their first node ids
         // and byte offsets, and the shared ancestors' ids
-        if (!compact && !run_chunks(n_chunks, [&](int64_t c) {
-                const size_t b = static_cast<size_t>(nv * c / n_chunks), e = static_cast<size_t>(nv * (c + 1) / n_chunks);
-                for (size_t i = b; i < e; ++i) lcps[i] = static_cast<int32_t>(i ? common_prefix(strs[i - 1], strs[i]) : 0);
-            })) {
+        if (!compact && !fill_lcps()) {
             PyEval_RestoreThread(save);
             Py_DECREF(seq);
             return PyErr_NoMemory();
@@ -1723,10 +1719,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     Buf<int32_t> far_pos, far_child;
     if (compact) tokens.pages_from = children.pages_from = far_pos.pages_from = far_child.pages_from = PAGES_FROM;
     Buf<Pair> pairs;
-    struct Far {
-        int32_t node, token, child;
-    };
-    std::vector<Far> fars;
+    std::vector<NodePair> fars;
     ok = prune ? pairs.resize(static_cast<size_t>(total_pairs))
                : tokens.resize(static_cast<size_t>(total_pairs)) &&
                      children.resize(static_cast<size_t>(total_pairs));
@@ -1848,13 +1841,12 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         }
         // the chunks' pairs into shared ancestors, then those rows sorted (row v ends where row
         // v + 1 starts, every row being complete now)
-        std::vector<NodePair> far_all;
         std::vector<int32_t> shared;
         std::unique_ptr<IdBits> big;
         for (Chunk& ck : chunks) {
-            for (const NodePair& p : ck.pend) put(p.node, p.token, p.child, far_all);
+            for (const NodePair& p : ck.pend) put(p.node, p.token, p.child, fars);
             if (&ck != &chunks[0]) shared.insert(shared.end(), ck.path0.begin(), ck.path0.end());
-            far_all.insert(far_all.end(), ck.fars.begin(), ck.fars.end());
+            fars.insert(fars.end(), ck.fars.begin(), ck.fars.end());
             std::vector<NodePair>().swap(ck.pend);
             std::vector<NodePair>().swap(ck.fars);
         }
@@ -1865,9 +1857,8 @@ PyObject* py_compile(PyObject*, PyObject* args) {
             const int32_t lo = v ? cur[v - 1] : 0;
             sort_rows(big, lo, static_cast<size_t>(cur[v] - lo));
         }
-        for (int32_t e : eos) put(n, e, end_state, far_all);
-        for (int32_t e : eos) put(n + 1, e, end_state, far_all);
-        for (const NodePair& f : far_all) fars.push_back({f.node, f.token, f.child});
+        for (int32_t e : eos) put(n, e, end_state, fars);
+        for (int32_t e : eos) put(n + 1, e, end_state, fars);
         std::memmove(row_ptr.p + 1, row_ptr.p, (static_cast<size_t>(n) + 2) * sizeof(int32_t));
         row_ptr[0] = 0;
         LAP("emit");
@@ -1956,10 +1947,10 @@ PyObject* py_compile(PyObject*, PyObject* args) {
         return Py_BuildValue("(NN)", arrays, lst);
     }
     // far children, in the order their pairs have in the rows
-    std::sort(fars.begin(), fars.end(), [](const Far& a, const Far& b) {
+    std::sort(fars.begin(), fars.end(), [](const NodePair& a, const NodePair& b) {
         return a.node < b.node || (a.node == b.node && a.token < b.token);
     });
-    for (const Far& f : fars) {
+    for (const NodePair& f : fars) {
         const int32_t* lo = tokens.p + row_ptr[static_cast<size_t>(f.node)];
         const int32_t* hi = tokens.p + row_ptr[static_cast<size_t>(f.node) + 1];
         ok = ok && far_pos.push(static_cast<int32_t>(std::lower_bound(lo, hi, f.token) - tokens.p)) &&
