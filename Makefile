@@ -43,7 +43,7 @@ ext: $(PY)
 
 ext-debug: ext
 	TRIEROUTER_DEBUG_BUILD=1 $(PY) setup.py -q build_ext --inplace --force --build-temp build/debug
-	@echo "run with: LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0"
+	@echo "run with: LD_PRELOAD=\"$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)\" ASAN_OPTIONS=detect_leaks=0"
 
 demo: $(VENV)/.demo ext
 	$(PY) examples/demo.py

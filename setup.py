@@ -1,8 +1,8 @@
 """Build of trierouter's compiled core (``trierouter.registry._core``); metadata is in pyproject.
 
 Release flags by default (-O3). ``TRIEROUTER_DEBUG_BUILD=1`` builds with AddressSanitizer and
-UndefinedBehaviorSanitizer for the fuzzers (load it with ``LD_PRELOAD=$(gcc
--print-file-name=libasan.so)``; see fuzz/fuzz_compile.py).
+UndefinedBehaviorSanitizer for the fuzzers (load it with ``LD_PRELOAD="$(gcc
+-print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"``; see fuzz/fuzz_compile.py).
 """
 
 from __future__ import annotations

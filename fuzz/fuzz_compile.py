@@ -13,11 +13,12 @@ is a finding (libFuzzer stops and writes the crashing input).
 
 The cases run through the compiled core (the default backend), and each compiled set is compared
 with the numpy reference bit for bit. For memory errors inside the core, build it with the
-sanitizers first and preload the ASan runtime::
+sanitizers first and preload the ASan runtime (with libstdc++, which ASan's interceptor of C++
+exceptions needs loaded before it)::
 
     make ext-debug        # TRIEROUTER_DEBUG_BUILD=1: -fsanitize=address,undefined
-    LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
-        python fuzz/fuzz_compile.py -runs=20000
+    LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
+        ASAN_OPTIONS=detect_leaks=0 python fuzz/fuzz_compile.py -runs=20000
     make ext              # back to the release build
 
 ``-stats=PATH`` (ours, not libFuzzer's) writes the executions and outcome counts as JSON every

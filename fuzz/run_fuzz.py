@@ -86,10 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     stats = work / "stats.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if args.asan:
-        lib = subprocess.run(
-            ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        env["LD_PRELOAD"] = lib
+        # libstdc++ with it: ASan's __cxa_throw interceptor needs the real one loaded when it
+        # starts (python is not linked with it), or the core's first C++ exception aborts
+        libs = [
+            subprocess.run(
+                ["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            for name in ("libasan.so", "libstdc++.so")
+        ]
+        env["LD_PRELOAD"] = " ".join(libs)
         env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
         env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
     proc = subprocess.run(

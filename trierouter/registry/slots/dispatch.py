@@ -50,11 +50,11 @@ from trierouter.registry.slots.fragment import (
     string_fragment,
     trie_fragment,
 )
-from trierouter.registry.slots.nfa import TooManyStates, _Node, lit, nfa_fragment, seq
+from trierouter.registry.slots.nfa import TooManyStates, lit, nfa_fragment
 from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
-from trierouter.registry.slots.regex import pattern_node
+from trierouter.registry.slots.regex import pattern_fragment, pattern_node
 
 __all__ = [
     "SchemaRefused",
@@ -299,7 +299,7 @@ class SlotCompiler:
             if why is not None:
                 fix = "rewrite the pattern in the supported subset, or drop it"
                 text = str(out["pattern"])
-                if pattern_node(text) is not None and _served_pattern(text) is None:  # too large
+                if pattern_node(text) is not None and not _pattern_served(text):  # too large
                     why = (
                         f"its automaton here has more than {MAX_PATTERN_STATES:,} states "
                         f"(MAX_PATTERN_STATES), and XGrammar would serve it inexactly: {why}"
@@ -423,7 +423,7 @@ class SlotCompiler:
         fmt = schema.get("format")
         pattern = schema.get("pattern")
         if fmt in FORMAT_PATTERNS and pattern is not None:
-            if min_length > 0 or max_length is not None or _served_pattern(str(pattern)) is None:
+            if min_length > 0 or max_length is not None or not _pattern_served(str(pattern)):
                 return None
             both = _DUMMY if self.dry else format_and_pattern_fragment(fmt, str(pattern))
             if both is None:
@@ -444,7 +444,7 @@ class SlotCompiler:
         if (min_length > 0 or max_length is not None) and pattern is not None:
             if max_length is not None and max_length > MAX_COUNTED:
                 return None
-            if _served_pattern(str(pattern)) is None:
+            if not _pattern_served(str(pattern)):
                 return None
             if self.dry:
                 return _DUMMY, "format", f"pattern {pattern}, {min_length}..{max_length} chars"
@@ -458,8 +458,8 @@ class SlotCompiler:
                 return None
             if self.dry:
                 return _DUMMY, "format", f"pattern {pattern}"
-            node, kept = served  # kept: the verdict's automaton, when small (not built again)
-            frag = kept if kept is not None else quoted_pattern_fragment(str(pattern), node=node)
+            (kept,) = served  # the verdict's automaton, when small (not built again)
+            frag = kept if kept is not None else quoted_pattern_fragment(str(pattern))
             return frag, "format", f"pattern {pattern}"
         if fmt is not None:
             if format_node(str(fmt)) is None:
@@ -637,24 +637,22 @@ verdict, and the slot's build takes it instead of determinizing the pattern a se
 
 
 @functools.lru_cache(maxsize=4096)
-def _served(pattern: str) -> tuple[_Node, Fragment | None] | None:
-    """The parse of ``pattern`` and its quoted automaton (None past :data:`KEPT_EDGES`) when
-    the automaton is built here: in the supported subset and within
-    :data:`MAX_PATTERN_STATES` (the same verdict whether or not automata are built)."""
-    node = pattern_node(pattern)
-    if node is None:
-        return None
+def _served(pattern: str) -> tuple[Fragment | None] | None:
+    """``(its quoted automaton,)`` (None past :data:`KEPT_EDGES`) when the automaton of
+    ``pattern`` is built here: in the supported subset and within :data:`MAX_PATTERN_STATES`
+    (the same verdict whether or not automata are built); else None."""
     try:
-        frag = nfa_fragment(seq(lit('"'), node, lit('"')), max_states=MAX_PATTERN_STATES)
+        frag = pattern_fragment(pattern, max_states=MAX_PATTERN_STATES)
     except TooManyStates:
         return None
-    return node, (frag if len(frag.src) <= KEPT_EDGES else None)
+    if frag is None:
+        return None
+    return (frag if len(frag.src) <= KEPT_EDGES else None,)
 
 
-def _served_pattern(pattern: str) -> _Node | None:
-    """The parse of ``pattern`` when its automaton is built here (see :func:`_served`)."""
-    served = _served(pattern)
-    return None if served is None else served[0]
+def _pattern_served(pattern: str) -> bool:
+    """Whether the automaton of ``pattern`` is built here (see :func:`_served`)."""
+    return _served(pattern) is not None
 
 
 @functools.lru_cache(maxsize=1024)

@@ -40,7 +40,7 @@ from trierouter.registry.slots.nfa import (
     seq,
 )
 from trierouter.registry.slots.ranges import integer_range_fragment, integer_range_node
-from trierouter.registry.slots.regex import pattern_node
+from trierouter.registry.slots.regex import pattern_fragment, pattern_node
 
 __all__ = [
     "FORMAT_PATTERNS",
@@ -141,14 +141,14 @@ _CONSTANT = {
 def quoted_pattern_fragment(
     pattern: str,
     *,
-    node: _Node | None = None,
     native: bool | None = None,
     constant: bool = True,
 ) -> Fragment:
-    """The quoted full matches of ``pattern`` (one in the supported subset; ``node``: its
-    parse, if already made): a fixed format's automaton decoded from its constant table
-    (:mod:`.format_tables`, generated from the same pattern; ``constant=False``: built from the
-    text), any other pattern's determinized."""
+    """The quoted full matches of ``pattern`` (one in the supported subset): a fixed format's
+    automaton decoded from its constant table (:mod:`.format_tables`, generated from the same
+    pattern; ``constant=False``: built from the text), any other pattern's built by
+    :func:`~trierouter.registry.slots.regex.pattern_fragment` (``native``: in one core call,
+    default from the backend)."""
     hit = _CONSTANT.get(pattern) if TABLES else None
     if hit is not None and constant:
         edges = np.frombuffer(bytes.fromhex(hit.edges), dtype=np.uint8).reshape(3, -1)
@@ -156,11 +156,10 @@ def quoted_pattern_fragment(
         accept = np.zeros(hit.n, dtype=bool)
         accept[list(hit.accept)] = True
         return Fragment(src, byte, dst, hit.n, accept)
-    if node is None:
-        node = pattern_node(pattern)
-    if node is None:
+    frag = pattern_fragment(pattern, native=native)
+    if frag is None:
         raise ValueError(f"pattern outside the supported subset: {pattern!r}")
-    return nfa_fragment(seq(lit('"'), node, lit('"')), native)
+    return frag
 
 
 def _number_node() -> _Node:
@@ -177,9 +176,8 @@ _DUMMY = Fragment.empty([True])
 @functools.lru_cache(maxsize=1024)
 def _length_limited(pattern: str, lo: int, hi: int | None) -> Fragment:
     """The quoted ``pattern`` (ASCII: one byte per character) with ``lo..hi`` characters."""
-    node = pattern_node(pattern)
-    assert node is not None
-    base = nfa_fragment(seq(lit('"'), node, lit('"')))
+    base = pattern_fragment(pattern)
+    assert base is not None
     table = base.table
     cap = (hi if hi is not None else lo) + 2
     ids = {(0, 0): 0}

@@ -6,7 +6,22 @@ from __future__ import annotations
 
 import re
 
-from trierouter.registry.slots.nfa import _Node, alt, cls, opt, rep, seq
+from trierouter.registry import core as _backend
+from trierouter.registry.slots.fragment import Fragment
+from trierouter.registry.slots.nfa import (
+    MAX_NFA_STATES,
+    TooManyStates,
+    _Node,
+    alt,
+    cls,
+    lit,
+    nfa_fragment,
+    opt,
+    rep,
+    seq,
+)
+
+__all__ = ["MAX_GROUP_DEPTH", "pattern_fragment", "pattern_node"]
 
 # -- a regular-expression subset for ``pattern`` ---------------------------------------------
 
@@ -21,6 +36,15 @@ _CLASSES = {
 """The class escapes of the subset."""
 
 
+_QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}")
+"""A counted repeat (at the start of the text matched)."""
+
+
+MAX_GROUP_DEPTH = 64
+"""Groups nested deeper are outside the subset (the parsers and the NFA's construction
+recurse per group)."""
+
+
 class _Unsupported(Exception):
     pass
 
@@ -31,6 +55,7 @@ class _Regex:
     def __init__(self, text: str) -> None:
         self.s = text
         self.i = 0
+        self.depth = 0  # groups open
 
     def parse(self) -> _Node:
         s = self.s
@@ -81,14 +106,16 @@ class _Regex:
             self.i += 1
             return rep(node, 1, None)
         if c == "{":
-            m = re.match(r"\{(\d+)(,(\d*))?\}", self.s[self.i : self.end])
+            m = _QUANTIFIER.match(self.s, self.i, self.end)
             if not m:
                 raise _Unsupported("bad quantifier")
-            self.i += m.end()
+            self.i = m.end()
             lo = int(m.group(1))
             hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
             if lo > 64 or (hi is not None and hi > 64):
                 raise _Unsupported("large repeat")
+            if hi is not None and hi < lo:
+                raise _Unsupported("min repeat greater than max repeat")
             return rep(node, lo, hi)
         return node
 
@@ -100,10 +127,14 @@ class _Regex:
                 self.i += 2
             elif self.s.startswith("?", self.i):
                 raise _Unsupported("group flags")
+            self.depth += 1
+            if self.depth > MAX_GROUP_DEPTH:
+                raise _Unsupported("groups nested too deep")
             node = self._alt()
             if self._peek() != ")":
                 raise _Unsupported("unclosed group")
             self.i += 1
+            self.depth -= 1
             return node
         if c == "[":
             return cls(self._class())
@@ -113,7 +144,7 @@ class _Regex:
             raise _Unsupported("'.' matches non-ASCII")
         if c in "^$":
             raise _Unsupported("inner anchor")
-        if c in "*+?":
+        if c in "*+?" or (c == "{" and _QUANTIFIER.match(self.s, self.i - 1, self.end)):
             raise _Unsupported("nothing to repeat")
         return cls(self._safe({ord(c)}))
 
@@ -148,6 +179,13 @@ class _Regex:
             self.i += 1
             lo_set = self._escape(in_class=True) if c == "\\" else {ord(c)}
             if (
+                len(lo_set) != 1
+                and self._peek() == "-"
+                and self.i + 1 < self.end
+                and self.s[self.i + 1] != "]"
+            ):
+                raise _Unsupported("a class escape begins a range")
+            if (
                 len(lo_set) == 1
                 and self._peek() == "-"
                 and self.i + 1 < self.end
@@ -164,6 +202,8 @@ class _Regex:
                 else:
                     hi = ord(hi_c)
                 lo = lo_set.pop()
+                if hi < lo:
+                    raise _Unsupported("bad character range")
                 chars |= set(range(lo, hi + 1))
             else:
                 chars |= lo_set
@@ -178,3 +218,37 @@ def pattern_node(pattern: str) -> _Node | None:
         return _Regex(pattern).parse()
     except (_Unsupported, IndexError):
         return None
+
+
+def pattern_fragment(
+    pattern: str, *, max_states: int | None = None, native: bool | None = None
+) -> Fragment | None:
+    """The quoted full matches of ``pattern``: the automaton of ``"``, a full match, ``"``
+    (states numbered in discovery order), or None outside the supported subset. Raises
+    :class:`~trierouter.registry.slots.nfa.TooManyStates` past ``max_states`` states, or
+    past :data:`~trierouter.registry.slots.nfa.MAX_NFA_STATES` in its NFA.
+
+    With the native backend (``native``: default from the backend) an ASCII pattern is parsed,
+    built and determinized in one core call (``regex_dfa``), which mirrors :func:`pattern_node`
+    and :func:`~trierouter.registry.slots.nfa.nfa_fragment` step for step: the same automaton,
+    state for state (a test and the tool fuzzer compare them). Other text takes that reference
+    path (a non-ASCII character is in the subset only inside a negated class)."""
+    if native is None:
+        native = _backend.default_backend() == "native"
+    if native and pattern.isascii():
+        core = _backend.native_core()
+        out = core.regex_dfa(
+            pattern.encode(), True, max_states or 0, MAX_NFA_STATES, MAX_GROUP_DEPTH
+        )
+        if isinstance(out, int):
+            if out == 0:
+                return None
+            if out == 1:
+                raise TooManyStates(f"the automaton has more than {max_states} states")
+            raise TooManyStates(f"the expression's NFA has more than {MAX_NFA_STATES:,} states")
+        src, byte, dst, accept = out
+        return Fragment(src, byte, dst, len(accept), accept)
+    node = pattern_node(pattern)
+    if node is None:
+        return None
+    return nfa_fragment(seq(lit('"'), node, lit('"')), native, max_states)
