@@ -4968,6 +4968,43 @@ uint64_t range_key_hash(const RangeKey& k) {
     return h;
 }
 
+// A DFA: its edges by state, then byte, and per state whether it accepts.
+struct Dfa {
+    std::vector<int32_t> src, byte, dst;
+    std::vector<uint8_t> accept;
+};
+
+// A DFA as numpy arrays: (table int32 (m, 256), accept bool[m]), or with ``edges`` (src
+// int32[], byte int32[], dst int32[], accept bool[m]): its edges (a Fragment's edge list, without
+// a numpy pass over a dense table).
+PyObject* dfa_result(const Dfa& d, bool edges) {
+    const npy_intp m = static_cast<npy_intp>(d.accept.size());
+    npy_intp d1[1] = {m};
+    PyObject* ac = PyArray_SimpleNew(1, d1, NPY_BOOL);
+    if (!ac) return nullptr;
+    if (m) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), d.accept.data(), d.accept.size());
+    if (edges) {
+        auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
+            npy_intp dims[1] = {static_cast<npy_intp>(v.size())};
+            PyObject* a = PyArray_SimpleNew(1, dims, NPY_INT32);
+            if (a && !v.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)), v.data(), v.size() * 4);
+            return a;
+        };
+        PyObject *a = arr(d.src), *b = arr(d.byte);
+        return quad_result(a, b, arr(d.dst), ac);
+    }
+    npy_intp dims[2] = {m, 256};
+    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!tab) {
+        Py_DECREF(ac);
+        return nullptr;
+    }
+    int32_t* t = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)));
+    std::fill_n(t, static_cast<size_t>(m) * 256, -1);
+    for (size_t k = 0; k < d.src.size(); ++k) t[static_cast<size_t>(d.src[k]) * 256 + static_cast<size_t>(d.byte[k])] = d.dst[k];
+    return pair_result(tab, ac);
+}
+
 PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
     int zero;
     const char *pl, *ph, *nl, *nh;
@@ -4978,8 +5015,12 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
                 PyErr_SetString(PyExc_ValueError, "int_range_dfa: a bound is not a decimal >= 1");
                 return nullptr;
             }
-    std::vector<int32_t> src, byte, dst;
-    std::vector<uint8_t> acc{0};
+    Dfa out;
+    out.accept.push_back(0);
+    std::vector<int32_t>& src = out.src;
+    std::vector<int32_t>& byte = out.byte;
+    std::vector<int32_t>& dst = out.dst;
+    std::vector<uint8_t>& acc = out.accept;
     std::unordered_multimap<uint64_t, int32_t> ids;  // a key's hash -> states (keys compared)
     ids.reserve(64);
     std::vector<RangeKey> order;
@@ -5015,17 +5056,7 @@ PyObject* py_int_range_dfa(PyObject*, PyObject* args) {
             byte.push_back(d);
             dst.push_back(state(nxt));
         }
-    auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
-        npy_intp dims[1] = {static_cast<npy_intp>(v.size())};
-        PyObject* a = PyArray_SimpleNew(1, dims, NPY_INT32);
-        if (a && !v.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)), v.data(), v.size() * 4);
-        return a;
-    };
-    npy_intp dn[1] = {static_cast<npy_intp>(acc.size())};
-    PyObject* ac = PyArray_SimpleNew(1, dn, NPY_BOOL);
-    if (ac && !acc.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), acc.data(), acc.size());
-    PyObject *a = arr(src), *b = arr(byte), *c = arr(dst);
-    return quad_result(a, b, c, ac);
+    return dfa_result(out, true);
 }
 
 
@@ -5037,12 +5068,6 @@ struct NfaEdges {
     const int32_t *es = nullptr, *ed = nullptr, *xs = nullptr, *xd = nullptr;
     const uint8_t* bits = nullptr;
     int64_t ne = 0, nx = 0;
-};
-
-// The DFA of :func:`determinize`: its edges by state, then byte, and per state whether it accepts.
-struct Dfa {
-    std::vector<int32_t> src, byte, dst;
-    std::vector<uint8_t> accept;
 };
 
 // Subset construction: DFA states numbered in discovery order (breadth first, bytes ascending),
@@ -5159,37 +5184,6 @@ bool determinize_nogil(const NfaEdges& g, int64_t start, int64_t final, long lon
     }
     Py_END_ALLOW_THREADS;
     return ok;
-}
-
-// The DFA of :func:`determinize` as numpy arrays: (table int32 (m, 256), accept bool[m]), or
-// with ``edges`` (src int32[], byte int32[], dst int32[], accept bool[m]): the table's edges by
-// state, then byte (a Fragment's edge list, without a numpy pass over the dense table).
-PyObject* dfa_result(const Dfa& d, bool edges) {
-    const npy_intp m = static_cast<npy_intp>(d.accept.size());
-    npy_intp d1[1] = {m};
-    PyObject* ac = PyArray_SimpleNew(1, d1, NPY_BOOL);
-    if (!ac) return nullptr;
-    if (m) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), d.accept.data(), d.accept.size());
-    if (edges) {
-        auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
-            npy_intp dims[1] = {static_cast<npy_intp>(v.size())};
-            PyObject* a = PyArray_SimpleNew(1, dims, NPY_INT32);
-            if (a && !v.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)), v.data(), v.size() * 4);
-            return a;
-        };
-        PyObject *a = arr(d.src), *b = arr(d.byte);
-        return quad_result(a, b, arr(d.dst), ac);
-    }
-    npy_intp dims[2] = {m, 256};
-    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
-    if (!tab) {
-        Py_DECREF(ac);
-        return nullptr;
-    }
-    int32_t* t = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)));
-    std::fill_n(t, static_cast<size_t>(m) * 256, -1);
-    for (size_t k = 0; k < d.src.size(); ++k) t[static_cast<size_t>(d.src[k]) * 256 + static_cast<size_t>(d.byte[k])] = d.dst[k];
-    return pair_result(tab, ac);
 }
 
 // nfa_determinize(n: int, edge_src: int32[], edge_dst: int32[], edge_bytes: uint8 (E, 32),

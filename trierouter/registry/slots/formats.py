@@ -284,8 +284,6 @@ def format_and_pattern_fragment(fmt: str, pattern: str) -> Fragment | None:
     theirs = pattern_node(pattern)
     if exact is None or theirs is None:
         return None
-    ours = pattern_node(exact)
-    assert ours is not None
     # ``pattern`` is a search: without its anchors any ASCII text may come before or after
     # (a format's values are ASCII)
     anything = rep(cls(bytes(range(0x20, 0x7F))), 0, None)
@@ -293,7 +291,8 @@ def format_and_pattern_fragment(fmt: str, pattern: str) -> Fragment | None:
         theirs = seq(anything, theirs)
     if not (pattern.endswith("$") and not pattern.endswith("\\$")):
         theirs = seq(theirs, anything)
-    a = nfa_fragment(seq(lit('"'), ours, lit('"')))
+    a = pattern_fragment(exact)
+    assert a is not None
     b = nfa_fragment(seq(lit('"'), theirs, lit('"')))
     ta, tb = a.table, b.table
     ids = {(0, 0): 0}
