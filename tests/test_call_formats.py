@@ -126,6 +126,8 @@ def test_the_models_own_tokenization_is_accepted(
         if fmt == "json":  # the bare format marks a call in free text with <tool_call>
             text = "Let me check. <tool_call>" + _native(fmt, CALLS)
             tokens = qwen_encode("Let me check. <tool_call>") + two
+        elif fmt == "json_object":  # tokenized with the first call's end as a boundary
+            tokens = qwen_encode("Let me check. ") + two
         assert _accepts(auto, tokens, qwen2)
         out = auto.parse_calls(text)
         assert out.content == "Let me check. " and [c.name for c in out.calls] == [

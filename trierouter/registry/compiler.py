@@ -159,6 +159,7 @@ class CompiledTools:
         self._by_escaped = {_escaped(s.name): i for i, s in enumerate(self.specs)}
         self._leads: list[str] = []
         self._tries: dict[str, ChoiceSet] = {}
+        self._twins: dict[CallFormat, CompiledTools] = {}
         self.names = self._set_format(self.format)
         """The names trie of a whole call head (``tool_choice="required"``)."""
         t1 = time.perf_counter()
@@ -242,16 +243,22 @@ class CompiledTools:
     def with_format(self, format: str | CallFormat) -> CompiledTools:
         """These tools for another call syntax: the specs and the slot analysis are shared (a
         100,000-tool registry is analysed once), the names trie and the automata are the new
-        format's (built now and on demand)."""
+        format's (built now and on demand), kept for the next call."""
         fmt = call_format(format)
         if fmt == self.format:
             return self
-        twin = copy.copy(self)
-        twin._automata = OrderedDict()
-        twin._lock = threading.Lock()
-        twin._key_locks = {}
-        twin._grammars = dict(self._grammars)
-        twin.names = twin._set_format(fmt)
+        with self._lock:
+            twin = self._twins.get(fmt)
+        if twin is None:
+            twin = copy.copy(self)
+            twin._automata = OrderedDict()
+            twin._lock = threading.Lock()
+            twin._key_locks = {}
+            twin._twins = {}
+            twin._grammars = dict(self._grammars)
+            twin.names = twin._set_format(fmt)
+            with self._lock:
+                twin = self._twins.setdefault(fmt, twin)
         return twin
 
     # -- lookup --------------------------------------------------------------------------------

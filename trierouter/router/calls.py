@@ -3,7 +3,9 @@
 A call is a JSON object ``{"name": "...", "<arguments key>": {...}}`` placed as its
 :class:`~trierouter.registry.call_formats.CallFormat` says (``<tool_call>\n`` ...
 ``\n</tool_call>``, bare Llama-3 JSON, ...). Under ``tool_choice="auto"`` the calls start at the
-format's trigger (text before it is content); under a forced choice the whole output is calls.
+format's trigger or another opener the model writes (a ```` ```json ```` fence, a bare
+``{"name"``: :func:`~trierouter.registry.call_formats.auto_formats`), whichever completes first
+(text before it is content); under a forced choice the whole output is calls.
 The streaming parser re-reads the text it is given (calls are short) and reports only what is
 new: content before the trigger (holding back a suffix that could start it), then per call its
 name once complete and its arguments text as it grows. Concatenated, the argument deltas are the
@@ -17,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trierouter.registry.call_formats import CALL_FORMATS, call_format
+from trierouter.registry.call_formats import AUTO_OPENERS, CALL_FORMATS, auto_formats, call_format
 
 __all__ = [
     "CallEnvelope",
@@ -40,13 +42,39 @@ class CallEnvelope:
     """Text that starts the calls (before it: content); ``None``: the output is calls only."""
     args_key: str = "arguments"
     name_key: str = "name"
+    also: tuple[tuple[str, str], ...] = ()
+    """Other ``(trigger, arguments key)`` that start calls (the other syntaxes of ``auto``)."""
+
+    def opening(self, text: str) -> tuple[int, str]:
+        """``(where the calls start, their arguments key)``: the trigger that completes first
+        in ``text`` (as the decoder finds it), ``(-1, "")`` when none does."""
+        if self.trigger is None:
+            return 0, self.args_key
+        best, start, key = -1, -1, ""
+        for trig, k in ((self.trigger, self.args_key), *self.also):
+            pos = text.find(trig)
+            if pos >= 0 and (best < 0 or pos + len(trig) < best):
+                best, start, key = pos + len(trig), pos, k
+        return start, key
+
+    def pending(self, text: str) -> int:
+        """How many characters at the end of ``text`` could start a trigger."""
+        trigs = [] if self.trigger is None else [self.trigger, *(t for t, _ in self.also)]
+        return max((_partial_overlap(text, t) for t in trigs), default=0)
 
 
-def envelope(fmt: str, *, auto: bool) -> CallEnvelope:
+def envelope(fmt: str, *, auto: bool, openers: Sequence[str] | None = AUTO_OPENERS) -> CallEnvelope:
     """The envelope of format ``fmt`` (a :data:`~trierouter.registry.call_formats.CALL_FORMATS`
-    name) under ``tool_choice="auto"`` (``auto``) or a forced choice."""
+    name) under ``tool_choice="auto"`` (``auto``; with the other syntaxes of ``openers``, as
+    :class:`~trierouter.router.toolcalls.ToolCallPlan` decodes them) or a forced choice."""
     f = call_format(fmt)
-    return CallEnvelope(f.trigger if auto else None, f.arguments_key)
+    if not auto:
+        return CallEnvelope(None, f.arguments_key)
+    also = tuple(
+        (call_format(o).trigger, call_format(o).arguments_key)
+        for o in auto_formats(f, tuple(openers or ()))
+    )
+    return CallEnvelope(f.trigger, f.arguments_key, also=also)
 
 
 def native_plan(
@@ -140,13 +168,13 @@ def scan_json_value(text: str, start: int) -> int:
     return -1
 
 
-def _calls_from(text: str, pos: int, env: CallEnvelope) -> list[ParsedCall]:
+def _calls_from(text: str, pos: int, env: CallEnvelope, args_key: str) -> list[ParsedCall]:
     """Every (possibly partial) call object in ``text[pos:]``."""
     import re
 
     calls: list[ParsedCall] = []
     name_re = re.compile(r'\{\s*"' + re.escape(env.name_key) + r'"\s*:\s*')
-    args_re = re.compile(r'\s*,\s*"' + re.escape(env.args_key) + r'"\s*:\s*')
+    args_re = re.compile(r'\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*')
     while True:
         start = text.find("{", pos)
         if start < 0:
@@ -181,12 +209,10 @@ def _calls_from(text: str, pos: int, env: CallEnvelope) -> list[ParsedCall]:
 
 def parse_calls(text: str, env: CallEnvelope) -> tuple[str, list[ParsedCall]]:
     """(content before the calls, the calls) of a finished output."""
-    if env.trigger is None:
-        return "", _calls_from(text, 0, env)
-    cut = text.find(env.trigger)
+    cut, key = env.opening(text)
     if cut < 0:
         return text, []
-    return text[:cut], _calls_from(text, cut, env)
+    return text[:cut], _calls_from(text, cut, env, key)
 
 
 def _partial_overlap(text: str, tag: str) -> int:
@@ -208,17 +234,15 @@ class ToolCallStream:
     def feed(self, text: str) -> StreamDelta:
         env = self.env
         out = StreamDelta()
-        if env.trigger is None:
-            cut = 0
-        else:
-            cut = text.find(env.trigger)
-            safe = len(text) - _partial_overlap(text, env.trigger) if cut < 0 else cut
+        cut, key = env.opening(text)
+        if env.trigger is not None:
+            safe = len(text) - env.pending(text) if cut < 0 else cut
             if safe > self._content_sent and self._names_sent == 0:
                 out.content = text[self._content_sent : safe]
                 self._content_sent = safe
             if cut < 0:
                 return out
-        calls = _calls_from(text, cut, env)
+        calls = _calls_from(text, cut, env, key)
         for i, call in enumerate(calls):
             if i >= self._names_sent:
                 out.calls.append((i, call.name, ""))

@@ -423,7 +423,7 @@ class TurnCloser:
     def _free(self, stage: int, k: int, left: int) -> I32 | None:
         plan = self.plan
         fr = plan._frees[stage]
-        need = self.counter.count(fr.trigger[k:]) + self.node_costs(plan.names)[1]
+        need = self.counter.count(fr.rest(k)) + self.node_costs(plan.names)[1]
         if fr.forbid or left >= need:
             return None
         if fr.allow_end:  # auto: a call could no longer close; the text goes on without one

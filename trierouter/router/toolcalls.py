@@ -15,8 +15,11 @@ matcher of a slot being generated, so a state must not be advanced twice.
 
 - ``"required"``: the output is one tool call;
 - a tool name: the call to that tool (its arguments constrained);
-- ``"auto"``: free text, ending with an end id, or the format's trigger (``<tool_call>``)
-  followed by a constrained call;
+- ``"auto"``: free text, ending with an end id, or a call opener followed by a constrained
+  call: the format's trigger (``<tool_call>``) and the triggers of the other syntaxes the model
+  writes (``openers``, default :data:`~trierouter.registry.call_formats.AUTO_OPENERS`: a
+  ```` ```json ```` fence, a bare ``{"name"``), each call constrained in its own syntax; the
+  model's own probabilities decide whether and in which syntax a call starts;
 - ``"none"``: free text in which the format's trigger never appears.
 
 The syntax is the compiled tools' :class:`~trierouter.registry.call_formats.CallFormat`
@@ -31,18 +34,19 @@ rest of the delimiter is forced) before all of that.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import ToolChoiceError
+from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats
 from trierouter.registry.compiler import CompiledTools
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
 from trierouter.router.bitmask import bitmask_to_ids
 from trierouter.router.closing import TurnCloser, narrow_slot
+from trierouter.router.free_text import FreeStage
 from trierouter.router.tool_call import (
     ParsedOutput,
     ToolCall,
@@ -68,15 +72,9 @@ class ToolState(NamedTuple):
     aux: Any = None
     calls: int = 0
     """Calls completed before this one (parallel calls)."""
-
-
-@dataclass(frozen=True)
-class _Free:
-    trigger: bytes
-    allow_end: bool
-    max_tokens: int | None
-    forbid: bool = False
-    """``"none"``: the trigger may never complete."""
+    fmt: int = 0
+    """Under ``auto``: the call syntax the call started in (0: the plan's own, ``j``: its
+    ``j``-th other opener)."""
 
 
 class ToolCallPlan:
@@ -100,6 +98,7 @@ class ToolCallPlan:
         string_max_tokens: int | None = None,
         slot_max_tokens: int | None = None,
         max_tokens: int | None = None,
+        openers: Sequence[str] | None = None,
     ) -> None:
         self.tools = tools
         self.vocabulary = tools.vocabulary
@@ -119,9 +118,9 @@ class ToolCallPlan:
             raise ValueError(f"max_calls={max_calls}: at least 1 call")
         self.max_calls = max_calls if self.parallel_tool_calls else 1
         trigger = self.format.trigger
-        frees: list[_Free] = []
+        frees: list[FreeStage] = []
         if think:
-            frees.append(_Free(think_end.encode(), False, think_max_tokens))
+            frees.append(FreeStage((think_end.encode(),), False, think_max_tokens))
         if allowed is not None:
             if isinstance(allowed, str):
                 raise ToolChoiceError(f"allowed={allowed!r}: give a list of tool names")
@@ -148,10 +147,19 @@ class ToolCallPlan:
             if allowed is not None and tool_choice not in allowed:
                 raise ToolChoiceError(f"tool_choice={tool_choice!r} is not in allowed")
             subset = [tool_choice]
+        self._alts: list[ToolCallPlan] = []
         if tool_choice == "auto":
-            frees.append(_Free(trigger.encode(), True, None))
+            names = AUTO_OPENERS if openers is None else tuple(openers)
+            opts: dict[str, Any] = dict(allowed=allowed, think=think, think_end=think_end,
+                max_calls=max_calls, think_max_tokens=think_max_tokens, openers=(),
+                parallel_tool_calls=parallel_tool_calls, string_max_tokens=string_max_tokens,
+                slot_max_tokens=slot_max_tokens, max_tokens=max_tokens)  # fmt: skip
+            for fmt in auto_formats(tools.format, names):
+                self._alts.append(ToolCallPlan(tools.with_format(fmt), tool_choice="auto", **opts))
+            triggers = [trigger.encode()] + [a.format.trigger.encode() for a in self._alts]
+            frees.append(FreeStage(tuple(triggers), True, None))
         elif tool_choice == "none":
-            frees.append(_Free(trigger.encode(), True, None, forbid=True))
+            frees.append(FreeStage((trigger.encode(),), True, None, forbid=True))
         self._frees = frees
         self.NAME = len(frees)
         self.ARGS = self.NAME + 1
@@ -214,6 +222,9 @@ class ToolCallPlan:
     def advance(self, state: Any, token: int) -> ToolState:
         """The state after ``token``; the dead state if the plan does not allow it."""
         stage, node = int(state[0]), int(state[1])
+        fmt = int(state[6]) if len(state) > 6 else 0
+        if fmt and self._alts and stage >= self.NAME:  # a call in another syntax
+            return self._alts[fmt - 1].advance(state, token)._replace(fmt=fmt)
         token = int(token)
         if stage < 0:
             if stage in (self.DONE, self.TERMINATED) and token in self.end_ids:
@@ -310,16 +321,9 @@ class ToolCallPlan:
         return row
 
     # -- free text -----------------------------------------------------------------------------
-    def _kmp(self, trigger: bytes, k: int, data: bytes) -> tuple[int, int]:
-        """(new progress, index in ``data`` just after the trigger completes or -1)."""
-        text = trigger[:k] + data
-        pos = text.find(trigger)
-        if pos >= 0:
-            return len(trigger), pos + len(trigger) - k
-        for n in range(min(len(trigger) - 1, len(text)), 0, -1):
-            if text.endswith(trigger[:n]):
-                return n, -1
-        return 0, -1
+    def _syntax(self, j: int) -> ToolCallPlan:
+        """The plan of call syntax ``j`` (0: this one, else the ``j``-th other opener's)."""
+        return self._alts[j - 1] if j else self
 
     def _advance_free(self, stage: int, k: int, steps: int, token: int) -> ToolState:
         fr = self._frees[stage]
@@ -330,15 +334,19 @@ class ToolCallPlan:
         if not self._free_allows(stage, k, steps, token):
             return ToolState(self.DEAD, 0)
         data = self._tokens[token] if token < len(self._tokens) else b""
-        k2, done = self._kmp(fr.trigger, k, data)
+        k2, done, j = fr.step(k, data)
         if done >= 0:
             if stage + 1 < self.NAME:
                 return ToolState(stage + 1, 0)
-            node = self._walk_rest(data[done:])
+            node = self._syntax(j)._walk_rest(data[done:])
             if node < 0:
                 return ToolState(self.DEAD, 0)
-            return ToolState(self.NAME, node, len(data) - done)
+            return ToolState(self.NAME, node, len(data) - done, fmt=j)
         return ToolState(stage, k2, steps + 1)
+
+    def _enters(self, j: int, rest: bytes) -> bool:
+        """``rest`` (a token's bytes past trigger ``j``) starts a call in syntax ``j``."""
+        return self._syntax(j)._walk_rest(rest) >= 0
 
     def _walk_rest(self, rest: bytes) -> int:
         """The names-trie node after ``rest``, the part of a token past the ``auto`` trigger
@@ -381,33 +389,13 @@ class ToolCallPlan:
             return row
         fr = self._frees[stage]
         forbid = forbid or fr.forbid
-        trig = fr.trigger
-        ok: list[int] = []
-        bad: list[int] = []
-        vocab = self.vocabulary
-        matchable = vocab.matchable
+        matchable = self.vocabulary.matchable
         if forcing:  # only the rest of the delimiter, any split
-            rest = trig[k:]
-            by_bytes = {
-                t: i for i, t in enumerate(self._tokens) if matchable[i] and rest.startswith(t)
-            }
-            ok = sorted(by_bytes.values())
-            row = pack_ids(ok, self.width)
+            row = pack_ids(fr.spelling(k, self._tokens, matchable), self.width)
         else:
-            head = trig[:k]
-            for i, t in enumerate(self._tokens):
-                if not matchable[i]:
-                    continue
-                text = head + t
-                pos = text.find(trig)
-                if pos < 0:
-                    continue
-                if forbid:
-                    bad.append(i)
-                elif pos + len(trig) != len(text):
-                    crosses = fr.allow_end and stage + 1 == self.NAME  # the auto trigger
-                    if not crosses or self._walk_rest(text[pos + len(trig) :]) < 0:
-                        bad.append(i)
+            crosses = fr.allow_end and stage + 1 == self.NAME  # the auto triggers
+            enters = self._enters if crosses else None
+            bad = fr.blocked(k, self._tokens, matchable, forbid=forbid, enters=enters)
             allowed = np.flatnonzero(matchable)
             row = pack_ids(allowed, self.width)
             if bad:
@@ -427,6 +415,11 @@ class ToolCallPlan:
     ) -> None:  # fmt: skip
         """``remaining``: tokens the output may still have, this one included; given, only
         tokens after which the turn can still close (:class:`~.closing.TurnCloser`)."""
+        fmt = int(state[6]) if len(state) > 6 else 0
+        if fmt and self._alts and int(state[0]) >= self.NAME:
+            sub = self._alts[fmt - 1]
+            sub.fill_next_token_bitmask(state, bitmask, index, remaining=remaining)
+            return
         self._fill(state, bitmask, index)
         if remaining is not None:
             self._closer = self._closer or TurnCloser(self, self._subset)
@@ -553,8 +546,12 @@ class ToolCallPlan:
             reasoning, text = text[:cut], text[cut + len(end) :]
         if self.tool_choice == "none":
             return ParsedOutput(text, [], reasoning)
-        content, objects = self.format.split(text, auto=self.tool_choice == "auto")
+        syntax = self
+        if self._alts:  # the syntax whose opener completes first, as in decoding
+            _, _, j = self._frees[-1].step(0, text.encode())
+            syntax = self._syntax(max(j, 0))
+        content, objects = syntax.format.split(text, auto=self.tool_choice == "auto")
         if not objects and self.tool_choice != "auto":
             raise ToolCallError(f"no {self.format.name} tool call in the output: {text[:80]!r}")
-        calls = [parse_tool_call(o, self.tools, validate=validate) for o in objects]
+        calls = [parse_tool_call(o, syntax.tools, validate=validate) for o in objects]
         return ParsedOutput(content, calls, reasoning)

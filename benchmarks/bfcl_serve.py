@@ -1,0 +1,192 @@
+"""BFCL through a live server and the unmodified ``openai`` client: what an agent receives.
+
+    python benchmarks/bfcl_serve.py --n 50          # ~40 min here (2 cores, two server starts)
+
+Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, float32
+in vLLM on the CPU), temperature 0, the tools of each question (BFCL docs converted by
+``trierouter.registry.bfcl``). Sample: ``--n`` questions per category drawn with a fixed seed
+before any outcome is seen (``benchmarks/bfcl.py``'s ``sample``). Four arms, each question sent
+as a plain ``client.chat.completions.create(messages=..., tools=...)``:
+
+- ``tr_auto``: ``trierouter serve``, ``tool_choice`` not set (the OpenAI default, ``auto``);
+- ``tr_required``: ``trierouter serve``, ``tool_choice="required"``;
+- ``vllm_auto``: ``vllm serve --enable-auto-tool-choice --tool-call-parser hermes`` (Qwen2.5's
+  own parser), ``tool_choice`` not set;
+- ``vllm_required``: the same server, ``tool_choice="required"`` (vLLM's structured outputs).
+
+Per arm and category: requests whose ``message.tool_calls`` is not empty (``called``), correct
+by BFCL's official ``ast_checker`` (from the pinned ``bfcl-eval`` wheel) judged on
+``message.tool_calls`` only, schema-valid (every call validates against its tool with
+``jsonschema`` and its format checker), ``called_lenient`` (a call in ``tool_calls`` or, as a
+reader who parses the text would find it, the first JSON call object in ``content``), HTTP
+errors, and seconds per request (each request's own wall time; 8 requests in flight). On
+irrelevance, ``vllm_auto``'s ``called_lenient`` is the free model read leniently: the rate
+``tr_auto`` must not exceed. Writes ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from bfcl import judge_row, lenient_calls, sample, tools_of  # noqa: E402
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+CATEGORIES = ("simple_python", "multiple", "irrelevance")
+ARMS = ("tr_auto", "tr_required", "vllm_auto", "vllm_required")
+OUT = ROOT / "benchmarks" / "results" / "bfcl_serve.json"
+SERVER_ARGS = ["--max-model-len", "4096", "--max-num-seqs", "8"]
+
+
+def _calls(message: Any) -> list[dict[str, Any]] | None:
+    """``message.tool_calls`` as ``[{"name", "arguments"}]``; ``None`` if one is not JSON."""
+    out = []
+    for tc in message.tool_calls or []:
+        try:
+            args = json.loads(tc.function.arguments or "{}")
+        except ValueError:
+            return None
+        out.append({"name": tc.function.name, "arguments": args})
+    return out
+
+
+def ask(client: Any, entry: Any, *, required: bool, max_tokens: int) -> dict[str, Any]:
+    """One request; the answer's calls, content and timing (or the HTTP error)."""
+    import openai
+
+    kw: dict[str, Any] = {"tool_choice": "required"} if required else {}
+    t0 = time.perf_counter()
+    try:
+        r = client.chat.completions.create(
+            model="tiny", messages=entry.messages, tools=tools_of(entry), temperature=0.0,
+            max_tokens=max_tokens, **kw,
+        )  # fmt: skip
+    except openai.APIStatusError as exc:
+        return {"error": f"{exc.status_code}: {str(exc)[:300]}", "s": time.perf_counter() - t0}
+    msg = r.choices[0].message
+    return {
+        "s": time.perf_counter() - t0,
+        "calls": _calls(msg),
+        "content": msg.content,
+        "finish": r.choices[0].finish_reason,
+        "tokens": r.usage.completion_tokens if r.usage else None,
+    }
+
+
+def run_arm(url: str, arm: str, data: dict[str, list[Any]], judge: Any, args: Any) -> Any:
+    import openai
+
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=900)
+    required = arm.endswith("required")
+    rows: dict[str, Any] = {}
+    texts: dict[str, Any] = {}
+    for cat, entries in data.items():
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            answers = list(
+                pool.map(
+                    lambda e: ask(client, e, required=required, max_tokens=args.max_tokens),
+                    entries,
+                )
+            )
+        wall = time.perf_counter() - t0
+        agg = {"n": len(entries), "called": 0, "correct": 0, "valid": 0, "called_lenient": 0}
+        agg["errors"] = 0
+        secs = []
+        for e, a in zip(entries, answers, strict=True):
+            texts[e.id + ":" + arm] = a
+            secs.append(a["s"])
+            if "error" in a:
+                agg["errors"] += 1
+                continue
+            calls = a["calls"]
+            row = judge_row(judge, e, calls, tools_of(e), text_allowed=not required)
+            agg["called"] += bool(calls)
+            agg["correct"] += row["correct"]
+            agg["valid"] += row["valid"]
+            lenient = calls or lenient_calls(a["content"] or "")
+            agg["called_lenient"] += bool(lenient)
+        secs.sort()
+        agg["s_per_request_median"] = round(secs[len(secs) // 2], 3)
+        agg["s_per_request_mean"] = round(sum(secs) / len(secs), 3)
+        agg["wall_s"] = round(wall, 1)
+        rows[cat] = agg
+        print(f"{arm:14s} {cat:14s} " + " ".join(f"{k}={v}" for k, v in agg.items()), flush=True)
+    return rows, texts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=50, help="questions per category")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--categories", default=",".join(CATEGORIES))
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+
+    from serve_ttft import _vllm
+
+    from trierouter.data.bfcl import BFCL_WHEEL, load_judge
+    from trierouter.models import load_model
+    from trierouter.testing.serve import serve
+
+    model = Path(load_model(MODEL))
+    judge = load_judge()
+    cats = [c for c in args.categories.split(",") if c]
+    arms = [a for a in args.arms.split(",") if a]
+    data = {c: sample(c, args.n, args.seed) for c in cats}
+    tmp = Path(tempfile.mkdtemp(prefix="bfcl-serve-"))
+    env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2"}
+    result: dict[str, Any] = {
+        "model": MODEL,
+        "judge": f"bfcl_eval ast_checker from {BFCL_WHEEL.requirement}",
+        "n": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency, "temperature": 0.0,
+        "client": "openai " + __import__("openai").__version__,
+        "arms": {},
+    }  # fmt: skip
+    texts: dict[str, Any] = {}
+    servers = {
+        "tr": lambda: serve(model, log=tmp / "tr.log", env=env, args=SERVER_ARGS, timeout=900),
+        "vllm": lambda: _vllm(
+            model, tmp / "vllm.log", env,
+            [*SERVER_ARGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+        ),
+    }  # fmt: skip
+    for key, start in servers.items():
+        mine = [a for a in arms if a.startswith(key + "_")]
+        if not mine:
+            continue
+        t0 = time.perf_counter()
+        with start() as url:
+            print(f"{key} server up in {time.perf_counter() - t0:.0f} s", flush=True)
+            for arm in mine:
+                rows, t = run_arm(url, arm, data, judge, args)
+                result["arms"][arm] = rows
+                texts.update(t)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.with_name(args.out.stem + "_texts.json").write_text(
+        json.dumps(texts, indent=1, ensure_ascii=False) + "\n"
+    )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
