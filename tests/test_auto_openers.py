@@ -1,0 +1,175 @@
+"""``tool_choice="auto"`` with every opener the model writes: the template's ``<tool_call>``, a
+```` ```json ```` fence, a bare ``{"name"`` object.
+
+Oracles: the free-text rows against a brute-force scan of the whole vocabulary (every token,
+every end position, every trigger); calls in each syntax, tokenized by Qwen2's own BPE, accepted
+token by token and parsed into calls that ``jsonschema`` (with its format checker) validates;
+random walks after each opener end in valid calls; the streaming parser's deltas add up to the
+whole-text parse; text that never opens a call is never steered toward one."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from tests.test_call_formats import SCHEMAS, TOOLS
+from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats, call_format
+from trierouter.registry.compiler import CompiledTools, compile_tools
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.calls import ToolCallStream, envelope, parse_calls
+from trierouter.router.toolcalls import ToolCallPlan
+
+jsonschema = pytest.importorskip("jsonschema")
+
+
+@pytest.fixture(scope="module")
+def hermes(qwen2_index: TokenIndex) -> CompiledTools:
+    return compile_tools(TOOLS, qwen2_index, format="hermes")
+
+
+@pytest.fixture(scope="module")
+def auto(hermes: CompiledTools) -> ToolCallPlan:
+    return ToolCallPlan(
+        hermes, tool_choice="auto", string_max_tokens=4, slot_max_tokens=8, max_tokens=30
+    )
+
+
+def _valid(name: str, args: dict[str, Any]) -> None:
+    schema = SCHEMAS[name] or {"type": "object"}
+    cls = jsonschema.Draft202012Validator
+    cls(schema, format_checker=cls.FORMAT_CHECKER).validate(args)
+
+
+def test_auto_formats_skip_overlapping_openers() -> None:
+    assert auto_formats("hermes") == ("json_fence", "json_object")
+    assert auto_formats("llama3_json") == ("json_fence",)  # its bare object already opens
+    assert auto_formats("json_array") == ("json_fence",)
+    assert auto_formats("json_fence") == ("json_object",)
+    assert auto_formats("hermes", ()) == ()
+
+
+def _brute_row(plan: ToolCallPlan, k: int, vocab: Vocabulary) -> set[int]:
+    """Every token allowed at pending state ``k``, by scanning each end position."""
+    fr = plan._frees[-1]
+    syntaxes = [plan, *plan._alts]
+    fulls = [
+        [s.tools.name_text(n, s.format.lead(after_trigger=True)) + s.format.name_tail
+         for n in s.tools._by_name]
+        for s in syntaxes
+    ]  # fmt: skip
+    head = fr.prefixes[k]
+    ok = set(vocab.end_ids)
+    for i, t in enumerate(vocab.tokens):
+        if not vocab.matchable[i]:
+            continue
+        text = head + t
+        done = None
+        for end in range(len(head) + 1, len(text) + 1):
+            hits = [j for j, trig in enumerate(fr.triggers) if text[:end].endswith(trig)]
+            if hits:
+                done = (end, hits[0])
+                break
+        if done is None or done[0] == len(text):
+            ok.add(i)
+            continue
+        rest = text[done[0] :].decode("latin-1")
+        # the rest of the token must stay inside the call head and name of that syntax
+        if any(f.startswith(rest) and len(rest) < len(f) for f in fulls[done[1]]):
+            ok.add(i)
+    return ok
+
+
+def test_free_rows_equal_a_brute_force_scan(auto: ToolCallPlan, qwen2: Vocabulary) -> None:
+    fr = auto._frees[-1]
+    assert fr.triggers == (b"<tool_call>", b"```json", b'{"name"')
+    for k in (
+        0,
+        *(fr.prefixes.index(p) for p in (b"``", b'{"', b"```jso", b'{"name', b"<tool_call")),
+    ):
+        got = set(auto.allowed_token_ids((auto.NAME - 1, k)).tolist())
+        assert got == _brute_row(auto, k, qwen2), fr.prefixes[k]
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "json_fence", "json_object"])
+def test_each_opener_decodes_a_valid_call(auto: ToolCallPlan, qwen2: Vocabulary,
+                                          qwen_encode: Any, fmt: str) -> None:  # fmt: skip
+    f = call_format(fmt)
+    call = json.dumps({"name": "weather.get", "arguments": {"city": "Oslo", "unit": "c"}})
+    lead = "Let me check.\n"
+    text = lead + f.prefix + call + f.suffix
+    st: Any = auto.start()
+    for t in qwen_encode(text):
+        assert t in auto.allowed_token_ids(st).tolist(), (fmt, qwen2.tokens[t])
+        st = auto.advance(st, t)
+        assert st[0] != auto.DEAD
+    assert st[6] == [None, "hermes", *AUTO_OPENERS].index(fmt) - 1  # the syntax it started in
+    assert auto.advance(st, qwen2.end_ids[0])[0] == auto.TERMINATED
+    out = auto.parse_calls(text)
+    assert out.content == lead and [c.name for c in out.calls] == ["weather.get"]
+    _valid("weather.get", out.calls[0].args)
+    content, calls = parse_calls(text, envelope("hermes", auto=True))  # the server's parser
+    assert content == lead and json.loads(calls[0].arguments) == out.calls[0].args
+
+
+@pytest.mark.parametrize("opener", ["```json", '{"name"', "<tool_call>"])
+def test_random_walks_after_an_opener_are_valid_calls(
+    auto: ToolCallPlan, qwen2: Vocabulary, qwen_encode: Any, opener: str
+) -> None:
+    rng = random.Random(opener)
+    finished = 0
+    for _ in range(15):
+        st: Any = auto.start()
+        toks = qwen_encode("Sure. " + opener)
+        for t in toks:
+            st = auto.advance(st, t)
+        assert st[0] == auto.NAME
+        for _ in range(200):
+            ids = auto.allowed_token_ids(st).tolist()
+            t = qwen2.end_ids[0] if st[0] == auto.DONE else rng.choice(ids)
+            toks.append(t)
+            st = auto.advance(st, t)
+            assert st[0] != auto.DEAD
+            if st[0] == auto.TERMINATED:
+                break
+        else:
+            continue
+        finished += 1
+        text = qwen2.decode(toks[:-1]).decode()
+        out = auto.parse_calls(text)
+        assert out.content == "Sure. " and len(out.calls) == 1
+        _valid(out.calls[0].name, out.calls[0].args)
+    assert finished >= 12
+
+
+def test_text_is_never_steered_toward_a_call(auto: ToolCallPlan, qwen2: Vocabulary,
+                                             qwen_encode: Any) -> None:  # fmt: skip
+    text = 'Use {"a": 1} or ```python\nprint(1)\n``` and <b>tags</b>; "name" is fine.'
+    st: Any = auto.start()
+    for t in qwen_encode(text):
+        assert t in auto.allowed_token_ids(st).tolist()
+        st = auto.advance(st, t)
+    assert st[0] < auto.NAME and auto.advance(st, qwen2.end_ids[0])[0] == auto.TERMINATED
+    assert auto.parse_calls(text).calls == []
+    # only tokens that run from an opener into something no call starts with are taken out
+    blocked = len(qwen2.tokens) - len(auto.allowed_token_ids(auto.start()))
+    assert 0 < blocked < 0.01 * len(qwen2.tokens)
+
+
+def test_stream_deltas_add_up_to_the_parse() -> None:
+    env = envelope("hermes", auto=True)
+    text = 'Checking.\n```json\n{"name": "math.add", "arguments": {"a": 2, "b": 40}}\n```'
+    stream = ToolCallStream(env)
+    content, args, names = "", "", []
+    for n in range(1, len(text) + 1):
+        d = stream.feed(text[:n])
+        content += d.content
+        for _, name, frag in d.calls:
+            names += [name] if name else []
+            args += frag
+    assert content == "Checking.\n" and names == ["math.add"]
+    assert json.loads(args) == {"a": 2, "b": 40}
+    assert parse_calls(text, env)[0] == content
