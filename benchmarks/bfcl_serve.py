@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--categories", default=",".join(CATEGORIES))
     p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
@@ -179,13 +179,16 @@ def main(argv: list[str] | None = None) -> int:
                 rows, t = run_arm(url, arm, data, judge, args)
                 result["arms"][arm] = rows
                 texts.update(t)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    args.out.with_name(args.out.stem + "_texts.json").write_text(
-        json.dumps(texts, indent=1, ensure_ascii=False) + "\n"
-    )
+                _write(args.out, result, texts)  # each arm as it finishes
     print(f"wrote {args.out}")
     return 0
+
+
+def _write(out: Path, result: dict[str, Any], texts: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    texts_out = out.with_name(out.stem + "_texts.json")
+    texts_out.write_text(json.dumps(texts, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
