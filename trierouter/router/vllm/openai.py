@@ -36,8 +36,10 @@ from trierouter.router.calls import (
     envelope,
     parse_calls,
 )
+from trierouter.router.openers import model_openers
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
+    ARG_AUTO_OPENERS,
     ARG_PARALLEL,
     ARG_TOOL_BUDGET,
     ARG_TOOL_CHOICE,
@@ -199,6 +201,8 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None) -> None:
         super().__init__(tokenizer, tools)
         self.format = self.format_name or detect_format(tokenizer)
+        # the other syntaxes this model starts calls with under auto (learned beside the model)
+        self.openers = model_openers(getattr(tokenizer, "name_or_path", None))
         self._stream: ToolCallStream | None = None
         self._ids: dict[int, str] = {}
 
@@ -241,6 +245,8 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
             )
         except ValueError as exc:
             raise VLLMValidationError(str(exc), parameter="tools") from exc
+        if request.tool_choice in (None, "auto"):  # the decoder cuts where the parser does
+            request.vllm_xargs[ARG_AUTO_OPENERS] = list(self.openers)
         request.structured_outputs = None
         request.skip_special_tokens = False  # the call markers are special tokens in some models
         return request
@@ -260,7 +266,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         return request.tool_choice not in (None, "auto", "none")
 
     def _envelope(self, request: Any) -> Any:
-        return envelope(self.format, auto=not self._forced(request))
+        return envelope(self.format, auto=not self._forced(request), openers=self.openers)
 
     def extract_tool_calls(self, model_output: str, request: Any) -> Any:
         content, calls = parse_calls(model_output, self._envelope(request))

@@ -256,7 +256,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         subset = None if allowed is None else hashlib.sha256("\n".join(allowed).encode()).digest()
         key = (
             src, fmt, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
-            spec.parallel_tool_calls, subset,
+            spec.parallel_tool_calls, subset, spec.auto_openers,
         )  # fmt: skip
         plan = self._tool_plans.get(key)
         if plan is None:
@@ -268,6 +268,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 budget=spec.tool_budget,
                 think=spec.think,
                 think_max_tokens=spec.think_max_tokens,
+                openers=spec.auto_openers,
             )
             self._tool_plans[key] = plan
             while len(self._tool_plans) > self._cache_size:
