@@ -1,4 +1,4 @@
-"""trierouter command line: compile, inspect, route, classify, evaluate, benchmark, demo.
+"""trierouter command line: compile, inspect, route, classify, evaluate, benchmark, demo, serve.
 
     trierouter compile values.txt --tokenizer qwen2 -o labels.trt   # .txt / .json / .jsonl
     trierouter inspect labels.trt --tokenizer qwen2 --prefix S72
@@ -7,6 +7,8 @@
     trierouter eval --data data.jsonl --labels labels.jsonl [--model DIR] [--engine vllm]
     trierouter bench [--quick]
     trierouter demo
+    trierouter serve MODEL [vllm serve flags]
+    trierouter --version
 
 Errors print one line with the fix (exit status 2), never a traceback. Each subcommand is one
 :class:`Command` in :data:`COMMANDS` (its arguments and its ``run`` function): adding a
@@ -640,7 +642,10 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 error)."""
+    from trierouter import __version__
+
     parser = _Parser(prog="trierouter", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"trierouter {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for c in COMMANDS:
         p = sub.add_parser(c.name, help=c.help, description=c.help)
