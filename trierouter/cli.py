@@ -277,7 +277,7 @@ def _add_model(p: argparse.ArgumentParser) -> None:
 def _model_dir(given: Path | None, what: str) -> Path:
     """``--model`` checked, or the tiny random-weight model (built once, and said so)."""
     if given is None:
-        from trierouter.testing.tiny_model import build_tiny_model
+        from trierouter.tiny_model import build_tiny_model
 
         model = build_tiny_model(default_cache_dir() / "tiny-qwen2")
         print(
@@ -307,7 +307,7 @@ def _classifier(args: argparse.Namespace, labels_read: Any = None) -> Any:
         pass
     path = None
     if args.policy == "hierarchy" and all(_looks_icd(v) for v in labels[:50]):
-        from trierouter.shortlist.hierarchy import icd10cm_path
+        from trierouter.data.icd10cm import icd10cm_path
 
         path = icd10cm_path
     return Classifier(
@@ -578,10 +578,11 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from trierouter._demo import main as demo
-
+    script = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+    if not script.is_file():
+        raise CliError(f"{script}: no demo here; run from a source checkout (make demo)")
     rest = ["--help" if a == "--help-demo" else a for a in args.rest]
-    return demo(rest)
+    return subprocess.call([sys.executable, str(script), *rest])
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -611,7 +612,7 @@ COMMANDS: list[Command] = [
     Command(
         "bench", "run the compile/step benchmark against the peers and plot it", _bench_args, _bench
     ),
-    Command("demo", "run the demo on the embedded defaults", _demo_args, _demo),
+    Command("demo", "run examples/demo.py (from a source checkout)", _demo_args, _demo),
     Command(
         "serve",
         "vLLM's OpenAI server with trierouter tool calling (MODEL, then any vllm serve flag)",
