@@ -717,15 +717,44 @@ Generated whole by `python benchmarks/report.py` from the committed `benchmarks/
 (`tests/test_docs.py` runs `report.py --check`: an edit here or a result file that changed
 without a regeneration fails the suite). Every figure below comes from the file named in its
 section; runs whose JSON carries no date are cited with the commit that wrote them, and runs
-made before the compiled C++ core (commit {core}, {core_date}) say so. `make bench` reruns the
-compile/step benchmark; each other script's docstring gives its command and duration.
+made before the compiled C++ core (commit {core}, {core_date}) say so.
+
+{rerun}
+
+Then `python benchmarks/report.py` rewrites this page and the generated blocks of the others.
 """
+
+
+RERUN = [
+    ("compile_and_step.json", "make bench", "about 15 min (its docstring)"),
+    ("equivalence_sweep.json", "make sweep", "not recorded"),
+    ("vllm_throughput.json", "python benchmarks/vllm_throughput.py", "about 13 min (Makefile)"),
+    ("shortlist.json", "python benchmarks/shortlist.py", "not recorded (sections: docstring)"),
+    ("vllm_large_set.json", "python benchmarks/vllm_large_set.py", "not recorded"),
+    ("fast_forward.json", "python benchmarks/fast_forward.py", "about 4 min (Makefile)"),
+    ("tool_automata.json", "python benchmarks/tool_automata.py", "not recorded"),
+    ("tool_calls.json", "python benchmarks/tool_calls.py", "10-15 min (its docstring)"),
+    ("tool_call_validity.json", "python benchmarks/tool_call_validity.py --engine E", ""),
+    ("tool_call_overhead.json", "python benchmarks/tool_call_overhead.py", "not recorded"),
+    ("bfcl.json", "python benchmarks/bfcl.py", "about 45 min per set of arms (its docstring)"),
+    ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
+]
+"""How each result file is made again, and how long it took where that is known."""
+
+
+def _rerun_table() -> str:
+    rows = ["| result file | rerun with | time on 2 cores |", "| --- | --- | --- |"]
+    for name, command, took in RERUN:
+        if name == "tool_call_validity.json" and (v := _load(name)) is not None:
+            took = ", ".join(f"{e} {r['wall_s'] / 60:.0f} min (its JSON)" for e, r in v.items())
+        rows.append(f"| `{name}` | `{command}` | {took} |")
+    return "\n".join(rows)
 
 
 def render() -> str:
     from report_calls import bfcl, tool_calls
 
-    parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1])]
+    parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1], rerun=_rerun_table())]
     if (d := _load("compile_and_step.json")) is not None:
         parts += ["## Compile, step, memory", "", *compile_and_step(d), ""]
         parts += [f"![compile and step]({PNG}/compile_and_step.png)", ""]
