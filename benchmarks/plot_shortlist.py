@@ -62,7 +62,7 @@ def main() -> None:
 
     ax = axes[0][1]
     rows: list[tuple[str, float]] = []
-    # the dedicated quiet run (--sections latency), which the README quotes; else the icd run's
+    # the dedicated quiet run (--sections latency), which the report quotes; else the icd run's
     lat = data.get("icd10cm_latency") or icd.get("latency", {})
     src_lat = {k: v for k, v in lat.items() if isinstance(v, dict) and "bm25+syn" in v}
     if src_lat:

@@ -1,14 +1,18 @@
-"""Write the README's benchmark tables from the result JSON files (never by hand).
+"""Write docs/benchmarks.md and the README's headline table from the result JSON (never by hand).
 
-Replaces the text between ``<!-- bench:start -->`` and ``<!-- bench:end -->`` in README.md.
+docs/benchmarks.md is generated whole; in README.md and the other docs/*.md, the text between
+``<!-- report:NAME -->`` and ``<!-- /report:NAME -->`` is replaced by :data:`BLOCKS`' NAME
+(``report_blocks.py``). Every figure comes from ``benchmarks/results/*.json``;
+a run whose JSON holds no date is cited with the commit that added it (:data:`SOURCES`).
 
-    python benchmarks/report.py [--check]    # --check: exit 1 if the README is out of date
+    python benchmarks/report.py [--check]    # --check: exit 1 if either file is out of date
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -16,7 +20,45 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+BENCH_MD = ROOT / "docs" / "benchmarks.md"
+PNG = "../benchmarks/results"  # figures, relative to docs/
+CORE = ("54b5f03", "2026-12-01")
+"""The commit that brought the compiled C++ core onto main: results before it are historical."""
+SOURCES = {
+    "bfcl.json": ("b50a269", "2026-12-01"),
+    "bfcl_smollm2.json": ("a2bdda1", "2026-12-01"),
+    "equivalence_sweep.json": ("2a398af", "2026-11-29"),
+    "fast_forward.json": ("db2847f", "2026-11-29"),
+    "serve_ttft.json": ("b4683b3", "2026-12-01"),
+    "shortlist.json": ("dd0ad0b", "2026-12-02"),
+    "tool_call_overhead.json": ("4f699f9", "2026-11-29"),
+    "tool_call_validity.json": ("3574855", "2026-12-01"),
+    "tool_calls.json": ("0e16df7", "2026-11-29"),
+    "vllm_large_set.json": ("5fc85a2", "2026-11-29"),
+    "vllm_throughput.json": ("6409536", "2026-12-01"),
+    "vllm_throughput_100k.json": ("6409536", "2026-12-01"),
+}
+"""Result files without a date of their own: the commit that last wrote them, and its date."""
+BEFORE_CORE = {
+    "equivalence_sweep.json",
+    "fast_forward.json",
+    "tool_call_overhead.json",
+    "tool_call_validity.json",
+    "tool_calls.json",
+    "vllm_large_set.json",
+    "bfcl_smollm2.json",
+    "serve_ttft.json",
+}
+"""Runs made before the compiled core (:data:`CORE`): cited as such wherever they appear."""
+
+
+def source(name: str) -> str:
+    """``results/NAME, commit C (DATE)``, marked when the run predates the compiled core."""
+    commit, date = SOURCES[name]
+    old = f", before the compiled core ({CORE[0]}, {CORE[1]})" if name in BEFORE_CORE else ""
+    return f"`benchmarks/results/{name}`, committed at {commit} ({date}){old}"
+
+
 ENGINES = [
     "trierouter",
     "trierouter-compact",
@@ -233,22 +275,22 @@ def vllm(d: dict[str, Any], big: dict[str, Any] | None = None) -> list[str]:
             (r for r in big["results"] if r["method"] == "trierouter" and r["k"] == k),
             key=lambda r: -r["batch"],
         )
-        cas = _load("compile_and_step.json") or {"results": []}
+        cas = _load("compile_and_step.json") or {"results": [], "machine": {}}
         xg = next((r for r in cas["results"] if r["engine"] == "xgrammar" and r["k"] == k), None)
+        when = str(cas["machine"].get("date", ""))[:10]
         if xg is not None and xg["status"] == "ok":
-            secs = xg["compile_ms"] / 1e3
-            how = f"took {secs:.0f} s"
+            how = f"took {xg['compile_ms'] / 1e3:.0f} s to compile"
         else:
             secs = float(cas.get("config", {}).get("timeout_s_per_phase", 60))
-            how = f"did not finish within the {secs:.0f} s timeout"
+            how = f"did not compile within the {secs:.0f} s timeout"
         out += [
             "",
             f"K = {k:,} is a separate run of the same engine (`results/vllm_throughput_100k.json`"
             f", load average {big['machine']['loadavg_end'][0]:.1f} at the end), trierouter and "
-            "unconstrained only. xgrammar is not timed at this size: in `compile_and_step` its "
-            f"compile of the same {k:,}-value alternation {how}, so its engine would spend at "
-            f"least that before a first token, against {tr['seconds']:.1f} s for trierouter's "
-            f"whole batch of {tr['batch']} (a ratio of at least {secs / tr['seconds']:.0f}×). "
+            f"unconstrained only: trierouter's whole batch of {tr['batch']} took "
+            f"{tr['seconds']:.1f} s. xgrammar is not timed at this size: in "
+            f"`compile_and_step.json` ({when}, another run on another day) it {how} the same "
+            f"{k:,}-value alternation; the two are not one measurement, so no ratio is given. "
             "guidance is not run either: vLLM's guidance backend already refuses the "
             "10,000-value grammar (ParserTooComplex, no valid output above).",
         ]
@@ -284,7 +326,8 @@ def fast_forward(d: dict[str, Any]) -> list[str]:
 def equivalence(d: dict[str, Any]) -> list[str]:
     fams = sorted({r["family"] for r in d["rows"]})
     return [
-        f"Equivalence sweep: {d['settings']} settings ({len(fams)} tokenizers × K × ending), "
+        f"Equivalence sweep ({source('equivalence_sweep.json')}, on the numpy backend; "
+        f"`make sweep` reruns it): {d['settings']} settings ({len(fams)} tokenizers × K × ending), "
         f"{d['paths_per_setting']:,} random paths each, {d['total_steps']:,} steps compared with "
         f"XGrammar {d['xgrammar']}: " + ("all identical." if d["all_identical"] else "DIFFERENCES.")
     ]
@@ -668,43 +711,115 @@ def tool_automata(d: dict[str, Any]) -> list[str]:
     return out
 
 
+INTRO = """# Benchmarks
+
+Generated whole by `python benchmarks/report.py` from the committed `benchmarks/results/*.json`
+(`tests/test_docs.py` runs `report.py --check`: an edit here or a result file that changed
+without a regeneration fails the suite). Every figure below comes from the file named in its
+section; runs whose JSON carries no date are cited with the commit that wrote them, and runs
+made before the compiled C++ core (commit {core}, {core_date}) say so.
+
+{rerun}
+
+Then `python benchmarks/report.py` rewrites this page and the generated blocks of the others.
+"""
+
+
+RERUN = [
+    ("compile_and_step.json", "make bench", "about 15 min (its docstring)"),
+    ("equivalence_sweep.json", "make sweep", "not recorded"),
+    ("vllm_throughput.json", "python benchmarks/vllm_throughput.py", "about 13 min (Makefile)"),
+    ("shortlist.json", "python benchmarks/shortlist.py", "not recorded (sections: docstring)"),
+    ("vllm_large_set.json", "python benchmarks/vllm_large_set.py", "not recorded"),
+    ("fast_forward.json", "python benchmarks/fast_forward.py", "about 4 min (Makefile)"),
+    ("tool_automata.json", "python benchmarks/tool_automata.py", "not recorded"),
+    ("tool_calls.json", "python benchmarks/tool_calls.py", "10-15 min (its docstring)"),
+    ("tool_call_validity.json", "python benchmarks/tool_call_validity.py --engine E", ""),
+    ("tool_call_overhead.json", "python benchmarks/tool_call_overhead.py", "not recorded"),
+    ("bfcl.json", "python benchmarks/bfcl.py", "about 45 min per set of arms (its docstring)"),
+    ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
+]
+"""How each result file is made again, and how long it took where that is known."""
+
+
+def _rerun_table() -> str:
+    rows = ["| result file | rerun with | time on 2 cores |", "| --- | --- | --- |"]
+    for name, command, took in RERUN:
+        if name == "tool_call_validity.json" and (v := _load(name)) is not None:
+            took = ", ".join(f"{e} {r['wall_s'] / 60:.0f} min (its JSON)" for e, r in v.items())
+        rows.append(f"| `{name}` | `{command}` | {took} |")
+    return "\n".join(rows)
+
+
 def render() -> str:
-    parts: list[str] = []
+    from report_calls import bfcl, tool_calls
+
+    parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1], rerun=_rerun_table())]
     if (d := _load("compile_and_step.json")) is not None:
-        parts += ["### Compile, step, memory", "", *compile_and_step(d), ""]
-        parts += ["![compile and step](benchmarks/results/compile_and_step.png)", ""]
+        parts += ["## Compile, step, memory", "", *compile_and_step(d), ""]
+        parts += [f"![compile and step]({PNG}/compile_and_step.png)", ""]
     if (d := _load("equivalence_sweep.json")) is not None:
-        parts += [*equivalence(d), ""]
+        parts += ["## Equivalence with XGrammar", "", *equivalence(d), ""]
     if (d := _load("vllm_throughput.json")) is not None:
-        parts += ["### vLLM throughput", "", *vllm(d, _load("vllm_throughput_100k.json")), ""]
-        parts += ["![vllm throughput](benchmarks/results/vllm_throughput.png)", ""]
+        parts += ["## vLLM throughput", "", f"Source: {source('vllm_throughput.json')}.", ""]
+        parts += [*vllm(d, _load("vllm_throughput_100k.json")), ""]
+        parts += [f"![vllm throughput]({PNG}/vllm_throughput.png)", ""]
     if (d := _load("shortlist.json")) is not None:
-        parts += ["### Beyond 50,000 values: shortlist and hierarchy", "", *shortlist(d), ""]
+        parts += ["## Beyond 50,000 values: shortlist and hierarchy", ""]
+        parts += [f"Source: {source('shortlist.json')}.", "", *shortlist(d), ""]
         if (d2 := _load("vllm_large_set.json")) is not None:
-            parts += [*vllm_large(d2), ""]
-        parts += ["![shortlist](benchmarks/results/shortlist.png)", ""]
+            parts += [f"Source: {source('vllm_large_set.json')}.", "", *vllm_large(d2), ""]
+        parts += [f"![shortlist]({PNG}/shortlist.png)", ""]
     if (d := _load("fast_forward.json")) is not None:
-        parts += ["### Fast-forward (transformers, tiny random model)", "", *fast_forward(d), ""]
+        parts += ["## Fast-forward (transformers, tiny random model)", ""]
+        parts += [f"Source: {source('fast_forward.json')}.", "", *fast_forward(d), ""]
     if (d := _load("tool_automata.json")) is not None:
-        parts += ["### Tool-argument automata (compiled core)", "", *tool_automata(d), ""]
+        parts += ["## Tool-argument automata (compiled core)", ""]
+        m = d["machine"]
+        parts += [
+            f"Source: `benchmarks/results/tool_automata.json`, run at {m['commit']} ({m['date']}).",
+            "",
+        ]
+        parts += [*tool_automata(d), ""]
+    parts += tool_calls(_load, source)
+    parts += bfcl(_load, source)
     return "\n".join(parts).rstrip() + "\n"
+
+
+BLOCK = re.compile(r"(<!-- report:([\w-]+) -->\n).*?(<!-- /report:\2 -->)", re.S)
+
+
+def fill_blocks(text: str, where: str) -> str:
+    """``text`` with every ``report:NAME`` block rewritten by :data:`BLOCKS`' NAME."""
+    from report_blocks import BLOCKS
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if name not in BLOCKS:
+            raise SystemExit(
+                f"{where}: no generated block named {name!r} (known: {sorted(BLOCKS)})"
+            )
+        return m.group(1) + "\n".join(BLOCKS[name](_load)) + "\n" + m.group(3)
+
+    return BLOCK.sub(one, text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        print(f"README.md has no {START} ... {END} section", file=sys.stderr)
-        return 2
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{START}\n{render()}{END}{tail}"
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    new = {p: fill_blocks(p.read_text(encoding="utf-8"), p.name) for p in pages if p != BENCH_MD}
+    new[BENCH_MD] = render()
+    stale = [p for p, t in new.items() if not p.exists() or p.read_text(encoding="utf-8") != t]
     if args.check:
-        return 0 if new == text else 1
-    readme.write_text(new, encoding="utf-8")
+        for p in stale:
+            print(
+                f"{p.relative_to(ROOT)} is out of date: run benchmarks/report.py", file=sys.stderr
+            )
+        return 1 if stale else 0
+    for p in stale:
+        p.write_text(new[p], encoding="utf-8")
     return 0
 
 

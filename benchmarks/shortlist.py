@@ -57,7 +57,6 @@ from trierouter.shortlist import (
     Embedder,
     EmbeddingIndex,
     build_hierarchy,
-    icd10cm_path,
     namespace_path,
     route_set,
 )
@@ -108,7 +107,7 @@ def bench_icd(quick: bool, fine_tune: bool) -> dict[str, Any]:
     from _icd_bench import bench_icd_sources
 
     res = bench_icd_sources(quick, CACHE, fine_tune=fine_tune)
-    from trierouter.data import icd10cm_codes
+    from trierouter.data import icd10cm_codes, icd10cm_path
 
     codes = icd10cm_codes()
     paths, t_paths = timed(lambda: [icd10cm_path(cd) for cd in codes])

@@ -763,7 +763,7 @@ def _first_call(r: dict[str, Any] | None) -> str:
 
 
 def readme_table(doc: dict[str, Any]) -> str:
-    """The README's table, from the JSON: both trierouter columns at every K, first calls."""
+    """The report's table, from the JSON: both trierouter columns at every K, first calls."""
     res = doc["results"]
     ks = sorted({r["k"] for r in res})
 

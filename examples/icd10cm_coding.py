@@ -17,8 +17,7 @@ import time
 from _common import model_argument, model_dir
 
 from trierouter.classify import Classifier
-from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description
-from trierouter.shortlist import icd10cm_path
+from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description, icd10cm_path
 from trierouter.testing.tiny_model import VLLM_CPU_ENV
 
 NOTES = [

@@ -20,9 +20,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from trierouter.classify import Classifier, evaluate, load_examples, load_labels
-from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description, write_icd10cm_eval_set
+from trierouter.data.icd10cm import (
+    icd10cm_codes,
+    icd10cm_description,
+    icd10cm_path,
+    write_icd10cm_eval_set,
+)
 from trierouter.router.transformers import generate
-from trierouter.shortlist.hierarchy import icd10cm_path
 from trierouter.testing.tiny_model import build_tiny_model
 
 TEXTS = ["Displaced fracture of the neck of the left femur", "cholera", "tool: get the user"]

@@ -53,6 +53,15 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], *needles: str)
         assert n in lines[0], lines[0]
 
 
+def test_version_is_the_projects() -> None:
+    import tomllib
+
+    done = run("--version")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"trierouter {project['version']}"
+
+
 def test_console_script_is_this_tree() -> None:
     done = run("--help")
     assert done.returncode == 0 and "compile" in done.stdout and "classify" in done.stdout

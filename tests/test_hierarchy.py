@@ -42,8 +42,7 @@ def assert_round_trip(h: Hierarchy, values: list[str]) -> None:
 @pytest.fixture(scope="session")
 def icd_hierarchy() -> tuple[Hierarchy, list[str]]:
     pytest.importorskip("simple_icd_10_cm")
-    from trierouter.data.icd10cm import icd10cm_codes
-    from trierouter.shortlist import icd10cm_path
+    from trierouter.data.icd10cm import icd10cm_codes, icd10cm_path
 
     codes = icd10cm_codes()
     return build_hierarchy(codes, icd10cm_path), codes

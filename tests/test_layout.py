@@ -135,3 +135,59 @@ def test_faces_are_importable_from_the_top() -> None:
 
     assert FromRegistry is ToolRegistry
     assert all(callable(x) for x in (Classifier, Matcher, ToolCallPlan, compile_choices))
+
+
+LIBRARY = (
+    "trierouter.registry",
+    "trierouter.router",
+    "trierouter.shortlist",
+    "trierouter.classify",
+)
+"""The library proper: what an application imports to compile, decode, retrieve and classify."""
+
+
+def test_library_imports_no_data_set() -> None:
+    """Data sets are inputs a caller passes in; the library never loads one by itself."""
+    for name in MODULES:
+        if name.startswith(LIBRARY):
+            bad = {m for m in _internal(name) if m.startswith("trierouter.data")}
+            assert not bad, f"{name} imports {bad}: take the values (or a path function) as input"
+
+
+def test_only_tests_import_test_helpers() -> None:
+    """``trierouter.testing`` holds oracles and fixtures for the tests; nothing else uses it."""
+    for name in MODULES:
+        if not name.startswith("trierouter.testing"):
+            bad = {m for m in _internal(name) if m.startswith("trierouter.testing")}
+            assert not bad, f"{name} imports {bad}: give what it needs a public home"
+
+
+def test_no_demo_or_script_inside_the_package() -> None:
+    """Runnable demos and scripts live in examples/ and benchmarks/, not in the import package."""
+    stray = [n for n in MODULES if n.rpartition(".")[2].startswith("_demo")]
+    assert not stray, f"{stray}: move it to examples/"
+
+
+def _private_names_from_other_packages(name: str) -> set[str]:
+    """``from trierouter.X import _name`` where X is outside ``name``'s own package."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    top = ".".join(package.split(".")[:2])  # trierouter.registry, trierouter.data, ...
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            owner = ".".join(node.module.split(".")[:2])
+            if node.module.startswith("trierouter") and owner != top:
+                found |= {
+                    f"{node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                }
+    return found
+
+
+def test_no_private_name_of_another_package() -> None:
+    for name in MODULES:
+        if not name.startswith("trierouter.testing"):  # oracles may reach inside
+            bad = _private_names_from_other_packages(name)
+            assert not bad, f"{name} imports {bad}, private to another package: name it publicly"

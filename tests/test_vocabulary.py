@@ -51,7 +51,7 @@ EXPECTED: dict[str, tuple[int, list[int], list[bytes]]] = {
 
 
 def _file(package: str, *parts: str) -> Path:
-    return shipped._package_file(package, *parts)
+    return shipped.package_file(package, *parts)
 
 
 @dataclass
@@ -595,7 +595,7 @@ def test_unknown_shipped_name_lists_the_valid_ones() -> None:
 
 def test_missing_package_names_the_extra() -> None:
     with pytest.raises(MissingDependencyError, match=r"trierouter\[tokenizers\]"):
-        shipped._package_file("no_such_tokenizer_package_xyz", "data", "x.json")
+        shipped.package_file("no_such_tokenizer_package_xyz", "data", "x.json")
 
 
 @pytest.mark.parametrize("name", ["qwen2", "mistral-v3", "tekken"])

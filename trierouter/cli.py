@@ -1,4 +1,4 @@
-"""trierouter command line: compile, inspect, route, classify, evaluate, benchmark, demo.
+"""trierouter command line: compile, inspect, route, classify, evaluate, benchmark, demo, serve.
 
     trierouter compile values.txt --tokenizer qwen2 -o labels.trt   # .txt / .json / .jsonl
     trierouter inspect labels.trt --tokenizer qwen2 --prefix S72
@@ -7,6 +7,8 @@
     trierouter eval --data data.jsonl --labels labels.jsonl [--model DIR] [--engine vllm]
     trierouter bench [--quick]
     trierouter demo
+    trierouter serve MODEL [vllm serve flags]
+    trierouter --version
 
 Errors print one line with the fix (exit status 2), never a traceback. Each subcommand is one
 :class:`Command` in :data:`COMMANDS` (its arguments and its ``run`` function): adding a
@@ -275,7 +277,7 @@ def _add_model(p: argparse.ArgumentParser) -> None:
 def _model_dir(given: Path | None, what: str) -> Path:
     """``--model`` checked, or the tiny random-weight model (built once, and said so)."""
     if given is None:
-        from trierouter.testing.tiny_model import build_tiny_model
+        from trierouter.tiny_model import build_tiny_model
 
         model = build_tiny_model(default_cache_dir() / "tiny-qwen2")
         print(
@@ -305,7 +307,7 @@ def _classifier(args: argparse.Namespace, labels_read: Any = None) -> Any:
         pass
     path = None
     if args.policy == "hierarchy" and all(_looks_icd(v) for v in labels[:50]):
-        from trierouter.shortlist.hierarchy import icd10cm_path
+        from trierouter.data.icd10cm import icd10cm_path
 
         path = icd10cm_path
     return Classifier(
@@ -576,10 +578,11 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from trierouter._demo import main as demo
-
+    script = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+    if not script.is_file():
+        raise CliError(f"{script}: no demo here; run from a source checkout (make demo)")
     rest = ["--help" if a == "--help-demo" else a for a in args.rest]
-    return demo(rest)
+    return subprocess.call([sys.executable, str(script), *rest])
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -609,7 +612,7 @@ COMMANDS: list[Command] = [
     Command(
         "bench", "run the compile/step benchmark against the peers and plot it", _bench_args, _bench
     ),
-    Command("demo", "run the demo on the embedded defaults", _demo_args, _demo),
+    Command("demo", "run examples/demo.py (from a source checkout)", _demo_args, _demo),
     Command(
         "serve",
         "vLLM's OpenAI server with trierouter tool calling (MODEL, then any vllm serve flag)",
@@ -640,7 +643,10 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 error)."""
+    from trierouter import __version__
+
     parser = _Parser(prog="trierouter", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"trierouter {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for c in COMMANDS:
         p = sub.add_parser(c.name, help=c.help, description=c.help)

