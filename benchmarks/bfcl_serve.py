@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -153,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bfcl-serve-"))
     env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2"}
     result: dict[str, Any] = {
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                 capture_output=True, text=True).stdout.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "model": MODEL,
         "judge": f"bfcl_eval ast_checker from {BFCL_WHEEL.requirement}",
         "n": args.n, "seed": args.seed, "max_tokens": args.max_tokens,

@@ -53,10 +53,16 @@ BEFORE_CORE = {
 
 
 def source(name: str) -> str:
-    """``results/NAME, commit C (DATE)``, marked when the run predates the compiled core."""
-    commit, date = SOURCES[name]
+    """``results/NAME, commit C (DATE)``, marked when the run predates the compiled core; the
+    commit and date are :data:`SOURCES`' or, for newer files, the file's own."""
+    if name in SOURCES:
+        commit, date = SOURCES[name]
+    else:  # the file records where and when it ran
+        d = _load(name) or {}
+        commit, date = d.get("commit", "?"), d.get("date", "?")
     old = f", before the compiled core ({CORE[0]}, {CORE[1]})" if name in BEFORE_CORE else ""
-    return f"`benchmarks/results/{name}`, committed at {commit} ({date}){old}"
+    at = "committed at" if name in SOURCES else "run at"
+    return f"`benchmarks/results/{name}`, {at} {commit} ({date}){old}"
 
 
 ENGINES = [
@@ -737,6 +743,7 @@ RERUN = [
     ("tool_call_validity.json", "python benchmarks/tool_call_validity.py --engine E", ""),
     ("tool_call_overhead.json", "python benchmarks/tool_call_overhead.py", "not recorded"),
     ("bfcl.json", "python benchmarks/bfcl.py", "about 45 min per set of arms (its docstring)"),
+    ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "about 90 min, contended (its JSON)"),
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
 ]
 """How each result file is made again, and how long it took where that is known."""
@@ -752,7 +759,7 @@ def _rerun_table() -> str:
 
 
 def render() -> str:
-    from report_calls import bfcl, tool_calls
+    from report_calls import bfcl, bfcl_serve, tool_calls
 
     parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1], rerun=_rerun_table())]
     if (d := _load("compile_and_step.json")) is not None:
@@ -781,6 +788,7 @@ def render() -> str:
             "",
         ]
         parts += [*tool_automata(d), ""]
+    parts += bfcl_serve(_load, source)
     parts += tool_calls(_load, source)
     parts += bfcl(_load, source)
     return "\n".join(parts).rstrip() + "\n"

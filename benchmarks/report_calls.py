@@ -197,3 +197,69 @@ def bfcl(load: Load, source: Source) -> list[str]:
             plot_bfcl.table(sm),
         ]
     return [*out, "", "![BFCL](../benchmarks/results/bfcl.png)", ""]
+
+
+SERVE_ARMS = {
+    "tr_auto": "trierouter serve, `tool_choice` not set (auto)",
+    "tr_required": 'trierouter serve, `tool_choice="required"`',
+    "vllm_auto": "vLLM + hermes parser, `tool_choice` not set (auto)",
+    "vllm_required": 'vLLM, `tool_choice="required"` (its structured outputs)',
+}
+
+
+def bfcl_serve(load: Load, source: Source) -> list[str]:
+    """BFCL through a live server and the unmodified ``openai`` client (bfcl_serve.json)."""
+    d = load("bfcl_serve.json")
+    if d is None:
+        return []
+    arms = [a for a in SERVE_ARMS if a in d["arms"]]
+    cats = list(next(iter(d["arms"].values())))
+    head = "| server, `tool_choice` | " + " | ".join(
+        f"{c}: calls / correct / schema-valid / called (lenient) / s per request" for c in cats
+    )
+    rows = [head + " |", "| --- |" + " --- |" * len(cats)]
+    for a in arms:
+        cells = []
+        for c in cats:
+            r = d["arms"][a].get(c)
+            if r is None:
+                cells.append("not run")
+                continue
+            n = r["n"]
+            cells.append(
+                f"{r['called']} / {r['correct']} / {r['valid']} / {r['called_lenient']} of {n}"
+                f" ({r['s_per_request_median']:.0f} s)"
+            )
+        rows.append(f"| {SERVE_ARMS[a]} | " + " | ".join(cells) + " |")
+    out = [
+        "## What an agent receives: BFCL through `trierouter serve`",
+        "",
+        f"Source: {source('bfcl_serve.json')} (every answer in `bfcl_serve_texts.json`). "
+        f"Model: {d['model']} (float32, vLLM on the CPU), temperature 0, {d['n']} questions per "
+        f"category drawn with seed {d['seed']} before any outcome was seen, each with its own "
+        f"tools, sent by the unmodified `{d['client']}` client; correct by BFCL's official "
+        "checker on `message.tool_calls` only; schema-valid: every call validates against its "
+        "tool with `jsonschema` and its format checker; called (lenient): a call in "
+        "`tool_calls` or a JSON call object in `content`. Seconds per request: median wall time "
+        f"of one request with {d['concurrency']} in flight (a contended 2-core host).",
+        "",
+        *rows,
+    ]
+    auto, req = d["arms"].get("tr_auto", {}), d["arms"].get("tr_required", {})
+    notes = []
+    for c in cats:
+        if c in auto and c in req and c != "irrelevance":
+            gap = 100 * (auto[c]["correct"] - req[c]["correct"]) / auto[c]["n"]
+            notes.append(f"{c} {gap:+.0f} points")
+    if notes:
+        out += ["", "trierouter auto against required: " + ", ".join(notes) + "."]
+    free = d["arms"].get("vllm_auto", {}).get("irrelevance")
+    if "irrelevance" in auto and free is not None:
+        out += [
+            "",
+            f"Irrelevance (no tool fits): trierouter auto called on "
+            f"{auto['irrelevance']['called']} of {auto['irrelevance']['n']}; the free model read "
+            f"leniently (vLLM auto, any JSON call in its text) on {free['called_lenient']} of "
+            f"{free['n']}.",
+        ]
+    return [*out, ""]
