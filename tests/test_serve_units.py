@@ -136,13 +136,122 @@ def test_tool_search_rewrites_a_registry_request(
             "vllm_xargs": {"trierouter_tools": "api", "trierouter_tool_search": 3}}  # fmt: skip
     out = json.loads(rewrite_body(json.dumps(body).encode(), "hermes") or b"{}")
     names = [t["function"]["name"] for t in out["tools"]]
-    assert len(names) == 3 and names[0] == "get_weather", names  # padded to k
+    assert names == ["get_weather"], names  # only what matches: never padded to k
     assert out["vllm_xargs"]["trierouter_allowed"] == names
+    body["messages"] = [{"role": "user", "content": "zqxj vbnm"}]  # matches no tool
+    with pytest.raises(BadRequest, match="no tool of registry 'api' matches") as err:
+        rewrite_body(json.dumps(body).encode(), "hermes")
+    assert err.value.param == "vllm_xargs"
+    body["vllm_xargs"]["trierouter_tools"] = "secret_registry_name_probe"
+    with pytest.raises(BadRequest, match="is not configured on this server") as err:
+        rewrite_body(json.dumps(body).encode(), "hermes")
+    assert "'api'" not in str(err.value)  # the configured names are not told to the caller
+    body["vllm_xargs"]["trierouter_tools"] = "api"
     body["vllm_xargs"]["trierouter_tool_search"] = 0
     with pytest.raises(BadRequest, match="trierouter_tool_search"):
         rewrite_body(json.dumps(body).encode(), "hermes")
-    assert serve_argv(["M", "--tool-call-parser", "x"])[:4] == [
-        "--model", "M", "--tool-call-parser", "x"]  # fmt: skip
+    mw = "trierouter.router.vllm.server.ToolSearchMiddleware"
+    assert serve_argv(["M", "--tool-call-parser", "x"])[:6] == [
+        "--middleware", mw, "--model", "M", "--tool-call-parser", "x"]  # fmt: skip
+    # a user's own middleware is added after ours (outside it: it runs first)
+    argv = serve_argv(["M", "--middleware", "my.Auth"])
+    assert argv.index(mw) < argv.index("my.Auth") and argv.count(mw) == 1
+
+
+BAD_SHAPES = [  # (body fields, the field the 400 must name)
+    ({"tools": 5}, "tools"),
+    ({"tools": [5]}, "tools[0]"),
+    ({"tools": [{"function": {"name": 3}}]}, "tools[0]"),
+    ({"tools": [{"function": {"name": "a", "parameters": [1]}}]}, "tools[0].function.parameters"),
+    ({"tool_choice": {"function": "x"}, "vllm_xargs": {"trierouter_tools": "api"}}, "tool_choice"),
+    ({"messages": {"role": "user"}}, "messages"),
+    ({"vllm_xargs": {"trierouter_tools": "api"}, "tools": {"a": 1}}, "tools"),
+]
+
+
+@pytest.mark.parametrize(("fields", "named"), BAD_SHAPES)
+def test_malformed_bodies_are_a_400_naming_the_field(
+    fields: dict[str, object], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trierouter.router.vllm.server import BadRequest, rewrite_body
+
+    (tmp_path / "api.json").write_text(json.dumps(TOOLS))
+    monkeypatch.setenv("TRIEROUTER_TOOLS", str(tmp_path / "api.json"))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "tools": TOOLS, "tool_choice": "none", **fields}  # fmt: skip
+    with pytest.raises(BadRequest) as err:
+        rewrite_body(json.dumps(body).encode(), "hermes")
+    assert str(err.value).startswith(named + ":"), err.value
+
+
+def test_a_body_nested_past_the_parser_is_a_400_naming_the_field() -> None:
+    from trierouter.router.vllm.server import BadRequest, rewrite_body
+
+    deep = b'{"model": "m", "tool_choice": "none", "messages": ' + b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(BadRequest, match=r"^messages: JSON nested too deeply") as err:
+        rewrite_body(deep + b"}", "hermes")
+    assert err.value.param == "messages"
+    with pytest.raises(BadRequest, match=r"^request body: JSON nested too deeply"):
+        rewrite_body(b"[" * 100_000, "hermes")
+
+
+def test_nothing_of_the_middleware_runs_before_vllms_authentication(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's own AuthenticationMiddleware below ours, as ``vllm serve --api-key`` stacks them:
+    an unauthenticated request is answered 401 by vLLM without its body being read or anything
+    of trierouter called; an authenticated malformed one gets trierouter's 400."""
+    from vllm.entrypoints.serve.middleware.authenticate import AuthenticationMiddleware
+
+    from trierouter.router.vllm import server
+
+    calls: list[str] = []
+    monkeypatch.setattr(server, "rewrite_body", lambda *a: calls.append("rewrite") or None)
+    monkeypatch.setattr(server, "count_work", lambda stage: calls.append(stage))
+
+    async def endpoint(scope: dict, receive: object, send: object) -> None:
+        calls.append("endpoint")
+
+    stack = server.ToolSearchMiddleware(AuthenticationMiddleware(endpoint, tokens=["k"]))
+    body = json.dumps({"model": "m", "messages": [], "tools": TOOLS * 2048}).encode()
+
+    def run(headers: list[tuple[bytes, bytes]], path: str = "/v1/chat/completions") -> int:
+        sent: list[dict] = []
+        reads: list[int] = []
+
+        async def receive() -> dict:
+            reads.append(1)
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(msg: dict) -> None:
+            sent.append(msg)
+
+        scope = {"type": "http", "method": "POST", "path": path, "root_path": "",
+                 "headers": [(b"content-length", str(len(body)).encode()), *headers]}  # fmt: skip
+        asyncio.run(stack(scope, receive, send))
+        if "rewrite" not in calls:
+            assert not reads  # the body was never read
+        return int(sent[0]["status"]) if sent else 200
+
+    for bad in ([], [(b"authorization", b"Bearer nope")], [(b"authorization", b"Basic k")]):
+        assert run(bad) == 401 and calls == []
+    assert run([(b"authorization", b"Bearer k")]) == 200
+    assert calls == ["middleware", "rewrite", "endpoint"]
+
+
+def test_configured_auth_that_cannot_be_found_stops_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trierouter.router.vllm.server import ToolSearchMiddleware
+
+    async def endpoint(scope: dict, receive: object, send: object) -> None:
+        return None
+
+    monkeypatch.setenv("VLLM_API_KEY", "k")
+    with pytest.raises(RuntimeError, match="AuthenticationMiddleware"):
+        ToolSearchMiddleware(endpoint)
+    monkeypatch.delenv("VLLM_API_KEY")
+    assert ToolSearchMiddleware(endpoint)._accepted is None  # no key: nothing to wait for
 
 
 # -- the worker: a request that fails does so alone ----------------------------------------------
@@ -181,6 +290,19 @@ def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFacto
     assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == end_ids
     allowed = torch.isfinite(logits[1]).nonzero().flatten().tolist()
     assert allowed and not set(allowed) & end_ids  # the opener is forced
+
+    # the inline tool-set cache is bounded in bytes too: with room for none, the newest stays
+    from trierouter.router.vllm.args import parse_request
+    from trierouter.router.vllm.named import held_bytes
+
+    proc._cache_bytes = 1
+    for tools in (TOOLS, TOOLS[:1]):
+        proc._tool_plan(parse_request({"trierouter_tools_inline": json.dumps(tools),
+                                       "trierouter_tool_choice": "required",
+                                       "trierouter_tool_format": "hermes"}))  # fmt: skip
+    (only,) = proc._inline_tools.values()
+    assert [t.name for t in only.specs] == ["get_weather"]
+    assert 0 < held_bytes(only) < proc._index.nbytes  # its own bytes, not the shared index
 
 
 # -- ToolRegistry.invoke -------------------------------------------------------------------------

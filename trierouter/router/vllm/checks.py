@@ -28,6 +28,7 @@ __all__ = [
     "RegistrySpecs",
     "check_inline_tools",
     "check_tool_choice",
+    "count_work",
     "registry_specs",
 ]
 
@@ -39,6 +40,31 @@ _inline_ok: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 _lock = threading.Lock()
 
 
+_work: Any = None
+
+
+def count_work(stage: str) -> None:
+    """One more request examined by trierouter at ``stage`` (``middleware``, ``parser``,
+    ``schema_check``: an analysis not answered from the cache), on the server's ``/metrics`` as
+    ``trierouter_request_work_total{stage=...}`` (prometheus_client, vLLM's registry)."""
+    global _work
+    if _work is None:
+        with _lock:
+            if _work is None:
+                try:
+                    from prometheus_client import Counter
+                except ImportError:  # no server around: nothing to count for
+                    _work = False
+                    return
+                _work = Counter(
+                    "trierouter_request_work",
+                    "Requests trierouter examined, by stage (after the server's authentication)",
+                    ["stage"],
+                )
+    if _work:
+        _work.labels(stage).inc()
+
+
 def check_inline_tools(tools_json: str) -> tuple[str, ...]:
     """The tool names of ``tools_json`` (a JSON list of tool dicts), or ``ValueError`` naming
     every problem (``tools[i] 'name': why``)."""
@@ -48,6 +74,7 @@ def check_inline_tools(tools_json: str) -> tuple[str, ...]:
         if names is not None:
             _inline_ok.move_to_end(key)
             return names
+    count_work("schema_check")
     try:
         tools = json.loads(tools_json)
     except ValueError as exc:
@@ -114,17 +141,15 @@ _registries: dict[tuple[str, str], RegistrySpecs] = {}
 
 def registry_specs(name: str) -> RegistrySpecs:
     """Registry ``name`` from ``$TRIEROUTER_TOOLS`` (loaded once per process), or
-    ``ValueError`` naming the configured ones."""
+    ``ValueError`` (which does not list the configured names: the server log does)."""
     cfg = os.environ.get(ENV_TOOLS, "")
     key = (cfg, name)
     with _lock:
         hit = _registries.get(key)
     if hit is not None:
         return hit
-    known = list_tool_registries()
-    if name not in known:
-        shown = ", ".join(sorted(known)[:20]) or f"none (${ENV_TOOLS} is not set)"
-        raise ValueError(f"tool registry {name!r} is not configured; configured: {shown}")
+    if name not in list_tool_registries():  # the names are not listed to the caller
+        raise ValueError(f"tool registry {name!r:.80} is not configured on this server")
     specs = RegistrySpecs(name, load_tool_registries(cfg)[name])
     with _lock:
         _registries[key] = specs

@@ -9,12 +9,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trierouter.errors import TrieRouterError
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.router.vllm.args import _SET_SUFFIXES, ENV_SETS, ENV_TOOLS
 
-__all__ = ["list_named_sets", "load_named_sets"]
+__all__ = ["held_bytes", "list_named_sets", "load_named_sets"]
 
 
 def _load_tools_file(path: Path) -> list[Any]:
@@ -48,18 +50,34 @@ def load_tool_registries(config: str) -> dict[str, list[Any]]:
     return out
 
 
+_registry_names: dict[tuple[str, int, int], frozenset[str]] = {}
+
+
 def list_tool_registries(config: str | None = None) -> frozenset[str]:
+    """Registry names configured by ``config`` (default ``$TRIEROUTER_TOOLS``): the file is read
+    again only when it changes (a request naming an unknown registry costs a ``stat``)."""
     cfg = os.environ.get(ENV_TOOLS, "") if config is None else config
     if not cfg:
         return frozenset()
     path = Path(cfg).expanduser()
     try:
+        st = path.stat()
+        key = (cfg, st.st_mtime_ns, st.st_size)
+        hit = _registry_names.get(key)
+        if hit is not None:
+            return hit
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return frozenset()
+    names: frozenset[str] = frozenset()
     if isinstance(doc, list) or (isinstance(doc, dict) and "tools" in doc):
-        return frozenset([path.stem])
-    return frozenset(doc) if isinstance(doc, dict) else frozenset()
+        names = frozenset([path.stem])
+    elif isinstance(doc, dict):
+        names = frozenset(doc)
+    if len(_registry_names) >= 64:  # bounded: a server sees few distinct configurations
+        _registry_names.pop(next(iter(_registry_names)))
+    _registry_names[key] = names
+    return names
 
 
 def _set_sources(config: str) -> dict[str, Path | list[str]]:
@@ -131,6 +149,36 @@ def load_named_sets(config: str, index: TokenIndex) -> dict[str, ChoiceSet]:
                 f"${ENV_SETS}: set {name!r} ({src if isinstance(src, Path) else 'inline'}): {exc}"
             ) from exc
     return sets
+
+
+def held_bytes(tools: Any) -> int:
+    """The bytes a compiled tool set (:class:`~trierouter.registry.compiler.CompiledTools`)
+    holds of its own: numpy arrays and objects with ``nbytes`` reachable from it, six levels
+    deep; the shared token index and tables not counted."""
+    seen = {id(tools.index), id(tools.vocabulary), id(getattr(tools, "_tables", None))}
+
+    def walk(obj: Any, depth: int) -> int:
+        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float)):
+            return 0
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            return int(obj.nbytes)
+        if isinstance(getattr(type(obj), "nbytes", None), property):
+            return int(obj.nbytes)
+        if depth == 0:
+            return 0
+        try:
+            if isinstance(obj, dict):
+                items = list(obj.values())
+            elif isinstance(obj, (list, tuple)):
+                items = list(obj)
+            else:
+                items = list(getattr(obj, "__dict__", {}).values())
+        except RuntimeError:  # changed by a mask thread meanwhile: counted at the next insert
+            return 0
+        return sum(walk(x, depth - 1) for x in items)
+
+    return walk(tools, 6)
 
 
 # -- per-request state --------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from trierouter.router.vllm.args import (
 from trierouter.router.vllm.checks import (
     check_inline_tools,
     check_tool_choice,
+    count_work,
     registry_specs,
 )
 
@@ -216,6 +217,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         xargs = request.vllm_xargs or {}
         if not request.tools and ARG_TOOLS not in xargs:
             return request
+        count_work("parser")
         if request.tool_choice == "none":
             return request
         if request.response_format is not None and request.response_format.type != "text":

@@ -57,6 +57,7 @@ from trierouter.router.vllm.checks import (
     registry_specs,
 )
 from trierouter.router.vllm.named import (
+    held_bytes,
     list_named_sets,
     list_tool_registries,
     load_named_sets,
@@ -103,8 +104,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 "trierouter arguments and structured_outputs on the same request: choose one"
             )
         if spec.tools_name is not None and spec.tools_name not in list_tool_registries():
-            known = ", ".join(sorted(list_tool_registries())[:20]) or f"none (${ENV_TOOLS} unset)"
-            raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry; known: {known}")
+            raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r:.80}: unknown registry")
         if spec.tools_inline is not None:  # what the worker would find mid-batch, found here
             inline = check_inline_tools(spec.tools_inline)
             check_tool_choice(spec.tool_choice, inline, f"{ARG_TOOLS_INLINE}")
@@ -248,8 +248,13 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 inline = json.loads(spec.tools_inline)
                 tools = compile_tools(inline, self._ensure_index(), format=fmt)
                 self._inline_tools[src] = tools
-                while len(self._inline_tools) > self._cache_size:
+                # bounded in count and in bytes (measured now: names tries, automata, masks)
+                sizes = [held_bytes(t) for t in self._inline_tools.values()]
+                while len(self._inline_tools) > 1 and (
+                    len(self._inline_tools) > self._cache_size or sum(sizes) > self._cache_bytes
+                ):
                     self._inline_tools.popitem(last=False)
+                    sizes.pop(0)
             else:
                 self._inline_tools.move_to_end(src)
         allowed = None if spec.allowed is None else sorted(set(spec.allowed))

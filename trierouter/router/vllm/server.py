@@ -3,19 +3,22 @@
 :func:`main` runs vLLM's server entry point in this process with the flags that load the
 ``trierouter`` tool parser, the logits processor and :class:`ToolSearchMiddleware`; every other
 argument is vLLM's. :class:`ToolSearchMiddleware` is a plain ASGI middleware (``--middleware``)
-that works on the JSON body of ``/v1/chat/completions`` before vLLM parses it:
+that works on the JSON body of ``/v1/chat/completions`` before vLLM parses it, and only
+after vLLM's own authentication has accepted the request (:func:`_vllm_auth`: with ``--api-key``
+or ``VLLM_API_KEY`` an unauthenticated request is handed to vLLM untouched, which answers 401):
 
 - a body larger than ``$TRIEROUTER_MAX_BODY_BYTES`` (default 16 MiB) is refused with 400;
 - ``vllm_xargs.trierouter_tools`` (a named registry from ``$TRIEROUTER_TOOLS``) is expanded:
   the top ``trierouter_tool_search`` tools (default 16) for the conversation (BM25 over the
-  registry's names and descriptions; padded with the registry's first tools when fewer match)
+  registry's names and descriptions; only tools that match: none matching is a 400 saying so)
   become the request's ``tools``, so the chat template
   renders them, and ``trierouter_allowed`` restricts the call to them unless
   ``trierouter_constrain`` is ``"registry"`` (the whole registry stays callable);
 - ``tool_choice: "none"`` with tools gets its constraint (vLLM does not call the tool parser
   then): text in which the model's call opener never appears.
 
-Errors are OpenAI error bodies with status 400, like vLLM's own.
+Errors are OpenAI error bodies with status 400, like vLLM's own, naming the field; a body that
+cannot be read (nested past Python's parser, a field of the wrong type) is a 400 too, never a 500.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from trierouter.router.vllm.args import ARG_ALLOWED, ARG_TOOLS, ENV_TOOLS, _env_int
-from trierouter.router.vllm.checks import RegistrySpecs, registry_specs
+from trierouter.router.vllm.checks import RegistrySpecs, count_work, registry_specs
 from trierouter.router.vllm.named import list_tool_registries
 
 __all__ = [
     "ENV_MAX_BODY_BYTES",
     "SERVE_FLAGS",
     "ToolSearchMiddleware",
+    "check_shapes",
     "conversation_query",
     "main",
     "serve_argv",
@@ -120,14 +124,7 @@ class _Search:
         if self._error is not None:
             raise RuntimeError(f"tool search index failed to build: {self._error}")
         found: list[str] = self._index.search(query, k) if query.strip() else []
-        if len(found) < k:  # fewer matches than asked: pad with the registry's first tools
-            have = set(found)
-            for t in self.specs.specs:
-                if len(found) >= k:
-                    break
-                if t.name not in have:
-                    found.append(t.name)
-        return found
+        return found  # only the tools that match (never padded with unrelated ones)
 
 
 _searches: dict[str, _Search] = {}
@@ -153,7 +150,7 @@ def expand_registry(body: dict[str, Any]) -> None:
     try:
         specs = registry_specs(name)
     except ValueError as exc:
-        raise BadRequest(str(exc), "vllm_xargs") from exc
+        raise BadRequest(f"vllm_xargs.{ARG_TOOLS}: {exc}", "vllm_xargs") from exc
     k = xargs.pop(ARG_TOOL_SEARCH, _DEFAULT_K)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= _MAX_K:
         raise BadRequest(
@@ -189,6 +186,13 @@ def expand_registry(body: dict[str, Any]) -> None:
             pinned.append(forced)
     found = _search_for(name).search(conversation_query(body.get("messages")), k)
     names = list(dict.fromkeys([*pinned, *found]))
+    if not names:
+        raise BadRequest(
+            f"vllm_xargs.{ARG_TOOLS}: no tool of registry {name!r} matches the conversation "
+            "(BM25 over the tools' names and descriptions, on the user and tool turns); name "
+            "the tools to offer in `tools` or in tool_choice",
+            "vllm_xargs",
+        )
     body["tools"] = specs.openai(names)
     if constrain == "shortlist":
         xargs[ARG_ALLOWED] = names
@@ -223,23 +227,100 @@ def _format_of(scope: Scope) -> str | None:
     return fmt
 
 
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_shapes(body: dict[str, Any]) -> None:
+    """The fields the middleware reads must have the types it reads them as (``BadRequest``
+    naming the first that does not; vLLM's request model checks the rest)."""
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise BadRequest(f"tools: expected a list of tool objects, got {_kind(tools)}", "tools")
+    for i, t in enumerate(tools or []):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequest(
+                f'tools[{i}]: expected {{"type": "function", "function": {{"name": str, ...}}}}, '
+                f"got {json.dumps(t)[:80]}",
+                "tools",
+            )
+        if not isinstance(fn.get("parameters", {}), (dict, type(None))):
+            got = _kind(fn["parameters"])
+            where = f"tools[{i}].function.parameters"
+            raise BadRequest(f"{where}: expected an object, got {got}", "tools")
+    choice = body.get("tool_choice")
+    if choice is not None and not isinstance(choice, str):
+        fn = choice.get("function") if isinstance(choice, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequest(
+                'tool_choice: expected "auto", "required", "none" or {"type": "function", '
+                f'"function": {{"name": str}}}}, got {json.dumps(choice)[:80]}',
+                "tool_choice",
+            )
+    for key, kind in (("vllm_xargs", dict), ("messages", list)):
+        if body.get(key) is not None and not isinstance(body[key], kind):
+            want = "an object" if kind is dict else "a list"
+            raise BadRequest(f"{key}: expected {want}, got {_kind(body[key])}", key)
+
+
+def _too_deep(raw: bytes) -> BadRequest:
+    """The 400 for a body nested past Python's JSON parser, naming its top-level field."""
+    field = None
+    ws = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
+    try:
+        text = raw.decode()
+        decoder = json.JSONDecoder()
+        i = ws(text, 0).end()
+        if text[i] == "{":
+            i += 1
+            while field is None:
+                i = ws(text, i).end()
+                key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+                i = ws(text, ws(text, i).end() + 1).end()  # past the colon
+                try:
+                    _, i = decoder.raw_decode(text, i)
+                except RecursionError:
+                    field = key
+                i = ws(text, i).end() + 1  # past the comma
+    except (ValueError, IndexError, RecursionError):
+        pass
+    limit = sys.getrecursionlimit()
+    return BadRequest(
+        f"{field or 'request body'}: JSON nested too deeply to read (Python's parser stops "
+        f"near {limit} levels)",
+        field,
+    )
+
+
 def rewrite_body(raw: bytes, fmt: str | None) -> bytes | None:
     """The rewritten body, or ``None`` to pass it on unchanged (``BadRequest`` to refuse)."""
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise _too_deep(raw) from None
     except ValueError:
         return None  # vLLM answers malformed JSON itself
     if not isinstance(body, dict):
         return None
     changed = False
     xargs = body.get("vllm_xargs")
-    if isinstance(xargs, dict) and ARG_TOOLS in xargs:
-        expand_registry(body)
-        changed = True
-    if body.get("tool_choice") == "none" and body.get("tools") and fmt is not None:
-        _none_xargs(body, fmt)
-        changed = True
-    return json.dumps(body).encode() if changed else None
+    registry = isinstance(xargs, dict) and ARG_TOOLS in xargs
+    none = body.get("tool_choice") == "none" and body.get("tools") and fmt is not None
+    if not (registry or none):
+        return None
+    check_shapes(body)
+    try:
+        if registry:
+            expand_registry(body)
+            changed = True
+        if none and fmt is not None:
+            _none_xargs(body, fmt)
+            changed = True
+        return json.dumps(body).encode() if changed else None
+    except (TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
+        logger.warning("trierouter: request body refused: %r", exc)  # a shape check_shapes missed
+        raise BadRequest(f"request body: {type(exc).__name__}: {exc}", None) from exc
 
 
 async def _send_error(send: Send, message: str, param: str | None) -> None:
@@ -259,13 +340,57 @@ async def _send_error(send: Send, message: str, param: str | None) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
+def _vllm_auth(app: Any) -> Callable[[Scope], bool] | None:
+    """vLLM's own authentication (``--api-key``, ``VLLM_API_KEY``) as ``scope -> accepted``:
+    its ``AuthenticationMiddleware`` found in the stack below ``app`` (vLLM adds user middleware
+    outside it), with its token check and its guarded paths. ``None``: the server has none.
+    Authentication configured but not found stops the server (nothing of trierouter may run
+    before it)."""
+    node, depth = app, 0
+    while node is not None and depth < 64:
+        if type(node).__name__ == "AuthenticationMiddleware" and hasattr(node, "verify_token"):
+            break
+        node, depth = getattr(node, "app", None), depth + 1
+    else:
+        node = None
+    if node is None:
+        configured = os.environ.get("VLLM_API_KEY") or any(
+            a == "--api-key" or a.startswith("--api-key=") for a in sys.argv
+        )
+        if configured:
+            raise RuntimeError(
+                "trierouter: the server has an API key but vLLM's AuthenticationMiddleware is "
+                "not in the middleware stack below ToolSearchMiddleware; refusing to run "
+                "trierouter's request checks before authentication"
+            )
+        return None
+    auth = node
+    module = sys.modules.get(type(auth).__module__)
+    guarded = tuple(getattr(module, "GUARDED_PREFIX", ("",)))  # unknown: every path guarded
+
+    def accepted(scope: Scope) -> bool:
+        if scope.get("method") == "OPTIONS":
+            return True  # vLLM lets OPTIONS through; the middleware acts on POST only
+        path = str(scope.get("path", "")).removeprefix(str(scope.get("root_path", "")))
+        if not path.startswith(guarded):
+            return True
+        from starlette.datastructures import Headers
+
+        return bool(auth.verify_token(Headers(scope=scope)))
+
+    return accepted
+
+
 class ToolSearchMiddleware:
     """ASGI middleware for ``vllm serve --middleware`` (module docstring)."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
+        self._accepted = _vllm_auth(app)
         if os.environ.get(ENV_TOOLS):  # load now (a bad registry stops the server with its
-            for name in sorted(list_tool_registries()):  # problems), build the searches
+            names = sorted(list_tool_registries())  # problems), build the searches
+            logger.info("trierouter: tool registries %s from $%s", names, ENV_TOOLS)
+            for name in names:
                 try:
                     _search_for(name)
                 except (ValueError, OSError) as exc:
@@ -276,9 +401,11 @@ class ToolSearchMiddleware:
             scope.get("type") != "http"
             or scope.get("method") != "POST"
             or not str(scope.get("path", "")).endswith("/chat/completions")
-        ):
+            or (self._accepted is not None and not self._accepted(scope))
+        ):  # not ours, or not authenticated: vLLM answers it (a 401) untouched
             await self.app(scope, receive, send)
             return
+        count_work("middleware")
         limit = _env_int(ENV_MAX_BODY_BYTES, 16 << 20)
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
@@ -340,6 +467,11 @@ def serve_argv(argv: Sequence[str]) -> list[str]:
     if _processor_installed():  # vLLM loads it from the entry point already: not twice
         i = flags.index("--logits-processors")
         del flags[i : i + 2]
+    i = flags.index("--middleware")
+    ours = flags[i + 1]
+    del flags[i : i + 2]
+    if ours not in args:  # first: a --middleware of the user's is added after it, outside it
+        args = ["--middleware", ours, *args]
     i = 0
     while i < len(flags):
         flag = flags[i]
