@@ -254,6 +254,47 @@ def test_configured_auth_that_cannot_be_found_stops_the_server(
     assert ToolSearchMiddleware(endpoint)._accepted is None  # no key: nothing to wait for
 
 
+def _stream_all(parser: object, text: str, request: object, ids: list[int]) -> dict[int, str]:
+    args: dict[int, str] = {}
+    for end in range(1, len(text) + 1):
+        d = parser.extract_tool_calls_streaming(  # type: ignore[attr-defined]
+            text[: end - 1], text[:end], text[end - 1], [], ids, ids[:1], request
+        )
+        for tc in (d.tool_calls if d is not None else None) or []:
+            args[tc.index] = args.get(tc.index, "") + (tc.function.arguments or "")
+    return args
+
+
+def test_streamed_calls_are_validated_like_whole_ones() -> None:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    from trierouter.router.vllm.openai import TrieRouterHermesToolParser
+
+    tok = SimpleNamespace(eos_token_id=0, all_special_ids=[0])
+    req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                tools=TOOLS, tool_choice="required")  # fmt: skip
+    good = '<tool_call>\n{"name": "get_weather", "arguments": {"day": "2024-02-29", "city": "Oslo"'
+    good += "}}"
+    args = _stream_all(TrieRouterHermesToolParser(tok), good + "\n</tool_call>", req, [5])
+    assert json.loads(args[0]) == {"day": "2024-02-29", "city": "Oslo"}
+    whole = TrieRouterHermesToolParser(tok).extract_tool_calls(good + "\n</tool_call>", req)
+    assert whole.tool_calls[0].function.arguments == args[0]
+    for bad in (good.replace("2024", "2023"), good.replace('"city": "Oslo"', '"town": "Oslo"')):
+        with pytest.raises(RuntimeError, match="not valid") as err:  # 2023-02-29: no such day
+            TrieRouterHermesToolParser(tok).extract_tool_calls(bad + "\n</tool_call>", req)
+        with pytest.raises(RuntimeError, match="not valid") as err2:
+            _stream_all(TrieRouterHermesToolParser(tok), bad + "\n</tool_call>", req, [5])
+        assert str(err2.value) == str(err.value)  # the same check, the same message
+    # a required request that failed in the worker: one end token, no text -> an error
+    failed = TrieRouterHermesToolParser(tok)
+    with pytest.raises(RuntimeError, match="no call for a required tool call"):
+        failed.extract_tool_calls_streaming("", "", "", [], [0], [0], req)
+    auto = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                 tools=TOOLS, tool_choice="auto")  # fmt: skip
+    assert TrieRouterHermesToolParser(tok).extract_tool_calls_streaming(
+        "", "", "", [], [0], [0], auto) is None  # fmt: skip
+
+
 # -- the worker: a request that fails does so alone ----------------------------------------------
 def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFactory) -> None:
     import torch

@@ -206,6 +206,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         self.openers = model_openers(getattr(tokenizer, "name_or_path", None))
         self._stream: ToolCallStream | None = None
         self._ids: dict[int, str] = {}
+        self._checked = 0  # streamed calls validated so far
 
     # -- request -------------------------------------------------------------------------------
     def adjust_request(self, request: Any) -> Any:
@@ -309,6 +310,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
     ) -> Any:
         if self._stream is None:
             self._stream = ToolCallStream(self._envelope(request))
+        self._check_streamed(current_text, delta_token_ids, request)
         delta = self._stream.feed(current_text)
         calls = []
         for i, name, frag in delta.calls:
@@ -327,6 +329,39 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         if not calls and not delta.content:
             return None
         return DeltaMessage(content=delta.content or None, tool_calls=calls)
+
+    def _check_streamed(self, text: str, new_ids: Sequence[int], request: Any) -> None:
+        """What :meth:`extract_tool_calls` checks, as the stream goes: each finished call is
+        validated (``jsonschema`` + format checker) before its last fragment is sent, and a
+        required call whose request failed in the worker (an end token, no text) raises, so the
+        stream ends with vLLM's error event instead of an empty success."""
+        if not text:
+            if new_ids and self._forced(request) and self._ends(new_ids[-1], request):
+                raise RuntimeError(
+                    "trierouter: the engine returned no call for a required tool call (the "
+                    "request failed in the worker; see the server log)"
+                )
+            return
+        calls = parse_calls(text, self._envelope(request))[1]
+        done = [c for c in calls if c.complete]
+        if len(done) <= self._checked:
+            return
+        schemas = self._schemas(request)
+        for call in done[self._checked :]:
+            problem = call_problem(call, schemas)
+            if problem is not None:
+                raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
+        self._checked = len(done)
+
+    def _ends(self, token: int, request: Any) -> bool:
+        """Whether ``token`` can be the end token a failed worker row emits (the tokenizer's
+        EOS or one of its special tokens; without ``stop`` strings any token that left no text
+        is one, since a constrained call starts with text)."""
+        if not request.stop:
+            return True
+        tok = self.model_tokenizer
+        specials = set(getattr(tok, "all_special_ids", None) or ())
+        return token == getattr(tok, "eos_token_id", None) or token in specials
 
 
 class _RegistrySchemas(Mapping[str, dict[str, Any]]):
