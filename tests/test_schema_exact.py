@@ -227,7 +227,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
      _obj({"r": {"$ref": "#/$defs/R"}},
           **{"$defs": {"R": _obj({"s": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 99},
                                   "kids": {"type": "array", "items": {"$ref": "#/$defs/R"}}})}}),
-     "r.kids[]$defs.R.s", "pattern"),
+     "r.kids[]$defs.R.s", "maxLength"),
     ("a pattern XGrammar reads differently",
      _obj({"a": {"type": "string", "pattern": "^\\S+$"}}), "a", "pattern"),
     ("an optional group XGrammar misreads",

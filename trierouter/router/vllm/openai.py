@@ -12,7 +12,13 @@ it, by the model's own chat template) and before sampling parameters are made, t
   ``vllm_xargs`` that :class:`~trierouter.router.vllm.processor.TrieRouterLogitsProcessor`
   decodes in the model's native call syntax (no structured-outputs grammar is compiled);
 - reads calls out of the native syntax into ``message.tool_calls`` (and streaming deltas),
-  each checked with ``jsonschema`` and its format checker.
+  each checked with ``jsonschema`` and its format checker against the tool's original schema.
+
+A tool without ``"strict": true`` whose schema holds what no engine serves exactly is served
+relaxed (:mod:`trierouter.registry.relax`); each call of it carries the extension field
+``trierouter`` (``{"relaxed": [{"kind", "path", "why"}, ...]}``, on the tool call and on the
+streamed delta that names it), and a finished call that its original schema refuses is returned
+with ``"invalid": "<why>"`` there (and a warning logged) instead of failing the request.
 
 ``supports_required_and_named = False``: vLLM then parses ``"required"`` and named choices with
 this parser too, instead of its JSON-list convention.
@@ -55,6 +61,7 @@ from trierouter.router.vllm.checks import (
     check_tool_choice,
     count_work,
     registry_specs,
+    schema_relaxations,
 )
 
 try:
@@ -288,14 +295,15 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
                 tools_called=False, tool_calls=[], content=model_output
             )
         schemas = self._schemas(request)
+        out = []
         for call in finished:
             problem = call_problem(call, schemas)
-            if problem is not None:
+            relaxed = schema_relaxations(schemas.get(call.name))
+            if problem is not None and not relaxed:  # an exact tool: a bug if it happens
                 raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
+            out.append(_tool_call(call, relaxed, problem))
         return ExtractedToolCallInformation(
-            tools_called=True,
-            tool_calls=[_tool_call(c) for c in finished],
-            content=content or None,
+            tools_called=True, tool_calls=out, content=content or None
         )
 
     def extract_tool_calls_streaming(
@@ -316,14 +324,16 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         for i, name, frag in delta.calls:
             if name is not None:
                 self._ids[i] = ToolCall(function=FunctionCall(name=name, arguments="")).id
-                calls.append(
-                    DeltaToolCall(
-                        index=i,
-                        id=self._ids[i],
-                        type="function",
-                        function=DeltaFunctionCall(name=name, arguments=frag),
-                    )
+                opened = DeltaToolCall(
+                    index=i,
+                    id=self._ids[i],
+                    type="function",
+                    function=DeltaFunctionCall(name=name, arguments=frag),
                 )
+                relaxed = schema_relaxations(self._schemas(request).get(name))
+                if relaxed:
+                    opened.trierouter = {"relaxed": [p.to_dict() for p in relaxed]}  # type: ignore[attr-defined,unused-ignore]
+                calls.append(opened)
             else:
                 calls.append(DeltaToolCall(index=i, function=DeltaFunctionCall(arguments=frag)))
         if not calls and not delta.content:
@@ -383,10 +393,16 @@ class _RegistrySchemas(Mapping[str, dict[str, Any]]):
         return len(self._specs.names)
 
 
-def _tool_call(call: ParsedCall) -> Any:
-    return ToolCall(
-        type="function", function=FunctionCall(name=call.name, arguments=call.arguments)
-    )
+def _tool_call(call: ParsedCall, relaxed: list[Any], invalid: str | None) -> Any:
+    """The OpenAI tool call; a relaxed tool's with the ``trierouter`` extension field."""
+    out = ToolCall(type="function", function=FunctionCall(name=call.name, arguments=call.arguments))
+    if relaxed:
+        ext: dict[str, Any] = {"relaxed": [p.to_dict() for p in relaxed]}
+        if invalid is not None:
+            ext["invalid"] = invalid
+            logger.warning("trierouter: a call of relaxed tool %r: %s", call.name, invalid)
+        out.trierouter = ext  # type: ignore[attr-defined,unused-ignore]
+    return out
 
 
 def _subclass(fmt: str) -> type[TrieRouterToolParser]:
