@@ -119,6 +119,24 @@ def test_one_sloppy_tool_of_six_is_served_and_strict_refuses_it() -> None:
     ]  # fmt: skip
 
 
+def test_many_relaxed_tools_log_each_once_and_stay_readable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from trierouter.registry.relax import LOUD
+
+    tools = [_fn(f"many_{i}", {"x": {"type": "array", "uniqueItems": True}}) for i in range(15)]
+    with caplog.at_level(logging.INFO, logger="trierouter"):
+        ToolRegistry(tools)
+        ToolRegistry(tools)  # again: nothing new to say
+    named = [r for r in caplog.records if "'many_" in r.getMessage()]
+    assert sorted(r.getMessage().split("'")[1] for r in named) == sorted(
+        f"many_{i}" for i in range(15)
+    )
+    assert [r.levelno for r in named] == [logging.WARNING] * LOUD + [logging.INFO] * (15 - LOUD)
+    summary = [r for r in caplog.records if "more tools are served relaxed" in r.getMessage()]
+    assert len(summary) == 1 and summary[0].getMessage().startswith(f"{15 - LOUD} more")
+
+
 def test_saved_and_loaded_keep_the_flag(tmp_path: Any) -> None:
     flagged = _fn("exact", {"a": {"type": "string"}}, strict=True)
     registry = ToolRegistry([flagged, SIX[0]])

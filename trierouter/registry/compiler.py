@@ -201,8 +201,7 @@ class CompiledTools:
         }
         if refused:
             raise unserved_error(refused)
-        for name, problems in self.relaxed.items():
-            log_relaxed(name, problems)
+        log_relaxed(self.relaxed)
         t2 = time.perf_counter()
         self.stats.names_ms = (t1 - t0) * 1e3
         self.stats.analysis_ms = (t2 - t1) * 1e3

@@ -7,8 +7,8 @@ Where the registry, the compiler and the server decide which applies, one rule
 ``strict=None`` (the default) leaves it to each function's own ``strict`` flag (absent: relaxed).
 What a relaxed tool's calls are not held to is a list of
 :class:`~trierouter.registry.slots.normalize.Problem` (kind and slot path), logged once per tool
-and process on the ``trierouter`` logger, listed by ``explain`` and by ``relaxed(name)``; a
-finished call is still validated against the tool's original schema.
+and process on the ``trierouter`` logger (:func:`log_relaxed`), listed by ``explain`` and by
+``relaxed(name)``; a finished call is still validated against the tool's original schema.
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ import threading
 
 from trierouter.registry.slots.normalize import Problem
 
-__all__ = ["log_relaxed", "relaxed_table", "strict_for"]
+__all__ = ["LOUD", "log_relaxed", "relaxed_table", "strict_for"]
 
 logger = logging.getLogger("trierouter")
 
 _logged: set[str] = set()
 _lock = threading.Lock()
 _MAX_LOGGED = 100_000
+LOUD = 10
+"""Tools logged at WARNING per :func:`log_relaxed` call; the rest at INFO, with one WARNING that
+counts them (a 20,000-operation API registry would otherwise print thousands of lines)."""
 
 
 def strict_for(flag: bool | None, tool_strict: bool | None) -> bool:
@@ -34,26 +37,38 @@ def strict_for(flag: bool | None, tool_strict: bool | None) -> bool:
     return bool(tool_strict) if flag is None else flag
 
 
-def log_relaxed(name: str, problems: list[Problem]) -> None:
-    """One warning per tool (name and relaxations) and process: a client that sends the same
-    tools with every request is told once."""
-    if not problems:
-        return
-    text = "; ".join(str(p) for p in problems)
-    key = hashlib.sha256(f"{name}\0{text}".encode("utf-8", "surrogatepass")).hexdigest()
+def log_relaxed(relaxed: dict[str, list[Problem]]) -> None:
+    """Each tool of ``relaxed`` (name → its relaxations) logged once per process (a client that
+    sends the same tools with every request is told once): the first :data:`LOUD` new ones at
+    WARNING, any further ones at INFO under one WARNING that counts them."""
+    new: list[tuple[str, str, int]] = []
     with _lock:
-        if key in _logged:
-            return
-        if len(_logged) >= _MAX_LOGGED:
-            _logged.clear()
-        _logged.add(key)
-    logger.warning(
-        'tool %r is served relaxed (it has no "strict": true; %d construct(s) no engine '
-        "serves exactly; its calls are validated against the original schema): %s",
-        name,
-        len(problems),
-        text,
-    )
+        for name, problems in relaxed.items():
+            if not problems:
+                continue
+            text = "; ".join(str(p) for p in problems)
+            key = hashlib.sha256(f"{name}\0{text}".encode("utf-8", "surrogatepass")).hexdigest()
+            if key in _logged:
+                continue
+            if len(_logged) >= _MAX_LOGGED:
+                _logged.clear()
+            _logged.add(key)
+            new.append((name, text, len(problems)))
+    for i, (name, text, n) in enumerate(new):
+        logger.log(
+            logging.WARNING if i < LOUD else logging.INFO,
+            'tool %r is served relaxed (no "strict": true; %d construct(s) no engine serves '
+            "exactly; its calls are validated against the original schema): %s",
+            name,
+            n,
+            text,
+        )
+    if len(new) > LOUD:
+        logger.warning(
+            "%d more tools are served relaxed (logged at INFO; registry.relaxed(name) and "
+            "explain(name) list each)",
+            len(new) - LOUD,
+        )
 
 
 def relaxed_table(problems: list[Problem]) -> str:

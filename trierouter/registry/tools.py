@@ -246,9 +246,8 @@ class ToolRegistry:
             )
         for tool in ready:
             self._tools[tool.name] = tool
-            if tool.name in relaxed:
-                self._relaxed[tool.name] = relaxed[tool.name]
-                log_relaxed(tool.name, relaxed[tool.name])
+        self._relaxed.update(relaxed)
+        log_relaxed(relaxed)
         self._runners.update(runners)
         return ready
 
