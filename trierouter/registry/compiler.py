@@ -29,12 +29,11 @@ from trierouter.errors import (
     CompileError,
     TrieRouterError,
     UnknownToolError,
-    UnservedSchemaError,
     missing,
 )
 from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.relax import log_relaxed, relaxed_table, strict_for
+from trierouter.registry.relax import log_relaxed, relaxed_table, strict_for, unserved_error
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
 from trierouter.registry.slots.eager import MaskPipeline
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
@@ -471,19 +470,6 @@ def _schema_key(schema: dict[str, Any], i: int) -> str:
 
 def _escaped(name: str) -> str:
     return json.dumps(name, ensure_ascii=False)[1:-1]
-
-
-def unserved_error(relaxed: dict[str, list[Problem]]) -> UnservedSchemaError:
-    """The error for tools whose schemas hold constructs no engine serves exactly."""
-    lines = [f"tool {name!r}: {p}" for name, ps in relaxed.items() for p in ps]
-    shown = "\n  ".join(lines[:10])
-    more = f"\n  ... and {len(lines) - 10} more" if len(lines) > 10 else ""
-    return UnservedSchemaError(
-        f"{len(relaxed)} tool(s) held strict use constructs no engine serves exactly (fix each, "
-        'or drop the function\'s "strict": true / pass strict=False to serve them relaxed, '
-        f"listed in .relaxed):\n  {shown}{more}",
-        problems=lines,
-    )
 
 
 def _patterns(schema: Any) -> list[str]:

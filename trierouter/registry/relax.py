@@ -17,9 +17,10 @@ import hashlib
 import logging
 import threading
 
+from trierouter.errors import UnservedSchemaError
 from trierouter.registry.slots.normalize import Problem
 
-__all__ = ["LOUD", "log_relaxed", "relaxed_table", "strict_for"]
+__all__ = ["LOUD", "log_relaxed", "relaxed_table", "strict_for", "unserved_error"]
 
 logger = logging.getLogger("trierouter")
 
@@ -78,3 +79,16 @@ def relaxed_table(problems: list[Problem]) -> str:
     rows = [f"relaxed ({len(problems)}): served without what no engine serves exactly"]
     rows += [f"  {p.path or '$'}  {p.kind}: {p.why}" for p in problems]
     return "\n" + "\n".join(rows)
+
+
+def unserved_error(relaxed: dict[str, list[Problem]]) -> UnservedSchemaError:
+    """The error for tools whose schemas hold constructs no engine serves exactly."""
+    lines = [f"tool {name!r}: {p}" for name, ps in relaxed.items() for p in ps]
+    shown = "\n  ".join(lines[:10])
+    more = f"\n  ... and {len(lines) - 10} more" if len(lines) > 10 else ""
+    return UnservedSchemaError(
+        f"{len(relaxed)} tool(s) held strict use constructs no engine serves exactly (fix each, "
+        'or drop the function\'s "strict": true / pass strict=False to serve them relaxed, '
+        f"listed in .relaxed):\n  {shown}{more}",
+        problems=lines,
+    )
