@@ -201,8 +201,8 @@ def test_decoded_calls_valid_for_the_relaxed_schema_and_checked_against_the_orig
 
 def test_server_serves_the_request_and_reports_relaxations() -> None:
     """The inline tools of one request: one sloppy tool of six served (not a 400), refused with
-    ``"strict": true``; its call carries the ``trierouter`` extension field, with the check
-    against the original schema's verdict."""
+    ``"strict": true``; the parser's call of it carries the ``trierouter`` extension field, with
+    the check against the original schema's verdict, and so does the streamed delta naming it."""
     pytest.importorskip("vllm")
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.exceptions import VLLMValidationError
@@ -232,6 +232,12 @@ def test_server_serves_the_request_and_reports_relaxations() -> None:
             {"kind": "type", "path": "people", "why": ext["relaxed"][0]["why"]}
         ]
         assert "people" in ext["invalid"]
+        streamed = TrieRouterHermesToolParser(None).extract_tool_calls_streaming(
+            "", text, text, [], [], [], req
+        )
+        (opened,) = json.loads(streamed.model_dump_json())["tool_calls"]
+        assert opened["function"]["name"] == "find_restaurant"
+        assert opened["trierouter"]["relaxed"] == ext["relaxed"]
     # an exact tool's call carries nothing
     text = '<tool_call>\n{"name": "book_taxi", "arguments": {"seats": 2}}\n</tool_call>'
     (tc,) = parser.extract_tool_calls(text, req).tool_calls

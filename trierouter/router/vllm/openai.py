@@ -15,10 +15,13 @@ it, by the model's own chat template) and before sampling parameters are made, t
   each checked with ``jsonschema`` and its format checker against the tool's original schema.
 
 A tool without ``"strict": true`` whose schema holds what no engine serves exactly is served
-relaxed (:mod:`trierouter.registry.relax`); each call of it carries the extension field
-``trierouter`` (``{"relaxed": [{"kind", "path", "why"}, ...]}``, on the tool call and on the
-streamed delta that names it), and a finished call that its original schema refuses is returned
-with ``"invalid": "<why>"`` there (and a warning logged) instead of failing the request.
+relaxed (:mod:`trierouter.registry.relax`; logged once per tool when the request is checked).
+The parser's tool calls of it carry the extension field ``trierouter`` (``{"relaxed": [{"kind",
+"path", "why"}, ...]}``, ``"invalid": "<why>"`` when the finished call fails its original schema,
+which is then logged as a warning instead of failing the request). vLLM 0.32 streams the
+parser's deltas as they are (the field reaches the client on the delta that names the call) but
+rebuilds a non-streamed call from its id, name and arguments: there the field is dropped and the
+server log is the report.
 
 ``supports_required_and_named = False``: vLLM then parses ``"required"`` and named choices with
 this parser too, instead of its JSON-list convention.
