@@ -300,11 +300,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         schemas = self._schemas(request)
         out = []
         for call in finished:
-            problem = call_problem(call, schemas)
-            relaxed = schema_relaxations(schemas.get(call.name))
-            if problem is not None and not relaxed:  # an exact tool: a bug if it happens
-                raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
-            out.append(_tool_call(call, relaxed, problem))
+            out.append(_tool_call(call, *_verdict(call, schemas)))
         return ExtractedToolCallInformation(
             tools_called=True, tool_calls=out, content=content or None
         )
@@ -361,9 +357,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
             return
         schemas = self._schemas(request)
         for call in done[self._checked :]:
-            problem = call_problem(call, schemas)
-            if problem is not None:
-                raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
+            _verdict(call, schemas)
         self._checked = len(done)
 
     def _ends(self, token: int, request: Any) -> bool:
@@ -396,6 +390,19 @@ class _RegistrySchemas(Mapping[str, dict[str, Any]]):
         return len(self._specs.names)
 
 
+def _verdict(call: ParsedCall, schemas: Mapping[str, Any]) -> tuple[list[Any], str | None]:
+    """The relaxations of ``call``'s tool and why its original schema refuses the call (or
+    ``None``): an exact tool's invalid call raises (a bug if it happens); a relaxed tool's is
+    logged and returned."""
+    problem = call_problem(call, schemas)
+    relaxed = schema_relaxations(schemas.get(call.name))
+    if problem is not None and not relaxed:
+        raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
+    if problem is not None:
+        logger.warning("trierouter: a call of relaxed tool %r: %s", call.name, problem)
+    return relaxed, problem
+
+
 def _tool_call(call: ParsedCall, relaxed: list[Any], invalid: str | None) -> Any:
     """The OpenAI tool call; a relaxed tool's with the ``trierouter`` extension field."""
     out = ToolCall(type="function", function=FunctionCall(name=call.name, arguments=call.arguments))
@@ -403,7 +410,6 @@ def _tool_call(call: ParsedCall, relaxed: list[Any], invalid: str | None) -> Any
         ext: dict[str, Any] = {"relaxed": [p.to_dict() for p in relaxed]}
         if invalid is not None:
             ext["invalid"] = invalid
-            logger.warning("trierouter: a call of relaxed tool %r: %s", call.name, invalid)
         out.trierouter = ext  # type: ignore[attr-defined,unused-ignore]
     return out
 
