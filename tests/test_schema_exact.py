@@ -227,7 +227,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
      _obj({"r": {"$ref": "#/$defs/R"}},
           **{"$defs": {"R": _obj({"s": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 99},
                                   "kids": {"type": "array", "items": {"$ref": "#/$defs/R"}}})}}),
-     "r.kids[]$defs.R.s", "pattern"),
+     "r.kids[]$defs.R.s", "maxLength"),
     ("a pattern XGrammar reads differently",
      _obj({"a": {"type": "string", "pattern": "^\\S+$"}}), "a", "pattern"),
     ("an optional group XGrammar misreads",
@@ -241,23 +241,27 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
 def test_refused_at_registration(case: tuple[str, dict[str, Any], str, str]) -> None:
     what, schema, slot, keyword = case
     tool = {"name": "t", "description": what, "parameters": schema}
-    with pytest.raises(UnservedSchemaError, match=re.escape(keyword)) as info:
-        ToolRegistry([tool])
-    assert "'t'" in str(info.value) and "strict=False" in str(info.value)
+    # OpenAI's "strict": true on the function, or a registry forced strict: refused
+    flagged = {"type": "function", "function": {**tool, "strict": True}}
+    for registry, item in ((ToolRegistry(), flagged), (ToolRegistry(strict=True), tool)):
+        with pytest.raises(UnservedSchemaError, match=re.escape(keyword)) as info:
+            registry.add(item)
+        assert "'t'" in str(info.value) and '"strict": true' in str(info.value)
     with pytest.raises(SchemaRefused):
         SlotCompiler(dry=True).analyze(schema)
-    # relaxed on request, and what was relaxed is recorded with its slot
-    loose = ToolRegistry([tool], strict=False)
-    relaxed = loose.relaxed("t")
-    where = slot.split("$defs")[0]
-    assert any(p.keyword == keyword and (p.path or "$").startswith(where) for p in relaxed)
-    assert all(p.fix for p in relaxed)
+    # without the flag (OpenAI's default) relaxed, and recorded with its slot and kind
+    for loose in (ToolRegistry([tool]), ToolRegistry([flagged], strict=False)):
+        relaxed = loose.relaxed("t")
+        where = slot.split("$defs")[0]
+        assert any(p.kind == keyword and (p.path or "$").startswith(where) for p in relaxed)
+        assert all(p.fix for p in relaxed)
+        assert f"{relaxed[0].path or '$'}  {relaxed[0].kind}: " in loose.explain("t")
 
 
 def test_unresolvable_ref_never_reaches_decoding(qwen2_index: TokenIndex) -> None:
     tool = {"name": "t", "parameters": _obj({"a": {"$ref": "#/$defs/nope"}})}
     with pytest.raises(UnservedSchemaError, match="does not resolve"):
-        compile_tools([tool], qwen2_index)
+        compile_tools([tool], qwen2_index, strict=True)
 
 
 def test_xgrammar_refusing_a_pattern_is_refused_or_recorded(qwen2_index: TokenIndex) -> None:
@@ -265,9 +269,10 @@ def test_xgrammar_refusing_a_pattern_is_refused_or_recorded(qwen2_index: TokenIn
     # parser refuses: refused, or with strict=False served without it and recorded
     schema = _obj({"p": {"type": "string", "pattern": "^[a-z]+(?<=x)$"}})
     with pytest.raises(UnservedSchemaError, match="pattern"):
-        compile_tools([{"name": "t", "parameters": schema}], qwen2_index)
-    ct = compile_tools([{"name": "t", "parameters": schema}], qwen2_index, strict=False)
+        compile_tools([{"name": "t", "parameters": schema, "strict": True}], qwen2_index)
+    ct = compile_tools([{"name": "t", "parameters": schema}], qwen2_index)
     assert [p.keyword for p in ct.relaxed["t"]] == ["pattern"]
+    assert "p  pattern: " in ct.explain("t")
 
 
 def test_min_items_is_bounded() -> None:
@@ -358,11 +363,14 @@ def test_length_bounds_every_match_meets_are_dropped_not_refused() -> None:
     kids = {"type": "array", "items": {"$ref": "#/$defs/R"}}
     tree = {"$defs": {"R": _obj({"s": s, "kids": kids})}}
     schema = {**_obj({"r": {"$ref": "#/$defs/R"}}), **tree}
-    ToolRegistry([{"name": "t", "parameters": schema}])  # registered
+    ToolRegistry([{"name": "t", "parameters": schema}], strict=True)  # registered
     sc = SlotCompiler(dry=True)
     sc.analyze(schema)
     text = json.dumps(list(sc.xgrammar_slots.values()))
     assert "^[a-f]{4}$" in text and "maxLength" not in text
     s["maxLength"] = 3  # now it cuts: refused
     with pytest.raises(UnservedSchemaError, match="maxLength"):
-        ToolRegistry([{"name": "t", "parameters": {**_obj({"r": {"$ref": "#/$defs/R"}}), **tree}}])
+        ToolRegistry(
+            [{"name": "t", "parameters": {**_obj({"r": {"$ref": "#/$defs/R"}}), **tree}}],
+            strict=True,
+        )

@@ -129,8 +129,9 @@ class ToolError(TrieRouterError, ValueError):
 
 
 class UnservedSchemaError(ToolError):
-    """A tool's schema holds a construct no engine serves exactly (each problem names the tool,
-    the slot, the keyword and the fix); ``strict=False`` serves it without and records it."""
+    """A tool held strict (its function's ``"strict": true``, or ``strict=True``) holds a
+    construct no engine serves exactly (each problem names the tool, the slot, the keyword and
+    the fix); without the flag the tool is served relaxed and the relaxation recorded."""
 
 
 class DuplicateToolError(ToolError):

@@ -29,11 +29,11 @@ from trierouter.errors import (
     CompileError,
     TrieRouterError,
     UnknownToolError,
-    UnservedSchemaError,
     missing,
 )
 from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.relax import log_relaxed, relaxed_table, strict_for, unserved_error
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
 from trierouter.registry.slots.eager import MaskPipeline
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
@@ -58,21 +58,26 @@ class ToolSpec:
     name: str
     parameters: dict[str, Any]
     description: str = ""
+    strict: bool | None = None
+    """The function's ``strict`` flag (OpenAI's): ``True``, exact or refused (see
+    :func:`~trierouter.registry.relax.strict_for`)."""
 
 
 def _as_spec(tool: Any) -> ToolSpec:
     if isinstance(tool, ToolSpec):
         return tool
     if isinstance(tool, dict):
+        f = tool
         if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
             f = tool["function"]
-            return ToolSpec(f["name"], f.get("parameters") or {}, f.get("description") or "")
-        schema = tool.get("parameters", tool.get("input_schema", tool.get("inputSchema")))
-        return ToolSpec(tool["name"], schema or {}, tool.get("description") or "")
+        schema = f.get("parameters", f.get("input_schema", f.get("inputSchema")))
+        flag = f.get("strict") is True or None
+        return ToolSpec(f["name"], schema or {}, f.get("description") or "", flag)
     name = getattr(tool, "name", None)
     params = getattr(tool, "parameters", None)
     if isinstance(name, str) and isinstance(params, dict):
-        return ToolSpec(name, params, getattr(tool, "description", "") or "")
+        flag = getattr(tool, "strict", None) is True or None
+        return ToolSpec(name, params, getattr(tool, "description", "") or "", flag)
     raise CompileError(
         f"tool {tool!r:.80}: expected a ToolRegistry Tool, an OpenAI / Anthropic / MCP tool "
         "dict or a ToolSpec"
@@ -115,7 +120,7 @@ class CompiledTools:
         eager_xgrammar: bool = False,
         eager_automata: bool = False,
         cache_size: int = 4096,
-        strict: bool = True,
+        strict: bool | None = None,
     ) -> None:
         # Python's cyclic collector is paused while compiling (and restored after): a compile
         # allocates many long-lived objects and no cycles, and each collection would traverse
@@ -136,7 +141,7 @@ class CompiledTools:
         eager_xgrammar: bool,
         eager_automata: bool,
         cache_size: int,
-        strict: bool,
+        strict: bool | None,
     ) -> None:
         self.index = index
         self.vocabulary = index.vocabulary
@@ -171,7 +176,7 @@ class CompiledTools:
         self._cache_size = cache_size
         self.slots: list[list[Slot]] = []
         self.relaxed: dict[str, list[Problem]] = {}
-        """Per tool, what ``strict=False`` served without (empty when strict)."""
+        """Per relaxed tool, what it is served without (kind and slot path of each)."""
         if eager_automata:
             self.xgrammar_schemas = self._build_all()
         else:
@@ -188,8 +193,14 @@ class CompiledTools:
                     self.stats.slots_by_engine.get(sl.engine, 0) + 1
                 )
         self._check_patterns()
-        if strict and self.relaxed:
-            raise unserved_error(self.relaxed)
+        refused = {
+            s.name: self.relaxed[s.name]
+            for s in self.specs
+            if s.name in self.relaxed and strict_for(strict, s.strict)
+        }
+        if refused:
+            raise unserved_error(refused)
+        log_relaxed(self.relaxed)
         t2 = time.perf_counter()
         self.stats.names_ms = (t1 - t0) * 1e3
         self.stats.analysis_ms = (t2 - t1) * 1e3
@@ -442,8 +453,10 @@ class CompiledTools:
                 gc.enable()
 
     def explain(self, name: str) -> str:
-        """A table of the slots of tool ``name`` and the engine serving each."""
-        return slot_table(self.slots[self.tool_index(name)], len(self.specs))
+        """A table of the slots of tool ``name`` and the engine serving each (and what a
+        relaxed tool is served without)."""
+        table = slot_table(self.slots[self.tool_index(name)], len(self.specs))
+        return table + relaxed_table(self.relaxed.get(name, []))
 
 
 def _schema_key(schema: dict[str, Any], i: int) -> str:
@@ -457,18 +470,6 @@ def _schema_key(schema: dict[str, Any], i: int) -> str:
 
 def _escaped(name: str) -> str:
     return json.dumps(name, ensure_ascii=False)[1:-1]
-
-
-def unserved_error(relaxed: dict[str, list[Problem]]) -> UnservedSchemaError:
-    """The error for tools whose schemas hold constructs no engine serves exactly."""
-    lines = [f"tool {name!r}: {p}" for name, ps in relaxed.items() for p in ps]
-    shown = "\n  ".join(lines[:10])
-    more = f"\n  ... and {len(lines) - 10} more" if len(lines) > 10 else ""
-    return UnservedSchemaError(
-        f"{len(relaxed)} tool(s) use constructs no engine serves exactly (fix each, or pass "
-        f"strict=False to serve them without and list them in .relaxed):\n  {shown}{more}",
-        problems=lines,
-    )
 
 
 def _patterns(schema: Any) -> list[str]:
@@ -522,16 +523,19 @@ def compile_tools(
     return CompiledTools(tools, index, **kwargs)
 
 
-def check_tools(tools: Iterable[Any], *, slots: bool = True) -> list[ToolSpec]:
+def check_tools(
+    tools: Iterable[Any], *, slots: bool = True, strict: bool | None = None
+) -> list[ToolSpec]:
     """What :class:`CompiledTools` checks before it needs a tokenizer: every tool reads as a
     spec, names are unique, every schema passes the slot analysis (``slots=False``: not this
-    one, the slowest). Raises ``CompileError`` naming the tool; cheap enough for an API server
-    to run per request."""
+    one, the slowest; a tool held strict, :func:`~trierouter.registry.relax.strict_for`, is
+    refused for what no engine serves exactly). Raises ``CompileError`` naming the tool;
+    cheap enough for an API server to run per request."""
     specs = [_as_spec(t) for t in tools]
     if not specs:
         raise CompileError("tools: the registry is empty; register at least one tool")
     seen: set[str] = set()
-    dry = SlotCompiler(dry=True)
+    exact, loose = SlotCompiler(dry=True), SlotCompiler(dry=True, strict=False)
     for i, s in enumerate(specs):
         if s.name in seen:
             raise CompileError(f"tools[{i}] {s.name!r} is given twice; tool names must be unique")
@@ -539,7 +543,7 @@ def check_tools(tools: Iterable[Any], *, slots: bool = True) -> list[ToolSpec]:
         if not slots:
             continue
         try:
-            dry.tool(_normalized(s.parameters), b"")
+            (exact if strict_for(strict, s.strict) else loose).tool(_normalized(s.parameters), b"")
         except (CompileError, ValueError, TypeError, KeyError, RecursionError) as exc:
             raise CompileError(f"tools[{i}] {s.name!r}: {exc}") from exc
     return specs

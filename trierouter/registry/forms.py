@@ -41,7 +41,15 @@ class ConversionError(Exception):
         self.name = name
 
 
-def _tool(name: Any, description: Any, parameters: Any, *, title: Any = None, source: str) -> Tool:
+def _tool(
+    name: Any,
+    description: Any,
+    parameters: Any,
+    *,
+    title: Any = None,
+    source: str,
+    strict: Any = None,
+) -> Tool:
 
     if not isinstance(name, str):
         raise ConversionError(f"its name must be a string, got {type(name).__name__}")
@@ -53,7 +61,11 @@ def _tool(name: Any, description: Any, parameters: Any, *, title: Any = None, so
         )
     if title is not None and not isinstance(title, str):
         raise ConversionError(f"its title must be a string, got {type(title).__name__}", name=name)
-    return Tool(name, description, parameters, title=title, source=source)
+    if strict is not None and not isinstance(strict, bool):
+        raise ConversionError(
+            f"its strict flag must be true, false or absent, got {strict!r:.40}", name=name
+        )
+    return Tool(name, description, parameters, title=title, source=source, strict=strict)
 
 
 def field_of(obj: Any, *keys: str) -> Any:
@@ -83,7 +95,13 @@ def from_openai(spec: Any) -> Tool:
         )
     if "name" not in fn:
         raise ConversionError("an OpenAI tool needs function.name")
-    return _tool(fn["name"], fn.get("description"), fn.get("parameters"), source="openai")
+    return _tool(
+        fn["name"],
+        fn.get("description"),
+        fn.get("parameters"),
+        source="openai",
+        strict=fn.get("strict"),
+    )
 
 
 def from_anthropic(spec: Any) -> Tool:
@@ -94,7 +112,11 @@ def from_anthropic(spec: Any) -> Tool:
             name=_name_hint(spec),
         )
     return _tool(
-        spec["name"], spec.get("description"), spec.get("input_schema"), source="anthropic"
+        spec["name"],
+        spec.get("description"),
+        spec.get("input_schema"),
+        source="anthropic",
+        strict=spec.get("strict"),
     )
 
 
@@ -134,7 +156,9 @@ def from_dict(spec: Mapping[str, Any]) -> Tool:
         raise ConversionError(
             "this looks like an MCP tools/list result, not a tool: use add_mcp(result)"
         )
-    if "name" in spec and set(spec) <= {"name", "description", "parameters", "title", "source"}:
+    if "name" in spec and set(spec) <= {
+        "name", "description", "parameters", "title", "source", "strict"
+    }:  # fmt: skip
         source = spec.get("source", "dict")
         if not isinstance(source, str):
             raise ConversionError("its source must be a string", name=_name_hint(spec))
@@ -144,6 +168,7 @@ def from_dict(spec: Mapping[str, Any]) -> Tool:
             spec.get("parameters"),
             title=spec.get("title"),
             source=source,
+            strict=spec.get("strict"),
         )
     raise ConversionError(
         f"a dict with keys {sorted(spec)[:8]} is no known tool form: expected OpenAI "

@@ -37,6 +37,11 @@ class Tool:
     source: str = "dict"
     """The form it came from: openai, anthropic, mcp, bfcl, pydantic, callable, langchain or
     dict."""
+    strict: bool | None = None
+    """OpenAI's (and Anthropic's) ``strict`` flag of the function: ``True``, its schema is served
+    exactly or the tool is refused; ``None`` / ``False`` (the APIs' default), a construct no
+    engine serves exactly is relaxed to the nearest exact form and recorded
+    (:class:`~trierouter.registry.tools.ToolRegistry` ``strict=`` overrides it)."""
 
     def to_openai(self) -> dict[str, Any]:
         """OpenAI Chat Completions form: ``{"type": "function", "function": {...}}``."""
@@ -44,6 +49,8 @@ class Tool:
         if self.description:
             fn["description"] = self.description
         fn["parameters"] = self.parameters
+        if self.strict is not None:
+            fn["strict"] = self.strict
         return {"type": "function", "function": fn}
 
     def to_anthropic(self) -> dict[str, Any]:

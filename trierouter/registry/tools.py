@@ -14,9 +14,13 @@ without surrounding whitespace, control characters or lone surrogates; any other
 allowed (a decoder emits names JSON-escaped). Parameters are a valid JSON Schema (draft 2020-12,
 or the draft its ``$schema`` names) describing an object, every ``$ref`` of which resolves, and
 whose every construct some engine serves exactly (:mod:`trierouter.registry.slots.normalize`):
-otherwise the tool is refused with :class:`~trierouter.errors.UnservedSchemaError` naming the
-slot, the keyword and the fix. ``ToolRegistry(strict=False)`` registers such tools anyway and
-lists what their calls are not held to in :meth:`ToolRegistry.relaxed`.
+or the tool is *relaxed* (OpenAI's convention, :mod:`trierouter.registry.relax`): a function
+with ``"strict": true`` is refused with :class:`~trierouter.errors.UnservedSchemaError` naming
+the slot, the keyword and the fix; one without it (the default) is registered, each such
+construct served in its nearest exact form (a contradictory ``type`` + ``enum`` as the enum's
+values, ``uniqueItems`` as a plain array, an unserved pattern or format as a plain string...),
+listed by :meth:`ToolRegistry.relaxed` and :meth:`ToolRegistry.explain`, and logged once per
+tool. ``ToolRegistry(strict=True)`` / ``strict=False`` force one mode for every tool.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,7 @@ from trierouter.errors import (
 from trierouter.registry import forms as convert
 from trierouter.registry.forms import ConversionError
 from trierouter.registry.mcp import exception_leaves, list_tools_page, mcp_listing
+from trierouter.registry.relax import log_relaxed, relaxed_table, strict_for
 from trierouter.registry.schema_check import schema_problem
 from trierouter.registry.slots.dispatch import SlotCompiler, unserved_problems
 from trierouter.registry.slots.normalize import Problem
@@ -58,10 +64,13 @@ class _Unserved(ConversionError):
     """A construct of the tool's schema that no engine serves exactly."""
 
 
-def _normalize(tool: Tool, *, owned: bool = False, strict: bool = True) -> Tool:
-    """A validated copy of ``tool``: a deep copy of its parameters (unless ``owned``: parsed
-    from a file, referenced by nothing else), made an object schema; ``strict``: refused when
-    a construct of it is served exactly by no engine."""
+def _normalize(
+    tool: Tool, *, owned: bool = False, strict: bool | None = None
+) -> tuple[Tool, list[Problem]]:
+    """A validated copy of ``tool`` (a deep copy of its parameters unless ``owned``: parsed
+    from a file, referenced by nothing else, made an object schema) and its relaxations;
+    refused when held strict (:func:`~trierouter.registry.relax.strict_for`) and a construct
+    of it is served exactly by no engine."""
     if not isinstance(tool.name, str):
         raise ConversionError(f"its name must be a string, got {type(tool.name).__name__}")
     problem = name_problem(tool.name)
@@ -105,18 +114,17 @@ def _normalize(tool: Tool, *, owned: bool = False, strict: bool = True) -> Tool:
         )
     params.setdefault("type", "object")
     params.setdefault("properties", {})
-    if strict:
-        unserved = unserved_problems(params)
-        if unserved:
-            listed = "; ".join(str(p) for p in unserved[:5])
-            more = f" (and {len(unserved) - 5} more)" if len(unserved) > 5 else ""
-            raise _Unserved(
-                f"its schema uses what no engine serves exactly: {listed}{more}. Fix the "
-                "schema, or register it with ToolRegistry(strict=False) to serve it without "
-                "those constraints",
-                name=tool.name,
-            )
-    return Tool(tool.name, tool.description, params, title=tool.title, source=tool.source)
+    unserved = unserved_problems(params)
+    if unserved and strict_for(strict, tool.strict):
+        listed = "; ".join(str(p) for p in unserved[:5])
+        more = f" (and {len(unserved) - 5} more)" if len(unserved) > 5 else ""
+        raise _Unserved(
+            f"its schema uses what no engine serves exactly: {listed}{more}. Fix the "
+            'schema, or drop the function\'s "strict": true (or register it with '
+            "ToolRegistry(strict=False)) to serve it relaxed, without those constraints",
+            name=tool.name,
+        )
+    return replace(tool, parameters=params), unserved
 
 
 @contextmanager
@@ -165,12 +173,15 @@ def _flatten(tools: tuple[Any, ...]) -> list[Any]:
 
 
 class ToolRegistry:
-    """An ordered set of uniquely named, validated tools (see the module docstring)."""
+    """An ordered set of uniquely named, validated tools (see the module docstring);
+    ``strict``: ``None`` (default), each function's own ``"strict"`` flag decides (absent:
+    relaxed); ``True``, every tool exact or refused; ``False``, every tool served."""
 
-    __slots__ = ("_runners", "_strict", "_tools")
+    __slots__ = ("_relaxed", "_runners", "_strict", "_tools")
 
-    def __init__(self, tools: Iterable[Any] = (), *, strict: bool = True) -> None:
+    def __init__(self, tools: Iterable[Any] = (), *, strict: bool | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self._relaxed: dict[str, list[Problem]] = {}
         self._strict = strict
         self._runners: dict[str, Any] = {}
         items = list(tools)
@@ -193,9 +204,10 @@ class ToolRegistry:
         batch: dict[str, int] = {}
         ready: list[Tool] = []
         runners: dict[str, Any] = {}
+        relaxed: dict[str, list[Problem]] = {}
         for i, obj in enumerate(items):
             try:
-                tool = _normalize(read(obj), owned=owned, strict=self._strict)
+                tool, unserved = _normalize(read(obj), owned=owned, strict=self._strict)
             except ConversionError as err:
                 who = f"tools[{i}] {err.name!r}" if err.name is not None else f"tools[{i}]"
                 problems.append(f"{who}: {err}")
@@ -220,6 +232,8 @@ class ToolRegistry:
             else:
                 batch[tool.name] = i
                 ready.append(tool)
+                if unserved:
+                    relaxed[tool.name] = unserved
                 if _runnable(obj):
                     runners[tool.name] = obj
         if problems:
@@ -232,6 +246,8 @@ class ToolRegistry:
             )
         for tool in ready:
             self._tools[tool.name] = tool
+        self._relaxed.update(relaxed)
+        log_relaxed(relaxed)
         self._runners.update(runners)
         return ready
 
@@ -450,14 +466,16 @@ class ToolRegistry:
         return compile_tools(list(self), index, **kwargs)
 
     @property
-    def strict(self) -> bool:
-        """Whether tools with constructs no engine serves exactly are refused (the default)."""
+    def strict(self) -> bool | None:
+        """``True``: every tool exact or refused; ``False``: every tool served, relaxed where
+        needed; ``None`` (default): each function's own ``strict`` flag decides."""
         return self._strict
 
     def relaxed(self, name: str) -> list[Problem]:
-        """What calls of tool ``name`` are not held to (``strict=False`` registries only;
-        always empty in a strict one)."""
-        return unserved_problems(self[name].parameters)
+        """What calls of tool ``name`` are not held to (kind and slot path of each relaxation;
+        empty for a tool served exactly)."""
+        self[name]
+        return list(self._relaxed.get(name, ()))
 
     def explain(self, name: str) -> str:
         """Which engine serves each slot of tool ``name`` (no tokenizer needed): the same
@@ -466,7 +484,7 @@ class ToolRegistry:
         from trierouter.registry.slots.dispatch import slot_table
 
         slots, _ = SlotCompiler(dry=True, strict=False).analyze(_normalized(self[name].parameters))
-        return slot_table(slots, len(self))
+        return slot_table(slots, len(self)) + relaxed_table(self.relaxed(name))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the registry as JSON (atomically: a temporary file, then a rename)."""
@@ -477,6 +495,8 @@ class ToolRegistry:
                 if t.title is not None:
                     row["title"] = t.title
                 row["source"] = t.source
+                if t.strict is not None:
+                    row["strict"] = t.strict
                 row["parameters"] = t.parameters
                 rows.append(row)
             doc = {"format": _FORMAT, "version": _VERSION, "count": len(rows), "tools": rows}
@@ -491,7 +511,7 @@ class ToolRegistry:
             tmp.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, strict: bool = True) -> ToolRegistry:
+    def load(cls, path: str | os.PathLike[str], *, strict: bool | None = None) -> ToolRegistry:
         """Reads a file written by :meth:`save`, validating every tool again; a truncated,
         altered or foreign file raises :class:`~trierouter.errors.CorruptFileError`."""
         try:

@@ -294,9 +294,13 @@ class SlotCompiler:
                 for k in ("minLength", "maxLength"):  # every full match already fits them
                     out.pop(k, None)
                 lengths = False
-            if why is None and lengths:
+            if why is None and lengths:  # relaxed: the pattern alone (the nearer of the two)
                 why = "XGrammar 0.2.8 ignores minLength / maxLength beside a pattern"
-            if why is not None:
+                for k in ("minLength", "maxLength"):
+                    if out.pop(k, None) is not None:
+                        fix = "drop the bound, or fold it into the pattern"
+                        self._problems.append(Problem(where, k, why, fix))
+            elif why is not None:
                 fix = "rewrite the pattern in the supported subset, or drop it"
                 text = str(out["pattern"])
                 if pattern_node(text) is not None and not _pattern_served(text):  # too large

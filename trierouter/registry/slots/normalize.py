@@ -100,6 +100,15 @@ class Problem:
     def __str__(self) -> str:
         return f"{self.path or '$'}: {self.keyword}: {self.why}; {self.fix}"
 
+    @property
+    def kind(self) -> str:
+        """The keyword relaxed (``type`` beside a contradicting ``enum``, ``pattern``...)."""
+        return self.keyword
+
+    def to_dict(self) -> dict[str, str]:
+        """``{"kind", "path", "why"}``: a relaxation as reported on a response."""
+        return {"kind": self.keyword, "path": self.path or "$", "why": self.why}
+
 
 @dataclass
 class Normalized:
@@ -418,6 +427,14 @@ class _Normalizer:
             rest = {k: v for k, v in out.items() if k != "enum"}
             if rest:
                 kept = [v for v in values if self._valid(v, rest)]
+                if not kept and values:  # a contradiction: the listed values are what was meant
+                    untyped = {k: w for k, w in rest.items() if k != "type"}
+                    typed = "type" in rest and all(self._valid(v, untyped) for v in values)
+                    what = f"type {_key(rest['type'])}" if typed else f"its siblings {sorted(rest)}"
+                    why = f"no value of its enum is valid against {what}: served as its values"
+                    fix = "make the enum and the other keywords agree"
+                    self.problem(path, "type" if typed else "enum", why, fix)
+                    return {"enum": values}
                 if not kept:
                     raise _Empty
                 return {"enum": kept}
@@ -444,12 +461,6 @@ class _Normalizer:
         if "multipleOf" in out and out.get("type") != "integer":
             self.problem(path, "multipleOf", "multipleOf is served on integers only",
                          'use "type": "integer", or drop multipleOf')  # fmt: skip
-        if (
-            out.get("type") == "string"
-            and ("pattern" in out)
-            and ("minLength" in out or "maxLength" in out or "format" in out)
-        ):
-            pass  # the dispatcher decides (the automaton serves some)
         return out
 
     def _valid(self, value: Any, schema: dict[str, Any]) -> bool:

@@ -4,11 +4,15 @@ and pass the compiler's slot analysis; a named tool must exist; a named registry
 configured. The worker would otherwise find these problems mid-batch.
 
 Results are cached by content hash, so a client that sends the same tools with every request
-pays the checks once.
+pays the checks once. Each tool follows the request: a function with ``"strict": true`` is served
+exactly or refused; one without it is served, relaxed where no engine serves a construct exactly
+(:mod:`trierouter.registry.relax`; logged once per tool, and listed on each call of it by
+:func:`schema_relaxations`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -19,6 +23,8 @@ from typing import Any
 
 from trierouter.errors import TrieRouterError
 from trierouter.registry.compiler import check_tools
+from trierouter.registry.slots.dispatch import unserved_problems
+from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tools import ToolRegistry
 from trierouter.router.vllm.args import ENV_TOOLS
 from trierouter.router.vllm.named import list_tool_registries, load_tool_registries
@@ -30,6 +36,7 @@ __all__ = [
     "check_tool_choice",
     "count_work",
     "registry_specs",
+    "schema_relaxations",
 ]
 
 BUILTIN_CHOICES = ("required", "auto", "none")
@@ -93,6 +100,23 @@ def check_inline_tools(tools_json: str) -> tuple[str, ...]:
         while len(_inline_ok) > _CACHE_SIZE:
             _inline_ok.popitem(last=False)
     return names
+
+
+def schema_relaxations(schema: Any) -> list[Problem]:
+    """What a tool whose argument schema is ``schema`` is served without (kind and slot path of
+    each relaxation; empty for a schema served exactly), cached by content."""
+    if not isinstance(schema, dict) or not schema:
+        return []
+    try:
+        text = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return []
+    return list(_relaxations(text))
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _relaxations(text: str) -> tuple[Problem, ...]:
+    return tuple(unserved_problems(json.loads(text)))
 
 
 def check_tool_choice(choice: str, names: Sequence[str] | frozenset[str], where: str) -> None:

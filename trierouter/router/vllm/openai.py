@@ -12,7 +12,16 @@ it, by the model's own chat template) and before sampling parameters are made, t
   ``vllm_xargs`` that :class:`~trierouter.router.vllm.processor.TrieRouterLogitsProcessor`
   decodes in the model's native call syntax (no structured-outputs grammar is compiled);
 - reads calls out of the native syntax into ``message.tool_calls`` (and streaming deltas),
-  each checked with ``jsonschema`` and its format checker.
+  each checked with ``jsonschema`` and its format checker against the tool's original schema.
+
+A tool without ``"strict": true`` whose schema holds what no engine serves exactly is served
+relaxed (:mod:`trierouter.registry.relax`; logged once per tool when the request is checked).
+The parser's tool calls of it carry the extension field ``trierouter`` (``{"relaxed": [{"kind",
+"path", "why"}, ...]}``, ``"invalid": "<why>"`` when the finished call fails its original schema,
+which is then logged as a warning instead of failing the request). vLLM 0.32 streams the
+parser's deltas as they are (the field reaches the client on the delta that names the call) but
+rebuilds a non-streamed call from its id, name and arguments: there the field is dropped and the
+server log is the report.
 
 ``supports_required_and_named = False``: vLLM then parses ``"required"`` and named choices with
 this parser too, instead of its JSON-list convention.
@@ -55,6 +64,7 @@ from trierouter.router.vllm.checks import (
     check_tool_choice,
     count_work,
     registry_specs,
+    schema_relaxations,
 )
 
 try:
@@ -288,14 +298,11 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
                 tools_called=False, tool_calls=[], content=model_output
             )
         schemas = self._schemas(request)
+        out = []
         for call in finished:
-            problem = call_problem(call, schemas)
-            if problem is not None:
-                raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
+            out.append(_tool_call(call, *_verdict(call, schemas)))
         return ExtractedToolCallInformation(
-            tools_called=True,
-            tool_calls=[_tool_call(c) for c in finished],
-            content=content or None,
+            tools_called=True, tool_calls=out, content=content or None
         )
 
     def extract_tool_calls_streaming(
@@ -316,14 +323,16 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         for i, name, frag in delta.calls:
             if name is not None:
                 self._ids[i] = ToolCall(function=FunctionCall(name=name, arguments="")).id
-                calls.append(
-                    DeltaToolCall(
-                        index=i,
-                        id=self._ids[i],
-                        type="function",
-                        function=DeltaFunctionCall(name=name, arguments=frag),
-                    )
+                opened = DeltaToolCall(
+                    index=i,
+                    id=self._ids[i],
+                    type="function",
+                    function=DeltaFunctionCall(name=name, arguments=frag),
                 )
+                relaxed = schema_relaxations(self._schemas(request).get(name))
+                if relaxed:
+                    opened.trierouter = {"relaxed": [p.to_dict() for p in relaxed]}  # type: ignore[attr-defined,unused-ignore]
+                calls.append(opened)
             else:
                 calls.append(DeltaToolCall(index=i, function=DeltaFunctionCall(arguments=frag)))
         if not calls and not delta.content:
@@ -348,9 +357,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
             return
         schemas = self._schemas(request)
         for call in done[self._checked :]:
-            problem = call_problem(call, schemas)
-            if problem is not None:
-                raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
+            _verdict(call, schemas)
         self._checked = len(done)
 
     def _ends(self, token: int, request: Any) -> bool:
@@ -383,10 +390,28 @@ class _RegistrySchemas(Mapping[str, dict[str, Any]]):
         return len(self._specs.names)
 
 
-def _tool_call(call: ParsedCall) -> Any:
-    return ToolCall(
-        type="function", function=FunctionCall(name=call.name, arguments=call.arguments)
-    )
+def _verdict(call: ParsedCall, schemas: Mapping[str, Any]) -> tuple[list[Any], str | None]:
+    """The relaxations of ``call``'s tool and why its original schema refuses the call (or
+    ``None``): an exact tool's invalid call raises (a bug if it happens); a relaxed tool's is
+    logged and returned."""
+    problem = call_problem(call, schemas)
+    relaxed = schema_relaxations(schemas.get(call.name))
+    if problem is not None and not relaxed:
+        raise RuntimeError(f"trierouter: the model's tool call is not valid: {problem}")
+    if problem is not None:
+        logger.warning("trierouter: a call of relaxed tool %r: %s", call.name, problem)
+    return relaxed, problem
+
+
+def _tool_call(call: ParsedCall, relaxed: list[Any], invalid: str | None) -> Any:
+    """The OpenAI tool call; a relaxed tool's with the ``trierouter`` extension field."""
+    out = ToolCall(type="function", function=FunctionCall(name=call.name, arguments=call.arguments))
+    if relaxed:
+        ext: dict[str, Any] = {"relaxed": [p.to_dict() for p in relaxed]}
+        if invalid is not None:
+            ext["invalid"] = invalid
+        out.trierouter = ext  # type: ignore[attr-defined,unused-ignore]
+    return out
 
 
 def _subclass(fmt: str) -> type[TrieRouterToolParser]:
