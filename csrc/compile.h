@@ -293,4 +293,39 @@ struct GoMemo {
 constexpr int GO_MEMO_BITS = 14;  // 16,384 entries, 384 KB
 
 
+// -- the compile pass ---------------------------------------------------------------------------
+
+// One compile's inputs: the values' bytes (each followed by the terminator of ``tl`` bytes, in
+// ``joined``; sorted, deduplicated and relocated in place), the tokenizer's trie, the sorted end
+// ids, and the options of compile() (see the binding's compile()).
+struct CompileInput {
+    Buf<Str>& strs;
+    Buf<uint8_t>& joined;
+    const TokenTrie* tri;
+    int64_t tl;
+    const std::vector<int32_t>& eos;
+    bool allow_end;
+    long long max_keys;  // > 0: the compact layout (see compact_layout)
+    long long threads, split_min;
+};
+
+// The serving arrays (ChoiceSet's), the compact layout's (info empty when not compact), and the
+// values no token sequence spells (``bad``, with value_bytes / value_offsets, on kUnreachable).
+struct CompileOutput {
+    Buf<int32_t> row_ptr, tokens, far_pos, far_child, ends, lcps, drank, kfirst;
+    Buf<uint16_t> children;
+    Buf<uint8_t> vbytes;
+    Buf<int64_t> voff, info;
+    Buf<uint64_t> dbits;
+    std::vector<int64_t> bad;
+};
+
+enum class CompileStatus { kOk, kNoMemory, kTooManyNodes, kTooManyPairs, kUnreachable };
+
+// Values to the serving layout in one pass (no Python call: the binding releases the GIL):
+// sort, trie in preorder with each node's Aho-Corasick state, rows counted, rows written (in
+// chunks on threads of their own for large sets), pruned where a value may not be spellable,
+// far children, compact layout. Phases timed with ``lap``.
+CompileStatus compile_set(CompileInput& in, CompileOutput& o, Lap& lap);
+
 }  // namespace trierouter
