@@ -1,6 +1,6 @@
 // MatcherBase (Python type): one request's state and history over a Core (or a Python advance).
 #include "bindings/common.h"
-#include "bindings/serving.h"
+#include "bindings/core_object.h"
 
 namespace trierouter {
 
@@ -67,7 +67,7 @@ inline bool matcher_next(MatcherObject* self, int64_t state, int64_t token, int6
         return true;
     }
     if (self->core) {
-        *nxt = core_advance(self->core, state, token);
+        *nxt = core_advance(&self->core->s, state, token);
         return true;
     }
     if (!self->advance) {

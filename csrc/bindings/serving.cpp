@@ -1,7 +1,7 @@
 // Core (Python type): serving over a ChoiceSet's arrays: advance, masks, fill, batches, sparse
 // logits.
 #include "bindings/common.h"
-#include "bindings/serving.h"
+#include "bindings/core_object.h"
 
 namespace trierouter {
 
@@ -35,6 +35,7 @@ bool open_compact(CoreObject* self, PyObject* spec) {
     auto* x = new Compact(reinterpret_cast<TokenTrieObject*>(trie));
     delete self->cx;
     self->cx = x;
+    self->s.cx = x;
     if (!get_view(bo, x->v_bits, 'u', 8, "demand_bits") || !get_view(ro, x->v_rank, 'i', 4, "demand_rank") ||
         !get_view(fo, x->v_first, 'i', 4, "key_first") || !get_view(lo, x->v_lcp, 'i', 4, "key_lcp") ||
         !get_view(vbo, x->v_vb, 'u', 1, "value_bytes") || !get_view(voo, x->v_voff, 'i', 8, "value_offsets") ||
@@ -125,89 +126,33 @@ int Core_init(CoreObject* self, PyObject* args, PyObject*) {
     }
     Py_INCREF(tk);
     Py_XSETREF(self->tokens_obj, tk);
-    self->row_ptr = static_cast<const int32_t*>(self->v_row_ptr.b.buf);
-    self->tokens = static_cast<const int32_t*>(self->v_tokens.b.buf);
-    self->children = static_cast<const uint16_t*>(self->v_children.b.buf);
-    self->far_pos = static_cast<const int32_t*>(self->v_far_pos.b.buf);
-    self->far_child = static_cast<const int32_t*>(self->v_far_child.b.buf);
-    self->ends = static_cast<const int32_t*>(self->v_ends.b.buf);
-    self->n_far = self->v_far_pos.b.len / 4;
-    self->n_ends = self->v_ends.b.len / 4;
-    self->n_pairs = self->v_tokens.b.len / 4;
-    self->n_states = nrp - 1;
+    self->s.row_ptr = static_cast<const int32_t*>(self->v_row_ptr.b.buf);
+    self->s.tokens = static_cast<const int32_t*>(self->v_tokens.b.buf);
+    self->s.children = static_cast<const uint16_t*>(self->v_children.b.buf);
+    self->s.far_pos = static_cast<const int32_t*>(self->v_far_pos.b.buf);
+    self->s.far_child = static_cast<const int32_t*>(self->v_far_child.b.buf);
+    self->s.ends = static_cast<const int32_t*>(self->v_ends.b.buf);
+    self->s.n_far = self->v_far_pos.b.len / 4;
+    self->s.n_ends = self->v_ends.b.len / 4;
+    self->s.n_pairs = self->v_tokens.b.len / 4;
+    self->s.n_states = nrp - 1;
     if (spec != Py_None) {
         if (!PyTuple_Check(spec) || !open_compact(self, spec)) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "compact must be a tuple or None");
             return -1;
         }
-        self->n_states = self->cx->n_nodes + 2;
+        self->s.n_states = self->cx->n_nodes + 2;
     }
-    self->end_state = self->n_states - 2;
-    self->dead_state = self->n_states - 1;
-    self->width = width;
-    self->words = (width + 31) / 32;
+    self->s.end_state = self->s.n_states - 2;
+    self->s.dead_state = self->s.n_states - 1;
+    self->s.width = width;
+    self->s.words = (width + 31) / 32;
     return 0;
 }
 
 
-// The walked row of s, from a thread's cache of recent rows (direct-mapped by state): a step
-// walks the row its fill walked before (advance, then the next state's mask), and a batch's
-// advance the rows its previous fill walked. Valid until the thread's next walk.
-struct WalkedRow {
-    uint64_t uid = 0;
-    int64_t state = -1;
-    std::vector<DemandPair> row;
-};
-constexpr size_t WALK_CACHE = 1024;
 
-inline const std::vector<DemandPair>& walked_row(const CoreObject* c, int64_t s) {
-    thread_local std::vector<WalkedRow> cache(WALK_CACHE);
-    const Compact* x = c->cx;
-    WalkedRow& e = cache[static_cast<size_t>(s) & (WALK_CACHE - 1)];
-    if (e.uid != x->uid || e.state != s) {
-        demand_row(x->keys, x->tt, x->end_ids, static_cast<int32_t>(c->end_state), s, e.row);
-        e.uid = x->uid;
-        e.state = s;
-    }
-    return e.row;
-}
 
-// The ids allowed at s (valid): a span of the stored tokens, or a walked row copied to ``ids``.
-inline const int32_t* row_ids(const CoreObject* c, int64_t s, int64_t* n, std::vector<int32_t>& ids) {
-    const int64_t r = stored_row(c, s);
-    if (r >= 0) {
-        *n = c->row_ptr[r + 1] - c->row_ptr[r];
-        return c->tokens + c->row_ptr[r];
-    }
-    const auto& row = walked_row(c, s);
-    ids.resize(row.size());
-    for (size_t q = 0; q < row.size(); ++q) ids[q] = row[q].token;
-    *n = static_cast<int64_t>(row.size());
-    return ids.data();
-}
-
-// advance from a walked node: the token's bytes against the node's keys (no walk). The first
-// key that continues with them added the node they lead to (the keys before it do not share
-// path + bytes, so its common prefix with its predecessor is shorter).
-int64_t walked_advance(const CoreObject* c, int64_t s, int64_t token) {
-    const Compact* x = c->cx;
-    const KeyView& k = x->keys;
-    int64_t i, d;
-    k.locate(s, &i, &d);
-    if (std::binary_search(x->end_ids.begin(), x->end_ids.end(), token))
-        return k.klen(i) == d ? c->end_state : c->dead_state;
-    if (token < 0 || token >= x->n_tokens || !x->matchable[token]) return c->dead_state;
-    const uint8_t* b = x->tbuf + x->toff[token];
-    const int64_t L = x->toff[token + 1] - x->toff[token];
-    for (int64_t j = i; j < k.K && (j == i || k.lcp[j] >= d); ++j) {
-        if (k.klen(j) < d + L) continue;
-        int64_t q = 0;
-        while (q < L && k.byte(j, d + q) == b[q]) ++q;
-        if (q == L) return k.first[j] + (d + L) - k.lcp[j] - 1;
-        if (k.byte(j, d + q) > b[q]) break;  // sorted: no later key continues with the token
-    }
-    return c->dead_state;
-}
 
 
 
@@ -218,30 +163,30 @@ PyObject* Core_advance(CoreObject* self, PyObject* const* args, Py_ssize_t nargs
     }
     int64_t s, t;
     if (!as_i64(args[0], &s) || !as_i64(args[1], &t)) return nullptr;
-    return PyLong_FromLongLong(core_advance(self, s, t));
+    return PyLong_FromLongLong(core_advance(&self->s, s, t));
 }
 
 
 PyObject* make_mask(CoreObject* self, int64_t s) {
-    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(self->n_states)) {
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(self->s.n_states)) {
         PyErr_Format(PyExc_ValueError, "state=%lld: not a state of this set (0..%lld)",
-                     static_cast<long long>(s), static_cast<long long>(self->n_states - 1));
+                     static_cast<long long>(s), static_cast<long long>(self->s.n_states - 1));
         return nullptr;
     }
-    const int64_t r = stored_row(self, s);
+    const int64_t r = stored_row(&self->s, s);
     if (r < 0) {  // a walked row: a new array
         std::vector<int32_t> ids;
         int64_t n;
-        const int32_t* p = row_ids(self, s, &n, ids);
+        const int32_t* p = row_ids(&self->s, s, &n, ids);
         npy_intp dims[1] = {static_cast<npy_intp>(n)};
         PyObject* arr = PyArray_SimpleNew(1, dims, NPY_INT32);
         if (arr && n) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(arr)), p, static_cast<size_t>(n) * 4);
         return arr;
     }
-    int64_t lo = self->row_ptr[r], hi = self->row_ptr[r + 1];
+    int64_t lo = self->s.row_ptr[r], hi = self->s.row_ptr[r + 1];
     npy_intp dims[1] = {static_cast<npy_intp>(hi - lo)};
     PyObject* arr = PyArray_New(&PyArray_Type, 1, dims, NPY_INT32, nullptr,
-                                const_cast<int32_t*>(self->tokens + lo), 0, NPY_ARRAY_CARRAY_RO,
+                                const_cast<int32_t*>(self->s.tokens + lo), 0, NPY_ARRAY_CARRAY_RO,
                                 nullptr);
     if (!arr) return nullptr;
     Py_INCREF(self->tokens_obj);
@@ -261,11 +206,11 @@ PyObject* Core_mask(CoreObject* self, PyObject* arg) {
 PyObject* Core_is_terminal(CoreObject* self, PyObject* arg) {
     int64_t s;
     if (!as_i64(arg, &s)) return nullptr;
-    if (s == self->end_state) Py_RETURN_TRUE;
-    if (s < 0 || s >= self->end_state) Py_RETURN_FALSE;
-    const int32_t* e = self->ends;
-    const int32_t* f = std::lower_bound(e, e + self->n_ends, static_cast<int32_t>(s));
-    if (f != e + self->n_ends && *f == s) Py_RETURN_TRUE;
+    if (s == self->s.end_state) Py_RETURN_TRUE;
+    if (s < 0 || s >= self->s.end_state) Py_RETURN_FALSE;
+    const int32_t* e = self->s.ends;
+    const int32_t* f = std::lower_bound(e, e + self->s.n_ends, static_cast<int32_t>(s));
+    if (f != e + self->s.n_ends && *f == s) Py_RETURN_TRUE;
     Py_RETURN_FALSE;
 }
 
@@ -315,43 +260,10 @@ struct Mask2D {
     inline int32_t* row32(int64_t r) const { return reinterpret_cast<int32_t*>(base + r * row_stride); }
 };
 
-// A row is written 2 KB at a time: the stretch is zeroed, then the bits of its ids (a row's ids
-// are sorted) are set while its lines are still in L1. Measured A/B on this 2-core EPYC, in one
-// process, 256 Qwen2 rows (4.9 MB, ~80 ids a row): 7-10% faster than one memset of the whole
-// row before its ids (likely: glibc zeroes 19 KB with `rep stosb`, and the ids' words then come
-// from further out than L1); 1, 1.5, 4 and 8 KB stretches and 32-byte stores of our own were
-// slower; writing each word once (zero stretches between ids, words built in registers) 2x
-// slower (the stretches are short, the branches unpredictable); streaming stores 2-4x slower.
-constexpr int64_t FILL_STRETCH = 512;  // words
 
-const int32_t* walked_ids(const CoreObject* c, int64_t s, int64_t* n) {
-    thread_local std::vector<int32_t> scratch;  // (only a walked row reads the thread's storage)
-    return row_ids(c, s, n, scratch);
-}
 
-inline void fill_row(const CoreObject* c, int64_t s, int32_t* row, int64_t words) {
-    s = valid_state(c, s);
-    const int64_t r = stored_row(c, s);
-    int64_t j = 0, hi;
-    const int32_t* tk;
-    if (r >= 0) {
-        tk = c->tokens + c->row_ptr[r];
-        hi = c->row_ptr[r + 1] - c->row_ptr[r];
-    } else {
-        tk = walked_ids(c, s, &hi);
-    }
-    uint32_t* w = reinterpret_cast<uint32_t*>(row);
-    for (int64_t p0 = 0; p0 < words; p0 += FILL_STRETCH) {
-        const int64_t p1 = std::min(words, p0 + FILL_STRETCH);
-        std::memset(w + p0, 0, static_cast<size_t>(p1 - p0) * 4);
-        for (const int64_t lim = p1 << 5; j < hi && tk[j] < lim; ++j) {
-            const uint32_t t = static_cast<uint32_t>(tk[j]);
-            w[t >> 5] |= 1u << (t & 31);
-        }
-    }
-}
 
-bool check_words(const CoreObject* c, const Mask2D& m) {
+bool check_words(const Serving* c, const Mask2D& m) {
     if (m.words < c->words) {
         PyErr_Format(PyExc_ValueError,
                      "bitmask rows have %lld int32 words; this set needs %lld (ceil(width / 32))",
@@ -381,14 +293,14 @@ PyObject* Core_fill(CoreObject* self, PyObject* const* args, Py_ssize_t nargs, P
     int64_t s, idx = 0;
     if (!as_i64(args[0], &s) || (idx_obj && !as_i64(idx_obj, &idx))) return nullptr;
     Mask2D m;
-    if (!m.open(args[1], 4, "bitmask") || !check_words(self, m)) return nullptr;
+    if (!m.open(args[1], 4, "bitmask") || !check_words(&self->s, m)) return nullptr;
     if (idx < 0) idx += m.rows;
     if (idx < 0 || idx >= m.rows) {
         PyErr_Format(PyExc_IndexError, "index %lld out of range for %lld bitmask rows",
                      static_cast<long long>(idx), static_cast<long long>(m.rows));
         return nullptr;
     }
-    fill_row(self, s, m.row32(idx), m.words);
+    fill_row(&self->s, s, m.row32(idx), m.words);
     Py_RETURN_NONE;
 }
 
@@ -426,28 +338,7 @@ PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t
     }
     int64_t* o = const_cast<int64_t*>(out.p);
     const int64_t n = st.n;
-    const CoreObject* c = self;
-    // The rows of a batch are random and far apart (tens of MB at K = 100,000), so every request
-    // misses the caches two or three times in a chain (row_ptr, then the row's ids and codes).
-    // In blocks of 64: first every row_ptr entry is prefetched, then (those loads in flight
-    // together) every row's start, then the searches run on cached lines. A sliding prefetch
-    // 8 ahead kept only a few misses in flight and often read row_ptr before it had arrived.
-    constexpr int64_t BLOCK = 64;
-    auto valid = [c](int64_t s) { return static_cast<uint64_t>(s) < static_cast<uint64_t>(c->n_states); };
-    for (int64_t b0 = 0; b0 < n; b0 += BLOCK) {
-        const int64_t b1 = std::min(n, b0 + BLOCK);
-        if (!c->cx) {  // (the compact layout: row_ptr is not indexed by state)
-        for (int64_t i = b0; i < b1; ++i)
-            if (valid(st.p[i])) __builtin_prefetch(c->row_ptr + st.p[i]);
-        for (int64_t i = b0; i < b1; ++i)
-            if (valid(st.p[i])) {
-                const int32_t lo = c->row_ptr[st.p[i]];
-                __builtin_prefetch(c->tokens + lo);
-                __builtin_prefetch(c->children + lo);
-            }
-        }
-        for (int64_t i = b0; i < b1; ++i) o[i] = core_advance(c, st.p[i], tk.p[i]);
-    }
+    advance_batch(&self->s, st.p, tk.p, n, o);
     if (made) return made;
     Py_RETURN_NONE;
 }
@@ -460,7 +351,7 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
     }
     I64View st, rw;
     Mask2D m;
-    if (!st.open(args[0], "states") || !m.open(args[1], 4, "bitmask") || !check_words(self, m))
+    if (!st.open(args[0], "states") || !m.open(args[1], 4, "bitmask") || !check_words(&self->s, m))
         return nullptr;
     bool has_rows = args[2] != Py_None;
     if (has_rows && !rw.open(args[2], "rows")) return nullptr;
@@ -480,15 +371,15 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < st.n; ++i) {
         if (i + 1 < st.n && !self->cx) {  // the next row's ids (every line of them) load while this row is written
-            const int64_t s2 = valid_state(self, st.p[i + 1]);
-            const char* a = reinterpret_cast<const char*>(self->tokens + self->row_ptr[s2]);
-            const char* b = reinterpret_cast<const char*>(self->tokens + self->row_ptr[s2 + 1]);
+            const int64_t s2 = valid_state(&self->s, st.p[i + 1]);
+            const char* a = reinterpret_cast<const char*>(self->s.tokens + self->s.row_ptr[s2]);
+            const char* b = reinterpret_cast<const char*>(self->s.tokens + self->s.row_ptr[s2 + 1]);
             for (; a < b; a += 64) __builtin_prefetch(a);
         }
-        if (i + 2 < st.n && !self->cx) __builtin_prefetch(self->row_ptr + valid_state(self, st.p[i + 2]));
+        if (i + 2 < st.n && !self->cx) __builtin_prefetch(self->s.row_ptr + valid_state(&self->s, st.p[i + 2]));
         int64_t r = has_rows ? rw.p[i] : i;
         if (r < 0) r += m.rows;
-        fill_row(self, st.p[i], m.row32(r), m.words);
+        fill_row(&self->s, st.p[i], m.row32(r), m.words);
     }
     Py_END_ALLOW_THREADS;
     Py_RETURN_NONE;
@@ -546,9 +437,9 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
     std::vector<int32_t> scratch;
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < a.st.n; ++i) {
-        int64_t s = valid_state(self, a.st.p[i]);
+        int64_t s = valid_state(&self->s, a.st.p[i]);
         int64_t hi;
-        const int32_t* tk = row_ids(self, s, &hi, scratch);
+        const int32_t* tk = row_ids(&self->s, s, &hi, scratch);
         char* row = a.m.base + a.row(i) * a.m.row_stride;
         keep.resize(static_cast<size_t>(hi));
         if (isz == 4) {
@@ -605,9 +496,9 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
     std::vector<int32_t> scratch;
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < a.st.n; ++i) {
-        int64_t s = valid_state(self, a.st.p[i]);
+        int64_t s = valid_state(&self->s, a.st.p[i]);
         int64_t lo = 0, hi;
-        const int32_t* tk = row_ids(self, s, &hi, scratch);
+        const int32_t* tk = row_ids(&self->s, s, &hi, scratch);
         const int64_t r = a.row(i);
         char* row = a.m.base + r * a.m.row_stride;
         const char* from = has_src ? src.base + r * src.row_stride : nullptr;
@@ -631,8 +522,8 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-PyObject* Core_get_end(CoreObject* self, void*) { return PyLong_FromLongLong(self->end_state); }
-PyObject* Core_get_dead(CoreObject* self, void*) { return PyLong_FromLongLong(self->dead_state); }
+PyObject* Core_get_end(CoreObject* self, void*) { return PyLong_FromLongLong(self->s.end_state); }
+PyObject* Core_get_dead(CoreObject* self, void*) { return PyLong_FromLongLong(self->s.dead_state); }
 
 PyMethodDef Core_methods[] = {
     {"advance", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_advance)),

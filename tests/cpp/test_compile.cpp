@@ -10,6 +10,7 @@
 #include "check.h"
 #include "compile.h"
 #include "token_trie.h"
+#include "toy.h"
 
 using namespace trierouter;
 
@@ -21,16 +22,8 @@ constexpr int32_t kEnd = 20;  // an end id past the vocabulary
 // (token -> child) rows of every node of the set's trie, decoded from the serving layout.
 std::vector<std::map<int32_t, int32_t>> compiled_rows(const std::vector<std::string>& values, const TokenTrie& trie,
                                                       long long threads, int32_t* n_nodes) {
-    Buf<Str> strs;
-    Buf<uint8_t> joined;
-    CHECK(strs.resize(values.size()));
-    for (size_t i = 0; i < values.size(); ++i)
-        strs[i] = {reinterpret_cast<const uint8_t*>(values[i].data()), static_cast<int64_t>(values[i].size())};
-    const std::vector<int32_t> eos{kEnd};
-    CompileInput in{strs, joined, &trie, 0, eos, true, 0, threads, 1};
     CompileOutput o;
-    Lap lap;
-    CHECK(compile_set(in, o, lap) == CompileStatus::kOk);
+    CHECK(toy::compile(values, trie, kEnd, threads, o) == CompileStatus::kOk);
     const int32_t n = static_cast<int32_t>(o.row_ptr.size()) - 3;  // n nodes, END, DEAD, + 1
     *n_nodes = n;
     std::vector<std::map<int32_t, int32_t>> rows(static_cast<size_t>(n));
@@ -49,11 +42,8 @@ std::vector<std::map<int32_t, int32_t>> compiled_rows(const std::vector<std::str
 }  // namespace
 
 TEST(compile_set_rows_by_definition) {
-    BigVec<Ent> ents;
-    for (size_t i = 0; i < kVocab.size(); ++i)
-        ents.push_back({{reinterpret_cast<const uint8_t*>(kVocab[i].data()), static_cast<int64_t>(kVocab[i].size())}, static_cast<int32_t>(i)});
     TokenTrie trie{};
-    build_token_trie(trie, ents, static_cast<int32_t>(kVocab.size()));
+    toy::build_trie(trie, kVocab);
     const std::vector<std::string> values = {"cab", "abc", "ab", "b", "ca", "abc", "bcab", "cc"};
     // the set's trie: its nodes are the distinct prefixes in lexicographic order (preorder)
     std::set<std::string> prefixes;
