@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+#include "support/buffers.h"
 #include "token_trie.h"
 
 namespace trierouter {
@@ -77,5 +78,39 @@ void demand_walk(const KeyView& k, const TT& tt, int32_t u, int64_t lo, int64_t 
 // The row of node s (valid, not END / DEAD), sorted by token.
 void demand_row(const KeyView& k, const TT& tt, const std::vector<int32_t>& end_ids,
                 int32_t end_state, int64_t s, std::vector<DemandPair>& out);
+
+// compact_layout's inputs: a full layout's arrays (n_states rows: nodes, END, DEAD), its keys
+// (values + terminator: vb, voff, K, term; first / lcp are computed), the trie to check the
+// dropped rows against (null: no check), the sorted end ids, and max_keys.
+struct CompactInput {
+    const int32_t* row_ptr;
+    const int32_t* tokens;
+    const uint16_t* children;
+    const int32_t* far_pos;
+    const int32_t* far_child;
+    int64_t n_states, n_far;
+    KeyView keys;
+    const TokenTrie* trie;
+    const std::vector<int32_t>& end_ids;
+    long long max_keys;
+};
+
+// The compact layout: the stored rows (row_ptr over them, tokens, children, far_pos /
+// far_child), which states are walked (bits, rank), the keys' first nodes and common prefixes,
+// and how many dropped rows differed from their walk (kept then).
+struct CompactLayout {
+    Buf<int32_t> first, lcp, rank, row_ptr, tokens, far_pos, far_child;
+    Buf<uint16_t> children;
+    Buf<uint64_t> bits;
+    int64_t mismatched = 0;
+};
+
+enum class CompactStatus { kOk, kNoMemory, kBadNodes };
+
+// The rows of the nodes with at most max_keys keys below dropped (walked on demand); where some
+// byte of the keys has no single-byte token in the trie, each dropped row is first walked and
+// compared with the stored one, and kept where they differ. kBadNodes: the keys do not make
+// n_states - 2 nodes.
+CompactStatus compact_layout(const CompactInput& in, CompactLayout& out);
 
 }  // namespace trierouter

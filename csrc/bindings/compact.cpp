@@ -66,108 +66,28 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
         PyErr_SetString(PyExc_ValueError, "compact_layout: a set has a root and a value");
         return nullptr;
     }
-    Buf<int32_t> first, lcp;
-    constexpr size_t PAGES_FROM = size_t(64) << 10;  // as the compile's compact arrays
-    first.pages_from = lcp.pages_from = PAGES_FROM;
-    bool ok = first.resize(static_cast<size_t>(k.K)) && lcp.resize(static_cast<size_t>(k.K));
-    if (!ok) return PyErr_NoMemory();
-    const int64_t words = (n_states + 63) / 64;
-    Buf<uint64_t> bits;
-    Buf<int32_t> rank, nrp, ntk, nfp, nfc;
-    Buf<uint16_t> nch;
-    bits.pages_from = rank.pages_from = nrp.pages_from = ntk.pages_from = nfp.pages_from = PAGES_FROM;
-    nfc.pages_from = nch.pages_from = PAGES_FROM;
-    if (!bits.assign(static_cast<size_t>(words), 0) || !rank.resize(static_cast<size_t>(words)))
-        return PyErr_NoMemory();
-    int64_t mismatched = 0;
     TokenTrieObject* trie_obj = trie_o == Py_None ? nullptr : reinterpret_cast<TokenTrieObject*>(trie_o);
-    const TokenTrie* trie = trie_obj ? &trie_obj->trie : nullptr;
-    int64_t next_first = 1;
+    const CompactInput in{row_ptr, tokens, children, far_pos, far_child, n_states, n_far, k,
+                          trie_obj ? &trie_obj->trie : nullptr, end_ids, max_keys};
+    CompactLayout lay;
+    CompactStatus status;
     Py_BEGIN_ALLOW_THREADS;
-    // keys: common prefix with the previous key, and the first node each adds
-    for (int64_t i = 0; i < k.K; ++i) {
-        const int64_t l = i ? k.common(i - 1, i) : 0;
-        lcp[static_cast<size_t>(i)] = static_cast<int32_t>(l);
-        first[static_cast<size_t>(i)] = static_cast<int32_t>(next_first);
-        next_first += k.klen(i) - l;
+    try {
+        status = compact_layout(in, lay);
+    } catch (const std::bad_alloc&) {
+        status = CompactStatus::kNoMemory;
     }
-    k.first = first.p;
-    k.lcp = lcp.p;
-    ok = next_first == n_nodes;
-    auto mark = [&](int64_t s) { bits[static_cast<size_t>(s >> 6)] |= uint64_t(1) << (s & 63); };
-    std::vector<int32_t> from(static_cast<size_t>(k.K));
-    if (ok) walked_depths(lcp.p, k.K, max_keys, from.data());
-    for (int64_t i = 0; ok && i < k.K; ++i)
-        for (int64_t d = from[static_cast<size_t>(i)]; d <= k.klen(i); ++d)
-            mark(first[static_cast<size_t>(i)] + d - lcp[static_cast<size_t>(i)] - 1);
-    if (ok && k.K <= max_keys) mark(0);
-    bool verify = false;  // some byte no single token spells
-    if (ok && trie) {
-        uint8_t used[256] = {0};
-        for (int64_t q = 0; q < k.voff[k.K]; ++q) used[k.vb[q]] = 1;
-        for (char ch : k.term) used[static_cast<uint8_t>(ch)] = 1;
-        for (int b = 0; b < 256; ++b) verify = verify || (used[b] && !trie->single[b]);
-    }
-    if (ok && verify) {
-        const TT tt(trie);
-        std::vector<DemandPair> row;
-        for (int64_t w = 0; w < words; ++w) {
-            for (uint64_t b = bits[static_cast<size_t>(w)]; b; b &= b - 1) {
-                const int64_t s = (w << 6) + __builtin_ctzll(b);
-                demand_row(k, tt, end_ids, static_cast<int32_t>(n_nodes), s, row);
-                const int64_t lo = row_ptr[s], n = row_ptr[s + 1] - lo;
-                bool same = n == static_cast<int64_t>(row.size());
-                for (int64_t q = 0; same && q < n; ++q) {
-                    const int64_t at = lo + q;
-                    const uint16_t c = children[at];
-                    int64_t target = s + c;
-                    if (c == TO_END) target = n_nodes;
-                    else if (c == FAR)
-                        target = far_child[std::lower_bound(far_pos, far_pos + n_far,
-                                                            static_cast<int32_t>(at)) - far_pos];
-                    same = tokens[at] == row[static_cast<size_t>(q)].token &&
-                           target == row[static_cast<size_t>(q)].target;
-                }
-                if (!same) {
-                    bits[static_cast<size_t>(w)] &= ~(uint64_t(1) << (s & 63));
-                    ++mismatched;
-                }
-            }
-        }
-    }
-    // the stored rows: every state whose bit is clear, in order
-    int64_t dropped = 0;
-    for (int64_t w = 0; ok && w < words; ++w) {
-        rank[static_cast<size_t>(w)] = static_cast<int32_t>(dropped);
-        dropped += __builtin_popcountll(bits[static_cast<size_t>(w)]);
-    }
-    int64_t kept_pairs = 0;
-    auto walked = [&](int64_t s) { return (bits[static_cast<size_t>(s >> 6)] >> (s & 63)) & 1; };
-    for (int64_t s = 0; ok && s < n_states; ++s)
-        if (!walked(s)) kept_pairs += row_ptr[s + 1] - row_ptr[s];
-    ok = ok && nrp.resize(static_cast<size_t>(n_states - dropped + 1)) &&
-         ntk.resize(static_cast<size_t>(kept_pairs)) && nch.resize(static_cast<size_t>(kept_pairs));
-    int64_t f = 0, w = 0, r = 0;
-    for (int64_t s = 0; ok && s < n_states; ++s) {
-        if (walked(s)) continue;
-        const int64_t lo = row_ptr[s], len = row_ptr[s + 1] - lo;
-        nrp[static_cast<size_t>(r++)] = static_cast<int32_t>(w);
-        std::memcpy(ntk.p + w, tokens + lo, static_cast<size_t>(len) * 4);
-        std::memcpy(nch.p + w, children + lo, static_cast<size_t>(len) * 2);
-        for (; f < n_far && far_pos[f] < lo + len; ++f)  // far children (in pair order)
-            if (far_pos[f] >= lo)
-                ok = ok && nfp.push(static_cast<int32_t>(w + far_pos[f] - lo)) && nfc.push(far_child[f]);
-        w += len;
-    }
-    if (ok) nrp[static_cast<size_t>(r)] = static_cast<int32_t>(w);
     Py_END_ALLOW_THREADS;
-    if (!ok) {
-        if (next_first != n_nodes)
-            PyErr_SetString(PyExc_ValueError, "compact_layout: the values do not make these nodes");
-        else
-            PyErr_NoMemory();
+    if (status == CompactStatus::kBadNodes) {
+        PyErr_SetString(PyExc_ValueError, "compact_layout: the values do not make these nodes");
         return nullptr;
     }
+    if (status != CompactStatus::kOk) return PyErr_NoMemory();
+    Buf<int32_t>&first = lay.first, &lcp = lay.lcp, &rank = lay.rank, &nrp = lay.row_ptr, &ntk = lay.tokens,
+                 &nfp = lay.far_pos, &nfc = lay.far_child;
+    Buf<uint64_t>& bits = lay.bits;
+    Buf<uint16_t>& nch = lay.children;
+    const int64_t mismatched = lay.mismatched;
     Buf<int64_t> info;
     if (!info.resize(3)) return PyErr_NoMemory();
     info[0] = n_nodes;
