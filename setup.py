@@ -15,8 +15,14 @@ import numpy as np
 from setuptools import Extension, setup
 
 ROOT = Path(__file__).resolve().parent
-SOURCES = ["csrc/core.cpp"]
-SOURCE_HASH = hashlib.sha256(b"".join((ROOT / s).read_bytes() for s in SOURCES)).hexdigest()
+# every .cpp and .h under csrc/ (the C++ unit tests live in tests/cpp/); the hash is the one
+# trierouter.registry.core.source_hash checks on import (path and bytes of each, sorted by path)
+FILES = sorted(f for f in (ROOT / "csrc").rglob("*") if f.suffix in (".cpp", ".h") and f.is_file())
+SOURCES = [f.relative_to(ROOT).as_posix() for f in FILES if f.suffix == ".cpp"]
+_digest = hashlib.sha256()
+for _f in FILES:
+    _digest.update(_f.relative_to(ROOT).as_posix().encode() + b"\0" + _f.read_bytes())
+SOURCE_HASH = _digest.hexdigest()
 
 debug = os.environ.get("TRIEROUTER_DEBUG_BUILD", "") not in ("", "0")
 if debug:
@@ -31,7 +37,7 @@ setup(
         Extension(
             "trierouter.registry._core",
             sources=SOURCES,
-            include_dirs=[np.get_include()],
+            include_dirs=["csrc", np.get_include()],
             define_macros=[("TRIEROUTER_SOURCE_HASH", f'"{SOURCE_HASH}"')],
             extra_compile_args=["-std=c++17", "-pthread", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-missing-field-initializers", *flags],
             extra_link_args=link,

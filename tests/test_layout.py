@@ -7,11 +7,17 @@ function is caught too.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "trierouter"
+CSRC = PACKAGE.parent / "csrc"
+CSRC_MAX_LINES = 800
+"""A C++ source or header of the core: one concept, about 800 lines at most."""
+CSRC_ONE_CONCEPT: dict[str, str] = {}
+"""csrc/ files allowed past CSRC_MAX_LINES, with the reason (none today)."""
 HEAVY = ("torch", "transformers", "vllm", "faiss", "sentence_transformers")
 MAX_LINES = 560
 """About 500 lines; a longer module must be one concept, listed below with the reason."""
@@ -127,6 +133,44 @@ def test_modules_hold_one_concept() -> None:
     }
     unexplained = {name: n for name, n in long.items() if name not in ONE_CONCEPT}
     assert not unexplained, f"modules over {MAX_LINES} lines: {unexplained}; split them"
+
+
+def _csrc_files() -> list[Path]:
+    return sorted(p for p in CSRC.rglob("*") if p.suffix in (".cpp", ".h"))
+
+
+def test_csrc_files_hold_one_concept() -> None:
+    files = _csrc_files()
+    assert files, f"no C++ sources under {CSRC}"
+    long = {
+        p.relative_to(CSRC).as_posix(): n
+        for p in files
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > CSRC_MAX_LINES
+    }
+    unexplained = {name: n for name, n in long.items() if name not in CSRC_ONE_CONCEPT}
+    assert not unexplained, f"csrc/ files over {CSRC_MAX_LINES} lines: {unexplained}; split them"
+
+
+PYTHON_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](Python\.h|numpy/[^>"]*)[>"]', re.M)
+PYTHON_API = re.compile(r"\b(Py[A-Z][A-Za-z]*_?\w*|Py_\w+|npy_\w+|NPY_\w+)\b")
+
+
+def test_only_the_binding_layer_touches_python() -> None:
+    """Python.h and numpy's C API are included, and the CPython API named, in csrc/bindings/ alone:
+    the algorithms take spans and structs (and tests/cpp/ tests them without an interpreter)."""
+    for path in _csrc_files():
+        rel = path.relative_to(CSRC).as_posix()
+        if rel.startswith("bindings/"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        code = re.sub(r"//[^\n]*", "", text)  # comments may say "Python"
+        assert not PYTHON_INCLUDE.search(text), (
+            f"csrc/{rel} includes a Python header: move it to bindings/"
+        )
+        used = sorted(set(PYTHON_API.findall(code)))
+        assert not used, (
+            f"csrc/{rel} uses the CPython / numpy API ({used[:5]}): move it to bindings/"
+        )
 
 
 def test_faces_are_importable_from_the_top() -> None:

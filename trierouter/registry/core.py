@@ -34,7 +34,8 @@ __all__ = ["BACKENDS", "Backend", "default_backend", "native_core", "resolve_bac
 Backend = Literal["native", "numpy"]
 BACKENDS: tuple[Backend, ...] = ("native", "numpy")
 ENV = "TRIEROUTER_BACKEND"
-_SOURCES = ("csrc/core.cpp",)
+_SOURCES = "csrc"
+"""The core's sources: every ``.cpp`` and ``.h`` under it (setup.py hashes the same files)."""
 _REBUILD = (
     "rebuild it with `pip install -e .` (or `make ext`, or `python setup.py build_ext --inplace`) "
     "in the trierouter checkout; set TRIEROUTER_BACKEND=numpy to use the numpy reference instead"
@@ -58,6 +59,17 @@ def resolve_backend(backend: str | None) -> Backend:
     return backend
 
 
+def _source_hash(root: Path) -> str:
+    """SHA-256 over the core's sources under ``root`` (path and bytes of each, sorted by path)."""
+    files = sorted(
+        f for f in (root / _SOURCES).rglob("*") if f.suffix in (".cpp", ".h") and f.is_file()
+    )
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
 @cache
 def native_core() -> ModuleType:
     """The C++ extension module; :class:`CoreBuildError` when missing or stale."""
@@ -69,12 +81,10 @@ def native_core() -> ModuleType:
             + _REBUILD
         ) from exc
     root = Path(__file__).resolve().parents[2]
-    files = [root / s for s in _SOURCES]
-    if all(f.is_file() for f in files):  # a source checkout: the build must match the sources
-        digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
-        if digest != _core.SOURCE_HASH:
-            raise CoreBuildError(
-                f"trierouter's compiled core {Path(_core.__file__ or '').name} was built from "
-                f"other sources than {', '.join(_SOURCES)} (stale build); " + _REBUILD
-            )
+    # a source checkout: the build must match the sources
+    if (root / _SOURCES).is_dir() and _source_hash(root) != _core.SOURCE_HASH:
+        raise CoreBuildError(
+            f"trierouter's compiled core {Path(_core.__file__ or '').name} was built from "
+            f"other sources than {_SOURCES}/ (stale build); " + _REBUILD
+        )
     return _core

@@ -838,7 +838,7 @@ def _compile_native(
     compact: bool = False,
     threads: int = 1,
 ) -> ChoiceSet:
-    """The C++ core: values to serving arrays in one call (csrc/core.cpp); ``compact``: the
+    """The C++ core: values to serving arrays in one call (csrc/); ``compact``: the
     compact layout's arrays straight from the compile, unless some byte of the values has no
     single-byte token (the full layout then, which the caller derives it from); ``threads``:
     chunks of at least :data:`SPLIT_MIN` values walked on threads of their own."""

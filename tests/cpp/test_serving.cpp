@@ -1,0 +1,133 @@
+// Serving (serving.h) over a set compiled from a toy vocabulary: steps along the values'
+// tokens, refusals, packed rows and batches, against the rows the compile wrote.
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "compile.h"
+#include "serving.h"
+#include "token_trie.h"
+#include "toy.h"
+
+using namespace trierouter;
+
+TEST(serving_steps_rows_and_batches) {
+    const std::vector<std::string> vocab = {"a", "b", "c", "ab", "bc", "ca", "abc"};
+    constexpr int32_t kEnd = 9;
+    TokenTrie trie{};
+    toy::build_trie(trie, vocab);
+    const std::vector<std::string> values = {"abc", "ab", "cab", "bca", "cc"};
+    CompileOutput o;
+    CHECK(toy::compile(values, trie, kEnd, 1, o) == CompileStatus::kOk);
+    const int64_t n = static_cast<int64_t>(o.row_ptr.size()) - 3;
+    const Serving c{o.row_ptr.p, o.tokens.p, o.children.p, o.far_pos.p, o.far_child.p, o.ends.p,
+                    static_cast<int64_t>(o.far_pos.size()), static_cast<int64_t>(o.ends.size()), n + 2,
+                    static_cast<int64_t>(o.tokens.size()), n, n + 1, 32, 1, nullptr};
+    // every value, spelled one byte token at a time, then ended
+    for (const std::string& v : values) {
+        int64_t s = 0;
+        for (char b : v) s = core_advance(&c, s, b - 'a');
+        CHECK(s > 0 && s < n);
+        CHECK_EQ(core_advance(&c, s, kEnd), n);
+    }
+    // a multi-byte token lands where its bytes do; refusals go to DEAD
+    CHECK_EQ(core_advance(&c, 0, 6), core_advance(&c, core_advance(&c, core_advance(&c, 0, 0), 1), 2));  // "abc"
+    CHECK_EQ(core_advance(&c, 0, kEnd), n + 1);    // "" is not a value
+    CHECK(core_advance(&c, 0, 4) < n);                               // "bc": a prefix of "bca"
+    CHECK_EQ(core_advance(&c, core_advance(&c, 0, 2), 4), n + 1);  // "cbc": no value's prefix
+    CHECK_EQ(core_advance(&c, -3, 0), n + 1);      // an invalid state
+    CHECK_EQ(core_advance(&c, n + 7, 0), n + 1);
+    // packed rows hold exactly each row's ids
+    int wrong = 0;
+    for (int64_t s = 0; s < n; ++s) {
+        int32_t row = -1;
+        fill_row(&c, s, &row, 1);
+        uint32_t want = 0;
+        std::vector<int32_t> ids;
+        int64_t k = 0;
+        const int32_t* p = row_ids(&c, s, &k, ids);
+        for (int64_t j = 0; j < k; ++j) want |= 1u << p[j];
+        wrong += static_cast<uint32_t>(row) != want;
+    }
+    CHECK_EQ(wrong, 0);
+    // a batch of steps: each as core_advance
+    std::vector<int64_t> states, tokens, out;
+    for (int64_t s = -1; s <= n + 2; ++s)
+        for (int64_t t = -1; t <= kEnd; ++t) {
+            states.push_back(s);
+            tokens.push_back(t);
+        }
+    out.resize(states.size());
+    advance_batch(&c, states.data(), tokens.data(), static_cast<int64_t>(states.size()), out.data());
+    wrong = 0;
+    for (size_t i = 0; i < states.size(); ++i) wrong += out[i] != core_advance(&c, states[i], tokens[i]);
+    CHECK_EQ(wrong, 0);
+    destroy_token_trie(trie);
+}
+
+// The compact layout (rows of nodes with few values below walked on demand) serves exactly as
+// the full one: every (state, token) step and every state's ids, with the dropped rows
+// checked against their walk.
+TEST(compact_layout_serves_as_the_full_one) {
+    const std::vector<std::string> vocab = {"a", "b", "c", "ab", "bc", "ca", "abc", "cab"};
+    constexpr int32_t kEnd = 9;
+    TokenTrie trie{};
+    toy::build_trie(trie, vocab);
+    const std::vector<std::string> values = {"abc", "ab", "cab", "bca", "cc", "abcab", "bb", "cabc"};
+    CompileOutput o;
+    CHECK(toy::compile(values, trie, kEnd, 1, o) == CompileStatus::kOk);
+    const int64_t n = static_cast<int64_t>(o.row_ptr.size()) - 3;
+    const Serving full{o.row_ptr.p, o.tokens.p, o.children.p, o.far_pos.p, o.far_child.p, o.ends.p,
+                       static_cast<int64_t>(o.far_pos.size()), static_cast<int64_t>(o.ends.size()), n + 2,
+                       static_cast<int64_t>(o.tokens.size()), n, n + 1, 32, 1, nullptr};
+    const std::vector<int32_t> end_ids{kEnd};
+    for (long long max_keys : {1LL, 2LL, 100LL}) {
+        KeyView keys;
+        keys.vb = o.vbytes.p;
+        keys.voff = o.voff.p;
+        keys.K = static_cast<int64_t>(o.voff.size()) - 1;
+        const CompactInput in{o.row_ptr.p, o.tokens.p, o.children.p, o.far_pos.p, o.far_child.p, n + 2,
+                              static_cast<int64_t>(o.far_pos.size()), keys, &trie, end_ids, max_keys};
+        CompactLayout lay;
+        CHECK(compact_layout(in, lay) == CompactStatus::kOk);
+        CHECK_EQ(lay.mismatched, 0);
+        std::string tbuf;
+        std::vector<int64_t> toff{0};
+        std::vector<uint8_t> matchable;
+        for (const std::string& t : vocab) {
+            tbuf += t;
+            toff.push_back(static_cast<int64_t>(tbuf.size()));
+            matchable.push_back(1);
+        }
+        CompactWalk walk(&trie);
+        walk.bits = lay.bits.p;
+        walk.rank = lay.rank.p;
+        walk.tbuf = reinterpret_cast<const uint8_t*>(tbuf.data());
+        walk.toff = toff.data();
+        walk.matchable = matchable.data();
+        walk.n_tokens = static_cast<int64_t>(vocab.size());
+        walk.keys = keys;
+        walk.keys.first = lay.first.p;
+        walk.keys.lcp = lay.lcp.p;
+        walk.end_ids = end_ids;
+        walk.n_nodes = n;
+        walk.uid = static_cast<uint64_t>(max_keys);
+        const Serving compact{lay.row_ptr.p, lay.tokens.p, lay.children.p, lay.far_pos.p, lay.far_child.p, o.ends.p,
+                              static_cast<int64_t>(lay.far_pos.size()), static_cast<int64_t>(o.ends.size()), n + 2,
+                              static_cast<int64_t>(lay.tokens.size()), n, n + 1, 32, 1, &walk};
+        int64_t walked = 0;
+        for (int64_t s = 0; s < n + 2; ++s) walked += stored_row(&compact, s) < 0;
+        CHECK(max_keys < 100 ? walked > 0 : walked == n);  // rows dropped (at 100: every node's)
+        int wrong = 0;
+        for (int64_t s = -1; s <= n + 2; ++s) {
+            for (int64_t t = -1; t <= kEnd + 1; ++t) wrong += core_advance(&compact, s, t) != core_advance(&full, s, t);
+            if (s < 0 || s >= n) continue;
+            int32_t a = 0, b = 0;
+            fill_row(&compact, s, &a, 1);
+            fill_row(&full, s, &b, 1);
+            wrong += a != b;
+        }
+        CHECK_EQ(wrong, 0);
+    }
+    destroy_token_trie(trie);
+}
