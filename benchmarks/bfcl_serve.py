@@ -138,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--plot", action="store_true", help="only redraw the PNG from --out")
     args = p.parse_args(argv)
+    if args.plot:
+        plot(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
+        return 0
 
     from serve_ttft import _vllm
 
@@ -184,8 +188,33 @@ def main(argv: list[str] | None = None) -> int:
                 result["arms"][arm] = rows
                 texts.update(t)
                 _write(args.out, result, texts)  # each arm as it finishes
+    plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")
     return 0
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Correct answers and calls made per arm and category, from the result JSON."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [a for a in ARMS if a in result["arms"]]
+    cats = list(result["arms"][arms[0]])
+    fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.6), sharey=True)
+    for ax, cat in zip(axes, cats, strict=True):
+        rows = [result["arms"][a][cat] for a in arms]
+        x = range(len(arms))
+        ax.bar([i - 0.2 for i in x], [r["correct"] for r in rows], 0.4, label="correct")
+        ax.bar([i + 0.2 for i in x], [r["called"] for r in rows], 0.4, label="tool_calls made")
+        ax.set_xticks(list(x), arms, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{cat} (n={rows[0]['n']})", fontsize=9)
+    axes[0].set_ylabel("answers")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"BFCL through the server, {result['model']}, openai client", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def _write(out: Path, result: dict[str, Any], texts: dict[str, Any]) -> None:

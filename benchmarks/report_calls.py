@@ -262,4 +262,4 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
             f"leniently (vLLM auto, any JSON call in its text) on {free['called_lenient']} of "
             f"{free['n']}.",
         ]
-    return [*out, ""]
+    return [*out, "", "![BFCL through the server](../benchmarks/results/bfcl_serve.png)", ""]
