@@ -103,7 +103,9 @@ def _walk(
         ids = bitmask_to_ids(row[0], plan.width)
         t = int(ids[rng.randrange(len(ids))])
         ends = [e for e in vocab.end_ids if (int(row[0, e >> 5]) >> (e & 31)) & 1]
-        if 0 <= st[0] < plan.NAME and rng.random() < 0.7:  # free text: toward the trigger
+        # free text: toward the format's trigger (a state past its prefixes is a pending
+        # prefix of another auto opener: not steered)
+        if 0 <= st[0] < plan.NAME and st[1] < len(toward) and rng.random() < 0.7:
             near = [i for i in toward[st[1]] if (int(row[0, i >> 5]) >> (i & 31)) & 1]
             t = rng.choice(near or [t])
         elif ends and rng.random() < 0.3:

@@ -37,9 +37,9 @@ PATHS = 100
 def _hf_tokenizer(family: str) -> Any | None:
     """The family's Hugging Face tokenizer, where the shipped files make one."""
     if family in ("qwen2", "gpt2"):
-        from trierouter.testing.tiny_model import _BUILDERS
+        from trierouter.testing.tiny_model import TOKENIZER_BUILDERS
 
-        return _BUILDERS[family]()[0]
+        return TOKENIZER_BUILDERS[family]()[0]
     path = shipped_tokenizer_json(family)
     if path is None:
         return None
