@@ -19,6 +19,9 @@ Arms, per source (a hit: the answer is one of the query's gold codes):
   best token at every step, completed from the prompt's KV cache).
 * ``exact``: the top-1 of the exact best-first search for the top ``--top-n`` labels (the
   classifier's ``label``; ``exact_complete`` counts texts whose search was not cut short).
+* ``shuffled``: the same K candidates listed in the prompt in a seeded random order (a
+  retriever wrapper, same model), exact top-1 only (``top_n=1``): does the model read the
+  list, or answer with whatever is listed first? ``shuffled_is_first_listed`` says.
 
 Seconds per text are wall time of ``Classifier.classify`` for one text (prompt rendering,
 shortlist query, trie compile of the K candidates, prefill and search), per arm; ``expansions``
@@ -29,7 +32,8 @@ over descriptions + training synonyms (``Shortlist.build(use_embedding=False)``,
 by cross-validation on the synonyms), because embedding the whole set does not fit a short
 single-thread run; ``--embedding`` builds the default BM25 + MiniLM shortlist instead.
 
-``exact_is_retriever_top1``: how often the model's label is simply the first candidate listed.
+``{greedy,exact,shuffled}_is_retriever_top1``: how often the model's label is simply the
+retriever's first candidate (listed first in the prompt for greedy and exact).
 
 Writes ``benchmarks/results/classify.json`` after every source (a partial run keeps what it
 measured) and prints a table; ``--resummarise`` recomputes the agreement figures of ``--out``.
@@ -46,6 +50,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +68,7 @@ from trierouter.classify import Classifier
 from trierouter.models import load_model
 from trierouter.shortlist import Shortlist
 
+ARMS = ("retriever_top1", "greedy", "exact", "shuffled")
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -78,6 +84,29 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+class Shuffled:
+    """A retriever whose top ``k`` are the wrapped one's, in a seeded order per query."""
+
+    def __init__(self, inner: Shortlist, seed: int) -> None:
+        self.inner = inner
+        self.seed = seed
+
+    @property
+    def values(self) -> list[str]:
+        return self.inner.values
+
+    def search_ids(self, queries: Sequence[str], k: int = 64) -> list[Any]:
+        out = []
+        for q, ids in zip(queries, self.inner.search_ids(queries, k), strict=True):
+            order = list(range(len(ids)))
+            random.Random(f"{self.seed}:{q}").shuffle(order)
+            out.append(ids[order])
+        return out
+
+    def search(self, query: str, k: int = 64) -> list[str]:
+        return [self.values[i] for i in self.search_ids([query], k)[0]]
+
+
 def run_arm(clf: Classifier, text: str, top_n: int, max_expansions: int) -> tuple[Any, float]:
     clf.max_expansions = max_expansions
     t0 = time.perf_counter()
@@ -86,13 +115,20 @@ def run_arm(clf: Classifier, text: str, top_n: int, max_expansions: int) -> tupl
 
 
 def bench_source(
-    clf: Classifier, name: str, texts: list[str], gold: list[frozenset[str]], args: Any
+    clf: Classifier,
+    shuffled_clf: Classifier,
+    name: str,
+    texts: list[str],
+    gold: list[frozenset[str]],
+    args: Any,
 ) -> dict[str, Any]:
     rows = []
     for i, (text, g) in enumerate(zip(texts, gold, strict=True)):
         cands = clf.candidates(text)
         greedy, t_greedy = run_arm(clf, text, 1, 1)
         exact, t_exact = run_arm(clf, text, args.top_n, args.max_expansions)
+        shuf, t_shuf = run_arm(shuffled_clf, text, 1, args.max_expansions)
+        listed = shuffled_clf.candidates(text)
         row = {
             "text": text,
             "gold": sorted(g),
@@ -106,12 +142,17 @@ def bench_source(
             "exact_top": [[s.label, round(s.logprob, 3)] for s in exact.scores],
             "exact_seconds": round(t_exact, 3),
             "exact_expansions": exact.expansions,
+            "shuffled": shuf.label,
+            "shuffled_first_listed": listed[0] if listed else None,
+            "shuffled_seconds": round(t_shuf, 3),
+            "shuffled_expansions": shuf.expansions,
         }
         rows.append(row)
-        hit = "".join("+" if row[a] in g else "-" for a in ("retriever_top1", "greedy", "exact"))
+        hit = "".join("+" if row[a] in g else "-" for a in ARMS)
         log(
-            f"  [{name} {i + 1}/{len(texts)}] R/G/E {hit} in@{args.k} {int(row['in_shortlist'])}"
+            f"  [{name} {i + 1}/{len(texts)}] R/G/E/S {hit} in@{args.k} {int(row['in_shortlist'])}"
             f"  greedy {t_greedy:.1f}s  exact {t_exact:.1f}s ({exact.expansions} exp)"
+            f"  shuffled {t_shuf:.1f}s"
             f"  {text[:50]!r}"
         )
     n = len(rows)
@@ -128,11 +169,14 @@ def bench_source(
         f"recall_at_{args.k}": round(sum(r["in_shortlist"] for r in rows) / n, 4),
         "greedy": acc("greedy"),
         "exact": acc("exact"),
+        "shuffled": acc("shuffled"),
         "exact_complete": sum(r["exact_complete"] for r in rows),
         "greedy_seconds_per_text": mean("greedy_seconds"),
         "exact_seconds_per_text": mean("exact_seconds"),
         "greedy_expansions_per_text": mean("greedy_expansions"),
         "exact_expansions_per_text": mean("exact_expansions"),
+        "shuffled_seconds_per_text": mean("shuffled_seconds"),
+        "shuffled_expansions_per_text": mean("shuffled_expansions"),
         **agreement(rows),
         "rows": rows,
     }
@@ -141,24 +185,35 @@ def bench_source(
 def agreement(rows: list[dict[str, Any]]) -> dict[str, float]:
     """How often each model arm's label is the retriever's first candidate (the first listed)."""
     n = len(rows)
-    return {
+    arms = [a for a in ARMS[1:] if a in rows[0]]
+    out = {
         f"{a}_is_retriever_top1": round(sum(r[a] == r["retriever_top1"] for r in rows) / n, 4)
-        for a in ("greedy", "exact")
+        for a in arms
     }
+    if "shuffled" in arms:
+        first = sum(r["shuffled"] == r["shuffled_first_listed"] for r in rows)
+        out["shuffled_is_first_listed"] = round(first / n, 4)
+    return out
+
+
+def get(r: dict[str, Any], key: str, digits: int = 2) -> str:
+    return f"{r[key]:.{digits}f}" if key in r else "-"
 
 
 def table(res: dict[str, Any], k: int) -> str:
     head = (
         f"| source | n | retriever top-1 | recall@{k} | greedy | exact top-1 "
-        "| s/text greedy | s/text exact | expansions exact | exact = retriever top-1 |"
+        "| shuffled | s/text greedy | s/text exact | s/text shuffled | expansions exact "
+        "| exact = retriever top-1 | shuffled = first listed |"
     )
-    lines = [head, "|" + " --- |" * 10]
+    lines = [head, "|" + " --- |" * 13]
     for s, r in res["sources"].items():
         lines.append(
             f"| {s} | {r['n']} | {r['retriever_top1']:.2f} | {r[f'recall_at_{k}']:.2f} "
-            f"| {r['greedy']:.2f} | {r['exact']:.2f} | {r['greedy_seconds_per_text']:.1f} "
-            f"| {r['exact_seconds_per_text']:.1f} | {r['exact_expansions_per_text']:.0f} "
-            f"| {r.get('exact_is_retriever_top1', float('nan')):.2f} |"
+            f"| {r['greedy']:.2f} | {r['exact']:.2f} | {get(r, 'shuffled')} "
+            f"| {r['greedy_seconds_per_text']:.1f} | {r['exact_seconds_per_text']:.1f} "
+            f"| {get(r, 'shuffled_seconds_per_text', 1)} | {r['exact_expansions_per_text']:.0f} "
+            f"| {get(r, 'exact_is_retriever_top1')} | {get(r, 'shuffled_is_first_listed')} |"
         )
     return "\n".join(lines)
 
@@ -207,15 +262,14 @@ def main() -> None:
     build_s = time.perf_counter() - t0
     log(f"shortlist: {sl!r} in {build_s:.0f}s")
     t0 = time.perf_counter()
-    clf = Classifier(
-        data.codes,
-        descriptions=data.descs,
-        model=load_model(MODEL, progress=False),
-        policy="shortlist",
-        retriever=sl,
-        k=args.k,
-        top_n=args.top_n,
-    )
+    import transformers
+
+    folder = str(load_model(MODEL, progress=False))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    pair = (model, transformers.AutoTokenizer.from_pretrained(folder))
+    common: dict[str, Any] = {"descriptions": data.descs, "model": pair, "policy": "shortlist"}
+    clf = Classifier(data.codes, retriever=sl, k=args.k, top_n=args.top_n, **common)
+    shuffled_clf = Classifier(data.codes, retriever=Shuffled(sl, args.seed), k=args.k, **common)
     log(f"classifier: {clf!r}, model loaded in {time.perf_counter() - t0:.0f}s")
 
     res: dict[str, Any] = {
@@ -244,7 +298,7 @@ def main() -> None:
     out = Path(args.out)
     for s, (texts, gold) in sample.items():
         log(f"[{s}] {len(texts)} texts")
-        res["sources"][s] = bench_source(clf, s, texts, gold, args)
+        res["sources"][s] = bench_source(clf, shuffled_clf, s, texts, gold, args)
         res["wall_seconds"] = round(time.perf_counter() - t_run, 1)
         res["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
         out.write_text(json.dumps(res, indent=1) + "\n")
