@@ -745,6 +745,7 @@ RERUN = [
     ("bfcl.json", "python benchmarks/bfcl.py", "about 45 min per set of arms (its docstring)"),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "about 90 min, contended (its JSON)"),
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
+    ("classify.json", "python benchmarks/classify.py", "about 15 min, 1 thread (its JSON)"),
 ]
 """How each result file is made again, and how long it took where that is known."""
 
