@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import AnyStr
 
 from trierouter.errors import TrieRouterError
 
@@ -36,6 +38,7 @@ __all__ = [
     "CallFormat",
     "auto_formats",
     "call_format",
+    "first_trigger",
 ]
 
 CALL_HEAD = '{"name": "'
@@ -296,6 +299,18 @@ def auto_formats(fmt: str | CallFormat, openers: tuple[str, ...] = AUTO_OPENERS)
         seen.append(t)
         out.append(name)
     return tuple(out)
+
+
+def first_trigger(text: AnyStr, triggers: Sequence[AnyStr]) -> tuple[int, int]:
+    """``(end, j)``: where in ``text`` the trigger that completes first ends and its index in
+    ``triggers``; ``(-1, -1)`` when none occurs. The rule by which the decoder starts a call
+    under ``auto`` and the parsers cut the output where it started."""
+    best, which = -1, -1
+    for j, t in enumerate(triggers):
+        pos = text.find(t)
+        if pos >= 0 and (best < 0 or pos + len(t) < best):
+            best, which = pos + len(t), j
+    return best, which
 
 
 def call_format(fmt: str | CallFormat) -> CallFormat:

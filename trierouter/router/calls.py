@@ -19,7 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trierouter.registry.call_formats import AUTO_OPENERS, CALL_FORMATS, auto_formats, call_format
+from trierouter.registry.call_formats import (
+    AUTO_OPENERS,
+    CALL_FORMATS,
+    auto_formats,
+    call_format,
+    first_trigger,
+)
 
 __all__ = [
     "CallEnvelope",
@@ -50,12 +56,11 @@ class CallEnvelope:
         in ``text`` (as the decoder finds it), ``(-1, "")`` when none does."""
         if self.trigger is None:
             return 0, self.args_key
-        best, start, key = -1, -1, ""
-        for trig, k in ((self.trigger, self.args_key), *self.also):
-            pos = text.find(trig)
-            if pos >= 0 and (best < 0 or pos + len(trig) < best):
-                best, start, key = pos + len(trig), pos, k
-        return start, key
+        openers = ((self.trigger, self.args_key), *self.also)
+        end, j = first_trigger(text, [t for t, _ in openers])
+        if j < 0:
+            return -1, ""
+        return end - len(openers[j][0]), openers[j][1]
 
     def pending(self, text: str) -> int:
         """How many characters at the end of ``text`` could start a trigger."""

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trierouter.registry.call_formats import first_trigger
+
 __all__ = ["FreeStage"]
 
 _lock = threading.Lock()
@@ -107,11 +109,7 @@ class FreeStage:
         index; otherwise ``cut = j = -1``."""
         p = self.prefixes[k]
         text = p + data
-        best, which = -1, -1
-        for j, t in enumerate(self.triggers):
-            pos = text.find(t)
-            if pos >= 0 and (best < 0 or pos + len(t) < best):
-                best, which = pos + len(t), j
+        best, which = first_trigger(text, self.triggers)
         if which >= 0:
             return 0, best - len(p), which
         for n in range(min(self._longest, len(text)), 0, -1):
