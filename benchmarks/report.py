@@ -743,7 +743,7 @@ RERUN = [
     ("tool_call_validity.json", "python benchmarks/tool_call_validity.py --engine E", ""),
     ("tool_call_overhead.json", "python benchmarks/tool_call_overhead.py", "not recorded"),
     ("bfcl.json", "python benchmarks/bfcl.py", "about 45 min per set of arms (its docstring)"),
-    ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "about 90 min, contended (its JSON)"),
+    ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
     ("classify.json", "python benchmarks/classify.py", "about 15 min, 1 thread (its JSON)"),
 ]
