@@ -85,11 +85,10 @@ def _brute_row(plan: ToolCallPlan, k: int, vocab: Vocabulary) -> set[int]:
 
 def test_free_rows_equal_a_brute_force_scan(auto: ToolCallPlan, qwen2: Vocabulary) -> None:
     fr = auto._frees[-1]
-    assert fr.triggers == (b"<tool_call>", b"```json", b'{"name"')
-    for k in (
-        0,
-        *(fr.prefixes.index(p) for p in (b"``", b'{"', b"```jso", b'{"name', b"<tool_call")),
-    ):
+    assert fr.triggers == (b"<tool_call>", b"```json", b'\n{"name"')  # the object at a line start
+    assert fr.prefixes[fr.initial] == b"\n"  # the output starts a line
+    pending = (b"\n", b"``", b'\n{"', b"```jso", b'\n{"name', b"<tool_call")
+    for k in (0, *(fr.prefixes.index(p) for p in pending)):
         got = set(auto.allowed_token_ids((auto.NAME - 1, k)).tolist())
         assert got == _brute_row(auto, k, qwen2), fr.prefixes[k]
 
@@ -123,7 +122,7 @@ def test_random_walks_after_an_opener_are_valid_calls(
     finished = 0
     for _ in range(15):
         st: Any = auto.start()
-        toks = qwen_encode("Sure. " + opener)
+        toks = qwen_encode("Sure.\n" + opener)
         for t in toks:
             st = auto.advance(st, t)
         assert st[0] == auto.NAME
@@ -140,20 +139,24 @@ def test_random_walks_after_an_opener_are_valid_calls(
         finished += 1
         text = qwen2.decode(toks[:-1]).decode()
         out = auto.parse_calls(text)
-        assert out.content == "Sure. " and len(out.calls) == 1
+        assert out.content == "Sure.\n" and len(out.calls) == 1
         _valid(out.calls[0].name, out.calls[0].args)
     assert finished >= 12
 
 
 def test_text_is_never_steered_toward_a_call(auto: ToolCallPlan, qwen2: Vocabulary,
                                              qwen_encode: Any) -> None:  # fmt: skip
-    text = 'Use {"a": 1} or ```python\nprint(1)\n``` and <b>tags</b>; "name" is fine.'
+    text = (
+        'Use {"a": 1} or ```python\nprint(1)\n``` and <b>tags</b>; "name" is fine.\n'
+        '<tools>\n{"type": "function", "function": {"name": "math.add"}} is quoted, not a call'
+    )
     st: Any = auto.start()
     for t in qwen_encode(text):
         assert t in auto.allowed_token_ids(st).tolist()
         st = auto.advance(st, t)
     assert st[0] < auto.NAME and auto.advance(st, qwen2.end_ids[0])[0] == auto.TERMINATED
     assert auto.parse_calls(text).calls == []
+    assert parse_calls(text, envelope("hermes", auto=True)) == (text, [])  # the server's parser
     # only tokens that run from an opener into something no call starts with are taken out
     blocked = len(qwen2.tokens) - len(auto.allowed_token_ids(auto.start()))
     assert 0 < blocked < 0.01 * len(qwen2.tokens)
@@ -173,3 +176,22 @@ def test_stream_deltas_add_up_to_the_parse() -> None:
     assert content == "Checking.\n" and names == ["math.add"]
     assert json.loads(args) == {"a": 2, "b": 40}
     assert parse_calls(text, env)[0] == content
+
+
+@pytest.mark.parametrize("before", ["", "Calling it.\n", "Calling it.\n\n"])
+def test_a_bare_object_opens_a_call_at_a_line_start_only(
+    auto: ToolCallPlan, qwen_encode: Any, before: str
+) -> None:
+    call = '{"name": "math.add", "arguments": {"a": 2, "b": 40}}'
+    for lead, opens in ((before, True), ("See " if not before else before + "See ", False)):
+        text = lead + call
+        st: Any = auto.start()
+        for t in qwen_encode(text):
+            assert t in auto.allowed_token_ids(st).tolist(), (lead, t)
+            st = auto.advance(st, t)
+        assert st[0] != auto.DEAD and (not 0 <= st[0] < auto.NAME) is opens, lead
+        out = auto.parse_calls(text)
+        content, calls = parse_calls(text, envelope("hermes", auto=True))
+        assert [c.name for c in out.calls] == (["math.add"] if opens else [])
+        assert [c.name for c in calls] == [c.name for c in out.calls]
+        assert out.content == content == (lead if opens else text)

@@ -105,19 +105,18 @@ def test_the_models_own_tokenization_is_accepted(
     # auto: text, or the trigger and calls
     auto = ToolCallPlan(tools, tool_choice="auto", parallel_tool_calls=True)
     if fmt != "llama3_json":  # a Llama 3 JSON call is the whole answer, not text then a call
-        text = "Let me check. " + _native(fmt, CALLS)
+        lead = "Let me check.\n" if fmt == "json_object" else "Let me check. "  # a line start
+        text = lead + _native(fmt, CALLS)
         tokens = qwen_encode(text)
         if fmt == "json":  # the bare format marks a call in free text with <tool_call>
             text = "Let me check. <tool_call>" + _native(fmt, CALLS)
             tokens = qwen_encode("Let me check. <tool_call>") + two
         elif fmt == "json_object":  # tokenized with the first call's end as a boundary
-            tokens = qwen_encode("Let me check. ") + two
+            tokens = qwen_encode(lead) + two
         assert _accepts(auto, tokens, qwen2)
         out = auto.parse_calls(text)
-        assert out.content == "Let me check. " and [c.name for c in out.calls] == [
-            "weather.get",
-            "math.add",
-        ]
+        assert out.content == (lead if fmt != "json" else "Let me check. ")
+        assert [c.name for c in out.calls] == ["weather.get", "math.add"]
     assert _accepts(auto, qwen_encode("It is sunny in Oslo."), qwen2)
     assert auto.parse_calls("It is sunny in Oslo.").calls == []
 

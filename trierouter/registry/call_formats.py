@@ -61,6 +61,9 @@ class CallFormat:
     """The key of the arguments object (Llama 3.x: ``"parameters"``)."""
     trigger: str = "<tool_call>"
     """Under ``tool_choice="auto"``: the text that starts a call (before it, free text)."""
+    anchored: bool = False
+    """:attr:`trigger` starts a call only at the start of the output or of a line (a bare
+    ``{"name"`` object), not inside text (a tool's description quoted as JSON)."""
     hold: int = 1
     """Under parallel calls, how many characters at the end of :attr:`suffix` start what follows
     (so a token crossing from the suffix into the separator stays whole): 1 for ``>\n``, 3 for
@@ -82,6 +85,13 @@ class CallFormat:
                 f"({self.separator!r}...) start alike; the decoder tells them apart by the "
                 "first character"
             )
+
+    @property
+    def watch(self) -> str:
+        """What the decoder and the parsers watch for under ``auto``: :attr:`trigger`, after a
+        newline when :attr:`anchored` (the output reads as if a newline preceded it, see
+        :func:`first_trigger`)."""
+        return "\n" + self.trigger if self.anchored else self.trigger
 
     # -- text the compiled tries and automata hold ---------------------------------------------
     @property
@@ -136,7 +146,7 @@ class CallFormat:
         content, rest = "", text
         head = self.open + self.prefix + CALL_HEAD
         if auto:
-            cut = text.find(self.trigger)
+            cut = first_trigger(text, [self.watch])[0]
             if cut < 0:
                 return text, []
             content = text[:cut]
@@ -221,6 +231,7 @@ CALL_FORMATS: dict[str, CallFormat] = {
         CallFormat(
             "json_object",
             trigger='{"name"',
+            anchored=True,
             models=("any chat model that writes its call as a bare JSON object in its text",),
         ),
         CallFormat(
@@ -301,16 +312,30 @@ def auto_formats(fmt: str | CallFormat, openers: tuple[str, ...] = AUTO_OPENERS)
     return tuple(out)
 
 
-def first_trigger(text: AnyStr, triggers: Sequence[AnyStr]) -> tuple[int, int]:
-    """``(end, j)``: where in ``text`` the trigger that completes first ends and its index in
-    ``triggers``; ``(-1, -1)`` when none occurs. The rule by which the decoder starts a call
-    under ``auto`` and the parsers cut the output where it started."""
-    best, which = -1, -1
+def first_trigger(
+    text: AnyStr, triggers: Sequence[AnyStr], *, line_start: bool = True
+) -> tuple[int, int, int]:
+    """``(start, end, j)``: where in ``text`` the trigger that completes first starts and ends,
+    and its index in ``triggers``; ``(-1, -1, -1)`` when none occurs. The rule by which the
+    decoder starts a call under ``auto`` and the parsers cut the output where it started.
+
+    A trigger that begins with a newline (:attr:`CallFormat.watch` of an anchored format)
+    matches at a line's start; ``line_start``: ``text`` starts a line (it is a whole output),
+    so such a trigger matches at its very start too, and ``start`` is where the text after
+    that newline begins."""
+    nl = "\n" if isinstance(text, str) else b"\n"
+    lead = nl if line_start else nl[:0]
+    seen = lead + text
+    best, first, which = -1, -1, -1
     for j, t in enumerate(triggers):
-        pos = text.find(t)
-        if pos >= 0 and (best < 0 or pos + len(t) < best):
-            best, which = pos + len(t), j
-    return best, which
+        pos = seen.find(t)
+        if pos < 0:
+            continue
+        end = pos + len(t) - len(lead)
+        if best < 0 or end < best:
+            best, which = end, j
+            first = end - len(t) + (1 if t.startswith(nl) else 0)
+    return first, best, which
 
 
 def call_format(fmt: str | CallFormat) -> CallFormat:

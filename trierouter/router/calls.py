@@ -45,7 +45,9 @@ class CallEnvelope:
     """Where the calls of one output start, and the key of a call's arguments."""
 
     trigger: str | None = "<tool_call>"
-    """Text that starts the calls (before it: content); ``None``: the output is calls only."""
+    """Text that starts the calls (before it: content); ``None``: the output is calls only. One
+    that begins with a newline starts them only at a line's start (an anchored format's
+    :attr:`~trierouter.registry.call_formats.CallFormat.watch`)."""
     args_key: str = "arguments"
     name_key: str = "name"
     also: tuple[tuple[str, str], ...] = ()
@@ -57,15 +59,16 @@ class CallEnvelope:
         if self.trigger is None:
             return 0, self.args_key
         openers = ((self.trigger, self.args_key), *self.also)
-        end, j = first_trigger(text, [t for t, _ in openers])
+        start, _, j = first_trigger(text, [t for t, _ in openers])
         if j < 0:
             return -1, ""
-        return end - len(openers[j][0]), openers[j][1]
+        return start, openers[j][1]
 
     def pending(self, text: str) -> int:
         """How many characters at the end of ``text`` could start a trigger."""
         trigs = [] if self.trigger is None else [self.trigger, *(t for t, _ in self.also)]
-        return max((_partial_overlap(text, t) for t in trigs), default=0)
+        seen = "\n" + text  # the output starts a line (anchored triggers begin with "\n")
+        return min(len(text), max((_partial_overlap(seen, t) for t in trigs), default=0))
 
 
 def envelope(fmt: str, *, auto: bool, openers: Sequence[str] | None = AUTO_OPENERS) -> CallEnvelope:
@@ -76,10 +79,10 @@ def envelope(fmt: str, *, auto: bool, openers: Sequence[str] | None = AUTO_OPENE
     if not auto:
         return CallEnvelope(None, f.arguments_key)
     also = tuple(
-        (call_format(o).trigger, call_format(o).arguments_key)
+        (call_format(o).watch, call_format(o).arguments_key)
         for o in auto_formats(f, tuple(openers or ()))
     )
-    return CallEnvelope(f.trigger, f.arguments_key, also=also)
+    return CallEnvelope(f.watch, f.arguments_key, also=also)
 
 
 def native_plan(

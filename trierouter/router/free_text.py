@@ -2,7 +2,8 @@
 
 A :class:`FreeStage` is a stretch of unconstrained text watched for delimiters: ``</think>``
 (think-then-answer), or under ``tool_choice="auto"`` every text that starts a call in a syntax
-the model writes (``<tool_call>``, a ```` ```json ```` fence, a bare ``{"name"``). Its state is
+the model writes (``<tool_call>``, a ```` ```json ```` fence, a bare ``{"name"`` at a line's
+start, watched as ``\n{"name"`` from a newline pending at the start). Its state is
 one integer: which *pending* text, the longest end of the output so far that is a proper prefix
 of a trigger, has been written (for a single trigger, the number of its bytes matched, as in
 KMP). A token that completes a trigger ends the stage; the bytes of that token after the
@@ -94,6 +95,13 @@ class FreeStage:
         object.__setattr__(self, "_longest", max(len(t) for t in self.triggers) - 1)
 
     @property
+    def initial(self) -> int:
+        """The state the stage starts in: a newline pending when a trigger is anchored at a
+        line's start (it begins with one), so that it completes at the output's start too."""
+        anchored = any(t.startswith(b"\n") for t in self.triggers)
+        return self._ids[b"\n"] if anchored else 0
+
+    @property
     def trigger(self) -> bytes:
         """The first trigger (the model's own call opener, or the think delimiter)."""
         return self.triggers[0]
@@ -109,7 +117,7 @@ class FreeStage:
         index; otherwise ``cut = j = -1``."""
         p = self.prefixes[k]
         text = p + data
-        best, which = first_trigger(text, self.triggers)
+        _, best, which = first_trigger(text, self.triggers, line_start=False)
         if which >= 0:
             return 0, best - len(p), which
         for n in range(min(self._longest, len(text)), 0, -1):

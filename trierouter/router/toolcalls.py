@@ -117,7 +117,6 @@ class ToolCallPlan:
         if max_calls < 1:
             raise ValueError(f"max_calls={max_calls}: at least 1 call")
         self.max_calls = max_calls if self.parallel_tool_calls else 1
-        trigger = self.format.trigger
         frees: list[FreeStage] = []
         if think:
             frees.append(FreeStage((think_end.encode(),), False, think_max_tokens))
@@ -156,10 +155,10 @@ class ToolCallPlan:
                 slot_max_tokens=slot_max_tokens, max_tokens=max_tokens)  # fmt: skip
             for fmt in auto_formats(tools.format, names):
                 self._alts.append(ToolCallPlan(tools.with_format(fmt), tool_choice="auto", **opts))
-            triggers = [trigger.encode()] + [a.format.trigger.encode() for a in self._alts]
+            triggers = [self.format.watch.encode()] + [a.format.watch.encode() for a in self._alts]
             frees.append(FreeStage(tuple(triggers), True, None))
         elif tool_choice == "none":
-            frees.append(FreeStage((trigger.encode(),), True, None, forbid=True))
+            frees.append(FreeStage((self.format.watch.encode(),), True, None, forbid=True))
         self._frees = frees
         self.NAME = len(frees)
         self.ARGS = self.NAME + 1
@@ -209,7 +208,7 @@ class ToolCallPlan:
     # -- states ----------------------------------------------------------------------------------
     def start(self) -> ToolState:
         if self._frees:
-            return ToolState(0, 0)
+            return ToolState(0, self._frees[0].initial)
         return ToolState(self.NAME, self.names.root)
 
     def is_dead(self, state: Any) -> bool:
@@ -337,7 +336,7 @@ class ToolCallPlan:
         k2, done, j = fr.step(k, data)
         if done >= 0:
             if stage + 1 < self.NAME:
-                return ToolState(stage + 1, 0)
+                return ToolState(stage + 1, self._frees[stage + 1].initial)
             node = self._syntax(j)._walk_rest(data[done:])
             if node < 0:
                 return ToolState(self.DEAD, 0)
@@ -548,7 +547,8 @@ class ToolCallPlan:
             return ParsedOutput(text, [], reasoning)
         syntax = self
         if self._alts:  # the syntax whose opener completes first, as in decoding
-            _, _, j = self._frees[-1].step(0, text.encode())
+            fr = self._frees[-1]
+            _, _, j = fr.step(fr.initial, text.encode())
             syntax = self._syntax(max(j, 0))
         content, objects = syntax.format.split(text, auto=self.tool_choice == "auto")
         if not objects and self.tool_choice != "auto":
