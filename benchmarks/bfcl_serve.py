@@ -21,7 +21,9 @@ by BFCL's official ``ast_checker`` (from the pinned ``bfcl-eval`` wheel) judged 
 reader who parses the text would find it, the first JSON call object in ``content``), HTTP
 errors, and seconds per request (each request's own wall time; 8 requests in flight). On
 irrelevance, ``vllm_auto``'s ``called_lenient`` is the free model read leniently: the rate
-``tr_auto`` must not exceed. Writes ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``).
+``tr_auto`` must not exceed. Writes ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``);
+``--arms tr_auto --keep`` reruns one arm and keeps the others, ``runs`` giving each arm's commit
+and date.
 """
 
 from __future__ import annotations
@@ -139,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--plot", action="store_true", help="only redraw the PNG from --out")
+    p.add_argument(
+        "--keep", action="store_true",
+        help="keep the arms of --out that --arms does not rerun (each with its own commit and "
+        "date in 'runs'); the sample settings must match",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.plot:
         plot(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
@@ -169,6 +176,22 @@ def main(argv: list[str] | None = None) -> int:
         "arms": {},
     }  # fmt: skip
     texts: dict[str, Any] = {}
+    here = {"commit": result["commit"], "date": result["date"]}
+    if args.keep and args.out.exists():
+        old = json.loads(args.out.read_text())
+        same = ("n", "seed", "max_tokens", "concurrency", "model", "judge")
+        if any(old.get(k) != result[k] for k in same):
+            raise SystemExit(f"--keep: {args.out} was run with other settings ({same})")
+        old_texts = json.loads(args.out.with_name(args.out.stem + "_texts.json").read_text())
+        for arm, rows in old["arms"].items():
+            if arm not in arms:
+                result["arms"][arm] = rows
+                result.setdefault("runs", {})[arm] = old.get("runs", {}).get(
+                    arm, {"commit": old["commit"], "date": old["date"]}
+                )
+                texts.update({k: v for k, v in old_texts.items() if k.endswith(":" + arm)})
+    for arm in arms:
+        result.setdefault("runs", {})[arm] = here
     servers = {
         "tr": lambda: serve(model, log=tmp / "tr.log", env=env, args=SERVER_ARGS, timeout=900),
         "vllm": lambda: _vllm(

@@ -245,6 +245,15 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
         "",
         *rows,
     ]
+    runs = d.get("runs", {})
+    if len({(r["commit"], r["date"]) for r in runs.values()}) > 1:
+        out += [
+            "",
+            "Arms from separate runs of the same sample and settings: "
+            + "; ".join(f"{SERVE_ARMS[a]}: commit {r['commit']}, {r['date']}"
+                        for a, r in runs.items() if a in SERVE_ARMS)
+            + ".",
+        ]  # fmt: skip
     auto, req = d["arms"].get("tr_auto", {}), d["arms"].get("tr_required", {})
     notes = []
     for c in cats:
