@@ -279,6 +279,43 @@ def test_streaming_deltas_equal_the_whole_answer(client: Any) -> None:
     assert args == {0: whole.function.arguments}
 
 
+SLOPPY = {  # a BFCL tool's contradiction: an integer with string values (served: the enum)
+    "type": "function",
+    "function": {
+        "name": "rate_hotel",
+        "parameters": {
+            "type": "object",
+            "properties": {"stars": {"type": "integer", "enum": ["1", "2", "3", "dontcare"]}},
+            "required": ["stars"],
+        },
+    },
+}
+
+
+def test_relaxed_tools_are_reported_on_the_call_streamed_or_not(client: Any) -> None:
+    kw: dict[str, Any] = dict(
+        tools=[*TOOLS, SLOPPY], temperature=0.0, max_tokens=64,
+        tool_choice={"type": "function", "function": {"name": "rate_hotel"}},
+    )  # fmt: skip
+    (call,) = _create(client, **kw).choices[0].message.tool_calls
+    args = json.loads(call.function.arguments)
+    assert args["stars"] in SLOPPY["function"]["parameters"]["properties"]["stars"]["enum"]
+    ext = call.model_extra["trierouter"]
+    assert [(r["kind"], r["path"]) for r in ext["relaxed"]] == [("type", "stars")], ext
+    # the original schema refuses every value the relaxed one allows: the call says so
+    assert "integer" in ext["invalid"] and "stars" in ext["invalid"]
+    streamed = [
+        tc.model_extra.get("trierouter")
+        for chunk in _create(client, stream=True, **kw) if chunk.choices
+        for tc in chunk.choices[0].delta.tool_calls or [] if tc.id
+    ]  # fmt: skip
+    assert [e and e["relaxed"] for e in streamed] == [ext["relaxed"]]
+    # an exact tool's call carries no field
+    exact = {"type": "function", "function": {"name": TOOLS[0]["function"]["name"]}}
+    (call,) = _create(client, **{**kw, "tool_choice": exact}).choices[0].message.tool_calls
+    assert "trierouter" not in (call.model_extra or {})
+
+
 def test_named_registry_with_tool_search(client: Any) -> None:
     r = _create(
         client, tools=None, tool_choice="required", temperature=1.0,

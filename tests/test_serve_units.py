@@ -422,3 +422,42 @@ def test_chat_trierouter_in_process(tmp_path_factory: pytest.TempPathFactory) ->
             reg.invoke(call)
     label = llm.with_structured_output(Literal["spam", "ham"]).invoke("Buy now!")
     assert label in ("spam", "ham")
+
+
+def test_a_non_streamed_answer_reports_relaxed_tools_on_their_calls() -> None:
+    """The middleware's rewrite of a non-streamed answer (vLLM drops the parser's field there):
+    each call of a relaxed tool gets ``trierouter.relaxed`` (and ``invalid`` when its original
+    schema refuses it, as ``jsonschema`` says); calls of exact tools are left as they were."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from trierouter.router.vllm.checks import relaxed_response
+
+    sloppy = {
+        "type": "object",
+        "properties": {"stars": {"type": "integer", "enum": ["1", "2", "dontcare"]}},
+    }
+    exact = {"type": "object", "properties": {"city": {"type": "string"}}}
+    request = {
+        "tools": [
+            {"type": "function", "function": {"name": "rate", "parameters": sloppy}},
+            {"type": "function", "function": {"name": "weather", "parameters": exact}},
+        ]
+    }
+
+    def answer(*calls: tuple[str, str]) -> bytes:
+        tcs = [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
+               for i, (n, a) in enumerate(calls)]  # fmt: skip
+        return json.dumps({"choices": [{"index": 0, "message": {"tool_calls": tcs}}]}).encode()
+
+    assert relaxed_response(answer(("weather", '{"city": "Oslo"}')), request) is None
+    assert relaxed_response(b"not json", request) is None
+    both = answer(("weather", '{"city": "Oslo"}'), ("rate", '{"stars": "2"}'))
+    out = relaxed_response(both, request)
+    assert out is not None
+    tcs = json.loads(out)["choices"][0]["message"]["tool_calls"]
+    before = json.loads(both)["choices"][0]["message"]["tool_calls"]
+    assert [t["function"] for t in tcs] == [t["function"] for t in before]  # calls untouched
+    assert "trierouter" not in tcs[0]
+    ext = tcs[1]["trierouter"]
+    assert [(r["kind"], r["path"]) for r in ext["relaxed"]] == [("type", "stars")]
+    errors = list(jsonschema.Draft202012Validator(sloppy).iter_errors({"stars": "2"}))
+    assert errors and "stars" in ext["invalid"] and errors[0].message in ext["invalid"]

@@ -18,7 +18,7 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trierouter.errors import TrieRouterError
@@ -26,7 +26,7 @@ from trierouter.registry.compiler import check_tools
 from trierouter.registry.slots.dispatch import unserved_problems
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tools import ToolRegistry
-from trierouter.router.vllm.args import ENV_TOOLS
+from trierouter.router.vllm.args import ARG_TOOLS, ENV_TOOLS
 from trierouter.router.vllm.named import list_tool_registries, load_tool_registries
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "check_tool_choice",
     "count_work",
     "registry_specs",
+    "relaxed_response",
     "schema_relaxations",
 ]
 
@@ -112,6 +113,63 @@ def schema_relaxations(schema: Any) -> list[Problem]:
     except (TypeError, ValueError):
         return []
     return list(_relaxations(text))
+
+
+def relaxed_response(response: bytes, request: Mapping[str, Any]) -> bytes | None:
+    """A non-streamed chat completion ``response`` (its body) of ``request`` (its parsed body)
+    with the ``trierouter`` extension field on each call of a relaxed tool, as the parser puts
+    it on a streamed delta: ``{"relaxed": [{"kind", "path", "why"}, ...]}``, and ``"invalid"``
+    when the finished call fails the tool's original schema. ``None`` when no call is of a
+    relaxed tool. (vLLM rebuilds a non-streamed call from its id, name and arguments and drops
+    the parser's field, so the server's middleware adds it here.)"""
+    from trierouter.router.calls import ParsedCall, call_problem
+
+    try:
+        data = json.loads(response)
+    except ValueError:
+        return None
+    calls = [
+        call
+        for choice in (data.get("choices") or [] if isinstance(data, dict) else [])
+        if isinstance(choice, dict)
+        for call in (choice.get("message") or {}).get("tool_calls") or []
+        if isinstance(call, dict) and isinstance(call.get("function"), dict)
+    ]
+    if not calls:
+        return None
+    schemas = _request_schemas(request, {c["function"].get("name") for c in calls})
+    changed = False
+    for call in calls:
+        fn = call["function"]
+        name = fn.get("name")
+        relaxed = schema_relaxations(schemas.get(name))
+        if not relaxed:
+            continue
+        ext: dict[str, Any] = {"relaxed": [p.to_dict() for p in relaxed]}
+        problem = call_problem(ParsedCall(name, str(fn.get("arguments", "")), True), schemas)
+        if problem is not None:
+            ext["invalid"] = problem
+        call["trierouter"] = ext
+        changed = True
+    return json.dumps(data, ensure_ascii=False).encode() if changed else None
+
+
+def _request_schemas(request: Mapping[str, Any], names: set[Any]) -> dict[str, Any]:
+    """The argument schemas of the tools ``names`` of ``request`` (its inline ``tools`` or its
+    named registry's), by name."""
+    registry = (request.get("vllm_xargs") or {}).get(ARG_TOOLS)
+    if isinstance(registry, str):
+        try:
+            specs = registry_specs(registry)
+        except (ValueError, OSError):
+            return {}
+        return {n: specs.by_name[n].parameters or {"type": "object"} for n in names & specs.names}
+    out: dict[str, Any] = {}
+    for t in request.get("tools") or []:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if isinstance(fn, dict) and fn.get("name") in names:
+            out[fn["name"]] = fn.get("parameters") or {"type": "object"}
+    return out
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -20,8 +20,8 @@ The parser's tool calls of it carry the extension field ``trierouter`` (``{"rela
 "path", "why"}, ...]}``, ``"invalid": "<why>"`` when the finished call fails its original schema,
 which is then logged as a warning instead of failing the request). vLLM 0.32 streams the
 parser's deltas as they are (the field reaches the client on the delta that names the call) but
-rebuilds a non-streamed call from its id, name and arguments: there the field is dropped and the
-server log is the report.
+rebuilds a non-streamed call from its id, name and arguments, dropping the field: the server's
+middleware adds it to the answer (:func:`~trierouter.router.vllm.checks.relaxed_response`).
 
 ``supports_required_and_named = False``: vLLM then parses ``"required"`` and named choices with
 this parser too, instead of its JSON-list convention.

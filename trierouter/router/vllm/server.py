@@ -32,7 +32,12 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from trierouter.router.vllm.args import ARG_ALLOWED, ARG_TOOLS, ENV_TOOLS, _env_int
-from trierouter.router.vllm.checks import RegistrySpecs, count_work, registry_specs
+from trierouter.router.vllm.checks import (
+    RegistrySpecs,
+    count_work,
+    registry_specs,
+    relaxed_response,
+)
 from trierouter.router.vllm.named import list_tool_registries
 
 __all__ = [
@@ -453,7 +458,46 @@ class ToolSearchMiddleware:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        await self.app(scope, replay, _with_relaxations(body, send))
+
+
+def _with_relaxations(body: bytes, send: Send) -> Send:
+    """``send``, through which a non-streamed answer to a request with tools (``body``) gets the
+    ``trierouter`` extension field on each call of a relaxed tool (``relaxed_response``)."""
+    if b'"tools"' not in body and ARG_TOOLS.encode() not in body:
+        return send
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return send
+    if not isinstance(request, dict) or request.get("stream"):
+        return send
+    start: Message | None = None
+    parts: list[bytes] = []
+
+    async def held(msg: Message) -> None:
+        nonlocal start
+        if msg["type"] == "http.response.start" and msg.get("status") == 200:
+            start = msg
+            return
+        if msg["type"] != "http.response.body" or start is None:
+            await send(msg)
+            return
+        parts.append(msg.get("body", b""))
+        if msg.get("more_body", False):
+            return
+        out = b"".join(parts)
+        new = relaxed_response(out, request)
+        head = start
+        if new is not None:
+            out = new
+            hdrs = [(k, v) for k, v in head.get("headers", []) if k.lower() != b"content-length"]
+            head = {**head, "headers": [*hdrs, (b"content-length", str(len(out)).encode())]}
+        start = None
+        await send(head)
+        await send({"type": "http.response.body", "body": out, "more_body": False})
+
+    return held
 
 
 def serve_argv(argv: Sequence[str]) -> list[str]:
