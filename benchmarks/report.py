@@ -725,6 +725,9 @@ without a regeneration fails the suite). Every figure below comes from the file 
 section; runs whose JSON carries no date are cited with the commit that wrote them, and runs
 made before the compiled C++ core (commit {core}, {core_date}) say so.
 
+`make bench-all` (`benchmarks/run_all.py`; `--list` prints the plan, `--only FILE,...` picks)
+reruns every file below with its command, one after another, then this report:
+
 {rerun}
 
 Then `python benchmarks/report.py` rewrites this page and the generated blocks of the others.
@@ -735,17 +738,59 @@ RERUN = [
     ("compile_and_step.json", "make bench", "about 15 min (its docstring)"),
     ("equivalence_sweep.json", "make sweep", "not recorded"),
     ("vllm_throughput.json", "python benchmarks/vllm_throughput.py", "about 13 min (Makefile)"),
+    (
+        "vllm_throughput_100k.json",
+        "python benchmarks/vllm_throughput.py --ks 100000 --skip-equivalence --skip-guidance "
+        "--out benchmarks/results/vllm_throughput_100k.json",
+        "not recorded",
+    ),
     ("shortlist.json", "python benchmarks/shortlist.py", "not recorded (sections: docstring)"),
     ("vllm_large_set.json", "python benchmarks/vllm_large_set.py", "not recorded"),
     ("fast_forward.json", "python benchmarks/fast_forward.py", "about 4 min (Makefile)"),
     ("tool_automata.json", "python benchmarks/tool_automata.py", "not recorded"),
+    ("tool_registry_load.json", "python benchmarks/tool_registry_load.py", "not recorded"),
     ("tool_calls.json", "python benchmarks/tool_calls.py", "10-15 min (its docstring)"),
-    ("tool_call_validity.json", "python benchmarks/tool_call_validity.py --engine E", ""),
+    (
+        "tool_call_validity.json",
+        "python benchmarks/tool_call_validity.py --engine transformers && "
+        "python benchmarks/tool_call_validity.py --engine vllm",
+        "",
+    ),
     ("tool_call_overhead.json", "python benchmarks/tool_call_overhead.py", "not recorded"),
     ("bfcl.json", "python benchmarks/bfcl.py", "about 45 min per set of arms (its docstring)"),
+    (
+        "bfcl_smollm2.json",
+        "python benchmarks/bfcl.py --model smollm2-135m-instruct --format json "
+        "--categories simple_python --out benchmarks/results/bfcl_smollm2.json",
+        "not recorded",
+    ),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
+    ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("classify.json", "python benchmarks/classify.py", "about 15 min, 1 thread (its JSON)"),
+    ("soak.json", "python benchmarks/soak_vllm.py --requests 15000", "7 min + start (its JSON)"),
+    (
+        "fuzz.json",
+        "python fuzz/run_fuzz.py --seconds 300 --corpus .cache/fuzz/compile",
+        "5 min + coverage replay (corpus kept for the ASan run)",
+    ),
+    (
+        "fuzz_tools.json",
+        "python fuzz/run_fuzz.py --target tools --seconds 240 --corpus .cache/fuzz/tools",
+        "4 min + coverage replay (corpus kept for the ASan run)",
+    ),
+    (
+        "fuzz_asan.json",
+        "make ext-debug && python fuzz/run_fuzz.py --asan --seconds 300 "
+        "--corpus .cache/fuzz/compile; make ext",
+        "5 min + two core builds",
+    ),
+    (
+        "fuzz_tools_asan.json",
+        "make ext-debug && python fuzz/run_fuzz.py --target tools --asan --seconds 180 "
+        "--corpus .cache/fuzz/tools; make ext",
+        "3 min + two core builds",
+    ),
 ]
 """How each result file is made again, and how long it took where that is known."""
 

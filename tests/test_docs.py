@@ -109,3 +109,24 @@ def test_benchmark_figures_match_their_results() -> None:
 
     A figure edited by hand, or a result file rerun without regenerating, fails here."""
     _generator_check(ROOT / "benchmarks" / "report.py")
+
+
+def test_every_result_file_has_its_rerun_command() -> None:
+    """Each committed ``benchmarks/results/*.json`` (answers files aside) is rerun by one entry of
+    ``report.py``'s ``RERUN`` table (what ``make bench-all`` runs), whose script exists."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from report import RERUN
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    results = {
+        p.name for p in (ROOT / "benchmarks" / "results").glob("*.json")
+        if not p.stem.endswith("_texts")
+    }  # fmt: skip
+    listed = [name for name, _, _ in RERUN]
+    assert len(listed) == len(set(listed))
+    assert results == set(listed), (results - set(listed), set(listed) - results)
+    for _, command, _ in RERUN:
+        for word in command.split():
+            if word.endswith(".py"):
+                assert (ROOT / word).is_file(), command
