@@ -234,8 +234,8 @@ class Parsers:
         self, text: str, tools: list[dict[str, Any]], choice: str, think: bool, fmt: str
     ) -> list[dict[str, Any]] | None:
         from trierouter.registry.compiler import compile_tools
-        from trierouter.router.tool_call import ToolCallError
-        from trierouter.router.toolcalls import ToolCallPlan
+        from trierouter.router.tool_calls.call import ToolCallError
+        from trierouter.router.tool_calls.plan import ToolCallPlan
 
         plan = ToolCallPlan(
             compile_tools(tools, self.index, format=fmt), tool_choice=choice, think=think,
@@ -641,7 +641,7 @@ def transformers_subset(
     import transformers
 
     from trierouter.registry.compiler import compile_tools
-    from trierouter.router.calls import native_plan
+    from trierouter.router.tool_calls.serving import native_plan
     from trierouter.router.transformers import generate
 
     torch.set_num_threads(args.threads)

@@ -162,11 +162,12 @@ def bfcl(load: Load, source: Source) -> list[str]:
         "on the call categories; with the opt-in fenced-JSON trigger "
         f"{_cats(arms['tr_auto_fence'], ('simple_python', 'multiple'))} on simple_python and "
         f"multiple, irrelevance {arms['tr_auto_fence']['irrelevance']['correct']}/20.",
-        "- Closing within `max_tokens` (`trierouter/router/closing.py`): wherever the call is "
-        "served by automata, the mask keeps only tokens after which the call can still close "
-        "in the tokens left. XGrammar slots (free JSON the automata do not cover) are costed "
-        "8 tokens and steered: best effort. A limit smaller than the shortest call cannot be "
-        'met: the turn ends with `finish_reason: "length"` and the partial text in `content`.',
+        "- Closing within `max_tokens` (`trierouter/router/tool_calls/closing.py`): "
+        "wherever the call is served by automata, the mask keeps only tokens after which the "
+        "call can still close in the tokens left. XGrammar slots (free JSON the automata do "
+        "not cover) are costed 8 tokens and steered: best effort. A limit smaller than the "
+        'shortest call cannot be met: the turn ends with `finish_reason: "length"` and the '
+        "partial text in `content`.",
     ]
     if d.get("transformers"):
         out += ["", plot_bfcl.transformers_table(d)]

@@ -28,7 +28,7 @@ def main() -> None:
     from trierouter.registry.index import TokenIndex
     from trierouter.registry.vocabulary import Vocabulary
     from trierouter.router.plan import FreeText, compile_plan
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
     from trierouter.router.transformers import generate
     from trierouter.testing.tiny_model import build_tiny_model
     from trierouter.testing.tool_calls import diverse_openapi_tools

@@ -41,7 +41,7 @@ def main() -> None:
     from trierouter.registry.compiler import compile_tools
     from trierouter.registry.index import TokenIndex
     from trierouter.registry.vocabulary import Vocabulary
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
     from trierouter.testing.tiny_model import VLLM_CPU_ENV, build_tiny_model
     from trierouter.testing.tool_calls import check_calls, diverse_openapi_tools, refusal_counts
 

@@ -182,7 +182,7 @@ def _on_alarm(signum: int, frame: Any) -> None:
 def work_trierouter(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> None:
     from trierouter.registry.compiler import compile_tools
     from trierouter.registry.index import TokenIndex
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
 
     vocab = _vocab()
     t = time.perf_counter()

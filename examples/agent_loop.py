@@ -78,7 +78,7 @@ def main() -> None:
     from trierouter.registry.index import TokenIndex
     from trierouter.registry.tools import ToolRegistry
     from trierouter.registry.vocabulary import Vocabulary
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
     from trierouter.router.transformers import generate
     from trierouter.shortlist.bm25 import BM25Index
 

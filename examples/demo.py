@@ -351,8 +351,8 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
 
         from trierouter.registry.index import default_cache_dir
         from trierouter.registry.tools import ToolRegistry
-        from trierouter.router.tool_call import ToolCallError
-        from trierouter.router.toolcalls import ToolCallPlan
+        from trierouter.router.tool_calls.call import ToolCallError
+        from trierouter.router.tool_calls.plan import ToolCallPlan
         from trierouter.router.transformers import generate
         from trierouter.shortlist.bm25 import BM25Index
         from trierouter.tiny_model import build_tiny_model

@@ -17,11 +17,12 @@ import pytest
 
 from tests.test_call_formats import SCHEMAS, TOOLS
 from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats, call_format
+from trierouter.registry.call_text import envelope, scan_calls
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.calls import ToolCallStream, envelope, parse_calls
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.plan import ToolCallPlan
+from trierouter.router.tool_calls.serving import ToolCallStream
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -110,7 +111,7 @@ def test_each_opener_decodes_a_valid_call(auto: ToolCallPlan, qwen2: Vocabulary,
     out = auto.parse_calls(text)
     assert out.content == lead and [c.name for c in out.calls] == ["weather.get"]
     _valid("weather.get", out.calls[0].args)
-    content, calls = parse_calls(text, envelope("hermes", auto=True))  # the server's parser
+    content, calls = scan_calls(text, envelope("hermes", auto=True))  # the server's parser
     assert content == lead and json.loads(calls[0].arguments) == out.calls[0].args
 
 
@@ -156,7 +157,7 @@ def test_text_is_never_steered_toward_a_call(auto: ToolCallPlan, qwen2: Vocabula
         st = auto.advance(st, t)
     assert st[0] < auto.NAME and auto.advance(st, qwen2.end_ids[0])[0] == auto.TERMINATED
     assert auto.parse_calls(text).calls == []
-    assert parse_calls(text, envelope("hermes", auto=True)) == (text, [])  # the server's parser
+    assert scan_calls(text, envelope("hermes", auto=True)) == (text, [])  # the server's parser
     # only tokens that run from an opener into something no call starts with are taken out
     blocked = len(qwen2.tokens) - len(auto.allowed_token_ids(auto.start()))
     assert 0 < blocked < 0.01 * len(qwen2.tokens)
@@ -175,7 +176,7 @@ def test_stream_deltas_add_up_to_the_parse() -> None:
             args += frag
     assert content == "Checking.\n" and names == ["math.add"]
     assert json.loads(args) == {"a": 2, "b": 40}
-    assert parse_calls(text, env)[0] == content
+    assert scan_calls(text, env)[0] == content
 
 
 @pytest.mark.parametrize("before", ["", "Calling it.\n", "Calling it.\n\n"])
@@ -191,7 +192,7 @@ def test_a_bare_object_opens_a_call_at_a_line_start_only(
             st = auto.advance(st, t)
         assert st[0] != auto.DEAD and (not 0 <= st[0] < auto.NAME) is opens, lead
         out = auto.parse_calls(text)
-        content, calls = parse_calls(text, envelope("hermes", auto=True))
+        content, calls = scan_calls(text, envelope("hermes", auto=True))
         assert [c.name for c in out.calls] == (["math.add"] if opens else [])
         assert [c.name for c in calls] == [c.name for c in out.calls]
         assert out.content == content == (lead if opens else text)

@@ -17,7 +17,7 @@ from trierouter.registry.call_formats import CALL_FORMATS
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.plan import ToolCallPlan
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -14,7 +14,7 @@ import pytest
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.plan import ToolCallPlan
 
 TOOLS = [
     {"type": "function", "function": {"name": "math.sum", "description": "Add numbers",

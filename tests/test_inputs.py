@@ -62,7 +62,7 @@ def small_tools() -> Any:
 
 
 def test_tool_choice_errors(small_tools: Any) -> None:
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
 
     with pytest.raises(ToolChoiceError, match=r"tool_choice='unknown'.*required"):
         ToolCallPlan(small_tools, tool_choice="unknown")

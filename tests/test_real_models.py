@@ -29,8 +29,8 @@ jsonschema = pytest.importorskip("jsonschema")
 from trierouter.registry.compiler import compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.tool_call import ToolCall
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.call import ToolCall
+from trierouter.router.tool_calls.plan import ToolCallPlan
 from trierouter.router.transformers import generate
 
 pytestmark = [

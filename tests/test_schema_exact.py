@@ -23,7 +23,7 @@ from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.normalize import MAX_MIN_ITEMS, normalize_schema
 from trierouter.registry.tools import ToolRegistry
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.plan import ToolCallPlan
 
 jsonschema = pytest.importorskip("jsonschema")
 FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER

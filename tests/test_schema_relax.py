@@ -21,8 +21,8 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.relax import strict_for
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
-from trierouter.router.tool_call import ToolCallError
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.call import ToolCallError
+from trierouter.router.tool_calls.plan import ToolCallPlan
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -14,8 +14,9 @@ from typing import Literal
 
 import pytest
 
+from trierouter.registry.call_text import ParsedCall, envelope, scan_calls
 from trierouter.registry.tools import ToolRegistry
-from trierouter.router.calls import ParsedCall, ToolCallStream, call_problem, envelope, parse_calls
+from trierouter.router.tool_calls.serving import ToolCallStream, call_problem
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -55,7 +56,7 @@ TEXTS = [
 @pytest.mark.parametrize(("fmt", "text"), TEXTS)
 def test_streamed_deltas_add_up_to_the_parsed_calls(fmt: str, text: str) -> None:
     env = envelope(fmt, auto=True)
-    content, calls = parse_calls(text, env)
+    content, calls = scan_calls(text, env)
     for seed in range(100):
         rng = random.Random(seed)
         stream = ToolCallStream(env)
@@ -77,14 +78,14 @@ def test_streamed_deltas_add_up_to_the_parsed_calls(fmt: str, text: str) -> None
 
 
 def test_parse_calls_shapes() -> None:
-    content, calls = parse_calls(TEXTS[0][1], envelope("hermes", auto=True))
+    content, calls = scan_calls(TEXTS[0][1], envelope("hermes", auto=True))
     assert content == "Sure. " and [c.name for c in calls] == ['get_w"x', "t2"]
     assert json.loads(calls[0].arguments) == {"a": '}{"', "b": [1, {"c": 2}]}
     text = '<tool_call>\n{"name": "a", "arguments": {"x": "unfini'
-    _, cut = parse_calls(text, envelope("hermes", auto=False))
+    _, cut = scan_calls(text, envelope("hermes", auto=False))
     assert len(cut) == 1 and not cut[0].complete
     forced = '{"name": "ping", "arguments": {}}'  # the json format under a forced choice
-    assert parse_calls(forced, envelope("json", auto=False))[1][0].name == "ping"
+    assert scan_calls(forced, envelope("json", auto=False))[1][0].name == "ping"
 
 
 def test_call_problem_uses_the_format_checker() -> None:

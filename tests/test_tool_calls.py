@@ -14,8 +14,8 @@ import pytest
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.tool_call import ToolCallError
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.call import ToolCallError
+from trierouter.router.tool_calls.plan import ToolCallPlan
 
 SMALL = [
     {"type": "function", "function": {"name": "github.create_issue", "description": "Open an issue",

@@ -20,7 +20,7 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.plan import ToolCallPlan
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -277,7 +277,7 @@ def test_masks_equal_xgrammar_over_the_whole_turn(
 def test_an_unclosed_or_unopened_turn_is_not_a_call(
     turn_tools: tuple[Vocabulary, dict[str, CompiledTools]],
 ) -> None:
-    from trierouter.router.tool_call import ToolCallError
+    from trierouter.router.tool_calls.call import ToolCallError
 
     plan = ToolCallPlan(turn_tools[1]["mistral"], parallel_tool_calls=True)
     ok = '[TOOL_CALLS][{"name": "ping", "arguments": {}}, {"name": "ping", "arguments": {}}]'

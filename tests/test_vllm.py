@@ -333,7 +333,7 @@ def test_vllm_parsers_read_turn_formats(fmt: str) -> None:
     from tests.test_turn_formats import TOOLS, _walk, read_turn
     from trierouter.registry.compiler import compile_tools
     from trierouter.registry.shipped import shipped_vocabulary
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
 
     vocab = shipped_vocabulary("tekken" if fmt == "mistral" else "qwen2")
     tools = compile_tools(TOOLS, TokenIndex.get(vocab), format=fmt)
@@ -772,7 +772,7 @@ def test_tool_calls_sampled_valid(llm: Any, tiny_model: Path) -> None:
 def test_tool_calls_inline_and_forced(llm: Any, tiny_model: Path) -> None:
     from tests.test_tool_calls import SMALL
     from trierouter.registry.compiler import compile_tools
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
 
     params = SamplingParams(
         temperature=1.0, seed=1, max_tokens=200,

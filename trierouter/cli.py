@@ -365,7 +365,7 @@ def _load_registry(path: Path) -> Any:
 
 
 def _route(args: argparse.Namespace) -> int:
-    from trierouter.router.toolcalls import ToolCallPlan
+    from trierouter.router.tool_calls.plan import ToolCallPlan
     from trierouter.shortlist.bm25 import BM25Index
 
     registry = _load_registry(args.registry)

@@ -18,6 +18,7 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     │   ├── InvalidToolError                 bad name, unknown form or not a valid JSON Schema
     │   └── UnservedSchemaError              a schema construct no engine serves exactly
     ├── ToolChoiceError(ValueError)          tool_choice / allowed name no registered tool
+    ├── ToolCallError(ValueError)            an output is no valid call of a registered tool
     ├── UnknownToolError(KeyError)           a name is no tool of the compiled registry
     ├── InputFileError(ValueError)           a values / labels file cannot be read (names fix)
     ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidValueError",
     "McpServerError",
     "MissingDependencyError",
+    "ToolCallError",
     "ToolChoiceError",
     "ToolError",
     "TrieRouterError",
@@ -146,6 +148,10 @@ class InvalidToolError(ToolError):
 class ToolChoiceError(TrieRouterError, ValueError):
     """A decoding plan's ``tool_choice`` or ``allowed`` names no registered tool, or is in no
     known form."""
+
+
+class ToolCallError(TrieRouterError, ValueError):
+    """An output is not a valid call of a registered tool (names the problem)."""
 
 
 class UnknownToolError(TrieRouterError, KeyError):

@@ -14,19 +14,15 @@ JSON array (``json_array``, opt-in); :attr:`CallFormat.open` and :attr:`CallForm
 and the decoder ends such a turn only after its closing text.
 A :class:`CallFormat` says where a call's JSON object sits in the output; the compiler builds the
 names trie and each tool's automaton around it (so tokens may cross from the wrapper into the
-JSON exactly as the model's tokenizer splits them), the decoder uses it for ``auto``, parallel
-calls and parsing.
+JSON exactly as the model's tokenizer splits them), the decoder uses it for ``auto`` and parallel
+calls, and :mod:`~trierouter.registry.call_text` (the one reader of call text) to parse.
 
 A new format is one entry in :data:`CALL_FORMATS`.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import AnyStr
 
 from trierouter.errors import TrieRouterError
 
@@ -38,7 +34,6 @@ __all__ = [
     "CallFormat",
     "auto_formats",
     "call_format",
-    "first_trigger",
 ]
 
 CALL_HEAD = '{"name": "'
@@ -79,7 +74,7 @@ class CallFormat:
     ``},``) instead of holding characters back."""
 
     def __post_init__(self) -> None:
-        if self.close and (self.separator + self.prefix + CALL_HEAD).startswith(self.close[:1]):
+        if self.close and self.lead(following=True).startswith(self.close[:1]):
             raise ValueError(
                 f"CallFormat {self.name!r}: close={self.close!r} and the next call "
                 f"({self.separator!r}...) start alike; the decoder tells them apart by the "
@@ -90,7 +85,7 @@ class CallFormat:
     def watch(self) -> str:
         """What the decoder and the parsers watch for under ``auto``: :attr:`trigger`, after a
         newline when :attr:`anchored` (the output reads as if a newline preceded it, see
-        :func:`first_trigger`)."""
+        :func:`~trierouter.registry.call_text.first_trigger`)."""
         return "\n" + self.trigger if self.anchored else self.trigger
 
     # -- text the compiled tries and automata hold ---------------------------------------------
@@ -128,83 +123,16 @@ class CallFormat:
         if following:
             return held + self.separator + self.prefix + CALL_HEAD
         head = self.open + self.prefix + CALL_HEAD
-        if after_trigger:
-            return head[len(self.trigger) :] if head.startswith(self.trigger) else head
+        if after_trigger and self.trigger_in_head:
+            return head[len(self.trigger) :]
         return head
 
-    # -- parsing -------------------------------------------------------------------------------
-    def split(self, text: str, *, auto: bool) -> tuple[str, list[str]]:
-        """``(content, [call object text, ...])`` of an output in this format.
-
-        Strict, as a server-side parser for the format is: under ``auto`` the calls start at
-        :attr:`trigger` (before it: content); each call is its prefix, one JSON object and its
-        suffix, calls separated by :attr:`separator` (whitespace around it is tolerated), all of
-        them after :attr:`open` and before :attr:`close` where the format has them (a turn left
-        open comes back as a last entry naming the problem). Text that is not in the format is
-        content with no calls.
-        """
-        content, rest = "", text
-        head = self.open + self.prefix + CALL_HEAD
-        if auto:
-            cut = first_trigger(text, [self.watch])[0]
-            if cut < 0:
-                return text, []
-            content = text[:cut]
-            rest = text[cut if head.startswith(self.trigger) else cut + len(self.trigger) :]
-        calls: list[str] = []
-        decoder = json.JSONDecoder()
-        pos = 0
-        opening = self.open.strip()
-        if opening:
-            pos = _skip_ws(rest, pos)
-            if not rest.startswith(opening, pos):
-                return (content, []) if auto else (text, [])
-            pos += len(opening)
-        closing = self.close.strip()
-        closed = False
-        while True:
-            pos = _skip_ws(rest, pos)
-            if calls:
-                if closing and rest.startswith(closing, pos):
-                    closed = True
-                    break
-                sep = self.separator.strip()
-                if sep and rest.startswith(sep, pos):
-                    pos = _skip_ws(rest, pos + len(sep))
-            if pos >= len(rest):
-                break
-            prefix = self.prefix.strip()
-            if prefix:
-                if not rest.startswith(prefix, pos):
-                    break
-                pos = _skip_ws(rest, pos + len(prefix))
-            try:
-                _, end = decoder.raw_decode(rest, pos)
-            except json.JSONDecodeError:
-                calls.append(rest[pos:])  # the caller reports what is wrong with it
-                return content, calls
-            calls.append(rest[pos:end])
-            pos = end
-            suffix = self.suffix.strip()
-            if suffix:
-                pos = _skip_ws(rest, pos)
-                if rest.startswith(suffix, pos):
-                    pos += len(suffix)
-                elif pos < len(rest):
-                    break
-        if closing and calls and not closed:  # an unclosed turn: the caller reports it
-            calls.append(f"the turn does not end with {closing!r}: {rest[-40:]!r}")
-        if not calls and not auto:
-            return text, []
-        return content, calls
-
-
-_WS = re.compile(r"\s*")
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    m = _WS.match(text, pos)
-    return m.end() if m else pos
+    @property
+    def trigger_in_head(self) -> bool:
+        """The call head (:attr:`open`, :attr:`prefix`, ``{"name": "``) begins with
+        :attr:`trigger` (Llama 3's bare object, ``json_array``'s ``[{"name": "``): under ``auto``
+        the trigger is the first call's start, not text before it."""
+        return (self.open + self.prefix + CALL_HEAD).startswith(self.trigger)
 
 
 CALL_FORMATS: dict[str, CallFormat] = {
@@ -310,32 +238,6 @@ def auto_formats(fmt: str | CallFormat, openers: tuple[str, ...] = AUTO_OPENERS)
         seen.append(t)
         out.append(name)
     return tuple(out)
-
-
-def first_trigger(
-    text: AnyStr, triggers: Sequence[AnyStr], *, line_start: bool = True
-) -> tuple[int, int, int]:
-    """``(start, end, j)``: where in ``text`` the trigger that completes first starts and ends,
-    and its index in ``triggers``; ``(-1, -1, -1)`` when none occurs. The rule by which the
-    decoder starts a call under ``auto`` and the parsers cut the output where it started.
-
-    A trigger that begins with a newline (:attr:`CallFormat.watch` of an anchored format)
-    matches at a line's start; ``line_start``: ``text`` starts a line (it is a whole output),
-    so such a trigger matches at its very start too, and ``start`` is where the text after
-    that newline begins."""
-    nl = "\n" if isinstance(text, str) else b"\n"
-    lead = nl if line_start else nl[:0]
-    seen = lead + text
-    best, first, which = -1, -1, -1
-    for j, t in enumerate(triggers):
-        pos = seen.find(t)
-        if pos < 0:
-            continue
-        end = pos + len(t) - len(lead)
-        if best < 0 or end < best:
-            best, which = end, j
-            first = end - len(t) + (1 if t.startswith(nl) else 0)
-    return first, best, which
 
 
 def call_format(fmt: str | CallFormat) -> CallFormat:

@@ -2,7 +2,7 @@
 
 A call comes in OpenAI's form (``{"function": {"name", "arguments"}}`` with arguments as JSON
 text, or an object with ``.function``), LangChain's ``{"name", "args"}``, or
-:class:`~trierouter.router.toolcalls.ToolCall`; the arguments are checked against the tool's
+:class:`~trierouter.router.tool_calls.plan.ToolCall`; the arguments are checked against the tool's
 schema (``jsonschema`` with its format checker) before anything runs.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from trierouter.errors import ToolError
 from trierouter.registry import forms as convert
+from trierouter.registry.call_text import load_arguments
 
 __all__ = ["ainvoke_tool", "call_parts", "invoke_tool"]
 
@@ -34,7 +34,7 @@ def call_parts(call: Any) -> tuple[str, dict[str, Any]]:
         raise ToolError(f"not a tool call (no name): {call!r:.120}")
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw) if raw.strip() else {}
+            raw = load_arguments(raw)
         except ValueError as exc:
             raise ToolError(f"arguments of {name!r} are not JSON: {exc}") from exc
     if raw is None:

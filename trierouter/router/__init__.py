@@ -1,4 +1,5 @@
-"""Everything that decodes: matchers, packed bitmasks, decoding plans, tool-call plans.
+"""Everything that decodes: matchers, packed bitmasks, decoding plans, tool calls
+(:mod:`.tool_calls`: the plan, the OpenAI form, streaming).
 
 Engine adapters live in submodules and import their engine only when used:
 :mod:`.transformers` (``generate``, logits processors) and :mod:`.vllm` (the v1 logits processor,
@@ -12,14 +13,14 @@ from trierouter.router.bitmask import (
     ids_to_bitmask,
 )
 from trierouter.router.matcher import Matcher
-from trierouter.router.tool_call import (
+from trierouter.router.tool_calls import (
     FunctionCall,
     ParsedOutput,
     ToolCall,
     ToolCallError,
+    ToolCallPlan,
     parse_tool_call,
 )
-from trierouter.router.toolcalls import ToolCallPlan
 
 __all__ = [
     "FunctionCall",

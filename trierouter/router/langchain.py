@@ -29,8 +29,9 @@ from typing import Any
 
 from trierouter.errors import missing
 from trierouter.registry.call_formats import TEMPLATE_MARKERS
+from trierouter.registry.call_text import envelope, scan_calls
 from trierouter.registry.tools import ToolRegistry
-from trierouter.router.calls import envelope, native_plan, parse_calls
+from trierouter.router.tool_calls.serving import native_plan
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -111,7 +112,7 @@ def _history_for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]
 def _ai_message(text: str, fmt: str, choice: str) -> AIMessage:
     if choice == "none":
         return AIMessage(content=text)
-    content, calls = parse_calls(text, envelope(fmt, auto=choice == "auto"))
+    content, calls = scan_calls(text, envelope(fmt, auto=choice == "auto"))
     done = [c for c in calls if c.complete]
     if not done:
         return AIMessage(content=text)

@@ -34,7 +34,7 @@ from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace
 from trierouter.router.plan import Plan, PlanState, compile_plan
-from trierouter.router.toolcalls import ToolCallPlan
+from trierouter.router.tool_calls.plan import ToolCallPlan
 
 try:
     import torch
@@ -171,7 +171,7 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
     ``input_ids`` width where generated tokens start (an int for all rows, or one per row); by
     default the width at the first call, which is right for left-padded batches.
     ``max_new_tokens``: the same limit as ``generate``'s, so that a tool-call turn closes within
-    it (:class:`~trierouter.router.closing.TurnCloser`). Like XGrammar's
+    it (:class:`~trierouter.router.tool_calls.closing.TurnCloser`). Like XGrammar's
     processor, an instance serves one ``generate`` call; :meth:`reset` makes it reusable.
     """
 

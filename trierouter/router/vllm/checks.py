@@ -122,7 +122,8 @@ def relaxed_response(response: bytes, request: Mapping[str, Any]) -> bytes | Non
     when the finished call fails the tool's original schema. ``None`` when no call is of a
     relaxed tool. (vLLM rebuilds a non-streamed call from its id, name and arguments and drops
     the parser's field, so the server's middleware adds it here.)"""
-    from trierouter.router.calls import ParsedCall, call_problem
+    from trierouter.registry.call_text import ParsedCall
+    from trierouter.router.tool_calls.serving import call_problem
 
     try:
         data = json.loads(response)

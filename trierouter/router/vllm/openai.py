@@ -37,15 +37,9 @@ from typing import Any
 
 from trierouter.errors import missing
 from trierouter.registry.call_formats import TEMPLATE_MARKERS
-from trierouter.router.calls import (
-    FORMAT_NAMES,
-    ParsedCall,
-    ToolCallStream,
-    call_problem,
-    envelope,
-    parse_calls,
-)
+from trierouter.registry.call_text import ParsedCall, envelope, scan_calls
 from trierouter.router.openers import model_openers
+from trierouter.router.tool_calls.serving import FORMAT_NAMES, ToolCallStream, call_problem
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
     ARG_AUTO_OPENERS,
@@ -282,7 +276,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
         return envelope(self.format, auto=not self._forced(request), openers=self.openers)
 
     def extract_tool_calls(self, model_output: str, request: Any) -> Any:
-        content, calls = parse_calls(model_output, self._envelope(request))
+        content, calls = scan_calls(model_output, self._envelope(request))
         if not calls:
             if self._forced(request) and not model_output.strip():
                 raise RuntimeError(
@@ -351,7 +345,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
                     "request failed in the worker; see the server log)"
                 )
             return
-        calls = parse_calls(text, self._envelope(request))[1]
+        calls = scan_calls(text, self._envelope(request))[1]
         done = [c for c in calls if c.complete]
         if len(done) <= self._checked:
             return

@@ -32,8 +32,8 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
-from trierouter.router.calls import native_plan
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
+from trierouter.router.tool_calls.serving import native_plan
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
     ARG_SET,

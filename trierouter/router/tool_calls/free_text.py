@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trierouter.registry.call_formats import first_trigger
+from trierouter.registry.call_text import first_trigger
 
 __all__ = ["FreeStage"]
 

@@ -1,6 +1,6 @@
 """A tool call in OpenAI's format (``message.tool_calls[i]``), and how a call object a model
-wrote becomes one: parsed, the tool looked up, the arguments checked with ``jsonschema`` and its
-format checker."""
+wrote becomes one: read (:func:`~trierouter.registry.call_text.load_call`), the tool looked up,
+the arguments checked with ``jsonschema`` and its format checker."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import secrets
 from typing import Any, Literal, NamedTuple
 
-from trierouter.errors import ToolChoiceError, TrieRouterError
-from trierouter.registry.call_formats import CALL_HEAD
+from trierouter.errors import ToolCallError, ToolChoiceError
+from trierouter.registry.call_text import load_call
 from trierouter.registry.compiler import CompiledTools
 
 __all__ = [
@@ -28,10 +28,6 @@ except ImportError:  # pragma: no cover - pydantic is in the tools extra
 
     def Field(*a: Any, **k: Any) -> Any:  # type: ignore[no-redef]
         return None
-
-
-class ToolCallError(TrieRouterError, ValueError):
-    """An output is not a valid call of a registered tool (names the problem)."""
 
 
 class FunctionCall(BaseModel):
@@ -74,21 +70,11 @@ class ParsedOutput(NamedTuple):
 def parse_tool_call(text: str, tools: CompiledTools, *, validate: bool = True) -> ToolCall:
     """``{"name": ..., "arguments": {...}}`` (the format's arguments key) → :class:`ToolCall`,
     checked with ``jsonschema`` (its format checker included: a ``date`` must be a real date)."""
-    if not text.startswith(CALL_HEAD[:1]):
-        raise ToolCallError(f"not a tool call: {text[:80]!r}")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ToolCallError(f"tool call is not complete JSON ({exc.msg}): {text[-80:]!r}") from exc
-    key = tools.format.arguments_key
-    if not isinstance(obj, dict) or set(obj) != {"name", key}:
-        raise ToolCallError(f"tool call must have exactly 'name' and {key!r}: {text[:80]!r}")
-    name = obj["name"]
+    name, args = load_call(text, tools.format.arguments_key)
     try:
         i = tools.tool_index(name)
     except KeyError:
         raise ToolCallError(f"no tool named {name!r} in the registry") from None
-    args = obj[key]
     if validate:
         try:
             import jsonschema

@@ -2,7 +2,7 @@
 
 A sampled call can run long (a model that keeps adding calls, or writes ``0, 0, 0, ...`` into an
 array) and be cut by ``max_tokens`` mid-object. :class:`TurnCloser` narrows a
-:class:`~trierouter.router.toolcalls.ToolCallPlan` mask, given the tokens the output may still
+:class:`~trierouter.router.tool_calls.plan.ToolCallPlan` mask, given the tokens the output may still
 have (``remaining``, the token being chosen included), to the tokens after which a completion of
 the turn (the open value, the call, the format's suffix and the end id) still fits.
 
@@ -64,7 +64,7 @@ _MAX_PIECE = 32
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 ToolCallPlan = Any
-"""A :class:`~trierouter.router.toolcalls.ToolCallPlan` (not imported: it imports this)."""
+"""A :class:`~trierouter.router.tool_calls.plan.ToolCallPlan` (not imported: it imports this)."""
 
 
 class GreedyCounter:
@@ -266,7 +266,7 @@ class _Sized:
 
 
 class TurnCloser:
-    """Narrows a :class:`~trierouter.router.toolcalls.ToolCallPlan`'s masks so that the turn
+    """Narrows a :class:`~trierouter.router.tool_calls.plan.ToolCallPlan`'s masks so that the turn
     can close within the tokens left (module docstring)."""
 
     def __init__(self, plan: ToolCallPlan, subset: list[str] | None) -> None:

@@ -6,8 +6,8 @@ A tokenizer writes these joints as single tokens (``}}]``, ``},``, ``}}],``): a 
 inside a call's arguments automaton, reach its accepting state part-way, and go on into the next
 call's names trie or into the closing text. :class:`TurnEnd` finds those crossing tokens (per
 automaton state, cached) and the state they lead to, so a
-:class:`~trierouter.router.toolcalls.ToolCallPlan` allows exactly the tokens a grammar over the
-whole turn allows at a call's end.
+:class:`~trierouter.router.tool_calls.plan.ToolCallPlan` allows exactly the tokens a grammar
+over the whole turn allows at a call's end.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ __all__ = ["TurnEnd"]
 _CACHE = 4096
 I32 = npt.NDArray[np.int32]
 ToolCallPlan = Any
-"""A :class:`~trierouter.router.toolcalls.ToolCallPlan` (not imported: it imports this)."""
+"""A :class:`~trierouter.router.tool_calls.plan.ToolCallPlan` (not imported: it imports this)."""
 State = tuple[int, int, int, int, None, int]
-"""The fields of a :class:`~trierouter.router.toolcalls.ToolState`."""
+"""The fields of a :class:`~trierouter.router.tool_calls.plan.ToolState`."""
 
 
 class TurnEnd:

@@ -41,20 +41,21 @@ import numpy.typing as npt
 
 from trierouter.errors import ToolChoiceError
 from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats
+from trierouter.registry.call_text import first_trigger, split_calls
 from trierouter.registry.compiler import CompiledTools
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
 from trierouter.router.bitmask import bitmask_to_ids
-from trierouter.router.closing import TurnCloser, narrow_slot
-from trierouter.router.free_text import FreeStage
-from trierouter.router.tool_call import (
+from trierouter.router.tool_calls.call import (
     ParsedOutput,
     ToolCall,
     ToolCallError,
     parse_tool_call,
     tool_choice_name,
 )
-from trierouter.router.turns import TurnEnd
+from trierouter.router.tool_calls.closing import TurnCloser, narrow_slot
+from trierouter.router.tool_calls.free_text import FreeStage
+from trierouter.router.tool_calls.turns import TurnEnd
 
 __all__ = ["ToolCallPlan", "ToolState"]
 
@@ -547,10 +548,9 @@ class ToolCallPlan:
             return ParsedOutput(text, [], reasoning)
         syntax = self
         if self._alts:  # the syntax whose opener completes first, as in decoding
-            fr = self._frees[-1]
-            _, _, j = fr.step(fr.initial, text.encode())
+            j = first_trigger(text, [s.format.watch for s in (self, *self._alts)])[2]
             syntax = self._syntax(max(j, 0))
-        content, objects = syntax.format.split(text, auto=self.tool_choice == "auto")
+        content, objects = split_calls(syntax.format, text, auto=self.tool_choice == "auto")
         if not objects and self.tool_choice != "auto":
             raise ToolCallError(f"no {self.format.name} tool call in the output: {text[:80]!r}")
         calls = [parse_tool_call(o, syntax.tools, validate=validate) for o in objects]

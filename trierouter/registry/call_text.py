@@ -1,0 +1,336 @@
+"""The one reader of tool-call text: where a model's calls start, their JSON objects, and the name
+and arguments each one holds.
+
+A call is a JSON object ``{"name": "...", "<arguments key>": {...}}`` placed as its
+:class:`~trierouter.registry.call_formats.CallFormat` says (``<tool_call>\\n`` ...
+``\\n</tool_call>``, bare Llama-3 JSON, Mistral's ``[TOOL_CALLS][...]``, ...). Under
+``tool_choice="auto"`` the calls start at the format's trigger or another opener the model writes
+(a ```` ```json ```` fence, a bare ``{"name"`` at a line's start:
+:func:`~trierouter.registry.call_formats.auto_formats`), whichever completes first
+(:func:`first_trigger`, the rule the decoder follows too); text before it is content. Under a
+forced choice the whole output is calls.
+
+Two modes over that one rule:
+
+- **strict** (:func:`split_calls`, :func:`load_call`): the format's wrapper, separators and
+  closing text exactly, each object read by the JSON decoder, a call object with exactly its two
+  keys; what :class:`~trierouter.router.tool_calls.plan.ToolCallPlan` parses and validates.
+- **partial** (:class:`CallEnvelope`, :func:`scan_calls`, :func:`scan_json_value`): every call
+  object after the opener, the last one possibly unfinished, its arguments text exactly as the
+  model wrote it; what a server's parser and its streaming deltas read while the text grows.
+
+No other module scans call text (``tests/test_layout.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, AnyStr
+
+from trierouter.errors import ToolCallError
+from trierouter.registry.call_formats import (
+    AUTO_OPENERS,
+    CALL_HEAD,
+    CallFormat,
+    auto_formats,
+    call_format,
+)
+
+__all__ = [
+    "CallEnvelope",
+    "ParsedCall",
+    "envelope",
+    "first_trigger",
+    "load_arguments",
+    "load_call",
+    "scan_calls",
+    "scan_json_value",
+    "split_calls",
+]
+
+
+# -- where the calls start -----------------------------------------------------------------------
+def first_trigger(
+    text: AnyStr, triggers: Sequence[AnyStr], *, line_start: bool = True
+) -> tuple[int, int, int]:
+    """``(start, end, j)``: where in ``text`` the trigger that completes first starts and ends,
+    and its index in ``triggers``; ``(-1, -1, -1)`` when none occurs. The rule by which the
+    decoder starts a call under ``auto`` and the parsers cut the output where it started.
+
+    A trigger that begins with a newline (:attr:`CallFormat.watch` of an anchored format)
+    matches at a line's start; ``line_start``: ``text`` starts a line (it is a whole output),
+    so such a trigger matches at its very start too, and ``start`` is where the text after
+    that newline begins."""
+    nl = "\n" if isinstance(text, str) else b"\n"
+    lead = nl if line_start else nl[:0]
+    seen = lead + text
+    best, first, which = -1, -1, -1
+    for j, t in enumerate(triggers):
+        pos = seen.find(t)
+        if pos < 0:
+            continue
+        end = pos + len(t) - len(lead)
+        if best < 0 or end < best:
+            best, which = end, j
+            first = end - len(t) + (1 if t.startswith(nl) else 0)
+    return first, best, which
+
+
+def _partial_overlap(text: str, tag: str) -> int:
+    """How many characters at the end of ``text`` are a proper prefix of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+_WS = re.compile(r"\s*")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    m = _WS.match(text, pos)
+    return m.end() if m else pos
+
+
+# -- strict: the format exactly ------------------------------------------------------------------
+def split_calls(fmt: CallFormat, text: str, *, auto: bool) -> tuple[str, list[str]]:
+    """``(content, [call object text, ...])`` of an output in format ``fmt``.
+
+    Strict, as a server-side parser for the format is: under ``auto`` the calls start at the
+    format's trigger (:attr:`~CallFormat.watch`; before it: content); each call is its prefix,
+    one JSON object and its suffix, calls separated by the separator (whitespace around it is
+    tolerated), all of them after the opening and before the closing text where the format has
+    them (a turn left open comes back as a last entry naming the problem). Text that is not in
+    the format is content with no calls. An object the JSON decoder refuses comes back with the
+    rest of the text, for :func:`load_call` to name what is wrong with it.
+    """
+    content, rest = "", text
+    if auto:
+        cut = first_trigger(text, [fmt.watch])[0]
+        if cut < 0:
+            return text, []
+        content = text[:cut]
+        rest = text[cut if fmt.trigger_in_head else cut + len(fmt.trigger) :]
+    calls: list[str] = []
+    decoder = json.JSONDecoder()
+    pos = 0
+    opening = fmt.open.strip()
+    if opening:
+        pos = _skip_ws(rest, pos)
+        if not rest.startswith(opening, pos):
+            return (content, []) if auto else (text, [])
+        pos += len(opening)
+    closing = fmt.close.strip()
+    closed = False
+    while True:
+        pos = _skip_ws(rest, pos)
+        if calls:
+            if closing and rest.startswith(closing, pos):
+                closed = True
+                break
+            sep = fmt.separator.strip()
+            if sep and rest.startswith(sep, pos):
+                pos = _skip_ws(rest, pos + len(sep))
+        if pos >= len(rest):
+            break
+        prefix = fmt.prefix.strip()
+        if prefix:
+            if not rest.startswith(prefix, pos):
+                break
+            pos = _skip_ws(rest, pos + len(prefix))
+        try:
+            _, end = decoder.raw_decode(rest, pos)
+        except json.JSONDecodeError:
+            calls.append(rest[pos:])  # load_call reports what is wrong with it
+            return content, calls
+        calls.append(rest[pos:end])
+        pos = end
+        suffix = fmt.suffix.strip()
+        if suffix:
+            pos = _skip_ws(rest, pos)
+            if rest.startswith(suffix, pos):
+                pos += len(suffix)
+            elif pos < len(rest):
+                break
+    if closing and calls and not closed:  # an unclosed turn: load_call reports it
+        calls.append(f"the turn does not end with {closing!r}: {rest[-40:]!r}")
+    if not calls and not auto:
+        return text, []
+    return content, calls
+
+
+def load_call(text: str, arguments_key: str) -> tuple[str, Any]:
+    """``(name, arguments)`` of one call object ``{"name": ..., "<arguments_key>": ...}`` (an
+    entry of :func:`split_calls`); :class:`~trierouter.errors.ToolCallError` naming the problem
+    when it is not complete JSON or has other keys."""
+    if not text.startswith(CALL_HEAD[:1]):
+        raise ToolCallError(f"not a tool call: {text[:80]!r}")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolCallError(f"tool call is not complete JSON ({exc.msg}): {text[-80:]!r}") from exc
+    if not isinstance(obj, dict) or set(obj) != {"name", arguments_key}:
+        raise ToolCallError(
+            f"tool call must have exactly 'name' and {arguments_key!r}: {text[:80]!r}"
+        )
+    return obj["name"], obj[arguments_key]
+
+
+def load_arguments(text: str) -> Any:
+    """The arguments a call's JSON text holds (empty or blank text: ``{}``); ``ValueError``
+    when it is not JSON."""
+    return json.loads(text) if text.strip() else {}
+
+
+# -- partial: every call so far, the last one possibly unfinished ---------------------------------
+@dataclass
+class ParsedCall:
+    """A call read in partial mode."""
+
+    name: str
+    arguments: str
+    """The arguments object exactly as generated (JSON text; unfinished: what there is)."""
+    complete: bool
+
+
+@dataclass(frozen=True)
+class CallEnvelope:
+    """Where the calls of one output start, and the key of a call's arguments."""
+
+    trigger: str | None = "<tool_call>"
+    """Text that starts the calls (before it: content); ``None``: the output is calls only. One
+    that begins with a newline starts them only at a line's start (an anchored format's
+    :attr:`~trierouter.registry.call_formats.CallFormat.watch`)."""
+    args_key: str = "arguments"
+    name_key: str = "name"
+    also: tuple[tuple[str, str], ...] = ()
+    """Other ``(trigger, arguments key)`` that start calls (the other syntaxes of ``auto``)."""
+
+    def opening(self, text: str) -> tuple[int, str]:
+        """``(where the calls start, their arguments key)``: the trigger that completes first
+        in ``text`` (as the decoder finds it), ``(-1, "")`` when none does."""
+        if self.trigger is None:
+            return 0, self.args_key
+        openers = ((self.trigger, self.args_key), *self.also)
+        start, _, j = first_trigger(text, [t for t, _ in openers])
+        if j < 0:
+            return -1, ""
+        return start, openers[j][1]
+
+    def pending(self, text: str) -> int:
+        """How many characters at the end of ``text`` could start a trigger."""
+        trigs = [] if self.trigger is None else [self.trigger, *(t for t, _ in self.also)]
+        seen = "\n" + text  # the output starts a line (anchored triggers begin with "\n")
+        return min(len(text), max((_partial_overlap(seen, t) for t in trigs), default=0))
+
+    def calls(self, text: str) -> tuple[int, list[ParsedCall]]:
+        """``(where the calls start, every call object from there)``, the last one possibly
+        unfinished; ``(-1, [])`` when no call starts in ``text``."""
+        cut, key = self.opening(text)
+        if cut < 0:
+            return -1, []
+        return cut, self._objects(text, cut, key)
+
+    def _objects(self, text: str, pos: int, args_key: str) -> list[ParsedCall]:
+        calls: list[ParsedCall] = []
+        name_re = re.compile(r'\{\s*"' + re.escape(self.name_key) + r'"\s*:\s*')
+        args_re = re.compile(r'\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*')
+        while True:
+            start = text.find("{", pos)
+            if start < 0:
+                return calls
+            m = name_re.match(text, start)
+            if m is None:
+                return calls
+            name_end = scan_json_value(text, m.end())
+            if name_end < 0:
+                return calls
+            try:
+                name = json.loads(text[m.end() : name_end])
+            except ValueError:
+                return calls
+            if not isinstance(name, str):
+                return calls
+            a = args_re.match(text, name_end)
+            if a is None:
+                calls.append(ParsedCall(name, "", False))
+                return calls
+            args_end = scan_json_value(text, a.end())
+            if args_end < 0:
+                calls.append(ParsedCall(name, text[a.end() :], False))
+                return calls
+            close = args_end + len(text[args_end:]) - len(text[args_end:].lstrip())
+            done = close < len(text) and text[close] == "}"
+            calls.append(ParsedCall(name, text[a.end() : args_end], done))
+            if not done:
+                return calls
+            pos = close + 1
+
+
+def envelope(fmt: str, *, auto: bool, openers: Sequence[str] | None = AUTO_OPENERS) -> CallEnvelope:
+    """The envelope of format ``fmt`` (a :data:`~trierouter.registry.call_formats.CALL_FORMATS`
+    name) under ``tool_choice="auto"`` (``auto``; with the other syntaxes of ``openers``, as
+    :class:`~trierouter.router.tool_calls.plan.ToolCallPlan` decodes them) or a forced choice."""
+    f = call_format(fmt)
+    if not auto:
+        return CallEnvelope(None, f.arguments_key)
+    also = tuple(
+        (call_format(o).watch, call_format(o).arguments_key)
+        for o in auto_formats(f, tuple(openers or ()))
+    )
+    return CallEnvelope(f.watch, f.arguments_key, also=also)
+
+
+def scan_calls(text: str, env: CallEnvelope) -> tuple[str, list[ParsedCall]]:
+    """``(content before the calls, the calls)`` of an output, partial mode
+    (:meth:`CallEnvelope.calls`)."""
+    cut, calls = env.calls(text)
+    if cut < 0:
+        return text, []
+    return text[:cut], calls
+
+
+def scan_json_value(text: str, start: int) -> int:
+    """End index (exclusive) of the JSON object/array/string starting at ``text[start]``, or -1
+    while it is incomplete."""
+    depth = 0
+    in_str = False
+    esc = False
+    i = start
+    n = len(text)
+    if start >= n:
+        return -1
+    if text[start] == '"':
+        i = start + 1
+        while i < n:
+            c = text[i]
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                return i + 1
+            i += 1
+        return -1
+    while i < n:
+        c = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
