@@ -235,3 +235,127 @@ def test_no_private_name_of_another_package() -> None:
         if not name.startswith("trierouter.testing"):  # oracles may reach inside
             bad = _private_names_from_other_packages(name)
             assert not bad, f"{name} imports {bad}, private to another package: name it publicly"
+
+
+CALL_TEXT = "trierouter.registry.call_text"
+"""The one module that scans tool-call text (where calls start, their JSON, name and arguments)."""
+CALL_TEXT_ELSEWHERE = {
+    "trierouter.router.vllm.server": "raw_decode measures how deep a request body nests",
+}
+"""Modules allowed a scanning primitive on text that is not a tool call, with the reason."""
+CALL_TEXT_USERS = (
+    "trierouter.registry.invoke",
+    "trierouter.router.langchain",
+    "trierouter.router.tool_calls.call",
+    "trierouter.router.tool_calls.free_text",
+    "trierouter.router.tool_calls.plan",
+    "trierouter.router.tool_calls.serving",
+    "trierouter.router.vllm.openai",
+)
+"""The places that used to scan call text themselves: each calls the one module now."""
+SEARCHES = {"find", "rfind", "index", "rindex", "count", "split", "rsplit", "partition"}
+SEARCHES |= {"rpartition"}
+CALL_TEXT_MARKS = {"CALL_HEAD", "trigger", "triggers", "watch"}
+"""Names that say an expression is a call opener or the head of a call object."""
+REGEX_MARKS = {"name_key", "args_key", "arguments_key"}
+
+
+def _names_in(nodes: list[ast.expr]) -> set[str]:
+    out: set[str] = set()
+    for arg in nodes:
+        for n in ast.walk(arg):
+            if isinstance(n, ast.Name):
+                out.add(n.id)
+            elif isinstance(n, ast.Attribute):
+                out.add(n.attr)
+    return out
+
+
+def _strings_in(nodes: list[ast.expr]) -> list[str]:
+    return [n.value for a in nodes for n in ast.walk(a) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)]  # fmt: skip
+
+
+def call_text_scans(source: str, scanner_names: set[str]) -> list[str]:
+    """What in ``source`` scans tool-call text itself: a JSON decoder's ``raw_decode``; a search
+    or split on a trigger or the call head (``find``/``split``/... of ``.trigger``, ``.watch``,
+    ``CALL_HEAD``; ``startswith``/``endswith`` of ``CALL_HEAD``); a regex over a call's keys;
+    a definition of one of the scanner's own names; a private name imported from it."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Attribute) and node.attr == "raw_decode":
+            found.append(f"line {line}: raw_decode")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            meth, receiver = node.func.attr, node.func.value
+            args = [*node.args, *(k.value for k in node.keywords)]
+            if meth in SEARCHES and CALL_TEXT_MARKS & _names_in([*args, receiver]):
+                found.append(f"line {line}: {meth} of a trigger or the call head")
+            elif meth in ("startswith", "endswith") and "CALL_HEAD" in _names_in(args):
+                found.append(f"line {line}: {meth} of the call head")
+            elif (
+                isinstance(receiver, ast.Name)
+                and receiver.id == "re"
+                and (REGEX_MARKS & _names_in(args) or any('"name"' in s for s in _strings_in(args)))
+            ):
+                found.append(f"line {line}: a regex over a call's keys")
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in scanner_names:
+            found.append(f"line {line}: defines {node.name}, the scanner's")
+        elif isinstance(node, ast.ImportFrom) and node.module == CALL_TEXT:
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            if private:
+                found.append(f"line {line}: imports {private} from {CALL_TEXT}")
+    return found
+
+
+def _scanner_names() -> set[str]:
+    """The functions and classes call_text defines (a second one of them elsewhere is a copy)."""
+    tree = ast.parse(MODULES[CALL_TEXT].read_text(encoding="utf-8"))
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+def test_only_call_text_scans_tool_call_text() -> None:
+    """One path reads a tool call's text: every other module calls registry/call_text.py."""
+    names = _scanner_names()
+    assert {"first_trigger", "split_calls", "scan_json_value", "CallEnvelope"} <= names
+    for name, path in MODULES.items():
+        if name == CALL_TEXT:
+            continue
+        found = call_text_scans(path.read_text(encoding="utf-8"), names)
+        if name in CALL_TEXT_ELSEWHERE:
+            assert found, f"{name} no longer scans text: drop it from CALL_TEXT_ELSEWHERE"
+            continue
+        assert not found, f"{name} scans tool-call text itself ({found}): call {CALL_TEXT}"
+    for name in CALL_TEXT_USERS:
+        assert CALL_TEXT in _internal(name), f"{name} no longer reads call text via {CALL_TEXT}"
+
+
+def test_the_call_text_check_finds_each_primitive() -> None:
+    """The check above is not vacuous: each primitive it names, written anywhere, is found."""
+    source = """
+import json, re
+from trierouter.registry.call_text import _skip_ws
+def first_trigger(text, triggers): ...
+def f(text, fmt, CALL_HEAD):
+    cut = text.find(fmt.trigger)
+    head, _, rest = text.partition(fmt.watch)
+    parts = text.split(CALL_HEAD)
+    ok = text.startswith(CALL_HEAD[:1])
+    obj, end = json.JSONDecoder().raw_decode(text, cut)
+    m = re.compile(r'\\{\\s*"name"\\s*:').match(text)
+    a = re.search(env.args_key, text)
+    return text.startswith("<"), text.find("{"), fmt.open.startswith(fmt.trigger)
+"""
+    found = call_text_scans(source, {"first_trigger"})
+    found.sort(key=lambda f: int(f.split()[1].rstrip(":")))  # ast.walk goes breadth first
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "imports ['_skip_ws'] from trierouter.registry.call_text",
+        "defines first_trigger, the scanner's",
+        "find of a trigger or the call head",
+        "partition of a trigger or the call head",
+        "split of a trigger or the call head",
+        "startswith of the call head",
+        "raw_decode",
+        "a regex over a call's keys",
+        "a regex over a call's keys",
+    ], found
