@@ -31,6 +31,10 @@ from typing import Any
 import numpy as np
 
 NEAR_COSINE = 0.80
+NAMES_RULE = "same name lowercased without non-alphanumerics (no similarity cutoff)"
+"""The rule fixed before any run on it (``--distinct-rule names``, ``scale_names`` in the JSON):
+only functions that are the same name spelt otherwise (``calculate_BMI`` / ``calculate_bmi``,
+``math_gcd`` / ``math.gcd``) leave the pool."""
 _ALNUM = re.compile(r"[^a-z0-9]")
 
 
@@ -45,14 +49,18 @@ def text_of(tool: dict[str, Any]) -> str:
 
 
 def near_duplicates(
-    own: dict[str, list[dict[str, Any]]], pool: list[dict[str, Any]]
+    own: dict[str, list[dict[str, Any]]],
+    pool: list[dict[str, Any]],
+    cosine: float | None = NEAR_COSINE,
 ) -> tuple[set[str], dict[str, set[str]], dict[str, Any]]:
     """``(removed, conflicts, report)``: pool names to leave out, per question the other
-    questions' own functions to keep out of its shortlist, and counts with examples."""
+    questions' own functions to keep out of its shortlist, and counts with examples.
+    ``cosine=None``: the name rule alone (:data:`NAMES_RULE`, written down before any run on
+    it), no embeddings."""
     from trierouter.shortlist import Embedder
 
-    emb = Embedder()
-    pool_vecs = emb.encode([text_of(t) for t in pool])
+    emb = Embedder() if cosine is not None else None
+    pool_vecs = emb.encode([text_of(t) for t in pool]) if emb is not None else None
     pool_names = [t["function"]["name"] for t in pool]
     pool_flat = np.asarray([flat_name(n) for n in pool_names])
     own_names = {t["function"]["name"] for ts in own.values() for t in ts}
@@ -62,23 +70,27 @@ def near_duplicates(
     examples: dict[str, list[str]] = {}
     for q, tools in own.items():
         mine = {t["function"]["name"] for t in tools}
-        vecs = emb.encode([text_of(t) for t in tools])
-        sims = (vecs @ pool_vecs.T).max(axis=0)
+        close = np.zeros(len(pool), dtype=bool)
+        if emb is not None and pool_vecs is not None and cosine is not None:
+            vecs = emb.encode([text_of(t) for t in tools])
+            close = (vecs @ pool_vecs.T).max(axis=0) >= cosine
         same = np.zeros(len(pool), dtype=bool)
         for t in tools:
             same |= pool_flat == flat_name(t["function"]["name"])
-        hit = np.flatnonzero(same | (sims >= NEAR_COSINE))
+        hit = np.flatnonzero(same | close)
         names = {pool_names[j] for j in hit} - mine
         banned[q] = names
         by_name_rule |= {pool_names[j] for j in np.flatnonzero(same)} - mine
-        by_cosine |= {pool_names[j] for j in np.flatnonzero(sims >= NEAR_COSINE)} - mine
+        by_cosine |= {pool_names[j] for j in np.flatnonzero(close)} - mine
         if names:
             examples[q] = sorted(names)[:6]
     removed = set().union(*banned.values()) - own_names if banned else set()
     conflicts = {q: names & own_names for q, names in banned.items()}
     report = {
-        "rule": f"same name lowercased without non-alphanumerics, or MiniLM cosine >= "
-        f"{NEAR_COSINE} (text: name + description)",
+        "rule": NAMES_RULE
+        if cosine is None
+        else f"same name lowercased without non-alphanumerics, or MiniLM cosine >= {cosine} "
+        "(text: name + description)",
         "removed": len(removed),
         "removed_by_name": len(by_name_rule - own_names),
         "removed_by_cosine": len(by_cosine - own_names),

@@ -534,18 +534,21 @@ def scale(
     runs = [(m, int(k)) for m, k in (r.split(":") for r in args.shortlists.split(","))]
     entries = scale_entries(args)
     own = [t for e in entries for t in tools_of(e)]
-    key = "scale_distinct" if args.distinct else "scale"
+    names_only = args.distinct and args.distinct_rule == "names"
+    key = ("scale_names" if names_only else "scale_distinct") if args.distinct else "scale"
     out: dict[str, Any] = result.get(key) or {"sizes": [], "by_size": {}}
     conflicts: dict[str, set[str]] = {}
     removed: set[str] = set()
     numbers = [int(x) for x in args.sizes.split(",") if x != "bfcl"]
     if args.distinct:  # BFCL's near-duplicates of the evaluated functions leave the pool
-        from _bfcl_distinct import near_duplicates
+        from _bfcl_distinct import NEAR_COSINE, near_duplicates
 
         margin = max(numbers, default=0) + 2000
         pool = pools([margin], own)
         own_by_q = {e.id: tools_of(e) for e in entries}
-        removed, conflicts, out["near_duplicates"] = near_duplicates(own_by_q, pool)
+        removed, conflicts, out["near_duplicates"] = near_duplicates(
+            own_by_q, pool, None if names_only else NEAR_COSINE
+        )
         pool = [t for t in pool if t["function"]["name"] not in removed]
         print(f"near-duplicates: {out['near_duplicates']['removed']} removed", flush=True)
     else:
@@ -725,6 +728,9 @@ def main() -> None:
     ap.add_argument("--distinct", action="store_true",
                     help="--scale without BFCL's near-duplicates of the evaluated functions "
                     "(benchmarks/_bfcl_distinct.py; results under 'scale_distinct')")  # fmt: skip
+    ap.add_argument("--distinct-rule", choices=["names", "names+cosine"], default="names+cosine",
+                    help="--distinct: the name rule alone (results under 'scale_names'), or "
+                    "with the MiniLM cosine cutoff ('scale_distinct')")  # fmt: skip
     ap.add_argument("--merge", action="store_true", help="add to the results in --out")
     ap.add_argument("--native-wrong", action="store_true",
                     help="record the scale questions the native run answers wrong")  # fmt: skip
@@ -839,7 +845,7 @@ def main() -> None:
         scale(llm, tok, judge, parsers, args, result)
     if args.native_wrong:
         wrong = native_wrong(judge, parsers, args)
-        for key in ("scale", "scale_distinct"):
+        for key in ("scale", "scale_distinct", "scale_names"):
             if key in result:
                 result[key]["native_wrong"] = wrong
     if args.transformers:

@@ -766,6 +766,7 @@ RERUN = [
     ),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
+    ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("classify.json", "python benchmarks/classify.py", "about 15 min, 1 thread (its JSON)"),
     ("soak.json", "python benchmarks/soak_vllm.py --requests 15000", "7 min + start (its JSON)"),
@@ -805,7 +806,7 @@ def _rerun_table() -> str:
 
 
 def render() -> str:
-    from report_calls import bfcl, bfcl_serve, tool_calls
+    from report_calls import bfcl, bfcl_serve, serve_fuzz, tool_calls
 
     parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1], rerun=_rerun_table())]
     if (d := _load("compile_and_step.json")) is not None:
@@ -837,6 +838,7 @@ def render() -> str:
     parts += bfcl_serve(_load, source)
     parts += tool_calls(_load, source)
     parts += bfcl(_load, source)
+    parts += serve_fuzz(_load, source)
     return "\n".join(parts).rstrip() + "\n"
 
 

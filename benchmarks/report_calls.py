@@ -174,18 +174,26 @@ def bfcl(load: Load, source: Source) -> list[str]:
     for key, what in (
         ("scale", "Accuracy against the size of the registry, the pool as BFCL ships it"),
         ("scale_distinct", "The same without BFCL's near-duplicates of the evaluated functions"),
+        ("scale_names", "The same without only the same names spelt otherwise (rule fixed first)"),
     ):
         if d.get(key):
             out += ["", f"{what} (`{key}` in the JSON):", "", plot_bfcl.scale_table(d, key)]
     nd = (d.get("scale_distinct") or {}).get("near_duplicates")
+    names = (d.get("scale_names") or {}).get("near_duplicates")
     if nd:
         out += [
             "",
-            f"The near-duplicate rule ({nd['rule']}; {nd['removed']} functions removed) was "
-            "chosen to separate the wrong answers of an earlier run on the same 40 questions, "
-            "so the accuracy on that pool is measured on a pool tuned on its own outcomes; a "
-            "pool fixed before seeing outcomes (exact-name duplicates removed only) is not run "
-            "yet.",
+            f"The near-duplicate rule of `scale_distinct` ({nd['rule']}; {nd['removed']} "
+            "functions removed) was chosen to separate the wrong answers of an earlier run on "
+            "the same 40 questions, so the accuracy on that pool is measured on a pool tuned on "
+            "its own outcomes. "
+            + (
+                f"`scale_names` uses a rule written down before its run ({names['rule']}; "
+                f"{names['removed']} functions removed)."
+                if names
+                else "A pool fixed before seeing outcomes (exact-name duplicates removed only) "
+                "is not run yet."
+            ),
         ]
     sm = load("bfcl_smollm2.json")
     if sm is not None:
@@ -273,3 +281,23 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
             f"{free['n']}.",
         ]
     return [*out, "", "![BFCL through the server](../benchmarks/results/bfcl_serve.png)", ""]
+
+
+def serve_fuzz(load: Load, source: Source) -> list[str]:
+    """Fuzzed request bodies against a live server (serve_fuzz.json)."""
+    d = load("serve_fuzz.json")
+    if d is None:
+        return []
+    statuses = ", ".join(f"{k}: {v:,}" for k, v in d["statuses"].items())
+    return [
+        "## Fuzzed request bodies against a live server",
+        "",
+        f"Source: {source('serve_fuzz.json')} (`benchmarks/serve_fuzz.py`; {d['host']}). "
+        f"{d['bodies']:,} hypothesis bodies in {d['seconds'] / 60:.0f} min against "
+        "`trierouter serve --api-key` (tiny random-weight model, a 2,000-tool registry): "
+        f"statuses {statuses}; server faults (5xx, dropped connections, 5xx error events in "
+        f"streams): {d['server_faults']}; a good `required` request after each of "
+        f"{d['hypothesis_runs']} runs of 25: {d['good_requests_ok']} of {d['good_requests']} "
+        f"answered with a valid call; tracebacks in the server log: {d['log_tracebacks']}.",
+        "",
+    ]

@@ -560,6 +560,34 @@ MALFORMED = [  # (body fields, what the 400's message starts with)
 ]  # fmt: skip
 
 
+def test_fuzzed_bodies_get_no_5xx_and_the_engine_lives(server: str) -> None:
+    """40 hypothesis bodies (``trierouter.testing.request_fuzz``: every schema keyword, every
+    ``tool_choice`` form, fields past their limits or replaced by arbitrary JSON): no 5xx, no
+    dropped connection, no 5xx error event in a stream; then a good request gets a valid call.
+    (``benchmarks/serve_fuzz.py`` runs the same for minutes.)"""
+    from hypothesis import HealthCheck, given, settings
+
+    from trierouter.testing.request_fuzz import bodies, good_request_ok, send, server_fault
+
+    faults: list[tuple[str, Any]] = []
+    statuses: list[int] = []
+
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(bodies())
+    def one(body: Any) -> None:  # faults are collected, not raised: no shrinking on a live server
+        status, text = send(server, body, KEY)
+        statuses.append(status)
+        fault = server_fault(status, text)
+        if fault is not None:
+            faults.append((fault, body))
+
+    one()
+    assert not faults, faults[:3]
+    assert len(statuses) >= 30 and {s // 100 for s in statuses} >= {2, 4}, statuses
+    assert good_request_ok(server, KEY) is None
+
+
 def test_malformed_bodies_after_authentication_are_a_400_naming_the_field(server: str) -> None:
     url = f"{server}/v1/chat/completions"
     for fields, start in MALFORMED:
