@@ -67,6 +67,7 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
         return nullptr;
     }
     TokenTrieObject* trie_obj = trie_o == Py_None ? nullptr : reinterpret_cast<TokenTrieObject*>(trie_o);
+    if (trie_obj && !trie_ready(trie_obj, "compact_layout")) return nullptr;
     const CompactInput in{row_ptr, tokens, children, far_pos, far_child, n_states, n_far, k,
                           trie_obj ? &trie_obj->trie : nullptr, end_ids, max_keys};
     CompactLayout lay;
