@@ -180,6 +180,29 @@ def test_far_children_out_of_range_refused(cs: ChoiceSet) -> None:
         C.Core(*_core_args(cs)[:-1], -1)
 
 
+def test_compact_layout_refuses_arrays_out_of_range(cs: ChoiceSet, index: TokenIndex) -> None:
+    """compact_layout walks a full set's arrays with the GIL released: each is checked first."""
+    names = (*ARRAYS[:5], "value_bytes", "value_offsets")
+
+    def run(**changed: tuple[int, int]) -> object:
+        arrays = {k: np.array(cs._arrays[k]) for k in names}
+        for name, (at, value) in changed.items():
+            arrays[name][at] = value
+        args = [arrays[k] for k in names]
+        return C.compact_layout(*args, b"", 8, index.native_trie, cs.end_ids)
+
+    assert isinstance(run(), dict)  # the arrays as compiled: a layout
+    for name, at, value, message in [
+        ("row_ptr", 1, -4, r"row_ptr\[1\] = -4 out of range"),
+        ("row_ptr", -1, 10**6, r"row_ptr\[\d+\] = 1000000 out of range"),
+        ("tokens", 0, -1, r"tokens\[0\] = -1 out of range"),
+        ("value_offsets", 1, -1, r"value_offsets\[1\] = -1 out of range"),
+        ("value_offsets", -1, 10**9, r"value_offsets\[\d+\] = 1000000000 out of range"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            run(**{name: (at, value)})
+
+
 def test_caller_rows_out_of_range_raise(cs: ChoiceSet) -> None:
     core = cs._core
     words = cs.bitmask_words
