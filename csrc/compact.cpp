@@ -102,9 +102,10 @@ CompactStatus compact_layout(const CompactInput& in, CompactLayout& out) {
                     const uint16_t c = children[at];
                     int64_t target = s + c;
                     if (c == TO_END) target = n_nodes;
-                    else if (c == FAR)
-                        target = far_child[std::lower_bound(far_pos, far_pos + n_far,
-                                                            static_cast<int32_t>(at)) - far_pos];
+                    else if (c == FAR) {
+                        const int32_t* fp = std::lower_bound(far_pos, far_pos + n_far, static_cast<int32_t>(at));
+                        target = fp != far_pos + n_far && *fp == at ? far_child[fp - far_pos] : -1;
+                    }
                     same = tokens[at] == row[static_cast<size_t>(q)].token &&
                            target == row[static_cast<size_t>(q)].target;
                 }

@@ -29,8 +29,9 @@ inline const std::vector<DemandPair>& walked_row(const Serving* c, int64_t s) {
 const int32_t* row_ids(const Serving* c, int64_t s, int64_t* n, std::vector<int32_t>& ids) {
     const int64_t r = stored_row(c, s);
     if (r >= 0) {
-        *n = c->row_ptr[r + 1] - c->row_ptr[r];
-        return c->tokens + c->row_ptr[r];
+        int64_t lo;
+        *n = row_span(c, r, &lo);
+        return c->tokens + lo;
     }
     const auto& row = walked_row(c, s);
     ids.resize(row.size());
@@ -65,6 +66,33 @@ int64_t walked_advance(const Serving* c, int64_t s, int64_t token) {
 const int32_t* walked_ids(const Serving* c, int64_t s, int64_t* n) {
     thread_local std::vector<int32_t> scratch;  // (only a walked row reads the thread's storage)
     return row_ids(c, s, n, scratch);
+}
+
+const char* check_serving(const Serving* c, int64_t n_rows, std::string* why) {
+    auto out = [why](const char* what, int64_t i, int64_t v, int64_t lo, int64_t hi) {
+        *why = std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(v) +
+               " out of range " + std::to_string(lo) + ".." + std::to_string(hi);
+        return why->c_str();
+    };
+    if (c->row_ptr[0] != 0) return out("row_ptr", 0, c->row_ptr[0], 0, 0);
+    for (int64_t r = 1; r <= n_rows; ++r)
+        if (c->row_ptr[r] < c->row_ptr[r - 1] || c->row_ptr[r] > c->n_pairs)
+            return out("row_ptr", r, c->row_ptr[r], c->row_ptr[r - 1], c->n_pairs);
+    for (int64_t j = 0; j < c->n_pairs; ++j)
+        if (c->tokens[j] < 0 || c->tokens[j] >= c->width)
+            return out("tokens", j, c->tokens[j], 0, c->width - 1);
+    for (int64_t q = 0; q < c->n_far; ++q) {
+        const int64_t lo = q ? c->far_pos[q - 1] + 1 : 0;
+        if (c->far_pos[q] < lo || c->far_pos[q] >= c->n_pairs)
+            return out("far_pos", q, c->far_pos[q], lo, c->n_pairs - 1);
+        if (c->far_child[q] < 0 || c->far_child[q] >= c->n_states)
+            return out("far_child", q, c->far_child[q], 0, c->n_states - 1);
+    }
+    for (int64_t e = 0; e < c->n_ends; ++e) {
+        const int64_t lo = e ? c->ends[e - 1] + 1 : 0;
+        if (c->ends[e] < lo || c->ends[e] >= c->end_state) return out("ends", e, c->ends[e], lo, c->end_state - 1);
+    }
+    return nullptr;
 }
 
 void advance_batch(const Serving* c, const int64_t* states, const int64_t* tokens, int64_t n, int64_t* o) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "compact.h"
@@ -62,12 +63,20 @@ inline int64_t stored_row(const Serving* c, int64_t s) {
 // path + bytes, so its common prefix with its predecessor is shorter).
 int64_t walked_advance(const Serving* c, int64_t s, int64_t token);
 
+// Stored row r's span of ``tokens``: [*lo, *lo + n). The arrays are checked when a Core opens them
+// (check_serving); a span that left ``tokens`` since (arrays changed under the Core) is empty.
+inline int64_t row_span(const Serving* c, int64_t r, int64_t* lo) {
+    const int64_t a = c->row_ptr[r], b = c->row_ptr[r + 1];
+    *lo = a;
+    return (a >= 0 && a <= b && b <= c->n_pairs) ? b - a : 0;
+}
+
 inline int64_t core_advance(const Serving* c, int64_t s, int64_t token) {
     if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(c->n_states)) return c->dead_state;
     const int64_t r = stored_row(c, s);
     if (r < 0) return walked_advance(c, s, token);
-    const int64_t lo = c->row_ptr[r];
-    int64_t n = c->row_ptr[r + 1] - lo;
+    int64_t lo;
+    int64_t n = row_span(c, r, &lo);
     if (n == 0) return c->dead_state;
     // The last id <= token in the sorted row, without branches on the ids (a conditional move):
     // rows of a batch are random, and the branches of a plain binary search mispredicted (A/B on
@@ -84,6 +93,7 @@ inline int64_t core_advance(const Serving* c, int64_t s, int64_t token) {
     if (d < FAR) return s + d;
     if (d == TO_END) return c->end_state;
     const int32_t* f = std::lower_bound(c->far_pos, c->far_pos + c->n_far, static_cast<int32_t>(at));
+    if (f == c->far_pos + c->n_far || *f != at) return c->dead_state;  // (checked on open)
     return c->far_child[f - c->far_pos];
 }
 
@@ -112,8 +122,9 @@ inline void fill_row(const Serving* c, int64_t s, int32_t* row, int64_t words) {
     int64_t j = 0, hi;
     const int32_t* tk;
     if (r >= 0) {
-        tk = c->tokens + c->row_ptr[r];
-        hi = c->row_ptr[r + 1] - c->row_ptr[r];
+        int64_t lo;
+        hi = row_span(c, r, &lo);
+        tk = c->tokens + lo;
     } else {
         tk = walked_ids(c, s, &hi);
     }
@@ -121,12 +132,20 @@ inline void fill_row(const Serving* c, int64_t s, int32_t* row, int64_t words) {
     for (int64_t p0 = 0; p0 < words; p0 += FILL_STRETCH) {
         const int64_t p1 = std::min(words, p0 + FILL_STRETCH);
         std::memset(w + p0, 0, static_cast<size_t>(p1 - p0) * 4);
-        for (const int64_t lim = p1 << 5; j < hi && tk[j] < lim; ++j) {
+        // ids are sorted: the row's part below this stretch's end (a negative id, which only
+        // arrays changed since their check could hold, reads as past the end: never written)
+        for (const int64_t lim = p1 << 5; j < hi && tk[j] >= 0 && tk[j] < lim; ++j) {
             const uint32_t t = static_cast<uint32_t>(tk[j]);
             w[t >> 5] |= 1u << (t & 31);
         }
     }
 }
+
+// Why the serving arrays of ``c`` (``n_rows`` stored rows) cannot be served: nullptr when every
+// row span lies in ``tokens``, every id in 0..width-1, every far position and far child, and the
+// completed nodes, in range and ascending; else a message naming the first entry out of range
+// (written to ``why``). A Core checks the arrays it is given once, when it opens them.
+const char* check_serving(const Serving* c, int64_t n_rows, std::string* why);
 
 // out[i] = the state after tokens[i] from states[i], i < n (out may be states).
 void advance_batch(const Serving* c, const int64_t* states, const int64_t* tokens, int64_t n, int64_t* out);

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(tmp) / "icd10cm.trt"
         sets["ICD-10-CM codes"].save(path)
         t = time.perf_counter()
-        loaded = ChoiceSet.load(path, vocab)
+        loaded = ChoiceSet.load(path, vocab, mmap=True)
         print(
             f"  saved + memory-mapped reload of the ICD-10-CM set  {_ms(time.perf_counter() - t)}"
         )

@@ -117,9 +117,11 @@ def test_apply_bitmask_numpy_and_torch(toy: Vocabulary, choices: ChoiceSet) -> N
 def test_save_load_mmap_roundtrip(tmp_path: Path, toy: Vocabulary, choices: ChoiceSet) -> None:
     path = tmp_path / "set.trt"
     choices.save(path)
-    loaded = ChoiceSet.load(path, toy)
+    loaded = ChoiceSet.load(path, toy, mmap=True)
     assert loaded.values == choices.values
     assert isinstance(loaded.tokens.base, np.memmap) or isinstance(loaded.tokens, np.memmap)
+    copied = ChoiceSet.load(path, toy)  # the default: read into memory, no mapping kept
+    assert not any(isinstance(a, np.memmap) for a in (copied.tokens, copied.tokens.base))
     for s in range(choices.n_nodes + 2):
         assert loaded.mask(s).tolist() == choices.mask(s).tolist()
         for t in choices.mask(s).tolist():

@@ -147,6 +147,7 @@ struct MasksCall {
     I64View st;
     ByteView altv;
     WireArgs wire;
+    std::vector<int64_t> states;  // the states checked here, read by the run (GIL released)
     PyObject* rows_o = nullptr;
     MasksCall() = default;
     MasksCall(const MasksCall&) = delete;
@@ -180,6 +181,9 @@ bool masks_open(MasksCall& c, PyObject* args) {
         PyErr_SetString(PyExc_TypeError, "alt_trie must be a TokenTrie or None");
         return false;
     }
+    if (!trie_ready(tri_o, "dfa_masks") ||
+        (alt_tri_o && !trie_ready(reinterpret_cast<TokenTrieObject*>(alt_tri_o), "dfa_masks (alt_trie)")))
+        return false;
     j.tri = &tri_o->trie;
     j.alt_tri = alt_tri_o ? &reinterpret_cast<TokenTrieObject*>(alt_tri_o)->trie : nullptr;
     if (!c.st.open(st_o, "states")) return false;
@@ -227,7 +231,13 @@ bool masks_open(MasksCall& c, PyObject* args) {
         if (!c.rows_o) return false;
         j.rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(c.rows_o)));
     }
-    j.st = {c.st.p, c.st.n};
+    try {  // a copy: the caller's array could change once the GIL is released
+        c.states.assign(c.st.p, c.st.p + c.st.n);
+    } catch (const std::bad_alloc&) {
+        PyErr_NoMemory();
+        return false;
+    }
+    j.st = {c.states.data(), c.st.n};
     if (!j.wire) {
         j.tab = {c.tab.p, c.tab.n};
         j.cls = {c.cls.p, c.cls.n};
@@ -380,13 +390,16 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     Buf<int32_t> ids;
     bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
     if (!ok) return PyErr_NoMemory();
+    // the ids checked above, copied: the caller's arrays could change once the GIL is released
+    const std::vector<int64_t> states(st.p, st.p + st.n);
+    const std::vector<int32_t> cands(cand.p, cand.p + cand.n);
     Py_BEGIN_ALLOW_THREADS;
     ptr[0] = 0;
     for (int64_t i = 0; i < st.n && ok; ++i) {
         const size_t row0 = ids.n;
         for (int64_t k = 0; k < cand.n; ++k) {
-            const int32_t t = cand.p[k];
-            int32_t q = static_cast<int32_t>(st.p[i]);
+            const int32_t t = cands[static_cast<size_t>(k)];
+            int32_t q = static_cast<int32_t>(states[static_cast<size_t>(i)]);
             for (int64_t j = off.p[t]; j < off.p[t + 1] && q >= 0; ++j)
                 q = tab.p[static_cast<int64_t>(q) * nc + cls.p[bytes[j]]];
             if (q >= 0) ok = ok && ids.push(t);
@@ -568,6 +581,10 @@ PyObject* py_spelled_count(PyObject*, PyObject* args) {
     Py_buffer allowed;
     Py_ssize_t limit;
     if (!PyArg_ParseTuple(args, "O!y*n", &TokenTrieType, &tri_o, &allowed, &limit)) return nullptr;
+    if (!trie_ready(tri_o, "spelled_count")) {
+        PyBuffer_Release(&allowed);
+        return nullptr;
+    }
     const TokenTrie* tri = &tri_o->trie;
     uint8_t in[256];
     const bool ok = allowed.len == 32;
@@ -637,11 +654,14 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     Buf<int16_t> cnt;
     const size_t total = static_cast<size_t>(st.n) * static_cast<size_t>(ids.n);
     if (!fin.resize(total) || !cnt.resize(total)) return PyErr_NoMemory();
+    // the ids checked above, copied: the caller's arrays could change once the GIL is released
+    const std::vector<int64_t> starts(st.p, st.p + st.n);
+    const std::vector<int32_t> toks(ids.p, ids.p + ids.n);
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t k = 0; k < st.n; ++k) {
         for (int64_t i = 0; i < ids.n; ++i) {
-            const int32_t t = ids.p[i];
-            int32_t q = static_cast<int32_t>(st.p[k]);
+            const int32_t t = toks[static_cast<size_t>(i)];
+            int32_t q = static_cast<int32_t>(starts[static_cast<size_t>(k)]);
             int32_t c = 0;
             for (int64_t j = off.p[t]; j < off.p[t + 1]; ++j) {
                 q = tab.p[static_cast<int64_t>(q) * 256 + bytes[j]];

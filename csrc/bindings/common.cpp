@@ -8,6 +8,13 @@ void free_capsule(PyObject* cap) {
              reinterpret_cast<size_t>(PyCapsule_GetContext(cap)));
 }
 
+bool trie_ready(const TokenTrieObject* t, const char* what) {
+    if (t->ready) return true;
+    PyErr_Format(PyExc_RuntimeError, "%s: the TokenTrie is not initialised (made without a successful __init__)",
+                 what);
+    return false;
+}
+
 bool get_view(PyObject* obj, View& v, char kind, int itemsize, const char* name) {
     if (PyObject_GetBuffer(obj, &v.b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
     v.held = true;

@@ -27,7 +27,12 @@ namespace trierouter {
 struct TokenTrieObject {
     PyObject_HEAD
     TokenTrie trie;
+    bool ready;  // built by __init__ (false in the zeroed storage of TokenTrie.__new__)
 };
+
+// False with a RuntimeError set (naming ``what``, the entry point) unless ``t`` was built: a
+// TokenTrie made by ``TokenTrie.__new__`` alone, or whose __init__ failed, has no arrays.
+bool trie_ready(const TokenTrieObject* t, const char* what);
 
 extern PyTypeObject TokenTrieType;
 extern PyTypeObject CoreType;

@@ -2,6 +2,7 @@
 #include "bindings/common.h"
 #include "compact.h"
 #include "compile.h"
+#include "serving.h"
 #include "token_trie.h"
 
 namespace trierouter {
@@ -66,7 +67,27 @@ PyObject* py_compact_layout(PyObject*, PyObject* args) {
         PyErr_SetString(PyExc_ValueError, "compact_layout: a set has a root and a value");
         return nullptr;
     }
+    // the arrays it indexes with, checked as a Core checks them (ids: any int32 >= 0), and the
+    // values' offsets
+    const Serving arrays{row_ptr, tokens, children, far_pos, far_child, nullptr, n_far, 0, n_states,
+                         tk.b.len / 4, n_nodes, n_nodes + 1, INT32_MAX, 0, nullptr};
+    std::string why;
+    if (ch.b.len / 2 != tk.b.len / 4 || fc.b.len / 4 != n_far) {
+        PyErr_SetString(PyExc_ValueError, "compact_layout: children and far_child must match tokens and far_pos");
+        return nullptr;
+    }
+    if (check_serving(&arrays, n_states, &why)) {
+        PyErr_Format(PyExc_ValueError, "compact_layout: %s", why.c_str());
+        return nullptr;
+    }
+    for (int64_t i = 0; i <= k.K; ++i)
+        if (k.voff[i] < (i ? k.voff[i - 1] : 0) || (i == 0 && k.voff[0] != 0) || k.voff[i] > vb.b.len) {
+            PyErr_Format(PyExc_ValueError, "compact_layout: value_offsets[%lld] = %lld out of range",
+                         static_cast<long long>(i), static_cast<long long>(k.voff[i]));
+            return nullptr;
+        }
     TokenTrieObject* trie_obj = trie_o == Py_None ? nullptr : reinterpret_cast<TokenTrieObject*>(trie_o);
+    if (trie_obj && !trie_ready(trie_obj, "compact_layout")) return nullptr;
     const CompactInput in{row_ptr, tokens, children, far_pos, far_child, n_states, n_far, k,
                           trie_obj ? &trie_obj->trie : nullptr, end_ids, max_keys};
     CompactLayout lay;

@@ -30,6 +30,7 @@ PyObject* py_compile(PyObject*, PyObject* args) {
     std::string termb(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
     const TokenTrie* tri = &tri_o->trie;
     PyBuffer_Release(&term);
+    if (!trie_ready(tri_o, "compile")) return nullptr;
     std::vector<int32_t> eos;
     {
         PyObject* s = PySequence_Fast(end_ids, "end_ids must be a sequence of ints");

@@ -25,7 +25,16 @@ struct CoreObject {
     PyObject* tokens_obj;  // for mask views
     Serving s;    // the arrays, as the step reads them
     Compact* cx;  // the compact layout's buffers (s.cx points to it); null: every row stored
+    bool ready;   // __init__ succeeded (false in the zeroed storage of Core.__new__)
 };
+
+// False with a RuntimeError set unless ``self`` was initialised (a Core made by ``Core.__new__``
+// alone, or whose __init__ failed, has no arrays: every entry point refuses it).
+inline bool core_ready(const CoreObject* self) {
+    if (self->ready) return true;
+    PyErr_SetString(PyExc_RuntimeError, "Core is not initialised (made without a successful __init__)");
+    return false;
+}
 
 
 

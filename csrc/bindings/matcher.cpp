@@ -47,6 +47,7 @@ PyObject* Matcher_init_core(MatcherObject* self, PyObject* args) {
         PyErr_SetString(PyExc_TypeError, "core must be a Core or None");
         return nullptr;
     }
+    if (core != Py_None && !core_ready(reinterpret_cast<CoreObject*>(core))) return nullptr;
     Py_XSETREF(self->core, core == Py_None ? nullptr : reinterpret_cast<CoreObject*>(Py_NewRef(core)));
     Py_XSETREF(self->advance, Py_NewRef(adv));
     Py_XSETREF(self->mask_fn, Py_NewRef(mask));

@@ -10,12 +10,23 @@ namespace trierouter {
 
 PyTypeObject CoreType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-void Core_dealloc(CoreObject* self) {
+// Releases what a Core holds (its buffers, the compact layout), leaving it empty and not ready.
+void Core_clear(CoreObject* self) {
+    self->ready = false;
     for (View* v : {&self->v_row_ptr, &self->v_tokens, &self->v_children, &self->v_far_pos,
                     &self->v_far_child, &self->v_ends})
-        if (v->held) PyBuffer_Release(&v->b);
-    Py_XDECREF(self->tokens_obj);
+        if (v->held) {
+            PyBuffer_Release(&v->b);
+            v->held = false;
+        }
+    Py_CLEAR(self->tokens_obj);
     delete self->cx;
+    self->cx = nullptr;
+    self->s = Serving{};
+}
+
+void Core_dealloc(CoreObject* self) {
+    Core_clear(self);
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
 
@@ -32,6 +43,7 @@ bool open_compact(CoreObject* self, PyObject* spec) {
         return false;
     std::string tstr(static_cast<const char*>(term.buf), static_cast<size_t>(term.len));
     PyBuffer_Release(&term);
+    if (!trie_ready(reinterpret_cast<TokenTrieObject*>(trie), "compact layout")) return false;
     auto* x = new Compact(reinterpret_cast<TokenTrieObject*>(trie));
     delete self->cx;
     self->cx = x;
@@ -107,10 +119,22 @@ bool open_compact(CoreObject* self, PyObject* spec) {
 }
 
 // Core(row_ptr, tokens, children, far_pos, far_child, ends, width, compact=None)
+// Every array checked (check_serving, and the compact layout by open_compact): ValueError naming
+// the first entry out of range. A Core initialises once: its arrays may be read by a call that
+// released the GIL, so they are never swapped under it.
 int Core_init(CoreObject* self, PyObject* args, PyObject*) {
     PyObject *rp, *tk, *ch, *fp, *fc, *en, *spec = Py_None;
     long long width;
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Core is already initialised: make a new one");
+        return -1;
+    }
+    Core_clear(self);  // what a failed __init__ left
     if (!PyArg_ParseTuple(args, "OOOOOOL|O", &rp, &tk, &ch, &fp, &fc, &en, &width, &spec)) return -1;
+    if (width < 1 || width > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "width=%lld: expected 1..%d", width, INT32_MAX);
+        return -1;
+    }
     if (!get_view(rp, self->v_row_ptr, 'i', 4, "row_ptr") ||
         !get_view(tk, self->v_tokens, 'i', 4, "tokens") ||
         !get_view(ch, self->v_children, 'u', 2, "children") ||
@@ -147,6 +171,18 @@ int Core_init(CoreObject* self, PyObject* args, PyObject*) {
     self->s.dead_state = self->s.n_states - 1;
     self->s.width = width;
     self->s.words = (width + 31) / 32;
+    if (self->v_children.b.len / 2 != self->s.n_pairs || self->v_far_child.b.len / 4 != self->s.n_far) {
+        PyErr_Format(PyExc_ValueError, "children (%zd) and far_child (%zd) must match tokens (%lld) and far_pos (%lld)",
+                     self->v_children.b.len / 2, self->v_far_child.b.len / 4,
+                     static_cast<long long>(self->s.n_pairs), static_cast<long long>(self->s.n_far));
+        return -1;
+    }
+    std::string why;
+    if (check_serving(&self->s, nrp - 1, &why)) {
+        PyErr_Format(PyExc_ValueError, "Core: %s", why.c_str());
+        return -1;
+    }
+    self->ready = true;
     return 0;
 }
 
@@ -162,12 +198,13 @@ PyObject* Core_advance(CoreObject* self, PyObject* const* args, Py_ssize_t nargs
         return nullptr;
     }
     int64_t s, t;
-    if (!as_i64(args[0], &s) || !as_i64(args[1], &t)) return nullptr;
+    if (!core_ready(self) || !as_i64(args[0], &s) || !as_i64(args[1], &t)) return nullptr;
     return PyLong_FromLongLong(core_advance(&self->s, s, t));
 }
 
 
 PyObject* make_mask(CoreObject* self, int64_t s) {
+    if (!core_ready(self)) return nullptr;
     if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(self->s.n_states)) {
         PyErr_Format(PyExc_ValueError, "state=%lld: not a state of this set (0..%lld)",
                      static_cast<long long>(s), static_cast<long long>(self->s.n_states - 1));
@@ -183,8 +220,9 @@ PyObject* make_mask(CoreObject* self, int64_t s) {
         if (arr && n) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(arr)), p, static_cast<size_t>(n) * 4);
         return arr;
     }
-    int64_t lo = self->s.row_ptr[r], hi = self->s.row_ptr[r + 1];
-    npy_intp dims[1] = {static_cast<npy_intp>(hi - lo)};
+    int64_t lo;
+    const int64_t n = row_span(&self->s, r, &lo);
+    npy_intp dims[1] = {static_cast<npy_intp>(n)};
     PyObject* arr = PyArray_New(&PyArray_Type, 1, dims, NPY_INT32, nullptr,
                                 const_cast<int32_t*>(self->s.tokens + lo), 0, NPY_ARRAY_CARRAY_RO,
                                 nullptr);
@@ -205,7 +243,7 @@ PyObject* Core_mask(CoreObject* self, PyObject* arg) {
 
 PyObject* Core_is_terminal(CoreObject* self, PyObject* arg) {
     int64_t s;
-    if (!as_i64(arg, &s)) return nullptr;
+    if (!core_ready(self) || !as_i64(arg, &s)) return nullptr;
     if (s == self->s.end_state) Py_RETURN_TRUE;
     if (s < 0 || s >= self->s.end_state) Py_RETURN_FALSE;
     const int32_t* e = self->s.ends;
@@ -275,6 +313,7 @@ bool check_words(const Serving* c, const Mask2D& m) {
 
 // fill(state, bitmask, index=0)
 PyObject* Core_fill(CoreObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    if (!core_ready(self)) return nullptr;
     PyObject* idx_obj = nargs == 3 ? args[2] : nullptr;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t k = 0; k < nkw; ++k) {
@@ -313,6 +352,7 @@ PyObject* Core_advance_batch(CoreObject* self, PyObject* const* args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "advance_batch(states, tokens[, out])");
         return nullptr;
     }
+    if (!core_ready(self)) return nullptr;
     I64View st, tk, out;
     if (!st.open(args[0], "states") || !tk.open(args[1], "tokens")) return nullptr;
     if (st.n != tk.n) {
@@ -349,6 +389,7 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "fill_batch(states, bitmask, rows)");
         return nullptr;
     }
+    if (!core_ready(self)) return nullptr;
     I64View st, rw;
     Mask2D m;
     if (!st.open(args[0], "states") || !m.open(args[1], 4, "bitmask") || !check_words(&self->s, m))
@@ -359,41 +400,47 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
         return nullptr;
     }
+    // the rows checked here are the rows written below: copied, since the caller's array could
+    // change once the GIL is released (states need no copy: each is checked where it is read)
+    std::vector<int64_t> target(static_cast<size_t>(st.n));
     for (int64_t i = 0; i < st.n; ++i) {
-        int64_t r = has_rows ? rw.p[i] : i;
-        if (r < 0) r += m.rows;
+        const int64_t given = has_rows ? rw.p[i] : i;
+        const int64_t r = given < 0 ? given + m.rows : given;
         if (r < 0 || r >= m.rows) {
-            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld bitmask rows",
-                         static_cast<long long>(r), static_cast<long long>(m.rows));
+            PyErr_Format(PyExc_IndexError, "rows[%lld] = %lld out of range for %lld bitmask rows",
+                         static_cast<long long>(i), static_cast<long long>(given), static_cast<long long>(m.rows));
             return nullptr;
         }
+        target[static_cast<size_t>(i)] = r;
     }
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < st.n; ++i) {
         if (i + 1 < st.n && !self->cx) {  // the next row's ids (every line of them) load while this row is written
-            const int64_t s2 = valid_state(&self->s, st.p[i + 1]);
-            const char* a = reinterpret_cast<const char*>(self->s.tokens + self->s.row_ptr[s2]);
-            const char* b = reinterpret_cast<const char*>(self->s.tokens + self->s.row_ptr[s2 + 1]);
+            int64_t lo;
+            const int64_t n = row_span(&self->s, valid_state(&self->s, st.p[i + 1]), &lo);
+            const char* a = reinterpret_cast<const char*>(self->s.tokens + lo);
+            const char* b = reinterpret_cast<const char*>(self->s.tokens + lo + n);
             for (; a < b; a += 64) __builtin_prefetch(a);
         }
         if (i + 2 < st.n && !self->cx) __builtin_prefetch(self->s.row_ptr + valid_state(&self->s, st.p[i + 2]));
-        int64_t r = has_rows ? rw.p[i] : i;
-        if (r < 0) r += m.rows;
-        fill_row(&self->s, st.p[i], m.row32(r), m.words);
+        fill_row(&self->s, st.p[i], m.row32(target[static_cast<size_t>(i)]), m.words);
     }
     Py_END_ALLOW_THREADS;
     Py_RETURN_NONE;
 }
 
 // The arguments apply_sparse and copy_sparse share: states, a 2-D logits buffer, rows (or None:
-// row i), the bits of -inf and the item size; every target row checked in range.
+// row i), the bits of -inf and the item size; every target row checked in range, and copied (the
+// caller's array could change once the GIL is released).
 struct SparseArgs {
     I64View st, rw;
     long long bits = 0, isz = 0;
     Mask2D m;
     bool has_rows = false;
-    bool open(PyObject* const* args, int i_states, int i_logits, int i_rows, int i_bits, const char* what) {
-        if (!st.open(args[i_states], "states")) return false;
+    std::vector<int64_t> target;
+    bool open(CoreObject* self, PyObject* const* args, int i_states, int i_logits, int i_rows, int i_bits,
+              const char* what) {
+        if (!core_ready(self) || !st.open(args[i_states], "states")) return false;
         bits = PyLong_AsLongLong(args[i_bits]);
         isz = PyLong_AsLongLong(args[i_bits + 1]);
         if (PyErr_Occurred()) return false;
@@ -408,17 +455,19 @@ struct SparseArgs {
             PyErr_SetString(PyExc_ValueError, "states and rows differ in length");
             return false;
         }
+        target.resize(static_cast<size_t>(st.n));
         for (int64_t i = 0; i < st.n; ++i) {
-            int64_t r = row(i);
+            const int64_t r = has_rows ? rw.p[i] : i;
             if (r < 0 || r >= m.rows) {
-                PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld %s rows",
-                             static_cast<long long>(r), static_cast<long long>(m.rows), what);
+                PyErr_Format(PyExc_IndexError, "rows[%lld] = %lld out of range for %lld %s rows",
+                             static_cast<long long>(i), static_cast<long long>(r), static_cast<long long>(m.rows), what);
                 return false;
             }
+            target[static_cast<size_t>(i)] = r;
         }
         return true;
     }
-    int64_t row(int64_t i) const { return has_rows ? rw.p[i] : i; }
+    int64_t row(int64_t i) const { return target[static_cast<size_t>(i)]; }
 };
 
 // apply_sparse(states, logits, rows_or_None, neg_inf_bits: int, itemsize: int)
@@ -430,7 +479,7 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
         return nullptr;
     }
     SparseArgs a;
-    if (!a.open(args, 0, 1, 2, 3, "logits")) return nullptr;
+    if (!a.open(self, args, 0, 1, 2, 3, "logits")) return nullptr;
     const int64_t V = a.m.words;
     const long long bits = a.bits, isz = a.isz;
     std::vector<uint32_t> keep;
@@ -446,23 +495,23 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
             uint32_t* x = reinterpret_cast<uint32_t*>(row);
             for (int64_t j = 0; j < hi; ++j) {
                 int32_t t = tk[j];
-                keep[static_cast<size_t>(j)] = t < V ? x[t] : 0;
+                keep[static_cast<size_t>(j)] = t >= 0 && t < V ? x[t] : 0;
             }
             std::fill(x, x + V, static_cast<uint32_t>(bits));
             for (int64_t j = 0; j < hi; ++j) {
                 int32_t t = tk[j];
-                if (t < V) x[t] = keep[static_cast<size_t>(j)];
+                if (t >= 0 && t < V) x[t] = keep[static_cast<size_t>(j)];
             }
         } else {
             uint16_t* x = reinterpret_cast<uint16_t*>(row);
             for (int64_t j = 0; j < hi; ++j) {
                 int32_t t = tk[j];
-                keep[static_cast<size_t>(j)] = t < V ? x[t] : 0;
+                keep[static_cast<size_t>(j)] = t >= 0 && t < V ? x[t] : 0;
             }
             std::fill(x, x + V, static_cast<uint16_t>(bits));
             for (int64_t j = 0; j < hi; ++j) {
                 int32_t t = tk[j];
-                if (t < V) x[t] = static_cast<uint16_t>(keep[static_cast<size_t>(j)]);
+                if (t >= 0 && t < V) x[t] = static_cast<uint16_t>(keep[static_cast<size_t>(j)]);
             }
         }
     }
@@ -481,7 +530,7 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
         return nullptr;
     }
     SparseArgs a;
-    if (!a.open(args, 0, 2, 3, 4, "dst")) return nullptr;
+    if (!a.open(self, args, 0, 2, 3, 4, "dst")) return nullptr;
     Mask2D src;
     const bool has_src = args[1] != Py_None;
     if (has_src) {
@@ -507,14 +556,14 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
             const uint32_t* y = reinterpret_cast<const uint32_t*>(from);
             for (int64_t j = lo; j < hi; ++j) {
                 int32_t t = tk[j];
-                if (t < V) x[t] = y ? y[t] : static_cast<uint32_t>(bits);
+                if (t >= 0 && t < V) x[t] = y ? y[t] : static_cast<uint32_t>(bits);
             }
         } else {
             uint16_t* x = reinterpret_cast<uint16_t*>(row);
             const uint16_t* y = reinterpret_cast<const uint16_t*>(from);
             for (int64_t j = lo; j < hi; ++j) {
                 int32_t t = tk[j];
-                if (t < V) x[t] = y ? y[t] : static_cast<uint16_t>(bits);
+                if (t >= 0 && t < V) x[t] = y ? y[t] : static_cast<uint16_t>(bits);
             }
         }
     }
@@ -522,8 +571,12 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-PyObject* Core_get_end(CoreObject* self, void*) { return PyLong_FromLongLong(self->s.end_state); }
-PyObject* Core_get_dead(CoreObject* self, void*) { return PyLong_FromLongLong(self->s.dead_state); }
+PyObject* Core_get_end(CoreObject* self, void*) {
+    return core_ready(self) ? PyLong_FromLongLong(self->s.end_state) : nullptr;
+}
+PyObject* Core_get_dead(CoreObject* self, void*) {
+    return core_ready(self) ? PyLong_FromLongLong(self->s.dead_state) : nullptr;
+}
 
 PyMethodDef Core_methods[] = {
     {"advance", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Core_advance)),

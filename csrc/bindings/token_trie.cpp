@@ -19,10 +19,14 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oy*", const_cast<char**>(kwlist), &tokens,
                                      &mview))
         return -1;
+    if (self->ready) {  // a Core or a compile may read the arrays with the GIL released
+        PyBuffer_Release(&mview);
+        PyErr_SetString(PyExc_RuntimeError, "TokenTrie is already built: make a new one");
+        return -1;
+    }
+    destroy_token_trie(self->trie);  // what a failed __init__ left
     double t0 = now_seconds();
     Lap lap;
-    delete self->trie.shape;  // built again on first use
-    self->trie.shape = nullptr;
     PyObject* seq = PySequence_Tuple(tokens);
     if (!seq) {
         PyBuffer_Release(&mview);
@@ -59,15 +63,18 @@ int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
         build_token_trie(self->trie, ents, self->trie.n_ids);
     } catch (const std::bad_alloc&) {
         Py_DECREF(seq);
+        destroy_token_trie(self->trie);
         PyErr_NoMemory();
         return -1;
     }
     Py_DECREF(seq);  // the token bytes are not used past this point
     self->trie.build_seconds = now_seconds() - t0;
+    self->ready = true;
     return 0;
 }
 
 PyObject* TokenTrie_nbytes(TokenTrieObject* self, void*) {
+    if (!self->ready) return PyLong_FromSize_t(sizeof(TokenTrieObject));
     return PyLong_FromSize_t(token_trie_nbytes(self->trie) + sizeof(TokenTrieObject));
 }
 PyObject* TokenTrie_n_nodes(TokenTrieObject* self, void*) { return PyLong_FromLong(self->trie.n_nodes); }

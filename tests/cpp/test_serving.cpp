@@ -131,3 +131,62 @@ TEST(compact_layout_serves_as_the_full_one) {
     }
     destroy_token_trie(trie);
 }
+
+// check_serving: the compiled arrays pass; each id out of range is named. Arrays changed after
+// the check (a negative id, a row span past the tokens) never make fill_row write outside its
+// row nor core_advance return a state out of range.
+TEST(serving_arrays_checked_and_ids_guarded) {
+    const std::vector<std::string> vocab = {"a", "b", "c", "ab", "bc", "ca", "abc"};
+    constexpr int32_t kEnd = 9;
+    TokenTrie trie{};
+    toy::build_trie(trie, vocab);
+    CompileOutput o;
+    CHECK(toy::compile({"abc", "ab", "cab", "bca", "cc"}, trie, kEnd, 1, o) == CompileStatus::kOk);
+    const int64_t n = static_cast<int64_t>(o.row_ptr.size()) - 3;
+    std::vector<int32_t> row_ptr(o.row_ptr.p, o.row_ptr.p + o.row_ptr.size());
+    std::vector<int32_t> tokens(o.tokens.p, o.tokens.p + o.tokens.size());
+    std::vector<int32_t> ends(o.ends.p, o.ends.p + o.ends.size());
+    const int32_t far_pos[1] = {0}, far_child[1] = {0};
+    Serving c{row_ptr.data(), tokens.data(), o.children.p, far_pos, far_child, ends.data(),
+              0, static_cast<int64_t>(ends.size()), n + 2, static_cast<int64_t>(tokens.size()), n, n + 1, 32, 1, nullptr};
+    std::string why;
+    CHECK(check_serving(&c, n + 2, &why) == nullptr);
+    auto refused = [&](const char* name) {
+        const char* w = check_serving(&c, n + 2, &why);
+        return w != nullptr && std::string(w).rfind(name, 0) == 0;
+    };
+    tokens[1] = -1;
+    CHECK(refused("tokens[1] = -1"));
+    tokens[1] = 32;  // = width
+    CHECK(refused("tokens[1] = 32"));
+    tokens[1] = o.tokens.p[1];
+    row_ptr[2] = static_cast<int32_t>(tokens.size()) + 1;
+    CHECK(refused("row_ptr[2]"));
+    row_ptr[2] = o.row_ptr.p[2];
+    ends[0] = static_cast<int32_t>(n);  // END is not a completed node
+    CHECK(refused("ends[0]"));
+    ends[0] = o.ends.p[0];
+    c.n_far = 1;
+    const int32_t bad_child[1] = {static_cast<int32_t>(n + 2)};
+    c.far_child = bad_child;
+    CHECK(refused("far_child[0]"));
+    c.far_child = far_child;
+    c.n_far = 0;
+    CHECK(check_serving(&c, n + 2, &why) == nullptr);
+    // changed after the check: every id negative, then row spans out of the tokens
+    for (int32_t& t : tokens) t = -1 - (&t - tokens.data());
+    row_ptr[1] = -5;
+    row_ptr[3] = 1 << 30;
+    int wrong = 0;
+    for (int64_t s = -1; s <= n + 2; ++s) {
+        int32_t row[3] = {0x5A5A5A5A, 0x5A5A5A5A, 0x5A5A5A5A};
+        fill_row(&c, s, row + 1, 1);
+        wrong += row[0] != 0x5A5A5A5A || row[2] != 0x5A5A5A5A;
+        for (int64_t t = -2; t <= kEnd; ++t) {
+            const int64_t q = core_advance(&c, s, t);
+            wrong += q < 0 || q >= (int64_t{1} << 31);
+        }
+    }
+    CHECK_EQ(wrong, 0);
+    destroy_token_trie(trie);
+}

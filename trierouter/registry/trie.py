@@ -473,13 +473,19 @@ class ChoiceSet:
         path: str | os.PathLike[str],
         vocabulary: Vocabulary | TokenIndex,
         *,
-        mmap: bool = True,
+        mmap: bool = False,
         verify: bool = True,
         backend: str | None = None,
     ) -> ChoiceSet:
         """Read a set written by :meth:`save`; refused unless it was compiled for the tokens of
         ``vocabulary`` (its width may differ: a model's logits may be wider than the tokenizer,
-        and the set serves at the width of the vocabulary it is loaded with)."""
+        and the set serves at the width of the vocabulary it is loaded with).
+
+        The file is read into memory once and checked (checksum, every id and offset): the set
+        then serves what was checked, whatever happens to the file. ``mmap=True`` maps the file
+        instead (its pages shared between processes): the file must then never be rewritten in
+        place while the set is in use (truncating a mapped file kills the process with SIGBUS;
+        :meth:`save` replaces a file by renaming a new one over it, which is safe)."""
         vocab = vocabulary.vocabulary if isinstance(vocabulary, TokenIndex) else vocabulary
         arrays, meta = load_arrays(path, _KIND, mmap=mmap, verify=verify)
         fmt = meta.get("format")

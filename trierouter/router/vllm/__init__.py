@@ -83,8 +83,9 @@ With ``think`` / ``prefix`` the request follows a :class:`~trierouter.router.pla
 ``$TRIEROUTER_SETS`` names the sets: a directory (every ``NAME.trt`` saved by
 :meth:`ChoiceSet.save`, ``NAME.txt`` with one value per line, or ``NAME.json`` holding a list of
 strings) or a JSON file ``{"NAME": "path.trt|path.txt|path.json" or [values...]}`` (relative
-paths from the JSON file's folder). Sets are loaded (``.trt``, memory-mapped, must belong to the
-engine's tokenizer) or compiled at engine start; without the variable only inline choices work.
+paths from the JSON file's folder). Sets are loaded (``.trt``, read into memory and checked once,
+so that rewriting a file later changes nothing served; must belong to the engine's tokenizer) or
+compiled at engine start; without the variable only inline choices work.
 
 The vocabulary is read from the engine's tokenizer (``transformers.AutoTokenizer`` on
 ``model_config.tokenizer``, offline-capable) with the model's logits width, end ids = the

@@ -140,7 +140,9 @@ def load_named_sets(config: str, index: TokenIndex) -> dict[str, ChoiceSet]:
     for name, src in _set_sources(config).items():
         try:
             if isinstance(src, Path) and src.suffix == ".trt":
-                sets[name] = ChoiceSet.load(src, index.vocabulary)
+                # read into memory and checked once: a file rewritten in place later (``cp
+                # new.trt served.trt``) cannot change or unmap what the server serves
+                sets[name] = ChoiceSet.load(src, index.vocabulary, mmap=False)
             else:
                 values = src if isinstance(src, list) else _read_values(src)
                 sets[name] = compile_choices(values, index)
