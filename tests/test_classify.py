@@ -159,6 +159,27 @@ def test_scores_equal_brute_force_and_top1_vs_greedy(
     assert agree >= 1  # on this model and these texts the greedy path is the best at least once
 
 
+def test_tree_with_a_cached_prompt_head_gives_the_same_scores(tiny: tuple[Any, Any]) -> None:
+    from trierouter.router.tree_scores import PrefixCache, token_tree, tree_logits, tree_scores
+
+    model, tok = tiny
+    labels = _labels()
+    clf = Classifier(labels, model=(model, tok))
+    cs = clf.routed.choices_for(TEXTS[0])
+    tree = token_tree(cs, limit=4096)
+    assert tree is not None and token_tree(cs, limit=10) is None  # too many nodes: search
+    context = tok(clf.render_prompt(TEXTS[0]))["input_ids"]
+    whole = tree_scores(tree, tree_logits(model, context, tree))
+    head = PrefixCache(model, context[:7])
+    for _ in range(2):  # the shared head's cache is reused, never extended
+        cached = tree_scores(tree, tree_logits(model, context, tree, prefix=head))
+        assert cached.keys() == whole.keys() == set(labels)
+        assert all(abs(cached[v][0] - whole[v][0]) < 1e-5 for v in labels)
+        assert all(cached[v][1] == whole[v][1] for v in labels)
+    with pytest.raises(ValueError, match="prefix"):
+        tree_logits(model, [1, *context], tree, prefix=head)
+
+
 def test_budget_gives_exact_path_scores_but_not_exact_ranking(tiny: tuple[Any, Any]) -> None:
     model, tok = tiny
     labels = _labels()
