@@ -768,7 +768,7 @@ RERUN = [
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
-    ("classify.json", "python benchmarks/classify.py", "about 15 min, 1 thread (its JSON)"),
+    ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
     ("soak.json", "python benchmarks/soak_vllm.py --requests 15000", "7 min + start (its JSON)"),
     (
         "fuzz.json",
@@ -835,6 +835,11 @@ def render() -> str:
             "",
         ]
         parts += [*tool_automata(d), ""]
+    if (d := _load("classify.json")) is not None and d.get("targets"):
+        from report_blocks import classify_accuracy
+
+        parts += ["## Classification with a real model (ICD-10-CM)", ""]
+        parts += [*classify_accuracy(_load), "", f"![classify]({PNG}/classify.png)", ""]
     parts += bfcl_serve(_load, source)
     parts += tool_calls(_load, source)
     parts += bfcl(_load, source)

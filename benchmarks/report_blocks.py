@@ -170,7 +170,47 @@ def refusals(load: Load) -> list[str]:
     ]
 
 
+def classify_accuracy(load: Load) -> list[str]:
+    """README and docs/benchmarks.md: a real model's accuracy on ICD-10-CM beside the
+    retriever's and the bound, from classify.json."""
+    d = load("classify.json")
+    if d is None or "targets" not in d or not d["targets"]:
+        return []
+    k, t, m = d["k"], d["targets"], d["machine"]
+    rows = [
+        f"| source | n | retriever top-1 | model greedy | model exact top-1 | combined "
+        f"| recall@{k} (bound) |",
+        "|---" * 7 + "|",
+    ]
+    for s, r in d["sources"].items():
+        rows.append(
+            f"| {SOURCE_NAMES.get(s, s)} | {r['n']} | {r['retriever_top1']:.2f} "
+            f"| {r['greedy']:.2f} | {r['exact']:.2f} | {r['combined']:.2f} "
+            f"| {r[f'recall_at_{k}']:.2f} |"
+        )
+    cal = d["calibration"]
+    better = max(t["mean"]["retriever_top1"], t["mean"]["exact"])
+    return [
+        *rows,
+        "",
+        f"{d['model']} over the {d['labels']:,} ICD-10-CM codes, k = {k} candidates from the "
+        f"{d['retriever_used']} shortlist listed with their descriptions; one forward call per "
+        f"text scores every candidate exactly: {t['seconds_per_text']:.1f} s per text with "
+        f"{d['engine'].split(',')[0]} on {m['torch_threads']} threads of a 2-core host shared "
+        f"with other jobs (load average {m['loadavg_before'][0]:.1f} at the start, "
+        f"{m['loadavg_after'][0]:.1f} at the end), not a measure of an idle machine. "
+        "Combined = the "
+        f"exact log-probability plus {cal['weight']:g} x the retriever rank's log-prior, the "
+        f"weight chosen on {cal['summary']['n']} held-out synonyms, never a test query: "
+        f"{100 * t['mean']['combined']:.1f}% on the mean over sources against "
+        f"{100 * better:.1f}% for the better of retriever and model "
+        f"({_points(t['mean']['combined'] - better)} points). Source: "
+        f"`benchmarks/results/classify.json` ({m['date']}, commit {m['commit']}).",
+    ]
+
+
 BLOCKS: dict[str, Callable[[Load], list[str]]] = {
+    "classify-accuracy": classify_accuracy,
     "headline": headline,
     "refusals": refusals,
     "serve-ttft": serve_ttft,

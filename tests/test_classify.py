@@ -125,15 +125,20 @@ def brute_force_scores(
     return best, every
 
 
-def test_scores_equal_brute_force_and_top1_vs_greedy(tiny: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize("tree_limit", [0, 4096], ids=["search", "one-forward-tree"])
+def test_scores_equal_brute_force_and_top1_vs_greedy(
+    tiny: tuple[Any, Any], tree_limit: int
+) -> None:
     model, tok = tiny
     labels = _labels()
     assert len(labels) <= 100
-    clf = Classifier(labels, model=(model, tok))
+    clf = Classifier(labels, model=(model, tok), tree_limit=tree_limit)
     preds = clf.classify(TEXTS, top_n=len(labels))
     agree = 0
     for text, p in zip(TEXTS, preds, strict=True):
         assert p.exact and len(p.scores) == len(labels)
+        # the tree scores every label in one forward call; the search needs several
+        assert (p.forward_calls == 1) == bool(tree_limit) and p.forward_calls >= 1
         context = tok(clf.render_prompt(text))["input_ids"]
         best, every = brute_force_scores(model, tok, context, labels)
         for s in p.scores:
@@ -149,13 +154,36 @@ def test_scores_equal_brute_force_and_top1_vs_greedy(tiny: tuple[Any, Any]) -> N
         if abs(greedy_score - p.scores[0].logprob) < 1e-6:
             assert g.choices["choice0"] == p.label
             agree += 1
+        if tree_limit:  # greedy read off the tree's logits is the decoder's greedy choice
+            assert p.greedy == g.choices["choice0"]
     assert agree >= 1  # on this model and these texts the greedy path is the best at least once
+
+
+def test_tree_with_a_cached_prompt_head_gives_the_same_scores(tiny: tuple[Any, Any]) -> None:
+    from trierouter.router.tree_scores import PrefixCache, token_tree, tree_logits, tree_scores
+
+    model, tok = tiny
+    labels = _labels()
+    clf = Classifier(labels, model=(model, tok))
+    cs = clf.routed.choices_for(TEXTS[0])
+    tree = token_tree(cs, limit=4096)
+    assert tree is not None and token_tree(cs, limit=10) is None  # too many nodes: search
+    context = tok(clf.render_prompt(TEXTS[0]))["input_ids"]
+    whole = tree_scores(tree, tree_logits(model, context, tree))
+    head = PrefixCache(model, context[:7])
+    for _ in range(2):  # the shared head's cache is reused, never extended
+        cached = tree_scores(tree, tree_logits(model, context, tree, prefix=head))
+        assert cached.keys() == whole.keys() == set(labels)
+        assert all(abs(cached[v][0] - whole[v][0]) < 1e-5 for v in labels)
+        assert all(cached[v][1] == whole[v][1] for v in labels)
+    with pytest.raises(ValueError, match="prefix"):
+        tree_logits(model, [1, *context], tree, prefix=head)
 
 
 def test_budget_gives_exact_path_scores_but_not_exact_ranking(tiny: tuple[Any, Any]) -> None:
     model, tok = tiny
     labels = _labels()
-    clf = Classifier(labels, model=(model, tok), max_expansions=1)
+    clf = Classifier(labels, model=(model, tok), max_expansions=1, tree_limit=0)
     [p] = clf.classify(TEXTS[:1], top_n=3)
     assert not p.exact and len(p.scores) == 3 and p.label in labels
     context = tok(clf.render_prompt(TEXTS[0]))["input_ids"]
@@ -178,6 +206,11 @@ def test_icd10cm_hierarchy_and_shortlist(tiny: tuple[Any, Any]) -> None:
     )
     [p] = short.classify(["cholera due to vibrio cholerae"], top_n=3)
     assert p.candidates == 16 and p.label in short.candidates("cholera due to vibrio cholerae")
+    assert p.forward_calls == 1 and p.greedy in short.candidates("cholera due to vibrio cholerae")
+    # nothing matches: no label, and the reason, rather than a label from arbitrary codes
+    [p] = short.classify(["?! ... ;;"])
+    assert p.label is None and p.scores == [] and p.candidates == 0
+    assert p.note is not None and "no value for the query" in p.note
 
 
 def test_think_then_answer(tiny: tuple[Any, Any]) -> None:

@@ -30,6 +30,7 @@ from trierouter.shortlist import (
     EmbeddingIndex,
     HybridIndex,
     IndexMismatchError,
+    NoCandidatesError,
     fine_tune_embedder,
     route_set,
 )
@@ -520,6 +521,11 @@ def test_route_set_policies(qwen2_index: TokenIndex, icd: tuple[list[str], list[
         route_set(codes, qwen2_index, policy="fast")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="query"):
         short.choices_for()
+    # a query nothing indexed matches: refused, never decoded from arbitrary values
+    assert short.shortlist("?! ... ;;") == []
+    with pytest.raises(NoCandidatesError, match="no value for the query") as err:
+        short.choices_for("?! ... ;;")
+    assert err.value.query == "?! ... ;;" and isinstance(err.value, LookupError)
 
 
 def test_shortlist_policy_on_100k_values_compiles_per_request(qwen2_index: TokenIndex) -> None:

@@ -22,6 +22,12 @@ expanded in batches of ``batch_size`` in one forward call that reuses the prompt
 ``max_expansions`` nodes; the missing labels are then completed greedily from the best open
 paths (their scores are still exact path log-probabilities) and ``Prediction.exact`` is False.
 
+**Small sets in one forward call.** When the set's token paths form a tree of at most
+``tree_limit`` nodes (a shortlist of tens of labels), nothing is searched: the prompt and the
+whole tree go through the model in one forward call, each tree token attending to the prompt
+and its own ancestors (:mod:`trierouter.router.tree_scores`), which gives every label's exact
+score (the same number as the search's) and the greedy label at once.
+
 **Top-1 and greedy decoding.** ``label`` is the top-1 of that exact search. Greedy constrained
 decoding picks the best *token* at every step, which is not always the best *path*: it returns
 the same label whenever its own path is the best one (always for a set whose labels each have a
@@ -57,10 +63,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trierouter.errors import TrieRouterError, missing
+from trierouter.errors import NoCandidatesError, TrieRouterError, missing
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.tree_scores import (
+    TokenTree,
+    greedy_label,
+    token_tree,
+    tree_logits,
+    tree_scores,
+)
 from trierouter.shortlist import Retriever
 from trierouter.shortlist.hierarchy import PathFn
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, Policy, RoutedSet, route_set
@@ -120,6 +133,13 @@ class Prediction:
     """How many labels the model could choose from (the shortlist size, or all)."""
     expansions: int = 0
     """Trie paths whose next-token distribution was computed (one row of a forward call)."""
+    forward_calls: int = 0
+    """Forward calls of the model for this text (the prompt's included)."""
+    greedy: str | None = None
+    """The label greedy constrained decoding picks, read off the same forward call (set when
+    the candidates were scored as one token tree; see ``tree_limit``)."""
+    note: str | None = None
+    """Why ``label`` is ``None`` when nothing could be chosen (e.g. the shortlist was empty)."""
 
 
 def _load_labels_descriptions(
@@ -153,7 +173,9 @@ class Classifier:
     :func:`~trierouter.shortlist.route_set`); ``retriever``: the shortlist for large sets
     (any, e.g. ``Shortlist.build(labels, descriptions=..., synonyms=...)``; default BM25 over
     the descriptions), its ranked order kept in :meth:`candidates`. ``think``:
-    think-then-answer by default.
+    think-then-answer by default. ``tree_limit``: score a set whose token tree has at most this
+    many nodes in one forward call (0: always search). A text whose shortlist is empty gets
+    ``label=None`` and the reason in :attr:`Prediction.note`.
     """
 
     def __init__(
@@ -174,6 +196,7 @@ class Classifier:
         top_n: int = 5,
         max_expansions: int = 2048,
         batch_size: int = 64,
+        tree_limit: int = 512,
         vllm_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if engine not in ("transformers", "vllm"):
@@ -196,6 +219,7 @@ class Classifier:
         self.top_n = top_n
         self.max_expansions = max_expansions
         self.batch_size = batch_size
+        self.tree_limit = tree_limit
         self._backend: _Transformers | _Vllm
         if engine == "transformers":
             self._backend = _Transformers(model)
@@ -295,6 +319,7 @@ class _Transformers:
         width = int(emb.weight.shape[0]) if emb is not None else int(self.model.config.vocab_size)
         self.vocabulary = Vocabulary.from_tokenizer(self.tokenizer, width=width)
         self.end_ids = set(self.vocabulary.end_ids)
+        self.calls = 0  # forward calls of the model so far
 
     def encode(self, text: str) -> list[int]:
         return [int(t) for t in self.tokenizer(text)["input_ids"]]
@@ -313,10 +338,21 @@ class _Transformers:
             contexts, thoughts = self._think(clf, contexts)
         out = []
         for i, (text, ctx) in enumerate(zip(texts, contexts, strict=True)):
-            cs = clf.routed.choices_for(text)
-            scores, exact, expansions = self.search(
-                ctx, cs, top_n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
-            )
+            try:
+                cs = clf.routed.choices_for(text)
+            except NoCandidatesError as exc:
+                out.append(Prediction(text=text, label=None, thought=thoughts[i], note=str(exc)))
+                continue
+            calls0 = self.calls
+            greedy = None
+            tree = token_tree(cs, limit=clf.tree_limit) if clf.tree_limit else None
+            if tree is not None:  # every label exactly, in one forward call
+                scores, greedy = self.score_tree(ctx, tree, top_n)
+                exact, expansions = True, len(tree)
+            else:
+                scores, exact, expansions = self.search(
+                    ctx, cs, top_n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
+                )
             mapped = []
             for s in scores:
                 label = clf._label_of(s.label)
@@ -331,11 +367,24 @@ class _Transformers:
                     thought=thoughts[i],
                     candidates=len(cs),
                     expansions=expansions,
+                    forward_calls=self.calls - calls0,
+                    greedy=clf._label_of(greedy),
                 )
             )
             if progress is not None:
                 progress(i + 1)
         return out
+
+    def score_tree(
+        self, context: list[int], tree: TokenTree, top_n: int
+    ) -> tuple[list[LabelScore], str | None]:
+        """The exact top ``top_n`` labels of ``tree``'s set and the greedy label, from one
+        forward call (:mod:`trierouter.router.tree_scores`); labels as spelled in the set."""
+        self.calls += 1
+        logits = tree_logits(self.model, context, tree)
+        best = tree_scores(tree, logits)
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top_n]
+        return [LabelScore(v, lp, path) for v, (lp, path) in ranked], greedy_label(tree, logits)
 
     def _think(
         self, clf: Classifier, contexts: list[list[int]]
@@ -362,6 +411,7 @@ class _Transformers:
 
     def _prefill(self, context: list[int]) -> tuple[Any, Any]:
         torch = self.torch
+        self.calls += 1
         out = self.model(input_ids=torch.tensor([context]), use_cache=True, logits_to_keep=1)
         return out.past_key_values, out.logits[0, -1]
 
@@ -370,6 +420,7 @@ class _Transformers:
         torch = self.torch
         from transformers import DynamicCache
 
+        self.calls += 1
         b = len(paths)
         width = max(len(p) for p in paths)
         # left padding inside the path segment, masked out: every row's last token is last, so
@@ -566,9 +617,15 @@ class _Vllm:
     ) -> list[Prediction]:
         from vllm import SamplingParams
 
-        prompts, params, sizes = [], [], []
-        for text in texts:
-            cands = clf.routed.choices_for(text).values
+        prompts, params, sizes, served = [], [], [], []
+        notes: dict[int, str] = {}
+        for i, text in enumerate(texts):
+            try:
+                cands = clf.routed.choices_for(text).values
+            except NoCandidatesError as exc:
+                notes[i] = str(exc)
+                continue
+            served.append(i)
             extra: dict[str, Any] = {"trierouter_choices": list(cands)}
             if think:
                 extra["trierouter_think"] = _THINK_CLOSE
@@ -579,9 +636,16 @@ class _Vllm:
                 SamplingParams(temperature=0.0, max_tokens=clf.think_tokens + 64, extra_args=extra)
             )
             sizes.append(len(cands))
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        outs = self.llm.generate(prompts, params, use_tqdm=False) if prompts else []
+        by_text = dict(zip(served, zip(sizes, outs, strict=True), strict=True))
         preds = []
-        for i, (text, o) in enumerate(zip(texts, outs, strict=True)):
+        for i, text in enumerate(texts):
+            if i in notes:
+                preds.append(Prediction(text=text, label=None, exact=False, note=notes[i]))
+                if progress is not None:
+                    progress(i + 1)
+                continue
+            size, o = by_text[i]
             generated = o.outputs[0].text
             thought = None
             if think:
@@ -593,7 +657,7 @@ class _Vllm:
                     label=clf._label_of(generated),
                     exact=False,
                     thought=thought,
-                    candidates=sizes[i],
+                    candidates=size,
                 )
             )
             if progress is not None:

@@ -23,6 +23,7 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     ├── InputFileError(ValueError)           a values / labels file cannot be read (names fix)
     ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
+    ├── NoCandidatesError(LookupError)       a shortlist found no value for a query
     ├── MissingDependencyError(ImportError)  an optional dependency is not installed
     └── CoreBuildError(ImportError)          the compiled core is not built, or built from
                                              other sources (the message says how to rebuild)
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidValueError",
     "McpServerError",
     "MissingDependencyError",
+    "NoCandidatesError",
     "ToolCallError",
     "ToolChoiceError",
     "ToolError",
@@ -171,6 +173,16 @@ class McpServerError(TrieRouterError, ConnectionError):
 
 class IndexMismatchError(TrieRouterError, ValueError):
     """A saved shortlist index belongs to other values or another embedding model."""
+
+
+class NoCandidatesError(TrieRouterError, LookupError):
+    """A shortlist retriever found no value at all for a query (BM25: no indexed word or
+    character n-gram matches it), so there is nothing to decode from. Raised rather than
+    decoding from arbitrary values; ``query`` is the query."""
+
+    def __init__(self, message: str, *, query: str):
+        super().__init__(message)
+        self.query = query
 
 
 class MissingDependencyError(TrieRouterError, ImportError):

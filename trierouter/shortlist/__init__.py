@@ -15,6 +15,7 @@ This package returns values and never decodes. sentence-transformers and faiss a
 only when used (``pip install 'trierouter[shortlist]'``).
 """
 
+from trierouter.errors import NoCandidatesError
 from trierouter.shortlist._common import IndexMismatchError, Retriever
 from trierouter.shortlist.bm25 import BM25Index
 from trierouter.shortlist.builder import DEFAULT_FUSION, Fusion, Shortlist
@@ -44,6 +45,7 @@ __all__ = [
     "Hierarchy",
     "HybridIndex",
     "IndexMismatchError",
+    "NoCandidatesError",
     "Retriever",
     "RoutedSet",
     "Shortlist",

@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
+from trierouter.errors import NoCandidatesError
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
@@ -58,6 +60,7 @@ class RoutedSet:
         self._full: ChoiceSet | None = None
         self._cache: OrderedDict[bytes, ChoiceSet] = OrderedDict()
         self._cache_size = cache_size
+        self._recent: OrderedDict[tuple[str, int], npt.NDArray[np.int64]] = OrderedDict()
         if policy == "trie":
             self._full = compile_choices(self.values, index, terminator=terminator)
         elif policy == "hierarchy":
@@ -74,20 +77,41 @@ class RoutedSet:
         policy is shortlist)."""
         if self.retriever is None:
             return self.values
-        ids = self.retriever.search_ids([query], k or self.k)[0]
+        ids = self._search(query, k or self.k)
         vals = self.retriever.values
         return [vals[i] for i in ids]
 
+    def _search(self, query: str, k: int) -> npt.NDArray[np.int64]:
+        """The retriever's ranked ids, remembered for the last few queries (a classifier asks
+        twice per text: to list the candidates in its prompt, then to compile them)."""
+        assert self.retriever is not None
+        key = (query, k)
+        hit = self._recent.get(key)
+        if hit is None:
+            hit = np.asarray(self.retriever.search_ids([query], k)[0], dtype=np.int64)
+            self._recent[key] = hit
+            if len(self._recent) > 8:
+                self._recent.popitem(last=False)
+        return hit
+
     def choices_for(self, query: str | None = None, *, k: int | None = None) -> ChoiceSet:
-        """The ChoiceSet to decode this request with (compiled per request for a shortlist)."""
+        """The ChoiceSet to decode this request with (compiled per request for a shortlist).
+
+        Raises :class:`~trierouter.errors.NoCandidatesError` when the retriever finds nothing
+        for ``query`` (never an arbitrary fallback set)."""
         if self._full is not None:
             return self._full
         if query is None:
             raise ValueError("policy='shortlist' needs the request's query text")
         assert self.retriever is not None
-        ids = np.sort(self.retriever.search_ids([query], k or self.k)[0])
-        if not len(ids):  # nothing matched: fall back to the first values rather than fail
-            ids = np.arange(min(k or self.k, len(self.retriever.values)))
+        ids = np.sort(self._search(query, k or self.k))
+        if not len(ids):
+            raise NoCandidatesError(
+                f"the retriever found no value for the query {query!r:.80} (nothing indexed "
+                "matches it), so there is nothing to choose from; use a retriever that ranks "
+                "every query, e.g. Shortlist.build(...) with its embedding model, or rephrase",
+                query=query,
+            )
         key = ids.tobytes()
         hit = self._cache.get(key)
         if hit is not None:
