@@ -131,3 +131,20 @@ def test_oracle_detects_a_single_bit(where: str) -> None:
     wrong = _OneBitOff(cs, at=9) if where == "deep" else _OneBitOff(cs, end=True)
     with pytest.raises(AssertionError, match="mask differs at path 0 step"):
         compare_with_xgrammar(wrong, vocab, compiled, n_paths=3)  # type: ignore[arg-type]
+
+
+def test_oracle_checks_every_set_it_is_given() -> None:
+    """Negative control for ``also=``: the sets walked beside the first (another layout, the
+    sweep's other compiles) are compared at every step too, and a bit off in one is caught."""
+    vocab, index, compiler = _setup("qwen2")
+    values = ["get_the_current_weather_forecast_for_a_city_by_name", "get_time"]
+    cs = compile_choices(values, index)
+    compiled = compiler.compile_grammar(ebnf_alternation(values))
+    compact = compile_choices(values, index, layout="compact")
+    report = compare_with_xgrammar(cs, vocab, compiled, n_paths=3, also=[compact])
+    assert report.masks == 2 * report.steps > 0
+    wrong = _OneBitOff(cs, at=9)
+    with pytest.raises(
+        AssertionError, match=r"mask differs at path \d+ step \d+ state \d+ \(set 1\)"
+    ):
+        compare_with_xgrammar(cs, vocab, compiled, n_paths=3, also=[wrong])  # type: ignore[list-item]
