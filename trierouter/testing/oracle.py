@@ -75,10 +75,37 @@ class EquivalenceReport:
     steps: int = 0
     end_steps: int = 0
     non_canonical_paths: int = 0
+    masks: int = 0
+    """Masks compared: ``steps`` times the number of sets walked."""
 
 
 def _row_ids(row: npt.NDArray[np.int32], width: int) -> set[int]:
     return set(bitmask_to_ids(row, width).tolist())
+
+
+def _check_row(
+    ours: npt.NDArray[np.int32],
+    theirs: npt.NDArray[np.int32],
+    vocab: Vocabulary,
+    where: str,
+) -> None:
+    """Raise unless two packed rows agree on every token id below the logits width."""
+    width = vocab.width
+    tail = (1 << (width % 32)) - 1 if width % 32 else -1
+    a = ours.astype(np.int64) & 0xFFFFFFFF
+    b = theirs.astype(np.int64) & 0xFFFFFFFF
+    a[-1] &= tail
+    b[-1] &= tail
+    if np.array_equal(a, b):
+        return
+    only_ours = sorted(_row_ids(ours, width) - _row_ids(theirs, width))
+    only_xgr = sorted(_row_ids(theirs, width) - _row_ids(ours, width))
+    raise AssertionError(
+        f"mask differs at {where}: "
+        f"only trierouter {only_ours[:10]} ({[vocab.tokens[t] for t in only_ours[:5]]}), "
+        f"only xgrammar {only_xgr[:10]} "
+        f"({[vocab.tokens[t] for t in only_xgr[:5] if t < len(vocab)]})"
+    )
 
 
 def compare_with_xgrammar(
@@ -88,39 +115,35 @@ def compare_with_xgrammar(
     *,
     n_paths: int,
     seed: int = 0,
+    also: Sequence[ChoiceSet] = (),
 ) -> EquivalenceReport:
-    """Walk ``n_paths`` random accepted paths; assert identical masks at every step."""
+    """Walk ``n_paths`` random accepted paths; assert identical masks at every step.
+
+    ``also``: more sets of the same values (another layout, another compile) checked against
+    XGrammar at every step of the same paths (``choices`` picks the tokens); each is counted in
+    ``masks``.
+    """
     xgr = _xgr()
     rng = random.Random(seed)
-    width = vocab.width
-    nwords = (width + 31) // 32
-    tail = (1 << (width % 32)) - 1 if width % 32 else -1
-    ours = np.zeros((1, nwords), dtype=np.int32)
-    theirs = xgr.allocate_token_bitmask(1, width)
+    sets = [choices, *also]
+    ours = np.zeros((1, (vocab.width + 31) // 32), dtype=np.int32)
+    theirs = xgr.allocate_token_bitmask(1, vocab.width)
     report = EquivalenceReport()
     ends = set(vocab.end_ids)
     for p in range(n_paths):
         matcher = xgr.GrammarMatcher(compiled)
-        state = choices.root
+        states = [cs.root for cs in sets]
+        state = states[0]
         greedy_longest = p % 2 == 1
         canonical = True
         while True:
-            choices.fill_next_token_bitmask(state, ours, 0)
             matcher.fill_next_token_bitmask(theirs)
-            a = ours[0].astype(np.int64)
-            b = theirs[0].numpy().astype(np.int64)
-            b[-1] &= tail if tail != -1 else b[-1]
-            a[-1] &= tail if tail != -1 else a[-1]
-            if not np.array_equal(a & 0xFFFFFFFF, b & 0xFFFFFFFF):
-                only_ours = _row_ids(ours[0], width) - _row_ids(theirs[0].numpy(), width)
-                only_xgr = _row_ids(theirs[0].numpy(), width) - _row_ids(ours[0], width)
-                raise AssertionError(
-                    f"mask differs at path {p} step {report.steps} state {state}: "
-                    f"only trierouter {sorted(only_ours)[:10]} "
-                    f"({[vocab.tokens[t] for t in sorted(only_ours)[:5]]}), "
-                    f"only xgrammar {sorted(only_xgr)[:10]} "
-                    f"({[vocab.tokens[t] for t in sorted(only_xgr)[:5] if t < len(vocab)]})"
-                )
+            expected = theirs[0].numpy()
+            for i, (cs, st) in enumerate(zip(sets, states, strict=True)):
+                cs.fill_next_token_bitmask(st, ours, 0)
+                where = f"path {p} step {report.steps} state {st}" + (f" (set {i})" if i else "")
+                _check_row(ours[0], expected, vocab, where)
+                report.masks += 1
             report.steps += 1
             allowed = choices.mask(state)
             if len(allowed) == 0:
@@ -140,10 +163,13 @@ def compare_with_xgrammar(
                 canonical = False
             if not matcher.accept_token(token):
                 raise AssertionError(f"xgrammar refused token {token} that trierouter allows")
-            state = choices.advance(state, token)
+            states = [cs.advance(st, token) for cs, st in zip(sets, states, strict=True)]
+            state = states[0]
             if token in ends:
                 report.end_steps += 1
-                if not (matcher.is_terminated() and state == choices.END):
+                if not matcher.is_terminated() or any(
+                    st != cs.END for cs, st in zip(sets, states, strict=True)
+                ):
                     raise AssertionError("end id accepted but not terminated in both")
                 break
         report.paths += 1

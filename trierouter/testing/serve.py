@@ -7,6 +7,7 @@ use; the server runs under vLLM's default multiprocessing engine core unless tol
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from trierouter.testing.tiny_model import VLLM_CPU_ENV, build_tiny_model
 
-__all__ = ["QWEN_TOOLS_TEMPLATE", "free_port", "serve", "tiny_tool_model"]
+__all__ = ["QWEN_TOOLS_TEMPLATE", "calling_tool_model", "free_port", "serve", "tiny_tool_model"]
 
 QWEN_TOOLS_TEMPLATE = Path(__file__).with_name("qwen2_5_tools.jinja")
 """Qwen2.5-Instruct's chat template (as shipped in its GGUF): tools and ``<tool_call>``."""
@@ -33,6 +34,49 @@ def tiny_tool_model(directory: str | os.PathLike[str]) -> Path:
     target = out / "chat_template.jinja"
     if not target.is_file() or target.read_bytes() != QWEN_TOOLS_TEMPLATE.read_bytes():
         shutil.copyfile(QWEN_TOOLS_TEMPLATE, target)
+    return out
+
+
+def calling_tool_model(directory: str | os.PathLike[str], *, opener: str = "<tool_call>") -> Path:
+    """A model that would call: :func:`tiny_tool_model` rewired into a bigram model (attention
+    and MLP outputs zeroed, so a step's logits depend on the last token only) that, after the
+    newline ending the assistant prompt, writes ``opener`` one token at a time, and after any
+    other token ends its turn. Its files go to ``directory/model`` (the random base to
+    ``directory/base``)."""
+    import json
+
+    import safetensors.torch
+    import torch
+    import transformers
+
+    base = tiny_tool_model(Path(directory) / "base")
+    out = Path(directory) / "model"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(base, out)
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    chain = tok.encode("\n" + opener, add_special_tokens=False)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    weights = safetensors.torch.load_file(str(out / "model.safetensors"))
+    embed = weights["model.embed_tokens.weight"]
+    hidden = embed.shape[1]
+    if len(chain) >= hidden or len(set(chain)) != len(chain):
+        raise ValueError(f"opener={opener!r}: {chain} does not fit a bigram model of {hidden}")
+    embed.zero_()
+    embed[:, 0] = 1.0  # every other token: direction 0, which predicts the end of the turn
+    head = torch.zeros_like(embed)
+    head[end, 0] = 4.0
+    for k, (prev, nxt) in enumerate(itertools.pairwise(chain), 1):
+        embed[prev] = 0.0
+        embed[prev, k] = 1.0
+        head[nxt, k] = 4.0  # after the RMS norm: a logit of 32 against 0
+    for name, w in weights.items():
+        if name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight")):
+            w.zero_()
+    weights["lm_head.weight"] = head
+    safetensors.torch.save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    config["tie_word_embeddings"] = False
+    (out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     return out
 
 
