@@ -207,7 +207,7 @@ def test_nothing_of_the_middleware_runs_before_vllms_authentication(
     from trierouter.router.vllm import server
 
     calls: list[str] = []
-    monkeypatch.setattr(server, "rewrite_body", lambda *a: calls.append("rewrite") or None)
+    monkeypatch.setattr(server, "read_body", lambda *a: calls.append("rewrite") or (None, None))
     monkeypatch.setattr(server, "count_work", lambda stage: calls.append(stage))
 
     async def endpoint(scope: dict, receive: object, send: object) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "check_tool_choice",
     "count_work",
     "registry_specs",
+    "relaxed_field",
     "relaxed_response",
     "schema_relaxations",
 ]
@@ -146,13 +147,20 @@ def relaxed_response(response: bytes, request: Mapping[str, Any]) -> bytes | Non
         relaxed = schema_relaxations(schemas.get(name))
         if not relaxed:
             continue
-        ext: dict[str, Any] = {"relaxed": [p.to_dict() for p in relaxed]}
         problem = call_problem(ParsedCall(name, str(fn.get("arguments", "")), True), schemas)
-        if problem is not None:
-            ext["invalid"] = problem
-        call["trierouter"] = ext
+        call["trierouter"] = relaxed_field(relaxed, problem)
         changed = True
     return json.dumps(data, ensure_ascii=False).encode() if changed else None
+
+
+def relaxed_field(relaxed: Sequence[Problem], invalid: str | None = None) -> dict[str, Any]:
+    """The ``trierouter`` extension field of a relaxed tool's call: ``{"relaxed": [{"kind",
+    "path", "why"}, ...]}``, with ``"invalid"`` when the finished call fails the original
+    schema."""
+    field: dict[str, Any] = {"relaxed": [p.to_dict() for p in relaxed]}
+    if invalid is not None:
+        field["invalid"] = invalid
+    return field
 
 
 def _request_schemas(request: Mapping[str, Any], names: set[Any]) -> dict[str, Any]:

@@ -58,6 +58,7 @@ from trierouter.router.vllm.checks import (
     check_tool_choice,
     count_work,
     registry_specs,
+    relaxed_field,
     schema_relaxations,
 )
 
@@ -325,7 +326,7 @@ class TrieRouterToolParser(ToolParser):  # type: ignore[misc,unused-ignore]
                 )
                 relaxed = schema_relaxations(self._schemas(request).get(name))
                 if relaxed:
-                    opened.trierouter = {"relaxed": [p.to_dict() for p in relaxed]}  # type: ignore[attr-defined,unused-ignore]
+                    opened.trierouter = relaxed_field(relaxed)  # type: ignore[attr-defined,unused-ignore]
                 calls.append(opened)
             else:
                 calls.append(DeltaToolCall(index=i, function=DeltaFunctionCall(arguments=frag)))
@@ -401,10 +402,7 @@ def _tool_call(call: ParsedCall, relaxed: list[Any], invalid: str | None) -> Any
     """The OpenAI tool call; a relaxed tool's with the ``trierouter`` extension field."""
     out = ToolCall(type="function", function=FunctionCall(name=call.name, arguments=call.arguments))
     if relaxed:
-        ext: dict[str, Any] = {"relaxed": [p.to_dict() for p in relaxed]}
-        if invalid is not None:
-            ext["invalid"] = invalid
-        out.trierouter = ext  # type: ignore[attr-defined,unused-ignore]
+        out.trierouter = relaxed_field(relaxed, invalid)  # type: ignore[attr-defined,unused-ignore]
     return out
 
 

@@ -300,20 +300,26 @@ def _too_deep(raw: bytes) -> BadRequest:
 
 def rewrite_body(raw: bytes, fmt: str | None) -> bytes | None:
     """The rewritten body, or ``None`` to pass it on unchanged (``BadRequest`` to refuse)."""
+    return read_body(raw, fmt)[0]
+
+
+def read_body(raw: bytes, fmt: str | None) -> tuple[bytes | None, dict[str, Any] | None]:
+    """``(the rewritten body or None to pass it on unchanged, the request as vLLM gets it
+    parsed, None when it is no JSON object)``; ``BadRequest`` to refuse. The body is parsed
+    once, here (off the event loop in the middleware)."""
     try:
         body = json.loads(raw)
     except RecursionError:
         raise _too_deep(raw) from None
     except ValueError:
-        return None  # vLLM answers malformed JSON itself
+        return None, None  # vLLM answers malformed JSON itself
     if not isinstance(body, dict):
-        return None
+        return None, None
     changed = False
-    xargs = body.get("vllm_xargs")
-    registry = isinstance(xargs, dict) and ARG_TOOLS in xargs
+    registry = _names_registry(body)
     none = body.get("tool_choice") == "none" and body.get("tools") and fmt is not None
     if not (registry or none):
-        return None
+        return None, body
     check_shapes(body)
     try:
         if registry:
@@ -322,7 +328,7 @@ def rewrite_body(raw: bytes, fmt: str | None) -> bytes | None:
         if none and fmt is not None:
             _none_xargs(body, fmt)
             changed = True
-        return json.dumps(body).encode() if changed else None
+        return (json.dumps(body).encode() if changed else None), body
     except (TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
         logger.warning("trierouter: request body refused: %r", exc)  # a shape check_shapes missed
         raise BadRequest(f"request body: {type(exc).__name__}: {exc}", None) from exc
@@ -440,7 +446,7 @@ class ToolSearchMiddleware:
         try:
             import anyio
 
-            new = await anyio.to_thread.run_sync(rewrite_body, raw, _format_of(scope))
+            new, request = await anyio.to_thread.run_sync(read_body, raw, _format_of(scope))
         except BadRequest as exc:
             await _send_error(send, str(exc), exc.param)
             return
@@ -458,19 +464,18 @@ class ToolSearchMiddleware:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, _with_relaxations(body, send))
+        await self.app(scope, replay, _with_relaxations(request, send))
 
 
-def _with_relaxations(body: bytes, send: Send) -> Send:
-    """``send``, through which a non-streamed answer to a request with tools (``body``) gets the
-    ``trierouter`` extension field on each call of a relaxed tool (``relaxed_response``)."""
-    if b'"tools"' not in body and ARG_TOOLS.encode() not in body:
-        return send
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return send
-    if not isinstance(request, dict) or request.get("stream"):
+def _with_relaxations(request: dict[str, Any] | None, send: Send) -> Send:
+    """``send``, through which a non-streamed answer to a request with tools (``request``, the
+    parsed body) gets the ``trierouter`` extension field on each call of a relaxed tool
+    (``relaxed_response``)."""
+    if (
+        request is None
+        or request.get("stream")
+        or not (request.get("tools") or _names_registry(request))
+    ):
         return send
     start: Message | None = None
     parts: list[bytes] = []
@@ -498,6 +503,11 @@ def _with_relaxations(body: bytes, send: Send) -> Send:
         await send({"type": "http.response.body", "body": out, "more_body": False})
 
     return held
+
+
+def _names_registry(request: dict[str, Any]) -> bool:
+    xargs = request.get("vllm_xargs")
+    return isinstance(xargs, dict) and ARG_TOOLS in xargs
 
 
 def serve_argv(argv: Sequence[str]) -> list[str]:
