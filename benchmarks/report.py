@@ -28,6 +28,7 @@ SOURCES = {
     "bfcl.json": ("b50a269", "2026-12-01"),
     "bfcl_smollm2.json": ("a2bdda1", "2026-12-01"),
     "fast_forward.json": ("db2847f", "2026-11-29"),
+    "schema_coverage.json": ("b489e61", "2026-12-06"),
     "serve_ttft.json": ("b4683b3", "2026-12-01"),
     "shortlist.json": ("dd0ad0b", "2026-12-02"),
     "tool_call_overhead.json": ("4f699f9", "2026-11-29"),

