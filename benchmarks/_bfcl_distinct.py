@@ -1,4 +1,4 @@
-"""The registry-size pool without BFCL's near-duplicates (``benchmarks/bfcl.py --distinct``).
+"""The registry-size pool without BFCL's near-duplicates (``bfcl_offline.py --distinct``).
 
 BFCL ships the same function under several names (``gcd``, ``math.gcd``, ``math_gcd`` next to
 ``number_theory.gcd``; ``calculate_BMI`` next to ``calculate_bmi``); pooled together, the model

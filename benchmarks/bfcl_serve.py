@@ -4,9 +4,9 @@
 
 Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, float32
 in vLLM on the CPU), temperature 0, the tools of each question (BFCL docs converted by
-``trierouter.registry.bfcl``). Sample: ``--n`` questions per category drawn with a fixed seed
-before any outcome is seen (``benchmarks/bfcl.py``'s ``sample``). Four arms, each question sent
-as a plain ``client.chat.completions.create(messages=..., tools=...)``:
+``trierouter.registry.bfcl_schema``). Sample: ``--n`` questions per category drawn with a
+fixed seed before any outcome is seen (``benchmarks/bfcl_offline.py``'s ``sample``). Four arms,
+each question sent as a plain ``client.chat.completions.create(messages=..., tools=...)``:
 
 - ``tr_auto``: ``trierouter serve``, ``tool_choice`` not set (the OpenAI default, ``auto``);
 - ``tr_required``: ``trierouter serve``, ``tool_choice="required"``;
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from bfcl import judge_row, lenient_calls, sample, tools_of
+from bfcl_offline import judge_row, lenient_calls, sample, tools_of
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 CATEGORIES = ("simple_python", "multiple", "irrelevance")
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from serve_ttft import _vllm
 
-    from trierouter.data.bfcl import BFCL_WHEEL, load_judge
+    from trierouter.data.bfcl_eval import BFCL_WHEEL, load_judge
     from trierouter.models import load_model
     from trierouter.testing.serve import serve
 

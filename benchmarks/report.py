@@ -762,10 +762,14 @@ RERUN = [
         "",
     ),
     ("tool_call_overhead.json", "python benchmarks/tool_call_overhead.py", "not recorded"),
-    ("bfcl.json", "python benchmarks/bfcl.py", "about 45 min per set of arms (its docstring)"),
+    (
+        "bfcl.json",
+        "python benchmarks/bfcl_offline.py",
+        "about 45 min per set of arms (its docstring)",
+    ),
     (
         "bfcl_smollm2.json",
-        "python benchmarks/bfcl.py --model smollm2-135m-instruct --format json "
+        "python benchmarks/bfcl_offline.py --model smollm2-135m-instruct --format json "
         "--categories simple_python --out benchmarks/results/bfcl_smollm2.json",
         "not recorded",
     ),

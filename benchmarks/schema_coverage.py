@@ -34,11 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trierouter.data.bfcl import SINGLE_TURN, bfcl_dir, bfcl_functions
+from trierouter.data.bfcl_eval import SINGLE_TURN, bfcl_dir, bfcl_functions
 from trierouter.data.openapi_directory import openapi_tools
 from trierouter.errors import ToolError
 from trierouter.registry import ToolRegistry
-from trierouter.registry.bfcl import bfcl_to_openai
+from trierouter.registry.bfcl_schema import bfcl_to_openai
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 

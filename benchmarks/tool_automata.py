@@ -86,7 +86,7 @@ from trierouter.registry.slots import (
 )
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.testing.mcp_server import server_tools
 from trierouter.testing.oracle import xgrammar_tokenizer_info
 

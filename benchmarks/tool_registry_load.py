@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trierouter.registry.schema_check import _checked, clear_caches
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.testing.mcp_server import server_tools
 
 OUT = Path(__file__).resolve().parent / "results" / "tool_registry_load.json"

@@ -76,7 +76,7 @@ def main() -> None:
     import transformers
 
     from trierouter.registry.index import TokenIndex
-    from trierouter.registry.tools import ToolRegistry
+    from trierouter.registry.tool_registry import ToolRegistry
     from trierouter.registry.vocabulary import Vocabulary
     from trierouter.router.tool_calls.plan import ToolCallPlan
     from trierouter.router.transformers import generate

@@ -313,8 +313,8 @@ def _bfcl_questions(quick: bool) -> tuple[list[dict[str, Any]], list[tuple[str, 
     """BFCL's distinct single-turn functions as OpenAI tools, and ``(question, fitting tool)``
     pairs of simple_python; ``([], [])`` when BFCL cannot be fetched."""
     try:
-        from trierouter.data.bfcl import bfcl_functions, load_bfcl
-        from trierouter.registry.bfcl import bfcl_to_openai
+        from trierouter.data.bfcl_eval import bfcl_functions, load_bfcl
+        from trierouter.registry.bfcl_schema import bfcl_to_openai
 
         entries = load_bfcl("simple_python")
         tools = [bfcl_to_openai(f, language=lang) for lang, f in bfcl_functions()]
@@ -350,7 +350,7 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         import transformers
 
         from trierouter.registry.index import default_cache_dir
-        from trierouter.registry.tools import ToolRegistry
+        from trierouter.registry.tool_registry import ToolRegistry
         from trierouter.router.tool_calls.call import ToolCallError
         from trierouter.router.tool_calls.plan import ToolCallPlan
         from trierouter.router.transformers import generate

@@ -19,7 +19,7 @@ MODULES = [
     "trierouter.router.vllm",
     "trierouter.shortlist",
     "trierouter.data",
-    "trierouter.data.bfcl",
+    "trierouter.data.bfcl_eval",
     "trierouter.models",
     "trierouter.errors",
 ]

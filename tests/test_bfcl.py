@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import PERSISTENT_CACHE
-from trierouter.data.bfcl import CATEGORIES, SINGLE_TURN, bfcl_functions, load_bfcl, load_judge
-from trierouter.registry.bfcl import BfclConversionError, bfcl_to_openai, is_bfcl_function
+from trierouter.data.bfcl_eval import CATEGORIES, SINGLE_TURN, bfcl_functions, load_bfcl, load_judge
+from trierouter.registry.bfcl_schema import BfclConversionError, bfcl_to_openai, is_bfcl_function
 
 jsonschema = pytest.importorskip("jsonschema")
 FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import PERSISTENT_CACHE
-from trierouter.data.bfcl import BfclEntry, load_bfcl, load_judge
-from trierouter.registry.bfcl import bfcl_to_openai
+from trierouter.data.bfcl_eval import BfclEntry, load_bfcl, load_judge
+from trierouter.registry.bfcl_schema import bfcl_to_openai
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -21,7 +21,7 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.slots.dispatch import SchemaRefused, SlotCompiler
 from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.normalize import MAX_MIN_ITEMS, normalize_schema
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.tool_calls.plan import ToolCallPlan
 

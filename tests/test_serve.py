@@ -657,7 +657,7 @@ def test_langchain_openai_bind_tools(server: str) -> None:
 def test_chat_trierouter_against_the_server(server: str) -> None:
     from typing import Literal
 
-    from trierouter.registry.tools import ToolRegistry
+    from trierouter.registry.tool_registry import ToolRegistry
     from trierouter.router.langchain import ChatTrieRouter
 
     llm = ChatTrieRouter(base_url=f"{server}/v1", api_key=KEY, model_name="tiny", temperature=1.0)

@@ -15,7 +15,7 @@ from typing import Literal
 import pytest
 
 from trierouter.registry.call_text import ParsedCall, envelope, scan_calls
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.router.tool_calls.serving import ToolCallStream, call_problem
 
 jsonschema = pytest.importorskip("jsonschema")

@@ -35,7 +35,7 @@ from trierouter.errors import (
 from trierouter.registry.docstrings import parse_docstring
 from trierouter.registry.schema_check import clear_caches, schema_problem
 from trierouter.registry.tool import Tool
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.testing.mcp_server import server_tools
 
 try:  # resolved from this module's globals by the string annotations of the LangChain test

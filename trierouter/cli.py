@@ -348,7 +348,7 @@ def _route_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_registry(path: Path) -> Any:
-    from trierouter.registry.tools import ToolRegistry
+    from trierouter.registry.tool_registry import ToolRegistry
 
     text = path.read_text(encoding="utf-8")
     try:

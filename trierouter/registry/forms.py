@@ -1,7 +1,7 @@
 """The input forms of a tool registry: OpenAI, Anthropic and MCP dicts, BFCL function docs
-(:mod:`trierouter.registry.bfcl`), pydantic models, LangChain tools and plain Python callables,
-each converted to a :class:`~trierouter.registry.tool.Tool` that is not validated yet (the
-registry validates every tool of a call before it registers any).
+(:mod:`trierouter.registry.bfcl_schema`), pydantic models, LangChain tools and plain Python
+callables, each converted to a :class:`~trierouter.registry.tool.Tool` that is not validated
+yet (the registry validates every tool of a call before it registers any).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trierouter.errors import missing
-from trierouter.registry.bfcl import BfclConversionError, bfcl_to_openai, is_bfcl_function
+from trierouter.registry.bfcl_schema import BfclConversionError, bfcl_to_openai, is_bfcl_function
 from trierouter.registry.docstrings import parse_docstring
 from trierouter.registry.tool import Tool
 
@@ -133,7 +133,7 @@ def from_mcp(spec: Any) -> Tool:
 
 def from_bfcl(spec: Any, *, language: str = "python", hint: bool = True) -> Tool:
     """A BFCL function doc (``"parameters": {"type": "dict", ...}`` with BFCL's types), converted
-    as BFCL's own handlers convert it (see :mod:`trierouter.registry.bfcl`)."""
+    as BFCL's own handlers convert it (see :mod:`trierouter.registry.bfcl_schema`)."""
     try:
         fn = bfcl_to_openai(spec, language=language, hint=hint)["function"]
     except BfclConversionError as err:

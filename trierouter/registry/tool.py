@@ -41,7 +41,7 @@ class Tool:
     """OpenAI's (and Anthropic's) ``strict`` flag of the function: ``True``, its schema is served
     exactly or the tool is refused; ``None`` / ``False`` (the APIs' default), a construct no
     engine serves exactly is relaxed to the nearest exact form and recorded
-    (:class:`~trierouter.registry.tools.ToolRegistry` ``strict=`` overrides it)."""
+    (:class:`~trierouter.registry.tool_registry.ToolRegistry` ``strict=`` overrides it)."""
 
     def to_openai(self) -> dict[str, Any]:
         """OpenAI Chat Completions form: ``{"type": "function", "function": {...}}``."""

@@ -6,8 +6,8 @@
     msg.tool_calls        # [{"name": "get_weather", "args": {...}, "id": "call_...", ...}]
     llm.with_structured_output(Literal["spam", "ham"]).invoke("Buy now!")   # -> "spam"
 
-``bind_tools`` reads tools through :class:`~trierouter.registry.tools.ToolRegistry` (functions,
-pydantic models, LangChain tools, OpenAI / Anthropic / MCP dicts) and takes LangChain's
+``bind_tools`` reads tools through :class:`~trierouter.registry.tool_registry.ToolRegistry`
+(functions, pydantic models, LangChain tools, OpenAI / Anthropic / MCP dicts) and takes LangChain's
 ``tool_choice`` (``"auto"``, ``"any"`` / ``"required"`` / ``True``, ``"none"``, a tool name).
 In process, the prompt is the tokenizer's chat template with the tools, and the call is decoded
 in the model's native syntax (``<tool_call>`` for Qwen/Hermes templates); against a server, the
@@ -30,7 +30,7 @@ from typing import Any
 from trierouter.errors import missing
 from trierouter.registry.call_formats import TEMPLATE_MARKERS
 from trierouter.registry.call_text import envelope, scan_calls
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.router.tool_calls.serving import native_plan
 
 try:

