@@ -71,7 +71,7 @@ from typing import Any
 import numpy as np
 from tool_registry_load import _openai  # MCP listings as OpenAI tools
 
-from trierouter.registry.compiler import _normalized
+from trierouter.registry.analysis import normalized as _normalized
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots import (

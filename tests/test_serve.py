@@ -129,8 +129,13 @@ def server_config(root: Path) -> tuple[Path, dict[str, str], list[str]]:
         "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
         "TRIEROUTER_TOOLS": str(root / "tools.json"),
         "TRIEROUTER_MAX_INLINE_TOOLS": "64",
+        "TRIEROUTER_ANALYSIS_DIR": str(root / "analysis"),
     }
     return model, env, ["--max-model-len", "2048", "--max-num-seqs", "32", "--api-key", KEY]
+
+
+_ANALYSIS: list[str] = []
+"""The module server's $TRIEROUTER_ANALYSIS_DIR."""
 
 
 @pytest.fixture(scope="module")
@@ -141,11 +146,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     root = tmp_path_factory.mktemp("serve")
     model, env, args = server_config(root)
+    _ANALYSIS[:] = [env["TRIEROUTER_ANALYSIS_DIR"]]
     with serve(model, log=root / "server.log", env=env, args=args) as url:
         yield url
     log = (root / "server.log").read_text(errors="replace")
     log = log.split("[shutdown]")[0]  # vLLM's own stop (abort mode) may log a traceback
     assert "EngineDeadError" not in log and "Traceback" not in log, log[-3000:]
+    # every inline set of the module's requests came analysed from the middleware's worker
+    assert "analysed inside the engine's step" not in log, log[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -498,14 +506,42 @@ def _idle(server: str, timeout: float = 30.0) -> bool:
 
 
 # -- authentication first ------------------------------------------------------------------------
-def _work(server: str) -> float:
-    """trierouter's own count of the requests it examined (every stage), from /metrics."""
+def _work(server: str, stage: str = "") -> float:
+    """trierouter's own count of the requests it examined (every stage, or ``stage``) in the
+    API process, from /metrics."""
     text = httpx.get(f"{server}/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("trierouter_request_work_total{")
+    head = "trierouter_request_work_total{" + (f'stage="{stage}"' if stage else "")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(head))
+
+
+def test_new_inline_tools_are_analysed_once_off_the_loop_and_the_step(
+    client: Any, server: str
+) -> None:
+    """A request with a tool set never seen before: the middleware's worker process checks and
+    analyses it (the API process's own check counter does not move: the tool parser answers
+    from the worker's verdict), the engine reads the stored analysis (the fixture asserts that
+    no set was analysed inside the engine's step) and the call is valid."""
+    if os.environ.get("TRIEROUTER_TEST_SERVE_URL"):
+        pytest.skip("needs the module's own server and its analysis folder")
+    nonce = f"{time.time_ns()}"
+    tools = []
+    for t in _heavy_tools(40):
+        fn = {**t["function"], "name": f"{t['function']['name']}_{nonce}"}
+        tools.append({"type": "function", "function": fn})
+    folder = Path(_ANALYSIS[0])
+    before_files = set(folder.glob("*.json")) if folder.exists() else set()
+    before = _work(server, "schema_check")
+    r = client.chat.completions.create(
+        model="tiny", messages=MSGS, tools=tools, tool_choice="required", max_tokens=256
     )
+    call = r.choices[0].message.tool_calls[0]
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    assert _problem(call.function.name, call.function.arguments, schemas) is None
+    assert _work(server, "schema_check") == before  # answered from the worker's verdict
+    new = set(folder.glob("*.json")) - before_files
+    assert len(new) == 1
+    stored = json.loads(new.pop().read_bytes())
+    assert stored["names"] == [t["function"]["name"] for t in tools]
 
 
 def _server_cpu(server: str) -> tuple[float, float] | None:

@@ -125,7 +125,8 @@ def test_request_xargs_refuses_each_bad_request(monkeypatch: pytest.MonkeyPatch)
 def test_tool_search_rewrites_a_registry_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trierouter.router.vllm.server import BadRequest, rewrite_body, serve_argv
+    from trierouter.router.vllm.launch import serve_argv
+    from trierouter.router.vllm.server import BadRequest, rewrite_body
 
     reg = [*TOOLS, *({"type": "function", "function": {"name": f"sync_thing_{i}",
                                                       "description": f"sync thing {i}"}}

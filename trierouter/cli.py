@@ -590,7 +590,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from trierouter.router.vllm.server import main as serve_main
+    from trierouter.router.vllm.launch import main as serve_main
 
     serve_main([args.model, *args.rest])
     return 0

@@ -31,6 +31,12 @@ from trierouter.errors import (
     UnknownToolError,
     missing,
 )
+from trierouter.registry.analysis import (
+    ToolsAnalysis,
+    analyze_tools,
+    drop_unparsed_patterns,
+)
+from trierouter.registry.analysis import normalized as _normalized
 from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.relax import log_relaxed, relaxed_table, strict_for, unserved_error
@@ -45,6 +51,7 @@ __all__ = [
     "CALL_HEAD",
     "CompiledTools",
     "ToolSpec",
+    "analyze_specs",
     "check_tools",
     "compile_tools",
     "xgrammar_tokenizer_info",
@@ -84,12 +91,6 @@ def _as_spec(tool: Any) -> ToolSpec:
     )
 
 
-def _normalized(schema: dict[str, Any]) -> dict[str, Any]:
-    if not schema:
-        return {"type": "object", "properties": {}}
-    return schema
-
-
 @dataclass
 class CompileStats:
     tools: int = 0
@@ -97,6 +98,8 @@ class CompileStats:
     analysis_ms: float = 0.0
     xgrammar_ms: float = 0.0
     xgrammar_grammars: int = 0
+    analysis_reused: bool = False
+    """The slot analysis came ready-made (``analysis=``, e.g. from the API process)."""
     slots_by_engine: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -121,6 +124,7 @@ class CompiledTools:
         eager_automata: bool = False,
         cache_size: int = 4096,
         strict: bool | None = None,
+        analysis: ToolsAnalysis | None = None,
     ) -> None:
         # Python's cyclic collector is paused while compiling (and restored after): a compile
         # allocates many long-lived objects and no cycles, and each collection would traverse
@@ -128,7 +132,9 @@ class CompiledTools:
         paused = gc.isenabled()
         gc.disable()
         try:
-            self._compile(tools, index, format, eager_xgrammar, eager_automata, cache_size, strict)
+            self._compile(
+                tools, index, format, eager_xgrammar, eager_automata, cache_size, strict, analysis
+            )
         finally:
             if paused:
                 gc.enable()
@@ -142,6 +148,7 @@ class CompiledTools:
         eager_automata: bool,
         cache_size: int,
         strict: bool | None,
+        analysis: ToolsAnalysis | None,
     ) -> None:
         self.index = index
         self.vocabulary = index.vocabulary
@@ -179,20 +186,24 @@ class CompiledTools:
         """Per relaxed tool, what it is served without (kind and slot path of each)."""
         if eager_automata:
             self.xgrammar_schemas = self._build_all()
+            drop_unparsed_patterns(
+                [s.name for s in self.specs], self.slots, self.relaxed, self.xgrammar_schemas
+            )
         else:
-            dry = SlotCompiler(dry=True, strict=False)
-            for s in self.specs:
-                slots, problems = dry.analyze(_normalized(s.parameters))
-                self.slots.append(slots)
-                if problems:
-                    self.relaxed[s.name] = problems
-            self.xgrammar_schemas = dict(dry.xgrammar_slots)
+            if analysis is None:
+                analysis = analyze_tools([(s.name, s.parameters) for s in self.specs])
+            elif list(analysis.names) != [s.name for s in self.specs]:
+                raise CompileError("analysis: made for other tools than these")
+            else:
+                self.stats.analysis_reused = True
+            self.slots = [list(t) for t in analysis.slots]
+            self.relaxed = {n: list(ps) for n, ps in analysis.relaxed.items()}
+            self.xgrammar_schemas = dict(analysis.xgrammar_schemas)
         for slots in self.slots:
             for sl in slots:
                 self.stats.slots_by_engine[sl.engine] = (
                     self.stats.slots_by_engine.get(sl.engine, 0) + 1
                 )
-        self._check_patterns()
         refused = {
             s.name: self.relaxed[s.name]
             for s in self.specs
@@ -404,26 +415,6 @@ class CompiledTools:
             )
         return self._xgr_compiler
 
-    def _check_patterns(self) -> None:
-        """Every ``pattern`` of an XGrammar slot parses in XGrammar (else a problem of each tool
-        that has the slot: refused when strict, else served without that pattern)."""
-        bad: dict[str, str] = {}
-        for key, schema in self.xgrammar_schemas.items():
-            for pattern in _patterns(schema):
-                why = _xgrammar_regex_problem(pattern)
-                if why is not None:
-                    bad[key] = f"XGrammar cannot parse pattern {pattern!r:.60} ({why})"
-        if not bad:
-            return
-        for key in bad:
-            self.xgrammar_schemas[key] = _without(self.xgrammar_schemas[key], "pattern")
-        for spec, slots in zip(self.specs, self.slots, strict=True):
-            for sl in slots:
-                if sl.engine == "xgrammar" and sl.key in bad:
-                    self.relaxed.setdefault(spec.name, []).append(
-                        Problem(sl.path, "pattern", bad[sl.key], "rewrite or drop the pattern")
-                    )
-
     def materialize(self) -> None:
         """Build every tool's automaton and every state's mask now (``eager_automata=True``
         does it while compiling); with the compiled core, as in an eager compile (wiring,
@@ -472,47 +463,6 @@ def _escaped(name: str) -> str:
     return json.dumps(name, ensure_ascii=False)[1:-1]
 
 
-def _patterns(schema: Any) -> list[str]:
-    out: list[str] = []
-    if isinstance(schema, dict):
-        for k, v in schema.items():
-            if k == "pattern" and isinstance(v, str):
-                out.append(v)
-            elif k not in ("enum", "const"):
-                out += _patterns(v)
-    elif isinstance(schema, list):
-        for v in schema:
-            out += _patterns(v)
-    return out
-
-
-_REGEX_CHECKED: dict[str, str | None] = {}
-
-
-def _xgrammar_regex_problem(pattern: str) -> str | None:
-    """Why XGrammar cannot parse ``pattern`` (``None`` if it can); cached."""
-    if pattern not in _REGEX_CHECKED:
-        import xgrammar as xgr
-
-        try:
-            xgr.Grammar.from_regex(pattern)
-            why = None
-        except Exception as exc:  # XGrammar raises RuntimeError with its parser's message
-            why = str(exc).strip().splitlines()[-1][:120]
-        if len(_REGEX_CHECKED) > 100_000:
-            _REGEX_CHECKED.clear()
-        _REGEX_CHECKED[pattern] = why
-    return _REGEX_CHECKED[pattern]
-
-
-def _without(schema: Any, keyword: str) -> Any:
-    if isinstance(schema, dict):
-        return {k: _without(v, keyword) for k, v in schema.items() if k != keyword}
-    if isinstance(schema, list):
-        return [_without(v, keyword) for v in schema]
-    return schema
-
-
 def compile_tools(
     tools: Iterable[Any], index: TokenIndex | Vocabulary, **kwargs: Any
 ) -> CompiledTools:
@@ -521,6 +471,13 @@ def compile_tools(
     if isinstance(index, Vocabulary):
         index = TokenIndex.get(index)
     return CompiledTools(tools, index, **kwargs)
+
+
+def analyze_specs(tools: Iterable[Any]) -> ToolsAnalysis:
+    """The slot analysis :class:`CompiledTools` runs for ``tools`` (the same dicts or objects it
+    is given), as plain data to hand to ``CompiledTools(..., analysis=...)`` later or in
+    another process (:mod:`trierouter.registry.analysis`)."""
+    return analyze_tools([(s.name, s.parameters) for s in map(_as_spec, tools)])
 
 
 def check_tools(

@@ -480,7 +480,7 @@ class ToolRegistry:
     def explain(self, name: str) -> str:
         """Which engine serves each slot of tool ``name`` (no tokenizer needed): the same
         analysis the compiler runs, so it always agrees with what a call is served by."""
-        from trierouter.registry.compiler import _normalized
+        from trierouter.registry.analysis import normalized as _normalized
         from trierouter.registry.slots.dispatch import slot_table
 
         slots, _ = SlotCompiler(dry=True, strict=False).analyze(_normalized(self[name].parameters))

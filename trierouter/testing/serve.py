@@ -102,7 +102,7 @@ def serve(
     full = {**os.environ, **VLLM_CPU_ENV, **(env or {})}
     full["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocessing else "0"
     cmd = [
-        sys.executable, "-m", "trierouter.router.vllm.server", str(model),
+        sys.executable, "-m", "trierouter.router.vllm.launch", str(model),
         "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny",
         "--dtype", "float32", "--enforce-eager", *args,
     ]  # fmt: skip

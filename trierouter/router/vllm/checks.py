@@ -13,7 +13,6 @@ exactly or refused; one without it is served, relaxed where no engine serves a c
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import threading
@@ -22,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trierouter.errors import TrieRouterError
-from trierouter.registry.compiler import check_tools
+from trierouter.registry.analysis import AnalysisStore, ToolsAnalysis, tools_key
+from trierouter.registry.compiler import analyze_specs, check_tools
 from trierouter.registry.slots.dispatch import unserved_problems
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tool_registry import ToolRegistry
@@ -35,9 +35,13 @@ __all__ = [
     "check_inline_tools",
     "check_tool_choice",
     "count_work",
+    "inline_text",
+    "known_inline",
+    "prepare_inline_tools",
     "registry_specs",
     "relaxed_field",
     "relaxed_response",
+    "remember_inline",
     "schema_relaxations",
 ]
 
@@ -45,7 +49,8 @@ BUILTIN_CHOICES = ("required", "auto", "none")
 """``tool_choice`` values that are not a tool name."""
 
 _CACHE_SIZE = 256
-_inline_ok: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+_inline_ok: OrderedDict[str, tuple[str, ...] | str] = OrderedDict()
+"""Inline tool checks by :func:`tools_key`: the names, or the message that refuses them."""
 _lock = threading.Lock()
 
 
@@ -76,14 +81,66 @@ def count_work(stage: str) -> None:
 
 def check_inline_tools(tools_json: str) -> tuple[str, ...]:
     """The tool names of ``tools_json`` (a JSON list of tool dicts), or ``ValueError`` naming
-    every problem (``tools[i] 'name': why``)."""
-    key = hashlib.sha256(tools_json.encode("utf-8", "surrogatepass")).hexdigest()
+    every problem (``tools[i] 'name': why``); answered from the cache when the middleware
+    prepared the same text (:func:`prepare_inline_tools`) or an earlier request had it."""
+    key = tools_key(tools_json)
     with _lock:
-        names = _inline_ok.get(key)
-        if names is not None:
+        hit = _inline_ok.get(key)
+        if hit is not None:
             _inline_ok.move_to_end(key)
-            return names
+    if isinstance(hit, str):
+        raise ValueError(hit)
+    if hit is not None:
+        return hit
     count_work("schema_check")
+    try:
+        names, _ = _checked(tools_json, analyze=False)
+    except ValueError as exc:
+        remember_inline(key, str(exc))
+        raise
+    remember_inline(key, names)
+    return names
+
+
+def inline_text(tools: Sequence[Mapping[str, Any]]) -> str:
+    """The JSON text of a request's inline tools as the engine gets them (property order as
+    the model saw it): what :func:`check_inline_tools` and the analysis store are keyed by."""
+    return json.dumps(list(tools), ensure_ascii=False)
+
+
+def known_inline(key: str) -> bool:
+    """Whether the inline tools with :func:`tools_key` ``key`` were checked already."""
+    with _lock:
+        return key in _inline_ok
+
+
+def remember_inline(key: str, verdict: tuple[str, ...] | str) -> None:
+    """Cache the check of the inline tools with :func:`tools_key` ``key``: their names, or the
+    message of the ``ValueError`` that refuses them."""
+    with _lock:
+        _inline_ok[key] = verdict
+        _inline_ok.move_to_end(key)
+        while len(_inline_ok) > _CACHE_SIZE:
+            _inline_ok.popitem(last=False)
+
+
+def prepare_inline_tools(tools_json: str) -> tuple[str, ...] | str:
+    """What the middleware runs for a request's inline tools, in a worker process: the check of
+    :func:`check_inline_tools` and the slot analysis the engine would otherwise run inside its
+    step, written to ``$TRIEROUTER_ANALYSIS_DIR`` (:class:`AnalysisStore`). Returns the names or
+    the message that refuses the tools (for :func:`remember_inline`)."""
+    count_work("schema_check")
+    try:
+        names, analysis = _checked(tools_json, analyze=True)
+    except ValueError as exc:
+        return str(exc)
+    store = AnalysisStore.from_env()
+    if store is not None and analysis is not None:
+        store.put(tools_key(tools_json), analysis)
+    return names
+
+
+def _checked(tools_json: str, *, analyze: bool) -> tuple[tuple[str, ...], ToolsAnalysis | None]:
     try:
         tools = json.loads(tools_json)
     except ValueError as exc:
@@ -92,16 +149,15 @@ def check_inline_tools(tools_json: str) -> tuple[str, ...]:
         raise ValueError("tools: expected a non-empty list of tool objects")
     try:
         registry = ToolRegistry()
-        registry.add(*tools)
-        check_tools(registry)
+        registry.add(*tools)  # strict tools with unserved constructs are refused here
+        if not analyze:
+            check_tools(registry)
+            return tuple(t.name for t in registry), None
+        check_tools(registry, slots=False)
+        analysis = analyze_specs(tools)  # on the tools as the engine gets them
     except (TrieRouterError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ValueError(f"tools: {exc}") from exc
-    names = tuple(t.name for t in registry)
-    with _lock:
-        _inline_ok[key] = names
-        while len(_inline_ok) > _CACHE_SIZE:
-            _inline_ok.popitem(last=False)
-    return names
+    return tuple(t.name for t in registry), analysis
 
 
 def schema_relaxations(schema: Any) -> list[Problem]:

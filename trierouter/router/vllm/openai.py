@@ -29,7 +29,6 @@ this parser too, instead of its JSON-list convention.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -57,6 +56,7 @@ from trierouter.router.vllm.checks import (
     check_inline_tools,
     check_tool_choice,
     count_work,
+    inline_text,
     registry_specs,
     relaxed_field,
     schema_relaxations,
@@ -176,7 +176,7 @@ def request_xargs(
                 f"tools: {len(tools)} tools, more than ${ENV_MAX_INLINE_TOOLS}={max_tools}; "
                 f"serve large sets as a named registry (${'TRIEROUTER_TOOLS'})"
             )
-        text = json.dumps(list(tools), ensure_ascii=False)  # property order as the model saw it
+        text = inline_text(tools)
         if len(text) > lim.max_total_bytes:
             raise ValueError(
                 f"tools: {len(text)} bytes, more than ${ENV_MAX_TOTAL_BYTES}="

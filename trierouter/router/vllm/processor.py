@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.errors import missing
+from trierouter.errors import CompileError
+from trierouter.registry.analysis import ENV_ANALYSIS_DIR, AnalysisStore, tools_key
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
@@ -170,6 +171,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
         self._formatted: dict[tuple[str, str], CompiledTools] = {}
         self._tool_plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._store = AnalysisStore.from_env()
         tools_cfg = os.environ.get(ENV_TOOLS, "")
         if tools_cfg:
             for name, tools in load_tool_registries(tools_cfg).items():
@@ -242,11 +244,11 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             tools = self._registry_in(spec.tools_name, fmt)
         else:
             assert spec.tools_inline is not None
-            src = "inline:" + hashlib.sha256(spec.tools_inline.encode()).hexdigest() + ":" + fmt
+            digest = tools_key(spec.tools_inline)
+            src = "inline:" + digest + ":" + fmt
             tools = self._inline_tools.get(src)  # type: ignore[assignment]
             if tools is None:
-                inline = json.loads(spec.tools_inline)
-                tools = compile_tools(inline, self._ensure_index(), format=fmt)
+                tools = self._compile_inline(digest, spec.tools_inline, fmt)
                 self._inline_tools[src] = tools
                 # bounded in count and in bytes (measured now: names tries, automata, masks)
                 sizes = [held_bytes(t) for t in self._inline_tools.values()]
@@ -281,6 +283,29 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         else:
             self._tool_plans.move_to_end(key)
         return plan
+
+    def _compile_inline(self, digest: str, text: str, fmt: str) -> CompiledTools:
+        """An inline tool set compiled with the slot analysis the API process stored for it
+        (the names trie only: milliseconds), or analysed here, inside the step, without one."""
+        inline = json.loads(text)
+        analysis = None
+        if self._store is not None:
+            analysis = self._store.get(digest)
+        if analysis is None:
+            logger.warning(
+                "trierouter: %d inline tools analysed inside the engine's step (no analysis "
+                "from the API process: requests sent to the engine without trierouter serve's "
+                "middleware, or $%s unset); other requests in the batch wait for it",
+                len(inline) if isinstance(inline, list) else 0,
+                ENV_ANALYSIS_DIR,
+            )
+        try:
+            return compile_tools(inline, self._ensure_index(), format=fmt, analysis=analysis)
+        except CompileError:
+            if analysis is None:
+                raise
+            logger.warning("trierouter: a stored tools analysis did not fit; analysing again")
+            return compile_tools(inline, self._ensure_index(), format=fmt)
 
     def _registry_in(self, name: str, fmt: str) -> CompiledTools:
         """Named registry ``name`` in call format ``fmt`` (the slot analysis shared)."""

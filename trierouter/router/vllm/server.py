@@ -1,11 +1,12 @@
 """``trierouter serve``: vLLM's own OpenAI server with trierouter's tool calling switched on.
 
-:func:`main` runs vLLM's server entry point in this process with the flags that load the
-``trierouter`` tool parser, the logits processor and :class:`ToolSearchMiddleware`; every other
-argument is vLLM's. :class:`ToolSearchMiddleware` is a plain ASGI middleware (``--middleware``)
-that works on the JSON body of ``/v1/chat/completions`` before vLLM parses it, and only
-after vLLM's own authentication has accepted the request (:func:`_vllm_auth`: with ``--api-key``
-or ``VLLM_API_KEY`` an unauthenticated request is handed to vLLM untouched, which answers 401):
+:func:`trierouter.router.vllm.launch.main` runs vLLM's server entry point in this process with
+the flags that load the ``trierouter`` tool parser, the logits processor and
+:class:`ToolSearchMiddleware`; every other argument is vLLM's. :class:`ToolSearchMiddleware`
+is a plain ASGI middleware (``--middleware``) that works on the JSON body of
+``/v1/chat/completions`` before vLLM parses it, and only after vLLM's own authentication has
+accepted the request (:func:`_vllm_auth`: with ``--api-key`` or ``VLLM_API_KEY`` an
+unauthenticated request is handed to vLLM untouched, which answers 401):
 
 - a body larger than ``$TRIEROUTER_MAX_BODY_BYTES`` (default 16 MiB) is refused with 400;
 - ``vllm_xargs.trierouter_tools`` (a named registry from ``$TRIEROUTER_TOOLS``) is expanded:
@@ -14,6 +15,8 @@ or ``VLLM_API_KEY`` an unauthenticated request is handed to vLLM untouched, whic
   become the request's ``tools``, so the chat template
   renders them, and ``trierouter_allowed`` restricts the call to them unless
   ``trierouter_constrain`` is ``"registry"`` (the whole registry stays callable);
+- inline ``tools`` are checked and analysed once in a worker process (:mod:`.prepare`), off the
+  event loop and off the engine's step;
 - ``tool_choice: "none"`` with tools gets its constraint (vLLM does not call the tool parser
   then): text in which the model's call opener never appears.
 
@@ -28,9 +31,10 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from trierouter.registry.analysis import ENV_ANALYSIS_DIR
 from trierouter.router.vllm.args import ARG_ALLOWED, ARG_TOOLS, ENV_TOOLS, _env_int
 from trierouter.router.vllm.checks import (
     RegistrySpecs,
@@ -39,15 +43,13 @@ from trierouter.router.vllm.checks import (
     relaxed_response,
 )
 from trierouter.router.vllm.named import list_tool_registries
+from trierouter.router.vllm.prepare import needs_preparation, prepare_request, start_worker
 
 __all__ = [
     "ENV_MAX_BODY_BYTES",
-    "SERVE_FLAGS",
     "ToolSearchMiddleware",
     "check_shapes",
     "conversation_query",
-    "main",
-    "serve_argv",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,14 +59,6 @@ ARG_TOOL_SEARCH = "trierouter_tool_search"
 ARG_CONSTRAIN = "trierouter_constrain"
 _DEFAULT_K = 16
 _MAX_K = 256
-
-SERVE_FLAGS: tuple[str, ...] = (
-    "--enable-auto-tool-choice",
-    "--tool-call-parser", "trierouter",
-    "--logits-processors", "trierouter.router.vllm.processor:TrieRouterLogitsProcessor",
-    "--middleware", "trierouter.router.vllm.server.ToolSearchMiddleware",
-)  # fmt: skip
-"""What ``trierouter serve`` adds to ``vllm serve``."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -406,6 +400,8 @@ class ToolSearchMiddleware:
                     _search_for(name)
                 except (ValueError, OSError) as exc:
                     raise RuntimeError(f"${ENV_TOOLS}: registry {name!r}: {exc}") from exc
+        if os.environ.get(ENV_ANALYSIS_DIR):  # under trierouter serve: the worker, warmed now
+            start_worker()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -450,6 +446,8 @@ class ToolSearchMiddleware:
         except BadRequest as exc:
             await _send_error(send, str(exc), exc.param)
             return
+        if needs_preparation(request):  # the tools checked and analysed off loop and step
+            await prepare_request(raw)
         body = raw if new is None else new
         if new is not None:
             scope = dict(scope)
@@ -508,53 +506,3 @@ def _with_relaxations(request: dict[str, Any] | None, send: Send) -> Send:
 def _names_registry(request: dict[str, Any]) -> bool:
     xargs = request.get("vllm_xargs")
     return isinstance(xargs, dict) and ARG_TOOLS in xargs
-
-
-def serve_argv(argv: Sequence[str]) -> list[str]:
-    """vLLM's server arguments for ``trierouter serve MODEL [ARGS]``: the model as ``--model``
-    and :data:`SERVE_FLAGS` unless already given."""
-    args = list(argv)
-    if args and not args[0].startswith("-"):
-        args = ["--model", args[0], *args[1:]]
-    extra: list[str] = []
-    flags = list(SERVE_FLAGS)
-    if _processor_installed():  # vLLM loads it from the entry point already: not twice
-        i = flags.index("--logits-processors")
-        del flags[i : i + 2]
-    i = flags.index("--middleware")
-    ours = flags[i + 1]
-    del flags[i : i + 2]
-    if ours not in args:  # first: a --middleware of the user's is added after it, outside it
-        args = ["--middleware", ours, *args]
-    i = 0
-    while i < len(flags):
-        flag = flags[i]
-        takes_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
-        if flag not in args:
-            extra.extend(flags[i : i + 2] if takes_value else [flag])
-        i += 2 if takes_value else 1
-    return [*args, *extra]
-
-
-def _processor_installed() -> bool:
-    """Whether the ``vllm.logits_processors`` entry point of an installed trierouter loads the
-    processor into every engine."""
-    import importlib.metadata
-
-    eps = importlib.metadata.entry_points(group="vllm.logits_processors")
-    return any(e.value.startswith("trierouter.") for e in eps)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Run vLLM's OpenAI server in this process (``trierouter serve MODEL [vllm flags]``)."""
-    from trierouter.router.vllm.plugin import register
-
-    register()
-    sys.argv = ["trierouter serve", *serve_argv(sys.argv[1:] if argv is None else argv)]
-    from vllm.entrypoints.launchers.api_server.entry import main as vllm_main
-
-    vllm_main()  # type: ignore[no-untyped-call,unused-ignore]
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,77 @@
+"""``trierouter serve MODEL [vllm flags]``: vLLM's OpenAI server with trierouter switched on
+(the flags :data:`SERVE_FLAGS` adds; the middleware is :mod:`trierouter.router.vllm.server`)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from trierouter.registry.analysis import ENV_ANALYSIS_DIR
+
+__all__ = ["SERVE_FLAGS", "main", "serve_argv"]
+
+SERVE_FLAGS: tuple[str, ...] = (
+    "--enable-auto-tool-choice",
+    "--tool-call-parser", "trierouter",
+    "--logits-processors", "trierouter.router.vllm.processor:TrieRouterLogitsProcessor",
+    "--middleware", "trierouter.router.vllm.server.ToolSearchMiddleware",
+)  # fmt: skip
+"""What ``trierouter serve`` adds to ``vllm serve``."""
+
+
+def serve_argv(argv: Sequence[str]) -> list[str]:
+    """vLLM's server arguments for ``trierouter serve MODEL [ARGS]``: the model as ``--model``
+    and :data:`SERVE_FLAGS` unless already given."""
+    args = list(argv)
+    if args and not args[0].startswith("-"):
+        args = ["--model", args[0], *args[1:]]
+    extra: list[str] = []
+    flags = list(SERVE_FLAGS)
+    if _processor_installed():  # vLLM loads it from the entry point already: not twice
+        i = flags.index("--logits-processors")
+        del flags[i : i + 2]
+    i = flags.index("--middleware")
+    ours = flags[i + 1]
+    del flags[i : i + 2]
+    if ours not in args:  # first: a --middleware of the user's is added after it, outside it
+        args = ["--middleware", ours, *args]
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        takes_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+        if flag not in args:
+            extra.extend(flags[i : i + 2] if takes_value else [flag])
+        i += 2 if takes_value else 1
+    return [*args, *extra]
+
+
+def _processor_installed() -> bool:
+    """Whether the ``vllm.logits_processors`` entry point of an installed trierouter loads the
+    processor into every engine."""
+    import importlib.metadata
+
+    eps = importlib.metadata.entry_points(group="vllm.logits_processors")
+    return any(e.value.startswith("trierouter.") for e in eps)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run vLLM's OpenAI server in this process (``trierouter serve MODEL [vllm flags]``)."""
+    from trierouter.router.vllm.plugin import register
+
+    register()
+    if not os.environ.get(ENV_ANALYSIS_DIR):  # shared with the engine core (prepare.py)
+        folder = tempfile.mkdtemp(prefix="trierouter-analysis-")  # mode 0700
+        os.environ[ENV_ANALYSIS_DIR] = folder
+        atexit.register(shutil.rmtree, folder, True)
+    sys.argv = ["trierouter serve", *serve_argv(sys.argv[1:] if argv is None else argv)]
+    from vllm.entrypoints.launchers.api_server.entry import main as vllm_main
+
+    vllm_main()  # type: ignore[no-untyped-call,unused-ignore]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Inline tool sets prepared off the event loop and off the engine's step.
+
+A request with inline ``tools`` costs two analyses of its schemas: the tool parser's check in the
+API process (valid schemas, the relaxations, refusals) and the slot analysis the logits
+processor needs to compile the set. For 1,000 real OpenAPI operations each is about a second of
+Python. Run where they used to run, the first blocked the API server's event loop (every stream
+paused) and the second the engine's batch step (every running request paused).
+
+The middleware (after authentication) hands such a request's body to one worker process, which
+runs both once: the check's verdict comes back to the API process's cache (the tool parser then
+answers from it), and the slot analysis goes to the :class:`~trierouter.registry.analysis.
+AnalysisStore` that ``trierouter serve`` shares with its engine core, where the processor reads
+it in milliseconds. The request waits for its own preparation; nothing else does. A request
+whose tools were seen before is not sent again; without a worker (it died), the preparation runs
+on a thread instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import multiprocessing
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from trierouter.registry.analysis import tools_key
+from trierouter.router.vllm.args import ARG_TOOLS, RequestLimits, _env_int
+from trierouter.router.vllm.checks import (
+    inline_text,
+    known_inline,
+    prepare_inline_tools,
+    remember_inline,
+)
+
+__all__ = ["needs_preparation", "prepare_body", "prepare_request", "start_worker"]
+
+logger = logging.getLogger("trierouter")
+
+_pool: ProcessPoolExecutor | None = None
+_lock = threading.Lock()
+_pending: dict[bytes, asyncio.Future[Any]] = {}
+
+
+def needs_preparation(request: dict[str, Any] | None) -> bool:
+    """Whether the parsed body sends inline tools the tool parser will check and constrain."""
+    if not isinstance(request, dict):
+        return False
+    tools = request.get("tools")
+    xargs = request.get("vllm_xargs")
+    return (
+        isinstance(tools, list)
+        and bool(tools)
+        and request.get("tool_choice") != "none"
+        and not (isinstance(xargs, dict) and ARG_TOOLS in xargs)
+    )
+
+
+def prepare_body(raw: bytes) -> tuple[str, tuple[str, ...] | str] | None:
+    """In the worker: the request's tools as the tool parser will see them (vLLM's own request
+    model, dumped as the parser dumps it), checked and analysed (``prepare_inline_tools``);
+    ``(key, names or the refusal)``, or ``None`` when vLLM itself will refuse the body."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (  # type: ignore[import-not-found,unused-ignore]
+        ChatCompletionRequest,
+    )
+
+    try:
+        request = ChatCompletionRequest.model_validate(json.loads(raw))
+    except Exception:  # vLLM answers the malformed body with its own 400
+        return None
+    tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])]
+    if not tools:
+        return None
+    from trierouter.router.vllm.openai import _DEFAULT_MAX_INLINE_TOOLS, ENV_MAX_INLINE_TOOLS
+
+    text = inline_text(tools)
+    limit = _env_int(ENV_MAX_INLINE_TOOLS, _DEFAULT_MAX_INLINE_TOOLS)
+    if len(tools) > limit or len(text) > RequestLimits.from_env().max_total_bytes:
+        return None  # refused by its size in the parser, unanalysed
+    return tools_key(text), prepare_inline_tools(text)
+
+
+def _ready() -> bool:
+    return True
+
+
+def start_worker() -> ProcessPoolExecutor | None:
+    """The worker process (started once, then reused; ``None`` if it cannot start)."""
+    global _pool
+    with _lock:
+        if _pool is None:
+            try:
+                _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                _pool.submit(_ready)  # imports trierouter there before the first request
+            except (OSError, RuntimeError) as exc:
+                logger.warning("trierouter: no worker process for tool checks (%s)", exc)
+                return None
+        return _pool
+
+
+def _run(raw: bytes) -> Future[tuple[str, tuple[str, ...] | str] | None]:
+    pool = start_worker()
+    if pool is not None:
+        try:
+            return pool.submit(prepare_body, raw)
+        except (BrokenProcessPool, RuntimeError) as exc:
+            logger.warning("trierouter: tool-check worker lost (%s); checking on a thread", exc)
+            _restart()
+    out: Future[tuple[str, tuple[str, ...] | str] | None] = Future()
+    threading.Thread(target=_into, args=(out, raw), daemon=True).start()
+    return out
+
+
+def _into(out: Future[Any], raw: bytes) -> None:
+    try:
+        out.set_result(prepare_body(raw))
+    except BaseException as exc:
+        out.set_exception(exc)
+
+
+def _restart() -> None:
+    global _pool
+    with _lock:
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+        _pool = None
+
+
+async def prepare_request(raw: bytes) -> None:
+    """Prepare a request's inline tools (after :func:`needs_preparation`) and wait for it; the
+    same body in flight twice is prepared once. Failures are logged, never raised: the tool
+    parser then checks the tools itself, as without the middleware."""
+    digest = hashlib.sha256(raw).digest()
+    running = _pending.get(digest)
+    if running is None:
+        running = asyncio.wrap_future(_run(raw))
+        _pending[digest] = running
+        running.add_done_callback(lambda _f: _pending.pop(digest, None))
+    try:
+        result = await asyncio.shield(running)
+    except Exception as exc:
+        if isinstance(exc, BrokenProcessPool):
+            _restart()
+        logger.warning("trierouter: preparing inline tools failed: %r", exc)
+        return
+    if result is not None:
+        key, verdict = result
+        if not known_inline(key):
+            remember_inline(key, verdict)
