@@ -525,7 +525,7 @@ def test_new_inline_tools_are_analysed_once_off_the_loop_and_the_step(
         pytest.skip("needs the module's own server and its analysis folder")
     nonce = f"{time.time_ns()}"
     tools = []
-    for t in _heavy_tools(40):
+    for t in _heavy_tools(8):
         fn = {**t["function"], "name": f"{t['function']['name']}_{nonce}"}
         tools.append({"type": "function", "function": fn})
     folder = Path(_ANALYSIS[0])

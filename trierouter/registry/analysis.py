@@ -105,15 +105,22 @@ class ToolsAnalysis:
         slots, relaxed, xgr = (doc.get(k) for k in ("slots", "relaxed", "xgrammar"))
         if not (_strs(names) and isinstance(slots, list) and len(slots) == len(names)):
             raise CorruptFileError(f"{what}: names and slots do not match")
-        if not all(isinstance(t, list) and all(_row(s) for s in t) for t in slots):
+        # flat checks (one pass each, no call per item: 1,000 tools have ~10,000 slots)
+        if not (
+            all(type(t) is list for t in slots)
+            and all(type(s) is list and len(s) == 4 for t in slots for s in t)
+            and all(type(x) is str for t in slots for s in t for x in s)
+        ):
             raise CorruptFileError(f"{what}: a slot is not [path, engine, detail, key]")
         if not (
             isinstance(relaxed, dict)
             and set(relaxed) <= set(names)
-            and all(isinstance(ps, list) and all(_row(p) for p in ps) for ps in relaxed.values())
+            and all(type(ps) is list for ps in relaxed.values())
+            and all(type(p) is list and len(p) == 4 for ps in relaxed.values() for p in ps)
+            and all(type(x) is str for ps in relaxed.values() for p in ps for x in p)
         ):
             raise CorruptFileError(f"{what}: relaxed is not a map of listed tools to problems")
-        if not (isinstance(xgr, dict) and all(isinstance(v, dict) for v in xgr.values())):
+        if not (isinstance(xgr, dict) and all(type(v) is dict for v in xgr.values())):
             raise CorruptFileError(f"{what}: xgrammar is not a map of slot keys to schemas")
         return cls(
             names=tuple(names),
@@ -124,11 +131,7 @@ class ToolsAnalysis:
 
 
 def _strs(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
-def _row(v: Any) -> bool:
-    return _strs(v) and len(v) == 4
+    return isinstance(v, list) and all(type(x) is str for x in v)
 
 
 def analyze_tools(tools: Sequence[tuple[str, dict[str, Any]]]) -> ToolsAnalysis:

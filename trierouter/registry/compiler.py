@@ -211,7 +211,8 @@ class CompiledTools:
         }
         if refused:
             raise unserved_error(refused)
-        log_relaxed(self.relaxed)
+        if not self.stats.analysis_reused:  # else logged where it was made
+            log_relaxed(self.relaxed)
         t2 = time.perf_counter()
         self.stats.names_ms = (t1 - t0) * 1e3
         self.stats.analysis_ms = (t2 - t1) * 1e3

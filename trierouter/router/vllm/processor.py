@@ -16,6 +16,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without vllm
     raise missing("vllm", "vllm") from exc
 
+import gc
 import hashlib
 import json
 import os
@@ -287,10 +288,14 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
     def _compile_inline(self, digest: str, text: str, fmt: str) -> CompiledTools:
         """An inline tool set compiled with the slot analysis the API process stored for it
         (the names trie only: milliseconds), or analysed here, inside the step, without one."""
-        inline = json.loads(text)
-        analysis = None
-        if self._store is not None:
-            analysis = self._store.get(digest)
+        paused = gc.isenabled()
+        gc.disable()  # a collection over the engine's objects could cost more than the parse
+        try:
+            inline = json.loads(text)
+            analysis = None if self._store is None else self._store.get(digest)
+        finally:
+            if paused:
+                gc.enable()
         if analysis is None:
             logger.warning(
                 "trierouter: %d inline tools analysed inside the engine's step (no analysis "
