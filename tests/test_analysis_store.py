@@ -16,7 +16,7 @@ import pytest
 
 from trierouter.errors import CompileError, CorruptFileError, UnservedSchemaError
 from trierouter.registry.analysis import AnalysisStore, ToolsAnalysis, tools_key
-from trierouter.registry.compiler import analyze_specs, compile_tools
+from trierouter.registry.compiler import analyze_specs, compile_inline, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
@@ -160,3 +160,25 @@ def test_prepared_tools_are_stored_and_the_check_answers_from_the_verdict(
     with pytest.raises(ValueError, match="twice"):
         check_inline_tools(bad)
     assert not (tmp_path / f"{tools_key(bad)}.json").exists()
+
+
+def test_compile_inline_reuses_the_stored_analysis_and_warns_without_one(
+    tmp_path: Path, qwen2: Vocabulary, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = inline_text(TOOLS)
+    store = AnalysisStore(tmp_path)
+    index = TokenIndex.get(qwen2)
+    with caplog.at_level("WARNING", logger="trierouter"):
+        alone = compile_inline(text, index, format="hermes", store=store)
+    assert not alone.stats.analysis_reused
+    assert "analysed inside the engine's step" in caplog.text
+    store.put(tools_key(text), analyze_specs(TOOLS))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trierouter"):
+        reused = compile_inline(text, index, format="hermes", store=store)
+    assert reused.stats.analysis_reused and "inside the engine's step" not in caplog.text
+    assert reused.slots == alone.slots and reused.relaxed == alone.relaxed
+    # an analysis stored under this key for other tools: refused, analysed again
+    store.put(tools_key(text), analyze_specs(TOOLS[:3]))
+    again = compile_inline(text, index, format="hermes", store=store)
+    assert not again.stats.analysis_reused and again.relaxed == alone.relaxed

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -32,9 +33,12 @@ from trierouter.errors import (
     missing,
 )
 from trierouter.registry.analysis import (
+    ENV_ANALYSIS_DIR,
+    AnalysisStore,
     ToolsAnalysis,
     analyze_tools,
     drop_unparsed_patterns,
+    tools_key,
 )
 from trierouter.registry.analysis import normalized as _normalized
 from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
@@ -47,12 +51,15 @@ from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary, xgrammar_tokenizer_info
 
+logger = logging.getLogger("trierouter")
+
 __all__ = [
     "CALL_HEAD",
     "CompiledTools",
     "ToolSpec",
     "analyze_specs",
     "check_tools",
+    "compile_inline",
     "compile_tools",
     "xgrammar_tokenizer_info",
 ]
@@ -472,6 +479,37 @@ def compile_tools(
     if isinstance(index, Vocabulary):
         index = TokenIndex.get(index)
     return CompiledTools(tools, index, **kwargs)
+
+
+def compile_inline(
+    text: str, index: TokenIndex, *, format: str, store: AnalysisStore | None
+) -> CompiledTools:
+    """An inline tool set (its JSON text) compiled with the slot analysis an API process stored
+    for it (the names trie only), or analysed here without one, with a warning: in a server's
+    engine that runs inside the batch step (:mod:`trierouter.registry.analysis`)."""
+    paused = gc.isenabled()
+    gc.disable()  # a collection over a server's objects could cost more than the parse
+    try:
+        inline = json.loads(text)
+        analysis = None if store is None else store.get(tools_key(text))
+    finally:
+        if paused:
+            gc.enable()
+    if analysis is None:
+        logger.warning(
+            "trierouter: %d inline tools analysed inside the engine's step (no analysis from "
+            "the API process: requests sent to the engine without trierouter serve's "
+            "middleware, or $%s unset); other requests in the batch wait for it",
+            len(inline) if isinstance(inline, list) else 0,
+            ENV_ANALYSIS_DIR,
+        )
+    try:
+        return compile_tools(inline, index, format=format, analysis=analysis)
+    except CompileError:
+        if analysis is None:
+            raise
+        logger.warning("trierouter: a stored tools analysis did not fit; analysing again")
+        return compile_tools(inline, index, format=format)
 
 
 def analyze_specs(tools: Iterable[Any]) -> ToolsAnalysis:

@@ -16,9 +16,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without vllm
     raise missing("vllm", "vllm") from exc
 
-import gc
 import hashlib
-import json
 import os
 import weakref
 from collections import OrderedDict
@@ -27,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.errors import CompileError
-from trierouter.registry.analysis import ENV_ANALYSIS_DIR, AnalysisStore, tools_key
-from trierouter.registry.compiler import CompiledTools, compile_tools
+from trierouter.registry.analysis import AnalysisStore, tools_key
+from trierouter.registry.compiler import CompiledTools, compile_inline, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
@@ -245,11 +242,12 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             tools = self._registry_in(spec.tools_name, fmt)
         else:
             assert spec.tools_inline is not None
-            digest = tools_key(spec.tools_inline)
-            src = "inline:" + digest + ":" + fmt
+            src = "inline:" + tools_key(spec.tools_inline) + ":" + fmt
             tools = self._inline_tools.get(src)  # type: ignore[assignment]
             if tools is None:
-                tools = self._compile_inline(digest, spec.tools_inline, fmt)
+                tools = compile_inline(
+                    spec.tools_inline, self._ensure_index(), format=fmt, store=self._store
+                )
                 self._inline_tools[src] = tools
                 # bounded in count and in bytes (measured now: names tries, automata, masks)
                 sizes = [held_bytes(t) for t in self._inline_tools.values()]
@@ -284,33 +282,6 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         else:
             self._tool_plans.move_to_end(key)
         return plan
-
-    def _compile_inline(self, digest: str, text: str, fmt: str) -> CompiledTools:
-        """An inline tool set compiled with the slot analysis the API process stored for it
-        (the names trie only: milliseconds), or analysed here, inside the step, without one."""
-        paused = gc.isenabled()
-        gc.disable()  # a collection over the engine's objects could cost more than the parse
-        try:
-            inline = json.loads(text)
-            analysis = None if self._store is None else self._store.get(digest)
-        finally:
-            if paused:
-                gc.enable()
-        if analysis is None:
-            logger.warning(
-                "trierouter: %d inline tools analysed inside the engine's step (no analysis "
-                "from the API process: requests sent to the engine without trierouter serve's "
-                "middleware, or $%s unset); other requests in the batch wait for it",
-                len(inline) if isinstance(inline, list) else 0,
-                ENV_ANALYSIS_DIR,
-            )
-        try:
-            return compile_tools(inline, self._ensure_index(), format=fmt, analysis=analysis)
-        except CompileError:
-            if analysis is None:
-                raise
-            logger.warning("trierouter: a stored tools analysis did not fit; analysing again")
-            return compile_tools(inline, self._ensure_index(), format=fmt)
 
     def _registry_in(self, name: str, fmt: str) -> CompiledTools:
         """Named registry ``name`` in call format ``fmt`` (the slot analysis shared)."""
