@@ -5,6 +5,8 @@
 # make ext   : (re)build the compiled core in place (pip install -e . builds it too);
 # make cpp-test: build and run the C++ core's unit tests (tests/cpp/; no Python, g++ only)
 #              make ext-debug: the same with AddressSanitizer + UBSan (for the fuzzers)
+# make asan-safety: tests/test_core_safety.py (a served .trt rewritten in place, id checks)
+#              under the sanitizer build, then the release build back (about 10 min, 2 cores)
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +14,7 @@ PIP    := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench bench-all sweep clean ext ext-debug cpp-test
+.PHONY: demo test lint bench bench-all sweep clean ext ext-debug asan-safety cpp-test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +48,12 @@ ext: $(PY)
 ext-debug: ext
 	TRIEROUTER_DEBUG_BUILD=1 $(PY) setup.py -q build_ext --inplace --force --build-temp build/debug
 	@echo "run with: LD_PRELOAD=\"$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)\" ASAN_OPTIONS=detect_leaks=0"
+
+asan-safety: ext-debug
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/test_core_safety.py; \
+	  rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
 # The core's algorithms without the interpreter: every csrc/ source outside csrc/bindings/ (they
 # include no Python header) linked with tests/cpp/ into one binary, -O1 so that a clean build
