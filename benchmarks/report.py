@@ -775,6 +775,7 @@ RERUN = [
     ),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
+    ("serve_itl.json", "python benchmarks/serve_itl.py", "see `wall_s` in its JSON"),
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
@@ -812,6 +813,8 @@ def _rerun_table() -> str:
             took = f"{v['machine']['wall_s'] / 60:.0f} min, shared host (its JSON)"
         if name == "tool_call_validity.json" and (v := _load(name)) is not None:
             took = ", ".join(f"{e} {r['wall_s'] / 60:.0f} min (its JSON)" for e, r in v.items())
+        if name == "serve_itl.json" and (v := _load(name)) is not None:
+            took = f"{v['wall_s'] / 60:.0f} min, shared host (its JSON)"
         rows.append(f"| `{name}` | `{command}` | {took} |")
     return "\n".join(rows)
 

@@ -154,6 +154,55 @@ def serve_ttft(load: Load) -> list[str]:
     return out
 
 
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def serve_itl(load: Load) -> list[str]:
+    """docs/serving.md: the inter-token latency new inline sets add to running requests, from
+    serve_itl.json."""
+    d = load("serve_itl.json")
+    if d is None:
+        return []
+    p, m = d["parameters"], d["machine"]
+    out = [
+        f"Inter-token latency of {p['requests']} streamed requests decoding "
+        f"{p['max_tokens']} tokens each, alone (quiet) and while new {p['tools']:,}-tool inline "
+        f'sets with `tool_choice="required"` arrive one after the other (arrivals), p50 / p99 '
+        f"in ms over every gap of every request, "
+        f"{p['rounds']} round{'s' if p['rounds'] != 1 else ''} of each; "
+        f"`benchmarks/serve_itl.py` → {source('serve_itl.json')} ({m['cpus']} cores shared, "
+        f"load average {m['load_average_at_start'][0]:.1f} at the start, "
+        f"{m['load_average_at_end'][0]:.1f} at the end, tiny model, vLLM 0.32 with the "
+        "multiprocessing engine core). Client: chunk arrival times; engine: vLLM's own "
+        "`inter_token_latency` histogram (timestamps in the engine core). Target (issue 36): "
+        "p99 added ≤ 50 ms.",
+        "",
+        "| server | quiet (client) | arrivals (client) | added (client) | quiet (engine) "
+        "| arrivals (engine) | new sets completed, median latency |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, label in (("trierouter", "trierouter serve"), ("vllm", "vLLM, XGrammar")):
+        s = d["servers"].get(name)
+        if s is None or "error" in s:
+            out.append(f"| {label} | not measured: {s['error'][:80] if s else 'not run'} |")
+            continue
+        q, a = s["quiet"], s["arrivals"]
+        lat = a["arrival_latency_p50_s"]
+        out.append(
+            f"| {label} | {_ms(q['p50_ms'])} / {_ms(q['p99_ms'])} "
+            f"| {_ms(a['p50_ms'])} / {_ms(a['p99_ms'])} "
+            f"| {s['added_p50_ms']:+.1f} / {s['added_p99_ms']:+,.0f} "
+            f"| {_ms(q['server_itl']['p50_ms'])} / {_ms(q['server_itl']['p99_ms'])} "
+            f"| {_ms(a['server_itl']['p50_ms'])} / {_ms(a['server_itl']['p99_ms'])} "
+            f"| {a['arrivals_completed']}, {'–' if lat is None else f'{lat:.1f} s'} |"
+        )
+    short = [n for n, s in d["servers"].items() if "error" not in s and not s["enough_arrivals"]]
+    if short:
+        out += ["", f"Fewer than 3 new sets completed in a round on: {', '.join(short)}."]
+    return out
+
+
 def refusals(load: Load) -> list[str]:
     """docs/tools.md: what a strict registry refuses of real tools, from tool_call_validity.json."""
     d = load("tool_call_validity.json")
@@ -256,6 +305,7 @@ BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "headline": headline,
     "refusals": refusals,
     "schema-coverage": schema_coverage,
+    "serve-itl": serve_itl,
     "serve-ttft": serve_ttft,
     "shortlist-gap": shortlist_gap,
 }
