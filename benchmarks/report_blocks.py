@@ -176,7 +176,9 @@ def serve_itl(load: Load) -> list[str]:
         "multiprocessing engine core). Client: the gaps between a request's streamed chunks "
         "(a chunk carries every token made since the last one the API process sent); engine: "
         "vLLM's own per-token `inter_token_latency` histogram (timestamps in the engine core, "
-        "p50 / p99 interpolated within its buckets).",
+        "p50 / p99 interpolated within its buckets). One stalled step delays one token of "
+        f"each of the {p['requests']} requests, under 1% of a phase's tokens: the engine's "
+        "p99 can miss stalls that the count of tokens after a gap over 1 s shows.",
         "",
         "| server | phase | client p50 / p99 / max (ms) | engine p50 / p99 (ms) "
         "| engine: tokens after a gap over 1 s | engine: longest gap | new sets completed, "
