@@ -371,7 +371,7 @@ def _ms(x: float | None) -> str:
 
 
 def _git(*cmd: str) -> str:
-    done = subprocess.run(["git", *cmd], cwd=HERE, capture_output=True, text=True)
+    done = subprocess.run(["git", *cmd], cwd=HERE.parent, capture_output=True, text=True)
     return done.stdout.strip()
 
 
