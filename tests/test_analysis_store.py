@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ TOOLS = [
 def test_analysis_reads_back_and_the_compile_reusing_it_is_the_same(qwen2: Vocabulary) -> None:
     analysis = analyze_specs(TOOLS)
     back = ToolsAnalysis.from_bytes(analysis.to_bytes())
-    assert back == analysis
+    assert back == replace(analysis, slots=None)  # slots stay out of the file (explain only)
     assert "find_restaurant" in back.relaxed and "tag" in back.relaxed  # relaxations kept
     index = TokenIndex.get(qwen2)
     fresh = compile_tools(TOOLS, index)
@@ -98,8 +99,8 @@ def _damaged(raw: bytes) -> list[tuple[str, bytes]]:
     doc = json.loads(raw)
     out = [("truncated", raw[: len(raw) // 2]), ("not JSON", b"\x00garbage")]
     for field, value in [
-        ("format", "pickle"), ("version", 99), ("names", ["a"]), ("slots", [[["a", "b"]]]),
-        ("relaxed", {"nobody": []}), ("xgrammar", {"k": 5}),
+        ("format", "pickle"), ("version", 99), ("names", ["a", 1]), ("engines", {"trie": "x"}),
+        ("spans", [[0, -1]]), ("relaxed", {"nobody": []}), ("xgrammar", {"k": 5}),
     ]:  # fmt: skip
         bad = dict(doc)
         bad[field] = value
@@ -112,7 +113,7 @@ def test_what_does_not_read_back_is_ignored_and_removed(tmp_path: Path) -> None:
     analysis = analyze_specs(TOOLS)
     key = tools_key(inline_text(TOOLS))
     store.put(key, analysis)
-    assert store.get(key) == analysis
+    assert store.get(key) == replace(analysis, slots=None)
     assert store.get("0" * 64) is None  # none stored
     for what, raw in _damaged(analysis.to_bytes()):
         with pytest.raises(CorruptFileError):
@@ -149,7 +150,8 @@ def test_prepared_tools_are_stored_and_the_check_answers_from_the_verdict(
     verdict = prepare_inline_tools(text)
     assert verdict == tuple(t["function"]["name"] for t in tools)
     stored = AnalysisStore(tmp_path).get(key)
-    assert stored == analyze_specs(json.loads(text))
+    assert stored == replace(analyze_specs(json.loads(text), text=text), slots=None)
+    assert stored is not None and len(stored.spans) == len(tools)
     remember_inline(key, verdict)
     assert check_inline_tools(text) == verdict
     # a refusal travels the same way, with its message
@@ -172,12 +174,19 @@ def test_compile_inline_reuses_the_stored_analysis_and_warns_without_one(
         alone = compile_inline(text, index, format="hermes", store=store)
     assert not alone.stats.analysis_reused
     assert "analysed inside the engine's step" in caplog.text
-    store.put(tools_key(text), analyze_specs(TOOLS))
+    store.put(tools_key(text), analyze_specs(TOOLS, text=text))
     caplog.clear()
     with caplog.at_level("WARNING", logger="trierouter"):
         reused = compile_inline(text, index, format="hermes", store=store)
     assert reused.stats.analysis_reused and "inside the engine's step" not in caplog.text
+    # no tool's schema was parsed to compile the set; each reads back as the whole parse's
+    assert all(getattr(s, "_parsed", 0) is None for s in reused.specs)
+    assert [s.parameters for s in reused.specs] == [s.parameters for s in alone.specs]
+    assert [s.strict for s in reused.specs] == [s.strict for s in alone.specs]
+    assert reused.stats.slots_by_engine == alone.stats.slots_by_engine
     assert reused.slots == alone.slots and reused.relaxed == alone.relaxed
+    # spans of another writing of the same tools: none recorded, the whole text parsed
+    assert analyze_specs(TOOLS, text=json.dumps(TOOLS, indent=1)).spans == ()
     # an analysis stored under this key for other tools: refused, analysed again
     store.put(tools_key(text), analyze_specs(TOOLS[:3]))
     again = compile_inline(text, index, format="hermes", store=store)

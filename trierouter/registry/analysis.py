@@ -25,7 +25,7 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "analyze_tools",
     "drop_unparsed_patterns",
     "normalized",
+    "text_spans",
     "tools_key",
 ]
 
@@ -58,6 +59,20 @@ def tools_key(tools_json: str) -> str:
     return hashlib.sha256(tools_json.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def text_spans(tools: Sequence[Any], text: str) -> tuple[tuple[int, int], ...] | None:
+    """Where each tool's object lies in ``text`` (``[start, end)`` characters) when ``text`` is
+    :func:`json.dumps` of the list (``ensure_ascii=False``), checked character for character;
+    ``None`` when it is written otherwise."""
+    parts = [json.dumps(t, ensure_ascii=False) for t in tools]
+    if "[" + ", ".join(parts) + "]" != text:
+        return None
+    spans, at = [], 1
+    for part in parts:
+        spans.append((at, at + len(part)))
+        at += len(part) + 2
+    return tuple(spans)
+
+
 def normalized(schema: dict[str, Any]) -> dict[str, Any]:
     """An empty argument schema as the object with no properties it means."""
     if not schema:
@@ -70,23 +85,33 @@ class ToolsAnalysis:
     """The slot analysis of a tool list, in the list's order."""
 
     names: tuple[str, ...]
-    slots: tuple[tuple[Slot, ...], ...]
-    """Per tool, each slot and the engine that serves it."""
+    slots: tuple[tuple[Slot, ...], ...] | None
+    """Per tool, each slot and the engine that serves it (``None`` when read from a store:
+    only ``explain`` needs them, and :class:`CompiledTools` analyses again for it)."""
     relaxed: dict[str, list[Problem]]
     """Per relaxed tool, what its calls are not held to."""
     xgrammar_schemas: dict[str, dict[str, Any]]
     """The sub-schemas XGrammar serves, by slot key (unparseable patterns already dropped)."""
+    strict: tuple[bool | None, ...] = ()
+    """Per tool, its ``strict`` flag (``True`` or ``None``), when the analysis carries spans."""
+    engines: dict[str, int] = field(default_factory=dict)
+    """How many slots each engine serves, over all the tools."""
+    spans: tuple[tuple[int, int], ...] = ()
+    """Per tool, where its object lies in the set's JSON text (``[start, end)`` characters), so
+    a reader parses a tool only when a call reaches it; empty: parse the whole text."""
 
     def to_bytes(self) -> bytes:
         doc = {
             "format": _FORMAT,
             "version": _VERSION,
             "names": list(self.names),
-            "slots": [[[s.path, s.engine, s.detail, s.key] for s in t] for t in self.slots],
+            "engines": self.engines,
             "relaxed": {
                 n: [[p.path, p.keyword, p.why, p.fix] for p in ps] for n, ps in self.relaxed.items()
             },
             "xgrammar": self.xgrammar_schemas,
+            "strict": list(self.strict),
+            "spans": [list(sp) for sp in self.spans],
         }
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -102,16 +127,11 @@ class ToolsAnalysis:
         if doc.get("version") != _VERSION:
             raise CorruptFileError(f"{what}: version {doc.get('version')!r}, expected {_VERSION}")
         names: Any = doc.get("names")
-        slots, relaxed, xgr = (doc.get(k) for k in ("slots", "relaxed", "xgrammar"))
-        if not (_strs(names) and isinstance(slots, list) and len(slots) == len(names)):
-            raise CorruptFileError(f"{what}: names and slots do not match")
-        # flat checks (one pass each, no call per item: 1,000 tools have ~10,000 slots)
-        if not (
-            all(type(t) is list for t in slots)
-            and all(type(s) is list and len(s) == 4 for t in slots for s in t)
-            and all(type(x) is str for t in slots for s in t for x in s)
-        ):
-            raise CorruptFileError(f"{what}: a slot is not [path, engine, detail, key]")
+        engines, relaxed, xgr = (doc.get(k) for k in ("engines", "relaxed", "xgrammar"))
+        if not _strs(names):
+            raise CorruptFileError(f"{what}: names is not a list of tool names")
+        if not (isinstance(engines, dict) and all(type(v) is int for v in engines.values())):
+            raise CorruptFileError(f"{what}: engines is not a map of engine names to counts")
         if not (
             isinstance(relaxed, dict)
             and set(relaxed) <= set(names)
@@ -122,11 +142,24 @@ class ToolsAnalysis:
             raise CorruptFileError(f"{what}: relaxed is not a map of listed tools to problems")
         if not (isinstance(xgr, dict) and all(type(v) is dict for v in xgr.values())):
             raise CorruptFileError(f"{what}: xgrammar is not a map of slot keys to schemas")
+        strict, spans = doc.get("strict"), doc.get("spans")
+        if not (
+            isinstance(strict, list)
+            and isinstance(spans, list)
+            and (not spans or len(spans) == len(strict) == len(names))
+            and all(x is True or x is None for x in strict)
+            and all(type(sp) is list and len(sp) == 2 for sp in spans)
+            and all(type(x) is int and x >= 0 for sp in spans for x in sp)
+        ):
+            raise CorruptFileError(f"{what}: strict and spans do not match the tools")
         return cls(
             names=tuple(names),
-            slots=tuple(tuple(Slot(*s) for s in t) for t in slots),
+            slots=None,
+            engines=engines,
             relaxed={n: [Problem(*p) for p in ps] for n, ps in relaxed.items()},
             xgrammar_schemas=xgr,
+            strict=tuple(strict),
+            spans=tuple((a, b) for a, b in spans),
         )
 
 
@@ -151,7 +184,11 @@ def analyze_tools(tools: Sequence[tuple[str, dict[str, Any]]]) -> ToolsAnalysis:
     xgr = dict(dry.xgrammar_slots)
     names = tuple(n for n, _ in tools)
     drop_unparsed_patterns(names, slots, relaxed, xgr)
-    return ToolsAnalysis(names, tuple(slots), relaxed, xgr)
+    engines: dict[str, int] = {}
+    for found_slots in slots:
+        for sl in found_slots:
+            engines[sl.engine] = engines.get(sl.engine, 0) + 1
+    return ToolsAnalysis(names, tuple(slots), relaxed, xgr, engines=engines)
 
 
 def drop_unparsed_patterns(

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trierouter.errors import (
@@ -38,6 +38,7 @@ from trierouter.registry.analysis import (
     ToolsAnalysis,
     analyze_tools,
     drop_unparsed_patterns,
+    text_spans,
     tools_key,
 )
 from trierouter.registry.analysis import normalized as _normalized
@@ -188,7 +189,7 @@ class CompiledTools:
         self._automata: OrderedDict[tuple[str, bool], ToolAutomaton] = OrderedDict()
         self._schema_keys: list[str | None] = [None] * len(self.specs)
         self._cache_size = cache_size
-        self.slots: list[list[Slot]] = []
+        self._slots: list[list[Slot]] | None = []
         self.relaxed: dict[str, list[Problem]] = {}
         """Per relaxed tool, what it is served without (kind and slot path of each)."""
         if eager_automata:
@@ -196,6 +197,11 @@ class CompiledTools:
             drop_unparsed_patterns(
                 [s.name for s in self.specs], self.slots, self.relaxed, self.xgrammar_schemas
             )
+            for slots in self.slots:
+                for sl in slots:
+                    self.stats.slots_by_engine[sl.engine] = (
+                        self.stats.slots_by_engine.get(sl.engine, 0) + 1
+                    )
         else:
             if analysis is None:
                 analysis = analyze_tools([(s.name, s.parameters) for s in self.specs])
@@ -203,14 +209,10 @@ class CompiledTools:
                 raise CompileError("analysis: made for other tools than these")
             else:
                 self.stats.analysis_reused = True
-            self.slots = [list(t) for t in analysis.slots]
+            self._slots = None if analysis.slots is None else [list(t) for t in analysis.slots]
             self.relaxed = {n: list(ps) for n, ps in analysis.relaxed.items()}
             self.xgrammar_schemas = dict(analysis.xgrammar_schemas)
-        for slots in self.slots:
-            for sl in slots:
-                self.stats.slots_by_engine[sl.engine] = (
-                    self.stats.slots_by_engine.get(sl.engine, 0) + 1
-                )
+            self.stats.slots_by_engine = dict(analysis.engines)
         refused = {
             s.name: self.relaxed[s.name]
             for s in self.specs
@@ -256,10 +258,19 @@ class CompiledTools:
                     if native:
                         masks.add(auto)
                     self._keep((skey, False), auto)
-                self.slots.append(list(hit[0]))
+                self.slots.append(list(hit[0]))  # the eager pass: _slots is a list
                 if hit[1]:
                     self.relaxed[s.name] = list(hit[1])
         return dict(self._builder.xgrammar_slots)
+
+    @property
+    def slots(self) -> list[list[Slot]]:
+        """Per tool, each slot and the engine that serves it (analysed again on first use when
+        the analysis came from a store, which keeps only what decoding needs)."""
+        if self._slots is None:
+            found = analyze_tools([(s.name, s.parameters) for s in self.specs]).slots
+            self._slots = [list(t) for t in found or ()]
+        return self._slots
 
     def _set_format(self, fmt: CallFormat) -> ChoiceSet:
         self.format = fmt
@@ -490,8 +501,11 @@ def compile_inline(
     paused = gc.isenabled()
     gc.disable()  # a collection over a server's objects could cost more than the parse
     try:
-        inline = json.loads(text)
         analysis = None if store is None else store.get(tools_key(text))
+        if analysis is not None and analysis.spans:  # each schema parsed when a call needs it
+            inline: Any = _stored_specs(text, analysis)
+        else:
+            inline = json.loads(text)
     finally:
         if paused:
             gc.enable()
@@ -512,11 +526,50 @@ def compile_inline(
         return compile_tools(inline, index, format=format)
 
 
-def analyze_specs(tools: Iterable[Any]) -> ToolsAnalysis:
+def analyze_specs(tools: Iterable[Any], *, text: str | None = None) -> ToolsAnalysis:
     """The slot analysis :class:`CompiledTools` runs for ``tools`` (the same dicts or objects it
     is given), as plain data to hand to ``CompiledTools(..., analysis=...)`` later or in
-    another process (:mod:`trierouter.registry.analysis`)."""
-    return analyze_tools([(s.name, s.parameters) for s in map(_as_spec, tools)])
+    another process (:mod:`trierouter.registry.analysis`). With ``text``, the JSON the tools
+    were read from, each tool's span in it and its strict flag too (:func:`compile_inline` then
+    parses a tool only when a call reaches it)."""
+    items = list(tools)
+    specs = [_as_spec(t) for t in items]
+    analysis = analyze_tools([(s.name, s.parameters) for s in specs])
+    spans = None if text is None else text_spans(items, text)
+    if spans is None:
+        return analysis
+    return replace(analysis, strict=tuple(s.strict for s in specs), spans=spans)
+
+
+class _StoredSpec(ToolSpec):
+    """A tool of an inline set whose argument schema is read from the set's JSON text the first
+    time it is needed (a call reaching the tool), not when the set is compiled."""
+
+    __slots__ = ("_parsed", "_span", "_text")
+    _parsed: dict[str, Any] | None
+    _span: tuple[int, int]
+    _text: str
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        if self._parsed is None:
+            a, b = self._span
+            object.__setattr__(self, "_parsed", _as_spec(json.loads(self._text[a:b])).parameters)
+        assert self._parsed is not None
+        return self._parsed
+
+
+def _stored_specs(text: str, analysis: ToolsAnalysis) -> list[ToolSpec]:
+    out: list[ToolSpec] = []
+    for name, strict, span in zip(analysis.names, analysis.strict, analysis.spans, strict=True):
+        spec = object.__new__(_StoredSpec)
+        for key, value in (
+            ("name", name), ("description", ""), ("strict", strict),
+            ("_text", text), ("_span", span), ("_parsed", None),
+        ):  # fmt: skip
+            object.__setattr__(spec, key, value)
+        out.append(spec)
+    return out
 
 
 def check_tools(

@@ -154,7 +154,7 @@ def _checked(tools_json: str, *, analyze: bool) -> tuple[tuple[str, ...], ToolsA
             check_tools(registry)
             return tuple(t.name for t in registry), None
         check_tools(registry, slots=False)
-        analysis = analyze_specs(tools)  # on the tools as the engine gets them
+        analysis = analyze_specs(tools, text=tools_json)  # the tools as the engine gets them
     except (TrieRouterError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ValueError(f"tools: {exc}") from exc
     return tuple(t.name for t in registry), analysis
