@@ -17,8 +17,9 @@ import pytest
 
 from trierouter.errors import CompileError, CorruptFileError, UnservedSchemaError
 from trierouter.registry.analysis import AnalysisStore, ToolsAnalysis, tools_key
-from trierouter.registry.compiler import analyze_specs, compile_inline, compile_tools
+from trierouter.registry.compiler import compile_tools
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.inline_tools import analyze_specs, compile_inline
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
 from trierouter.router.tool_calls.plan import ToolCallPlan

@@ -22,7 +22,8 @@ from typing import Any
 
 from trierouter.errors import TrieRouterError
 from trierouter.registry.analysis import AnalysisStore, ToolsAnalysis, tools_key
-from trierouter.registry.compiler import analyze_specs, check_tools
+from trierouter.registry.compiler import check_tools
+from trierouter.registry.inline_tools import analyze_specs
 from trierouter.registry.slots.dispatch import unserved_problems
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tool_registry import ToolRegistry

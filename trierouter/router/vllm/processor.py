@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from trierouter.registry.analysis import AnalysisStore, tools_key
-from trierouter.registry.compiler import CompiledTools, compile_inline, compile_tools
+from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.inline_tools import compile_inline
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
