@@ -18,10 +18,12 @@ on a thread instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import multiprocessing
+import os
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -40,6 +42,7 @@ __all__ = ["needs_preparation", "prepare_body", "prepare_request", "start_worker
 
 logger = logging.getLogger("trierouter")
 
+_NICE = 10
 _pool: ProcessPoolExecutor | None = None
 _lock = threading.Lock()
 _pending: dict[bytes, asyncio.Future[Any]] = {}
@@ -87,13 +90,22 @@ def _ready() -> bool:
     return True
 
 
+def _background() -> None:
+    """The worker's priority: below the engine's and the API process's (the request that waits
+    for it waits either way; the decoding requests should not)."""
+    with contextlib.suppress(OSError):  # a platform without nice: the default priority
+        os.nice(_NICE)
+
+
 def start_worker() -> ProcessPoolExecutor | None:
     """The worker process (started once, then reused; ``None`` if it cannot start)."""
     global _pool
     with _lock:
         if _pool is None:
             try:
-                _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                _pool = ProcessPoolExecutor(
+                    1, mp_context=multiprocessing.get_context("spawn"), initializer=_background
+                )
                 _pool.submit(_ready)  # imports trierouter there before the first request
             except (OSError, RuntimeError) as exc:
                 logger.warning("trierouter: no worker process for tool checks (%s)", exc)
