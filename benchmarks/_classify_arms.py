@@ -13,31 +13,30 @@ calibration rule (``_classify_fusion.calibrate`` on the calibration terms).
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from collections.abc import Callable, Container, Sequence
 from typing import Any
 
-_HEAD = re.compile(r"[\s:;,.)\]-]")
+_STOP = frozenset(" \t\n:;,)]")
 
 
 def map_free(
     answer: str, labels: Container[str], nearest: Callable[[str], str | None]
 ) -> tuple[str | None, str]:
     """The label of a free answer, and how it was found: ``"code"`` when the answer starts
-    with a label (the answer itself, or its text before the first space or punctuation that
-    follows a label, e.g. ``"R94.8: Abnormal ..."``), ``"retriever"`` when ``nearest(answer)``
-    (the retriever's top-1) chose it, ``"empty"`` (``None``) for a blank answer."""
+    with a label followed by its end, a space, one of ``:;,)]`` or a full stop that ends the
+    answer or precedes a space (``"R94.8: Abnormal ..."``; the longest such label),
+    ``"retriever"`` when ``nearest(answer)`` (the retriever's top-1) chose it, ``"empty"``
+    (``None``) for a blank answer."""
     text = answer.strip().strip("`*\"'")
     if not text:
         return None, "empty"
-    if text in labels:
-        return text, "code"
-    for m in _HEAD.finditer(text):
-        head = text[: m.start()].rstrip(".")
-        if head in labels:
-            return head, "code"
+    for end in range(len(text), 0, -1):
+        after = text[end : end + 2]
+        ends = not after or after[0] in _STOP or (after[0] == "." and not after[1:].strip())
+        if ends and text[:end] in labels:
+            return text[:end], "code"
     return nearest(text), "retriever"
 
 
