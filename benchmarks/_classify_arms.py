@@ -92,6 +92,6 @@ def load_pair(name: str, dtype: str) -> tuple[Any, Any]:
 
 
 def run_meta(commit: str, date: str, done: int, total: int) -> dict[str, Any]:
-    """When and on what an arm ran; ``partial`` when it has fewer texts than planned."""
+    """When (its start) and on what an arm ran; ``partial`` when it has fewer texts than planned."""
     return {"commit": commit, "date": date, "texts": done, "planned": total,
             "partial": done < total}  # fmt: skip

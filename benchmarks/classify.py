@@ -362,7 +362,10 @@ def main() -> None:
             top_n=args.k,
         )
 
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    def utc() -> str:
+        return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    now = utc()
     machine = {
         "commit": commit(),
         "date": now,
@@ -421,14 +424,17 @@ def main() -> None:
     total = len(cal[0]) + sum(len(v[0]) for v in samples.values())
     planned = {"qwen": total, "free_mapped": total - len(cal[0]), "smollm2": total}
 
+    started: dict[str, str] = {}
+
     def save(arm: str, part: dict[str, Any]) -> None:
+        started.setdefault(arm, now)
         done = len(part.get("calibration", {}).get("rows", [])) + sum(
             len(r["rows"]) for r in part["sources"].values()
         )
         res.setdefault("runs", {})[arm] = (
             machine
-            | run_meta(machine["commit"], now, done, planned[arm])
-            | {"loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+            | run_meta(machine["commit"], started[arm], done, planned[arm])
+            | {"loadavg_after": [round(x, 2) for x in os.getloadavg()], "written": utc()}
         )
         res["wall_seconds"] = round(time.perf_counter() - t_run, 1)
         resummarise(res)
@@ -441,6 +447,7 @@ def main() -> None:
         res["machine"] |= {"loadavg_after": machine["loadavg_before"]}
         run_model(clf, res, cal, samples, args, lambda: save("qwen", res), "")
     if "free_mapped" in arms:
+        started["free_mapped"] = utc()
         part = res["free_mapped"] = {
             "model": MODEL,
             "prompt": "the constrained arms' prompt (the K candidates listed), then 'Label: '",
@@ -461,6 +468,7 @@ def main() -> None:
                     )
                 save("free_mapped", part)
     if "smollm2" in arms:
+        started["smollm2"] = utc()
         del clf
         part = res["second_model"] = {
             "model": SECOND,
