@@ -3,14 +3,14 @@ force over every label (and the retriever's answer when no label starts the answ
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.conftest import load_script
 
 PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "_classify_arms.py"
 LABELS = ["E10", "E10.9", "E10.65", "I38", "N18.9", "N18.1", "S68.119S", "S68.119", "A1", "flu"]
@@ -19,12 +19,7 @@ BOUNDARY = re.compile(r"($|[\s:;,)\]]|\.($|\s))")
 
 @pytest.fixture(scope="module")
 def arms() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_classify_arms", PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(PATH)
 
 
 def brute(answer: str, labels: list[str]) -> str | None:
