@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=2 nice -n 10 python benchmarks/classify.py [--sources inclusion,lay,abbrev]
         [--n 50] [--cal-n 60] [--seed 0] [--k 20] [--threads 2] [--dtype bfloat16]
+        [--arms qwen,free_mapped,smollm2] [--keep] [--free-tokens 24]
     python benchmarks/classify.py --stage build      # only build (and cache) the two shortlists
     python benchmarks/classify.py --resummarise      # recompute the summaries of --out
 
@@ -35,6 +36,15 @@ calibration terms only: ``_classify_fusion.py``). Seconds per text: wall time of
 ``Classifier.classify`` for one text (shortlist query, prompt, trie compile, token tree, the
 forward call, scoring), excluding model load and shortlist build. The host is shared with
 other jobs: load averages are recorded before and after.
+
+More arms on the same samples (``--arms``; ``--keep`` keeps the arms of ``--out`` not rerun,
+``runs`` giving each arm's commit, date and whether it is partial), from ``_classify_arms.py``:
+``free_mapped`` (Qwen writes freely, greedy, at most ``--free-tokens`` new tokens, the first
+line, after the SAME prompt as above, the K candidates listed; a label code written at the
+answer's start is taken, otherwise the answer is a query to the same retriever and its top-1
+is the label; seconds per text cover generation and mapping), and ``smollm2``
+(SmolLM2-135M-Instruct through the same classifier, prompt and retriever: greedy, exact,
+combined with its own weight calibrated on the same calibration terms by the same rule).
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _classify_arms import free_row, free_summary, load_pair, run_meta
 from _classify_fusion import WEIGHTS, calibrate, combined_ranking
 from _icd_sources import SEED as SPLIT_SEED
 from _icd_sources import IcdData, icd_data
@@ -69,6 +80,8 @@ from trierouter.shortlist import Shortlist
 
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = "qwen2.5-coder-0.5b-instruct"
+SECOND = "smollm2-135m-instruct"
+ARMS = ("qwen", "free_mapped", "smollm2")
 RETRIEVERS = ("bm25", "hybrid")
 Sample = tuple[list[str], list[frozenset[str]]]
 
@@ -212,13 +225,44 @@ def targets(res: dict[str, Any]) -> dict[str, Any]:
 
 def resummarise(res: dict[str, Any]) -> None:
     k = res["k"]
-    w = res.get("calibration", {}).get("weight")
-    if res.get("calibration", {}).get("rows"):
-        res["calibration"] |= {"summary": summarise(res["calibration"]["rows"], k, w)}
-    for r in res["sources"].values():
+    for part in (res, res.get("second_model")):
+        if not part:
+            continue
+        w = part.get("calibration", {}).get("weight")
+        if part.get("calibration", {}).get("rows"):
+            part["calibration"] |= {"summary": summarise(part["calibration"]["rows"], k, w)}
+        for r in part["sources"].values():
+            if r["rows"]:
+                r |= summarise(r["rows"], k, w)
+    for r in res.get("free_mapped", {}).get("sources", {}).values():
         if r["rows"]:
-            r |= summarise(r["rows"], k, w)
+            r |= free_summary(r["rows"])
     res["targets"] = targets(res)
+    res["arms"] = arms_by_source(res)
+
+
+def arms_by_source(res: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Every arm's top-1 accuracy per source and its mean over the sources (``n`` per arm and
+    source beside it: a partial arm has fewer texts)."""
+    second = res.get("second_model") or {"sources": {}}
+    table_: dict[str, dict[str, Any]] = {}
+    for s, r in res["sources"].items():
+        row: dict[str, Any] = {a: r[a] for a in ("retriever_top1", "exact", "greedy") if a in r}
+        row |= {a: r[a] for a in ("combined", f"recall_at_{res['k']}") if a in r}
+        row["n"] = r.get("n", 0)
+        if (f := res.get("free_mapped", {}).get("sources", {}).get(s, {})).get("n"):
+            row |= {"free_mapped": f["free_mapped"], "free_mapped_n": f["n"]}
+        if (m := second["sources"].get(s, {})).get("n"):
+            row |= {f"smollm2_{a}": m[a] for a in ("greedy", "exact", "combined") if a in m}
+            row["smollm2_n"] = m["n"]
+        table_[s] = row
+    arms = {a for r in table_.values() for a in r if a != "n" and not a.endswith("_n")}
+    table_["mean"] = {
+        a: round(statistics.mean(r[a] for r in table_.values()), 4)
+        for a in sorted(arms)
+        if all(a in r for r in table_.values())
+    }
+    return table_
 
 
 def table(res: dict[str, Any]) -> str:
@@ -255,6 +299,9 @@ def main() -> None:
     ap.add_argument("--stage", default="all", choices=("build", "all"))
     ap.add_argument("--out", default=str(RESULTS / "classify.json"))
     ap.add_argument("--resummarise", action="store_true")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"some of {','.join(ARMS)}")
+    ap.add_argument("--keep", action="store_true", help="keep the arms of --out not rerun")
+    ap.add_argument("--free-tokens", type=int, default=24, help="free_mapped: new tokens")
     args = ap.parse_args()
     out = Path(args.out)
     if args.resummarise:
@@ -297,101 +344,172 @@ def main() -> None:
     chosen = max(RETRIEVERS, key=lambda r: (retr[r]["calibration"][key], r == "hybrid"))
     log(f"the model reads the {chosen} shortlist (recall@{args.k} on the calibration terms)")
 
+    arms = args.arms.split(",")
+    if unknown := set(arms) - set(ARMS):
+        raise SystemExit(f"--arms: unknown {sorted(unknown)}; expected some of {ARMS}")
     import transformers
 
     from trierouter.classify import Classifier
-    from trierouter.models import load_model
 
-    folder = str(load_model(MODEL, progress=False))
-    dtype = getattr(torch, args.dtype)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
-    pair = (model, transformers.AutoTokenizer.from_pretrained(folder))
-    clf = Classifier(
-        data.codes,
-        descriptions=data.descs,
-        model=pair,
-        policy="shortlist",
-        retriever=sls[chosen],
-        k=args.k,
-        top_n=args.k,
-    )
-    res: dict[str, Any] = {
-        "machine": {
-            "commit": commit(),
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "cpus": os.cpu_count(),
-            "shared_host": "2 cores shared with 3-4 other agents' jobs; run under nice -n 10",
-            "loadavg_before": [round(x, 2) for x in os.getloadavg()],
-        },
-        "model": MODEL,
-        "engine": f"transformers ({args.dtype}), one forward call per text (token tree)",
-        "labels": len(data.codes),
-        "k": args.k,
-        "seed": args.seed,
-        "split_seed": SPLIT_SEED,
-        "n_per_source": args.n,
-        "retrievers": {
-            name: {
-                "repr": repr(sl),
-                "fusion": sl.fusion.name,
-                "report_build_seconds": sl.report.get("build_seconds_total"),
-            }
-            for name, sl in sls.items()
-        },
-        "retriever_arms": retr,
-        "retriever_used": chosen,
-        "retriever_rule": f"the better recall@{args.k} on the calibration terms",
-        "fusion": {
-            "rule": "score = model exact logprob - w * log(1 + retriever rank); w of "
-            f"{list(WEIGHTS)} with the best calibration top-1 (then MRR, then smaller w)",
-        },
-        "calibration": {
-            "what": f"{args.cal_n} training inclusion terms held out of both indexes "
-            f"(of {args.cal_pool} held out), seeded; never a test query",
-            "rows": [],
-        },
-        "excluded": "model loading, shortlist build",
-        "sources": {s: {"rows": []} for s in samples},
+    def classifier(name: str) -> Any:
+        return Classifier(
+            data.codes,
+            descriptions=data.descs,
+            model=load_pair(name, args.dtype),
+            policy="shortlist",
+            retriever=sls[chosen],
+            k=args.k,
+            top_n=args.k,
+        )
+
+    def utc() -> str:
+        return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    now = utc()
+    machine = {
+        "commit": commit(),
+        "date": now,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpus": os.cpu_count(),
+        "shared_host": f"2 cores shared with other agents' jobs; run under nice -n {os.nice(0)}",
+        "loadavg_before": [round(x, 2) for x in os.getloadavg()],
     }
+    if args.keep:
+        res = json.loads(out.read_text())
+        same = {"k": args.k, "seed": args.seed, "n_per_source": args.n, "retriever_used": chosen}
+        if any(res.get(a) != v for a, v in same.items()) or "qwen" in arms:
+            raise SystemExit(f"--keep: {out} differs in {same}, or --arms reruns qwen")
+        for s, (texts, _) in samples.items():
+            if [r["text"] for r in res["sources"][s]["rows"]] != texts:
+                raise SystemExit(f"--keep: {out} has other {s} texts than this sample")
+        m = res["machine"]
+        res.setdefault("runs", {}).setdefault("qwen", {"commit": m["commit"], "date": m["date"]})
+    else:
+        res = {
+            "machine": machine,
+            "model": MODEL,
+            "engine": f"transformers ({args.dtype}), one forward call per text (token tree)",
+            "labels": len(data.codes),
+            "k": args.k,
+            "seed": args.seed,
+            "split_seed": SPLIT_SEED,
+            "n_per_source": args.n,
+            "retrievers": {
+                name: {
+                    "repr": repr(sl),
+                    "fusion": sl.fusion.name,
+                    "report_build_seconds": sl.report.get("build_seconds_total"),
+                }
+                for name, sl in sls.items()
+            },
+            "retriever_arms": retr,
+            "retriever_used": chosen,
+            "retriever_rule": f"the better recall@{args.k} on the calibration terms",
+            "fusion": {
+                "rule": "score = model exact logprob - w * log(1 + retriever rank); w of "
+                f"{list(WEIGHTS)} with the best calibration top-1 (then MRR, then smaller w)",
+            },
+            "calibration": {
+                "what": f"{args.cal_n} training inclusion terms held out of both indexes "
+                f"(of {args.cal_pool} held out), seeded; never a test query",
+                "rows": [],
+            },
+            "excluded": "model loading, shortlist build",
+            "sources": {s: {"rows": []} for s in samples},
+        }
+    total = len(cal[0]) + sum(len(v[0]) for v in samples.values())
+    planned = {"qwen": total, "free_mapped": total - len(cal[0]), "smollm2": total}
 
-    def save() -> None:
+    started: dict[str, str] = {}
+
+    def save(arm: str, part: dict[str, Any]) -> None:
+        started.setdefault(arm, now)
+        done = len(part.get("calibration", {}).get("rows", [])) + sum(
+            len(r["rows"]) for r in part["sources"].values()
+        )
+        res.setdefault("runs", {})[arm] = (
+            machine
+            | run_meta(machine["commit"], started[arm], done, planned[arm])
+            | {"loadavg_after": [round(x, 2) for x in os.getloadavg()], "written": utc()}
+        )
         res["wall_seconds"] = round(time.perf_counter() - t_run, 1)
-        res["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
         resummarise(res)
         out.write_text(json.dumps(res, indent=1) + "\n")
 
+    clf = None
+    if "qwen" in arms or "free_mapped" in arms:
+        clf = classifier(MODEL)
+    if "qwen" in arms:
+        res["machine"] |= {"loadavg_after": machine["loadavg_before"]}
+        run_model(clf, res, cal, samples, args, lambda: save("qwen", res), "")
+    if "free_mapped" in arms:
+        started["free_mapped"] = utc()
+        part = res["free_mapped"] = {
+            "model": MODEL,
+            "prompt": "the constrained arms' prompt (the K candidates listed), then 'Label: '",
+            "rule": "a label code at the answer's start, else the retriever's top-1 for the "
+            f"answer; greedy, at most {args.free_tokens} new tokens, the first line",
+            "sources": {s: {"rows": []} for s in samples},
+        }
+        labels = set(data.codes)
+        for start in range(0, args.n, args.chunk):
+            for s, (texts, gold) in samples.items():
+                for j in range(start, min(start + args.chunk, len(texts))):
+                    row = free_row(clf, sls[chosen], labels, texts[j], gold[j], args.free_tokens)
+                    part["sources"][s]["rows"].append(row)
+                    hit = "+" if row["label"] in gold[j] else "-"
+                    log(
+                        f"  [free {s} {j + 1}/{len(texts)}] {hit} {row['how']:9} "
+                        f"{row['seconds']:.1f}s {texts[j][:40]!r} -> {row['answer'][:40]!r}"
+                    )
+                save("free_mapped", part)
+    if "smollm2" in arms:
+        started["smollm2"] = utc()
+        del clf
+        part = res["second_model"] = {
+            "model": SECOND,
+            "calibration": {"rows": []},
+            "sources": {s: {"rows": []} for s in samples},
+        }
+        clf2 = classifier(SECOND)
+        run_model(clf2, part, cal, samples, args, lambda: save("smollm2", part), "smollm2 ")
+    log(table(res))
+    log(json.dumps(res["arms"], indent=1))
+    log(f"wrote {out} ({res['wall_seconds'] / 60:.1f} min)")
+
+
+def run_model(clf: Any, part: dict[str, Any], cal: Sample, samples: dict[str, Sample],
+              args: argparse.Namespace, save: Any, tag: str) -> None:  # fmt: skip
+    """Calibration rows, the weight, then the sources round-robin in chunks, saved after each."""
     for i, (t, g) in enumerate(zip(*cal, strict=True)):
         row = model_row(clf, t, g, args.k)
-        res["calibration"]["rows"].append(row)
+        part["calibration"]["rows"].append(row)
         log(
-            f"  [cal {i + 1}/{len(cal[0])}] {row['seconds']:.1f}s "
+            f"  [{tag}cal {i + 1}/{len(cal[0])}] {row['seconds']:.1f}s "
             f"{row['forward_calls']} call(s)  {t[:50]!r}"
         )
-    w, table_w = calibrate(res["calibration"]["rows"])
-    res["calibration"] |= {"weight": w, "by_weight": table_w}
+    w, table_w = calibrate(part["calibration"]["rows"])
+    part["calibration"] |= {"weight": w, "by_weight": table_w}
     log(f"calibrated weight {w} (top-1, MRR by weight: {table_w})")
     save()
     for start in range(0, args.n, args.chunk):
         for s, (texts, gold) in samples.items():
             for j in range(start, min(start + args.chunk, len(texts))):
                 row = model_row(clf, texts[j], gold[j], args.k)
-                res["sources"][s]["rows"].append(row)
+                part["sources"][s]["rows"].append(row)
                 first = (row["candidates"] or [None])[0]
                 comb = (combined_ranking(row["candidates"], row["model"], w) or [None])[0]
                 picks = (first, row["greedy"], row["exact"], comb)
                 hit = "".join("+" if x in gold[j] else "-" for x in picks)
                 log(
-                    f"  [{s} {j + 1}/{len(texts)}] R/G/E/C {hit} {row['seconds']:.1f}s "
+                    f"  [{tag}{s} {j + 1}/{len(texts)}] R/G/E/C {hit} {row['seconds']:.1f}s "
                     f"{row['forward_calls']} call(s)  {texts[j][:50]!r}"
                 )
             save()
-    log(table(res))
-    log(json.dumps(res["targets"], indent=1))
-    log(f"wrote {out} ({res['wall_seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ ARMS = {
     "greedy": "model, greedy",
     "exact": "model, exact top-1",
     "combined": "combined (calibrated)",
+    "free_mapped": "model, free text mapped",
+    "smollm2_exact": "SmolLM2, exact top-1",
+    "smollm2_combined": "SmolLM2, combined",
 }
 
 
@@ -30,14 +33,16 @@ def main() -> None:
     path = Path(args.json)
     d = json.loads(path.read_text())
     k = d["k"]
+    table = d.get("arms") or d["sources"]  # every arm per source (older files: the first)
     sources = [s for s, r in d["sources"].items() if "n" in r]
-    arms = [*ARMS, f"recall_at_{k}"]
-    names = [*ARMS.values(), f"recall@{k} (bound)"]
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    have = [a for a in ARMS if any(a in table[s] for s in sources)]
+    arms = [*have, f"recall_at_{k}"]
+    names = [*(ARMS[a] for a in have), f"recall@{k} (bound)"]
+    fig, ax = plt.subplots(figsize=(10, 4.4))
     width = 0.8 / len(arms)
     for j, (arm, name) in enumerate(zip(arms, names, strict=True)):
         xs = [i + (j - (len(arms) - 1) / 2) * width for i in range(len(sources))]
-        ys = [d["sources"][s].get(arm, 0.0) for s in sources]
+        ys = [table[s].get(arm, 0.0) for s in sources]
         hatch = "//" if arm.startswith("recall") else None
         ax.bar(xs, ys, width, label=name, hatch=hatch, alpha=0.6 if hatch else 1.0)
     ax.set_xticks(range(len(sources)))

@@ -6,6 +6,7 @@ the block's lines; ``benchmarks/report.py`` writes them and ``--check`` compares
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -235,25 +236,38 @@ def refusals(load: Load) -> list[str]:
 
 def classify_accuracy(load: Load) -> list[str]:
     """README and docs/benchmarks.md: a real model's accuracy on ICD-10-CM beside the
-    retriever's and the bound, from classify.json."""
+    retriever's and the bound, from classify.json (every arm per source, then the mean)."""
     d = load("classify.json")
     if d is None or "targets" not in d or not d["targets"]:
         return []
     k, t, m = d["k"], d["targets"], d["machine"]
-    rows = [
-        f"| source | n | retriever top-1 | model greedy | model exact top-1 | combined "
-        f"| recall@{k} (bound) |",
-        "|---" * 7 + "|",
+    arms = d.get("arms") or {}
+    cols = [
+        ("retriever_top1", "retriever top-1"),
+        ("greedy", "Qwen greedy"),
+        ("exact", "Qwen exact top-1"),
+        ("combined", "Qwen combined"),
     ]
-    for s, r in d["sources"].items():
-        rows.append(
-            f"| {SOURCE_NAMES.get(s, s)} | {r['n']} | {r['retriever_top1']:.2f} "
-            f"| {r['greedy']:.2f} | {r['exact']:.2f} | {r['combined']:.2f} "
-            f"| {r[f'recall_at_{k}']:.2f} |"
-        )
+    extra = [
+        ("free_mapped", "Qwen free, mapped"),
+        ("smollm2_greedy", "SmolLM2 greedy"),
+        ("smollm2_exact", "SmolLM2 exact top-1"),
+        ("smollm2_combined", "SmolLM2 combined"),
+    ]
+    cols += [c for c in extra if any(c[0] in r for r in arms.values())]
+    cols.append((f"recall_at_{k}", f"recall@{k} (bound)"))
+    rows = [
+        "| source | n | " + " | ".join(name for _, name in cols) + " |",
+        "|---" * (len(cols) + 2) + "|",
+    ]
+    for s, r in (arms or d["sources"]).items():
+        n = r.get("n", "") if s != "mean" else ""
+        cells = " | ".join(f"{r[a]:.2f}" if a in r else "" for a, _ in cols)
+        rows.append(f"| {SOURCE_NAMES.get(s, s)} | {n} | {cells} |")
     cal = d["calibration"]
     better = max(t["mean"]["retriever_top1"], t["mean"]["exact"])
-    return [
+    runs = d.get("runs", {})
+    out = [
         *rows,
         "",
         f"{d['model']} over the {d['labels']:,} ICD-10-CM codes, k = {k} candidates from the "
@@ -270,6 +284,39 @@ def classify_accuracy(load: Load) -> list[str]:
         f"({_points(t['mean']['combined'] - better)} points). Source: "
         f"`benchmarks/results/classify.json` ({m['date']}, commit {m['commit']}).",
     ]
+    if "free_mapped" in d:
+        f, r = d["free_mapped"]["sources"], runs.get("free_mapped", {})
+        n = sum(x.get("n", 0) for x in f.values())
+        code = sum(x["mapped_by_code"] * x["n"] for x in f.values() if x.get("n"))
+        secs = statistics.mean(x["seconds_per_text"] for x in f.values() if x.get("n"))
+        out.append(
+            f"\nQwen free, mapped: the same prompt, then greedy free text (its first line, at "
+            f"most 24 tokens); a code of the set at its start is the label ({code:.0f} of {n} "
+            "answers), otherwise the retriever's top-1 for the answer: "
+            f"{secs:.1f} s per text{_run_note(r)}."
+        )
+    if "second_model" in d:
+        sm, r = d["second_model"], runs.get("smollm2", {})
+        done = [x for x in sm["sources"].values() if x.get("n")]
+        secs = statistics.mean(x["seconds_per_text"] for x in done) if done else float("nan")
+        out.append(
+            f"\nSmolLM2: {sm['model']} through the same shortlist, prompt and rule, its own "
+            f"weight {sm['calibration'].get('weight', float('nan')):g} chosen on the same "
+            f"held-out synonyms: {secs:.1f} s per text{_run_note(r)}."
+        )
+    return out
+
+
+def _run_note(run: dict[str, Any]) -> str:
+    if not run:
+        return ""
+    part = f", PARTIAL: {run['texts']} of {run['planned']} texts" if run.get("partial") else ""
+    return (
+        f" (run {run['date']} at commit {run['commit']}, {run.get('torch_threads', '?')} torch "
+        f"thread(s), OMP_NUM_THREADS={run.get('omp_num_threads')}, {run['shared_host']}; "
+        f"load average {run['loadavg_before'][0]:.1f} at the process start, "
+        f"{run['loadavg_after'][0]:.1f} at its last save{part})"
+    )
 
 
 KIND_NOTES = {

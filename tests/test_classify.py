@@ -251,3 +251,23 @@ def test_evaluate_on_icd10cm_sample(tiny: tuple[Any, Any], tmp_path: Path) -> No
     assert set(results) == {"unconstrained", "constrained", "think"}
     assert results["constrained"].validity == 1.0 and results["think"].validity == 1.0
     assert all(r.n == 6 for r in results.values())
+
+
+def test_free_answer_is_the_first_line_of_unstopped_greedy_generation(
+    tiny: tuple[Any, Any],
+) -> None:
+    """generate_free stops at the end of the first line; the oracle generates every token."""
+    model, tok = tiny
+    clf = Classifier(_labels(), model=(model, tok))
+    texts = [f"note {i}: {w}" for i, w in enumerate(["cough", "fever", "rash", "pain", "fall"])]
+    got = clf.generate_free(texts, max_new_tokens=24)
+    for text, answer in zip(texts, got, strict=True):
+        prompt = clf.free_prompt(text)
+        assert prompt + " " == clf.render_prompt(text)  # the model writes the space itself
+        ids = torch.tensor([tok(prompt)["input_ids"]])
+        with torch.inference_mode():
+            full = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                  max_new_tokens=24, do_sample=False,
+                                  pad_token_id=tok.pad_token_id or tok.eos_token_id)  # fmt: skip
+        new = [int(t) for t in full[0, ids.shape[1] :] if int(t) not in clf.vocabulary.end_ids]
+        assert answer == tok.decode(new, skip_special_tokens=True).strip().split("\n")[0].strip()

@@ -3,26 +3,21 @@ checked against the formula written out per candidate, and the calibration again
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.conftest import load_script
 
 PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "_classify_fusion.py"
 
 
 @pytest.fixture(scope="module")
 def fusion() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_classify_fusion", PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(PATH)
 
 
 def _rows(seed: int, n: int = 40) -> list[dict[str, object]]:

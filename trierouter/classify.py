@@ -263,6 +263,12 @@ class Classifier:
         body = self.prompt.replace("{labels}", listing).replace("{text}", text)
         return body + (_THINK_OPEN if think else _ANSWER)
 
+    def free_prompt(self, text: str) -> str:
+        """The prompt for free generation: :meth:`render_prompt` less its trailing space, which
+        the model then writes itself with the answer's first token (after a lone space token
+        Qwen2.5 drops the label's first character: ``18.1`` for ``N18.1``)."""
+        return self.render_prompt(text).rstrip(" ")
+
     def _label_of(self, decoded: str | None) -> str | None:
         if decoded is None:
             return None
@@ -290,7 +296,9 @@ class Classifier:
         return self._backend.classify(self, list(texts), n, use_think, progress)
 
     def generate_free(self, texts: Sequence[str], *, max_new_tokens: int = 32) -> list[str]:
-        """Unconstrained greedy answers (the first line after ``Label:``), for evaluation."""
+        """Unconstrained greedy answers (the first line after ``Label:``), for evaluation.
+
+        Generation stops once that line has ended (or after ``max_new_tokens``)."""
         return self._backend.generate_free(self, list(texts), max_new_tokens)
 
 
@@ -556,6 +564,20 @@ class _Transformers:
                     seen.add(value)
                     found.append(LabelScore(value, score, path))
 
+    def _first_line_done(self, start: int) -> Any:
+        """A stopping criterion: the answer's first non-blank line has ended (a newline after
+        text), so greedy tokens beyond it, which the answer drops, are never computed."""
+        import transformers
+
+        decode, torch = self.tokenizer.decode, self.torch
+
+        class FirstLine(transformers.StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                done = "\n" in decode(input_ids[0, start:], skip_special_tokens=True).lstrip()
+                return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
+
+        return FirstLine()
+
     def generate_free(self, clf: Classifier, texts: list[str], max_new_tokens: int) -> list[str]:
         torch = self.torch
         out = []
@@ -564,13 +586,14 @@ class _Transformers:
             pad = next(iter(self.end_ids), 0)
         with torch.inference_mode():
             for text in texts:
-                ids = torch.tensor([self.encode(clf.render_prompt(text))])
+                ids = torch.tensor([self.encode(clf.free_prompt(text))])
                 gen = self.model.generate(
                     input_ids=ids,
                     attention_mask=torch.ones_like(ids),
                     max_new_tokens=max_new_tokens,
                     do_sample=False,
                     pad_token_id=pad,
+                    stopping_criteria=[self._first_line_done(ids.shape[1])],
                 )
                 new = [int(t) for t in gen[0, ids.shape[1] :] if int(t) not in self.end_ids]
                 answer = self.tokenizer.decode(new, skip_special_tokens=True)
@@ -668,7 +691,7 @@ class _Vllm:
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-        outs = self.llm.generate([clf.render_prompt(t) for t in texts], params, use_tqdm=False)
+        outs = self.llm.generate([clf.free_prompt(t) for t in texts], params, use_tqdm=False)
         return [o.outputs[0].text.strip().split("\n")[0].strip() for o in outs]
 
 
