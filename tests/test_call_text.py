@@ -1,7 +1,8 @@
 """The one reader of call text, registry/call_text.py: its strict mode (what ToolCallPlan parses)
 and its partial mode (what the server's parser and its stream read) find the calls an output was
 built from, in every format of the table, with ``json.loads`` as the oracle for the arguments; the
-partial mode's view of a growing output only ever extends; the first-completed-trigger rule
+partial mode's view of a growing output only ever extends; the two modes agree
+with each other on complete texts and on every prefix of them; the first-completed-trigger rule
 against a brute-force search."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.test_serve_units import TEXTS as SERVED
 from trierouter.errors import ToolCallError
 from trierouter.registry.call_formats import CALL_FORMATS, CallFormat
 from trierouter.registry.call_text import (
@@ -91,6 +93,37 @@ def test_strict_mode_names_what_is_wrong() -> None:
         "no call here <tool",
         [],
     )
+
+
+def _complete_texts() -> list[tuple[str, str, bool]]:
+    """``(format, text, auto)``: every format's outputs above, forced and auto, and the texts the
+    server's parser is tested on."""
+    built = [
+        (name, _output(CALL_FORMATS[name], CALLS[:n], auto=auto), auto)
+        for name in sorted(CALL_FORMATS)
+        for n in (1, 3)
+        for auto in (True, False)
+    ]
+    return built + [(name, text, True) for name, text in SERVED]
+
+
+@pytest.mark.parametrize(("name", "text", "auto"), _complete_texts())
+def test_strict_and_partial_modes_agree(name: str, text: str, auto: bool) -> None:
+    """The one scan's two modes on the same output: the same content and calls on the whole
+    text; on each proper prefix the partial mode's finished calls begin the strict result's."""
+    fmt = CALL_FORMATS[name]
+    env = envelope(name, auto=auto)
+    content, objects = split_calls(fmt, text, auto=auto)
+    strict = [load_call(o, fmt.arguments_key) for o in objects]
+    assert scan_calls(text, env)[0] == content
+    parsed = scan_calls(text, env)[1]
+    assert all(c.complete for c in parsed)
+    assert [(c.name, json.loads(c.arguments)) for c in parsed] == strict
+    assert all(c.arguments in o for c, o in zip(parsed, objects, strict=True))
+    for end in range(len(text)):
+        calls = scan_calls(text[:end], env)[1]
+        finished = [(c.name, json.loads(c.arguments)) for c in calls if c.complete]
+        assert finished == strict[: len(finished)], text[:end]
 
 
 def _brute_force(text: str, triggers: list[str]) -> tuple[int, int, int]:

@@ -10,7 +10,8 @@ A call is a JSON object ``{"name": "...", "<arguments key>": {...}}`` placed as 
 (:func:`first_trigger`, the rule the decoder follows too); text before it is content. Under a
 forced choice the whole output is calls.
 
-Two modes over that one rule:
+Two modes of one scan (:func:`_scan`: find where the next call object starts, read it, go on
+after it), over that one rule:
 
 - **strict** (:func:`split_calls`, :func:`load_call`): the format's wrapper, separators and
   closing text exactly, each object read by the JSON decoder, a call object with exactly its two
@@ -28,7 +29,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, AnyStr
+from typing import Any, AnyStr, Protocol
 
 from trierouter.errors import ToolCallError
 from trierouter.registry.call_formats import (
@@ -95,6 +96,132 @@ def _skip_ws(text: str, pos: int) -> int:
     return m.end() if m else pos
 
 
+# -- the one scan: strict and partial modes --------------------------------------------------------
+_STOP, _CLOSED = -1, -2
+"""What :meth:`_Mode.seek` answers when no further call starts: the text is done (or not in the
+format), or (strict) the turn's closing text follows."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call object :func:`_scan` read."""
+
+    start: int
+    end: int
+    """``text[start:end]``: strict, the call object's text (unfinished: the rest of the text);
+    partial, its arguments' text (unfinished: what there is)."""
+    complete: bool
+    next: int
+    """Where the scan goes on (:data:`_STOP`: it stops after this call)."""
+    name: str = ""
+    """The tool's name (partial mode)."""
+
+
+class _Mode(Protocol):
+    def seek(self, text: str, pos: int, *, after_call: bool) -> int:
+        """Where the next call object starts at or after ``pos`` (``after_call``: a call was read
+        before), or :data:`_STOP` / :data:`_CLOSED`."""
+
+    def read(self, text: str, start: int) -> _Call | None:
+        """The call object starting at ``text[start]``; ``None``: not a call object."""
+
+
+def _scan(text: str, pos: int, mode: _Mode) -> tuple[list[_Call], bool]:
+    """``(the call objects from pos on, whether a closing text ended them)``: the one loop of
+    both modes; it stops at the first call that is unfinished or not followed as ``mode`` says."""
+    calls: list[_Call] = []
+    while True:
+        start = mode.seek(text, pos, after_call=bool(calls))
+        if start < 0:
+            return calls, start == _CLOSED
+        call = mode.read(text, start)
+        if call is None:
+            return calls, False
+        calls.append(call)
+        if call.next < 0:
+            return calls, False
+        pos = call.next
+
+
+class _Strict:
+    """The format exactly: its opening, each call's prefix, one JSON object (the JSON decoder's)
+    and its suffix, separators between calls, its closing; whitespace around each is tolerated."""
+
+    def __init__(self, fmt: CallFormat) -> None:
+        self.opening, self.closing = fmt.open.strip(), fmt.close.strip()
+        self.prefix, self.suffix = fmt.prefix.strip(), fmt.suffix.strip()
+        self.separator = fmt.separator.strip()
+        self.decoder = json.JSONDecoder()
+
+    def seek(self, text: str, pos: int, *, after_call: bool) -> int:
+        if not after_call and self.opening:
+            pos = _skip_ws(text, pos)
+            if not text.startswith(self.opening, pos):
+                return _STOP
+            pos += len(self.opening)
+        pos = _skip_ws(text, pos)
+        if after_call:
+            if self.closing and text.startswith(self.closing, pos):
+                return _CLOSED
+            if self.separator and text.startswith(self.separator, pos):
+                pos = _skip_ws(text, pos + len(self.separator))
+        if pos >= len(text):
+            return _STOP
+        if self.prefix:
+            if not text.startswith(self.prefix, pos):
+                return _STOP
+            pos = _skip_ws(text, pos + len(self.prefix))
+        return pos
+
+    def read(self, text: str, start: int) -> _Call:
+        try:
+            _, end = self.decoder.raw_decode(text, start)
+        except json.JSONDecodeError:  # the rest of the text: load_call names what is wrong
+            return _Call(start, len(text), False, _STOP)
+        pos = end
+        if self.suffix:
+            pos = _skip_ws(text, pos)
+            if text.startswith(self.suffix, pos):
+                pos += len(self.suffix)
+            elif pos < len(text):
+                return _Call(start, end, True, _STOP)
+        return _Call(start, end, True, pos)
+
+
+class _Partial:
+    """Every call object ``{"<name key>": "...", "<arguments key>": ...}`` after ``pos``, whatever
+    lies between them; the last one possibly unfinished."""
+
+    def __init__(self, name_key: str, args_key: str) -> None:
+        self.name_re = re.compile(r'\{\s*"' + re.escape(name_key) + r'"\s*:\s*')
+        self.args_re = re.compile(r'\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*')
+
+    def seek(self, text: str, pos: int, *, after_call: bool) -> int:
+        return text.find("{", pos)
+
+    def read(self, text: str, start: int) -> _Call | None:
+        m = self.name_re.match(text, start)
+        name_end = -1 if m is None else scan_json_value(text, m.end())
+        if m is None or name_end < 0:
+            return None
+        try:
+            name = json.loads(text[m.end() : name_end])
+        except ValueError:
+            return None
+        if not isinstance(name, str):
+            return None
+        a = self.args_re.match(text, name_end)
+        if a is None:
+            return _Call(name_end, name_end, False, _STOP, name)
+        args_end = scan_json_value(text, a.end())
+        if args_end < 0:
+            return _Call(a.end(), len(text), False, _STOP, name)
+        close = _skip_ws(text, args_end)
+        if close < len(text) and text[close] == "}":
+            return _Call(a.end(), args_end, True, close + 1, name)
+        return _Call(a.end(), args_end, False, _STOP, name)
+
+
 # -- strict: the format exactly ------------------------------------------------------------------
 def split_calls(fmt: CallFormat, text: str, *, auto: bool) -> tuple[str, list[str]]:
     """``(content, [call object text, ...])`` of an output in format ``fmt``.
@@ -114,51 +241,13 @@ def split_calls(fmt: CallFormat, text: str, *, auto: bool) -> tuple[str, list[st
             return text, []
         content = text[:cut]
         rest = text[cut if fmt.trigger_in_head else cut + len(fmt.trigger) :]
-    calls: list[str] = []
-    decoder = json.JSONDecoder()
-    pos = 0
-    opening = fmt.open.strip()
-    if opening:
-        pos = _skip_ws(rest, pos)
-        if not rest.startswith(opening, pos):
-            return (content, []) if auto else (text, [])
-        pos += len(opening)
-    closing = fmt.close.strip()
-    closed = False
-    while True:
-        pos = _skip_ws(rest, pos)
-        if calls:
-            if closing and rest.startswith(closing, pos):
-                closed = True
-                break
-            sep = fmt.separator.strip()
-            if sep and rest.startswith(sep, pos):
-                pos = _skip_ws(rest, pos + len(sep))
-        if pos >= len(rest):
-            break
-        prefix = fmt.prefix.strip()
-        if prefix:
-            if not rest.startswith(prefix, pos):
-                break
-            pos = _skip_ws(rest, pos + len(prefix))
-        try:
-            _, end = decoder.raw_decode(rest, pos)
-        except json.JSONDecodeError:
-            calls.append(rest[pos:])  # load_call reports what is wrong with it
-            return content, calls
-        calls.append(rest[pos:end])
-        pos = end
-        suffix = fmt.suffix.strip()
-        if suffix:
-            pos = _skip_ws(rest, pos)
-            if rest.startswith(suffix, pos):
-                pos += len(suffix)
-            elif pos < len(rest):
-                break
-    if closing and calls and not closed:  # an unclosed turn: load_call reports it
-        calls.append(f"the turn does not end with {closing!r}: {rest[-40:]!r}")
-    if not calls and not auto:
+    found, closed = _scan(rest, 0, _Strict(fmt))
+    if not found and not auto:
         return text, []
+    calls = [rest[c.start : c.end] for c in found]
+    closing = fmt.close.strip()
+    if closing and found and found[-1].complete and not closed:  # load_call reports it
+        calls.append(f"the turn does not end with {closing!r}: {rest[-40:]!r}")
     return content, calls
 
 
@@ -232,42 +321,8 @@ class CallEnvelope:
         cut, key = self.opening(text)
         if cut < 0:
             return -1, []
-        return cut, self._objects(text, cut, key)
-
-    def _objects(self, text: str, pos: int, args_key: str) -> list[ParsedCall]:
-        calls: list[ParsedCall] = []
-        name_re = re.compile(r'\{\s*"' + re.escape(self.name_key) + r'"\s*:\s*')
-        args_re = re.compile(r'\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*')
-        while True:
-            start = text.find("{", pos)
-            if start < 0:
-                return calls
-            m = name_re.match(text, start)
-            if m is None:
-                return calls
-            name_end = scan_json_value(text, m.end())
-            if name_end < 0:
-                return calls
-            try:
-                name = json.loads(text[m.end() : name_end])
-            except ValueError:
-                return calls
-            if not isinstance(name, str):
-                return calls
-            a = args_re.match(text, name_end)
-            if a is None:
-                calls.append(ParsedCall(name, "", False))
-                return calls
-            args_end = scan_json_value(text, a.end())
-            if args_end < 0:
-                calls.append(ParsedCall(name, text[a.end() :], False))
-                return calls
-            close = args_end + len(text[args_end:]) - len(text[args_end:].lstrip())
-            done = close < len(text) and text[close] == "}"
-            calls.append(ParsedCall(name, text[a.end() : args_end], done))
-            if not done:
-                return calls
-            pos = close + 1
+        found = _scan(text, cut, _Partial(self.name_key, key))[0]
+        return cut, [ParsedCall(c.name, text[c.start : c.end], c.complete) for c in found]
 
 
 def envelope(fmt: str, *, auto: bool, openers: Sequence[str] | None = AUTO_OPENERS) -> CallEnvelope:
