@@ -132,3 +132,38 @@ def test_tiny_model_closes_within_max_new_tokens(
     for r in res:
         assert r.terminated and len(r.token_ids) <= 48, r.text
         check_turn(r.text)
+
+
+def test_suffix_counts_equal_the_greedy_count_of_each_suffix(qwen2: Vocabulary) -> None:
+    """The one-pass suffix counts the turn closer sizes tool names with equal the greedy count
+    of every suffix taken alone (brute force), on tool-call heads, random printable text and
+    random bytes (some no token spells)."""
+    from trierouter.router.tool_calls.closing import _INF, GreedyCounter
+
+    counter = GreedyCounter(qwen2)
+    rng = random.Random(5)
+    texts = [
+        b'<tool_call>\n{"name": "aws.ec2:DescribeInstances", "arguments": {}}\n</tool_call>',
+        b"",
+        b"x",
+        "caf\u00e9 \u2014 na\u00efve r\u00e9sum\u00e9 \u6771\u4eac".encode(),
+    ]
+    alphabet = b" abcdefghijklmnopqrstuvwxyz_.:{}0123456789" + bytes([34, 92])
+    for _ in range(200):
+        texts.append(bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 90))))
+    for _ in range(200):
+        texts.append(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))))
+    # and a vocabulary where no token spells the byte 0x00 (a suffix holding it: no completion)
+    partial = GreedyCounter(qwen2)
+    partial.pieces = {t for t in partial.pieces if 0 not in t}
+    partial.longest = {}
+    for t in partial.pieces:
+        if len(t) >= 2 and len(t) > partial.longest.get(t[:2], 0):
+            partial.longest[t[:2]] = len(t)
+    infinite = 0
+    for data in texts:
+        for c in (counter, partial):
+            got = c.suffix_counts(data)
+            assert got == [c.count(data[d:]) for d in range(len(data) + 1)], data
+            infinite += any(n >= _INF for n in got)
+    assert infinite > 0  # the no-completion case was exercised

@@ -74,6 +74,11 @@ class GreedyCounter:
         self.pieces = {
             t for i, t in enumerate(vocab.tokens) if vocab.matchable[i] and 0 < len(t) <= _MAX_PIECE
         }
+        self.longest: dict[bytes, int] = {}
+        """The longest piece starting with each 2-byte prefix (where the cut stops looking)."""
+        for t in self.pieces:
+            if len(t) >= 2 and len(t) > self.longest.get(t[:2], 0):
+                self.longest[t[:2]] = len(t)
 
     def count(self, data: bytes) -> int:
         n, i = 0, 0
@@ -86,6 +91,22 @@ class GreedyCounter:
             i += k
             n += 1
         return n
+
+    def suffix_counts(self, data: bytes) -> list[int]:
+        """``[count(data[d:]) for d in range(len(data) + 1)]`` in one pass from the end: the
+        greedy cut at a position does not depend on where the cutting started, so each suffix's
+        count is one more than the count after its first piece."""
+        pieces, longest, size = self.pieces, self.longest, len(data)
+        out = [0] * (size + 1)
+        for i in range(size - 1, -1, -1):
+            for k in range(min(longest.get(data[i : i + 2], 1), size - i), 0, -1):
+                if data[i : i + k] in pieces:
+                    rest = out[i + k]
+                    out[i] = _INF if rest >= _INF else rest + 1
+                    break
+            else:
+                out[i] = _INF
+        return out
 
 
 _COUNTERS: OrderedDict[tuple[str, int], GreedyCounter] = OrderedDict()
@@ -303,6 +324,7 @@ class TurnCloser:
         if hit is not None:
             return hit
         plan, tools, count = self.plan, self.plan.tools, self.counter.count
+        suffixes = self.counter.suffix_counts
         following = names is plan.next_names
         if following:
             lead = plan.format.lead(following=True, held=self.held.decode())
@@ -323,8 +345,9 @@ class TurnCloser:
                     break
                 nodes.append(node)
             else:
+                rests = suffixes(path)
                 for depth, n in enumerate(nodes):
-                    c = count(path[depth:]) + args + self.close
+                    c = rests[depth] + args + self.close
                     most = max(most, c)
                     costs[n] = min(c, costs.get(n, _INF))
         if following:  # the held characters (the closing text), then the end id
