@@ -155,6 +155,18 @@ def test_prepared_tools_are_stored_and_the_check_answers_from_the_verdict(
     assert stored is not None and len(stored.spans) == len(tools)
     remember_inline(key, verdict)
     assert check_inline_tools(text) == verdict
+    # prepared again (a client that sends the same tools each time): answered without a check
+    # or an analysis while the analysis is stored; analysed again once it is gone
+    import trierouter.router.vllm.checks as checks
+
+    def refuse(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("checked again")
+
+    with monkeypatch.context() as m:
+        m.setattr(checks, "_checked", refuse)
+        assert prepare_inline_tools(text) == verdict
+    (tmp_path / f"{key}.json").unlink()
+    assert prepare_inline_tools(text) == verdict and (tmp_path / f"{key}.json").exists()
     # a refusal travels the same way, with its message
     bad = inline_text([_fn("x", {"a": {"type": "string"}}), _fn("x", {})])
     refusal = prepare_inline_tools(bad)

@@ -294,6 +294,10 @@ class AnalysisStore:
             tmp.unlink(missing_ok=True)
         self._trim()
 
+    def has(self, key: str) -> bool:
+        """Whether an analysis is stored for ``key`` (not read)."""
+        return self._path(key).is_file()
+
     def get(self, key: str) -> ToolsAnalysis | None:
         """The analysis stored for ``key``; ``None`` when there is none (a file that does not
         read back is logged and removed). ``CompiledTools`` checks the tool names it lists."""

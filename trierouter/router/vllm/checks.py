@@ -129,15 +129,23 @@ def prepare_inline_tools(tools_json: str) -> tuple[str, ...] | str:
     """What the middleware runs for a request's inline tools, in a worker process: the check of
     :func:`check_inline_tools` and the slot analysis the engine would otherwise run inside its
     step, written to ``$TRIEROUTER_ANALYSIS_DIR`` (:class:`AnalysisStore`). Returns the names or
-    the message that refuses the tools (for :func:`remember_inline`)."""
+    the message that refuses the tools (for :func:`remember_inline`). Tools prepared before
+    (this process's cache, their analysis still stored) are answered at once."""
+    key = tools_key(tools_json)
+    store = AnalysisStore.from_env()
+    with _lock:
+        hit = _inline_ok.get(key)
+    if hit is not None and (isinstance(hit, str) or store is None or store.has(key)):
+        return hit
     count_work("schema_check")
     try:
         names, analysis = _checked(tools_json, analyze=True)
     except ValueError as exc:
+        remember_inline(key, str(exc))
         return str(exc)
-    store = AnalysisStore.from_env()
     if store is not None and analysis is not None:
-        store.put(tools_key(tools_json), analysis)
+        store.put(key, analysis)
+    remember_inline(key, names)
     return names
 
 
