@@ -347,6 +347,24 @@ def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFacto
     assert [t.name for t in only.specs] == ["get_weather"]
     assert 0 < held_bytes(only) < proc._index.nbytes  # its own bytes, not the shared index
 
+    # the engine keeps the JSON text its frontend validated (checked: no second parse inside
+    # the step); text that does not parse fails its own request alone, in the compile
+    text = json.dumps(TOOLS)
+    spec = parse_request({"trierouter_tools_inline": text}, checked=True)
+    assert spec is not None and spec.tools_inline is text
+    spaced = parse_request({"trierouter_tools_inline": json.dumps(TOOLS, indent=1)})
+    assert spaced is not None and spaced.tools_inline == text  # the frontend writes it canonically
+    broken = SamplingParams(extra_args={"trierouter_tools_inline": "[{oops",
+                                        "trierouter_tool_choice": "required",
+                                        "trierouter_tool_format": "hermes"})  # fmt: skip
+    with pytest.raises(ValueError, match="not JSON"):
+        TrieRouterLogitsProcessor.validate_params(broken)
+    proc.update_state(BatchUpdate(batch_size=1, removed=[1], added=[(0, broken, [1], [])],
+                                  moved=[]))  # fmt: skip
+    logits = torch.zeros((1, width))
+    proc.apply(logits)
+    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == end_ids
+
 
 # -- ToolRegistry.invoke -------------------------------------------------------------------------
 def weather(city: str, days: int = 1) -> str:

@@ -187,12 +187,18 @@ class RequestSpec:
 
 
 def parse_request(
-    extra_args: Mapping[str, Any] | None, limits: RequestLimits | None = None
+    extra_args: Mapping[str, Any] | None,
+    limits: RequestLimits | None = None,
+    *,
+    checked: bool = False,
 ) -> RequestSpec | None:
     """Parse ``extra_args``; ``None`` when the request carries no ``trierouter_*`` argument.
 
     Raises ``ValueError`` naming the argument and what would be accepted, also when an argument
-    exceeds ``limits`` (default: :meth:`RequestLimits.from_env`).
+    exceeds ``limits`` (default: :meth:`RequestLimits.from_env`). ``checked``: the arguments
+    passed this parse already (the engine's copy of a request its frontend validated): inline
+    tools given as JSON text are kept as they are instead of parsed and written again (2 MB
+    for 1,000 real tools, inside the engine's step).
     """
     if not extra_args:
         return None
@@ -216,7 +222,7 @@ def parse_request(
         )
     lim = limits if limits is not None else RequestLimits.from_env()
     if tools_name is not None or tools_inline is not None:
-        return _parse_tools(mine, tools_name, tools_inline, lim)
+        return _parse_tools(mine, tools_name, tools_inline, lim, checked)
     tool_only = (ARG_TOOL_CHOICE, ARG_TOOL_BUDGET, ARG_TOOL_FORMAT, ARG_PARALLEL, ARG_ALLOWED)
     for k in (*tool_only, ARG_AUTO_OPENERS):
         if k in mine:
@@ -257,11 +263,13 @@ def parse_request(
 
 
 def _parse_tools(
-    mine: Mapping[str, Any], name: Any, inline: Any, lim: RequestLimits
+    mine: Mapping[str, Any], name: Any, inline: Any, lim: RequestLimits, checked: bool = False
 ) -> RequestSpec:
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{ARG_TOOLS}={name!r:.80}: expected a registry name (non-empty str)")
     text = None
+    if checked and isinstance(inline, str) and len(inline) <= lim.max_total_bytes:
+        text, inline = inline, None  # validated by the frontend; read once, where compiled
     if isinstance(inline, str):  # vllm_xargs carries only scalars and lists: JSON text
         if len(inline) > lim.max_total_bytes:
             raise ValueError(

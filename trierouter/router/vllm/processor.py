@@ -294,7 +294,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
 
     def _new_request(self, params: Any, out: list[int]) -> _Req | None:
         try:
-            spec = parse_request(getattr(params, "extra_args", None))
+            spec = parse_request(getattr(params, "extra_args", None), checked=True)
         except ValueError as exc:  # validate_params runs first; this is a direct engine call
             logger.error("trierouter: request refused in the worker: %s", exc)
             try:
