@@ -204,3 +204,37 @@ def test_compile_inline_reuses_the_stored_analysis_and_warns_without_one(
     store.put(tools_key(text), analyze_specs(TOOLS[:3]))
     again = compile_inline(text, index, format="hermes", store=store)
     assert not again.stats.analysis_reused and again.relaxed == alone.relaxed
+
+
+def test_a_repeated_set_is_not_sent_to_the_worker_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The middleware's preparation: tools seen before (the same JSON as sent, their verdict
+    remembered and their analysis stored) never queue in the worker behind another set; a
+    set whose analysis is gone is prepared again."""
+    import asyncio
+    from concurrent.futures import Future
+
+    import trierouter.router.vllm.prepare as prepare
+
+    monkeypatch.setenv("TRIEROUTER_ANALYSIS_DIR", str(tmp_path))
+    tools = [*TOOLS, _fn(f"nonce_{random.random()}".replace(".", "_"), {})]
+    text = inline_text(tools)
+    key = tools_key(text)
+    sent: list[bytes] = []
+
+    def worker(raw: bytes) -> Future[Any]:  # what the worker process does, here
+        sent.append(raw)
+        out: Future[Any] = Future()
+        out.set_result((key, prepare_inline_tools(text)))
+        return out
+
+    monkeypatch.setattr(prepare, "_run", worker)
+    for question in ("weather in Oslo?", "a taxi for 3", "weather in Rome?"):
+        body = {"messages": [{"role": "user", "content": question}], "tools": tools}
+        asyncio.run(prepare.prepare_request(json.dumps(body).encode(), body))
+    assert len(sent) == 1 and known_inline(key)
+    (tmp_path / f"{key}.json").unlink()
+    body = {"messages": [{"role": "user", "content": "again"}], "tools": tools}
+    asyncio.run(prepare.prepare_request(json.dumps(body).encode(), body))
+    assert len(sent) == 2 and (tmp_path / f"{key}.json").exists()

@@ -25,11 +25,12 @@ import logging
 import multiprocessing
 import os
 import threading
+from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from trierouter.registry.analysis import tools_key
+from trierouter.registry.analysis import AnalysisStore, tools_key
 from trierouter.router.vllm.args import ARG_TOOLS, RequestLimits, _env_int
 from trierouter.router.vllm.checks import (
     inline_text,
@@ -46,6 +47,9 @@ _NICE = 10
 _pool: ProcessPoolExecutor | None = None
 _lock = threading.Lock()
 _pending: dict[bytes, asyncio.Future[Any]] = {}
+_SEEN = 256
+_seen: OrderedDict[bytes, str] = OrderedDict()
+"""The tools of requests prepared before, by the digest of their JSON as sent: their key."""
 
 
 def needs_preparation(request: dict[str, Any] | None) -> bool:
@@ -141,10 +145,29 @@ def _restart() -> None:
         _pool = None
 
 
-async def prepare_request(raw: bytes) -> None:
+def _tools_digest(tools: Any) -> bytes:
+    return hashlib.sha256(json.dumps(tools, ensure_ascii=False).encode()).digest()
+
+
+def _ready_for(key: str) -> bool:
+    """The tool parser will answer from its cache and the engine find the analysis."""
+    store = AnalysisStore.from_env()
+    return known_inline(key) and (store is None or store.has(key))
+
+
+async def prepare_request(raw: bytes, request: dict[str, Any]) -> None:
     """Prepare a request's inline tools (after :func:`needs_preparation`) and wait for it; the
-    same body in flight twice is prepared once. Failures are logged, never raised: the tool
-    parser then checks the tools itself, as without the middleware."""
+    same body in flight twice is prepared once, and tools seen before (the same JSON as sent,
+    their verdict and analysis still held) are not sent to the worker again, so a repeated set
+    never waits behind another's analysis. Failures are logged, never raised: the tool parser
+    then checks the tools itself, as without the middleware."""
+    import anyio
+
+    sent = await anyio.to_thread.run_sync(_tools_digest, request.get("tools"))
+    with _lock:
+        seen = _seen.get(sent)
+    if seen is not None and _ready_for(seen):
+        return
     digest = hashlib.sha256(raw).digest()
     running = _pending.get(digest)
     if running is None:
@@ -162,3 +185,7 @@ async def prepare_request(raw: bytes) -> None:
         key, verdict = result
         if not known_inline(key):
             remember_inline(key, verdict)
+        with _lock:
+            _seen[sent] = key
+            while len(_seen) > _SEEN:
+                _seen.popitem(last=False)

@@ -446,8 +446,8 @@ class ToolSearchMiddleware:
         except BadRequest as exc:
             await _send_error(send, str(exc), exc.param)
             return
-        if needs_preparation(request):  # the tools checked and analysed off loop and step
-            await prepare_request(raw)
+        if request is not None and needs_preparation(request):  # checked off loop and step
+            await prepare_request(raw, request)
         body = raw if new is None else new
         if new is not None:
             scope = dict(scope)
