@@ -85,22 +85,12 @@ def check_inline_tools(tools_json: str) -> tuple[str, ...]:
     every problem (``tools[i] 'name': why``); answered from the cache when the middleware
     prepared the same text (:func:`prepare_inline_tools`) or an earlier request had it."""
     key = tools_key(tools_json)
-    with _lock:
-        hit = _inline_ok.get(key)
-        if hit is not None:
-            _inline_ok.move_to_end(key)
-    if isinstance(hit, str):
-        raise ValueError(hit)
-    if hit is not None:
-        return hit
-    count_work("schema_check")
-    try:
-        names, _ = _checked(tools_json, analyze=False)
-    except ValueError as exc:
-        remember_inline(key, str(exc))
-        raise
-    remember_inline(key, names)
-    return names
+    verdict = _cached(key)
+    if verdict is None:
+        verdict, _ = _check(key, tools_json, analyze=False)
+    if isinstance(verdict, str):
+        raise ValueError(verdict)
+    return verdict
 
 
 def inline_text(tools: Sequence[Mapping[str, Any]]) -> str:
@@ -133,20 +123,36 @@ def prepare_inline_tools(tools_json: str) -> tuple[str, ...] | str:
     (this process's cache, their analysis still stored) are answered at once."""
     key = tools_key(tools_json)
     store = AnalysisStore.from_env()
-    with _lock:
-        hit = _inline_ok.get(key)
+    hit = _cached(key)
     if hit is not None and (isinstance(hit, str) or store is None or store.has(key)):
         return hit
-    count_work("schema_check")
-    try:
-        names, analysis = _checked(tools_json, analyze=True)
-    except ValueError as exc:
-        remember_inline(key, str(exc))
-        return str(exc)
+    verdict, analysis = _check(key, tools_json, analyze=True)
     if store is not None and analysis is not None:
         store.put(key, analysis)
+    return verdict
+
+
+def _cached(key: str) -> tuple[str, ...] | str | None:
+    with _lock:
+        hit = _inline_ok.get(key)
+        if hit is not None:
+            _inline_ok.move_to_end(key)
+    return hit
+
+
+def _check(
+    key: str, tools_json: str, *, analyze: bool
+) -> tuple[tuple[str, ...] | str, ToolsAnalysis | None]:
+    """The verdict on ``tools_json`` (names, or the refusal's message), remembered, and its
+    analysis when ``analyze``."""
+    count_work("schema_check")
+    try:
+        names, analysis = _checked(tools_json, analyze=analyze)
+    except ValueError as exc:
+        remember_inline(key, str(exc))
+        return str(exc), None
     remember_inline(key, names)
-    return names
+    return names, analysis
 
 
 def _checked(tools_json: str, *, analyze: bool) -> tuple[tuple[str, ...], ToolsAnalysis | None]:
