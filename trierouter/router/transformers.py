@@ -49,7 +49,7 @@ Constraint = Plan | ChoiceSet | ToolCallPlan
 followed by an end id)."""
 
 
-class _Rows:
+class _BatchStates:
     """Per-row decoding states for a batch, with masks vectorized per shared single-choice set.
 
     Every row holds a :class:`PlanState`. For a bare :class:`ChoiceSet` (or a plan that is a single
@@ -205,11 +205,11 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
 
     def reset(self) -> None:
         """Forget all row states: the next call starts a new generation."""
-        self.rows: _Rows | None = None
+        self.rows: _BatchStates | None = None
         self._next: list[int] = []
         self._bitmask: npt.NDArray[np.int32] | None = None
 
-    def _start(self, input_ids: torch.Tensor) -> _Rows:
+    def _start(self, input_ids: torch.Tensor) -> _BatchStates:
         n = int(input_ids.shape[0])
         if self._given:
             if len(self._given) != n:
@@ -222,7 +222,7 @@ class TrieLogitsProcessor(transformers.LogitsProcessor):
                 raise ValueError(f"input_ids has {n} rows, batch_size={self._batch_size}")
             assert self._shared is not None
             constraints = [self._shared] * n
-        rows = _Rows(constraints, self._limit)
+        rows = _BatchStates(constraints, self._limit)
         pl = self._prompt_lengths
         if pl is None:
             self._next = [int(input_ids.shape[1])] * n
@@ -429,7 +429,7 @@ def _generate_batch(
     n = len(prompts)
     device = model.device
     pad = _pad_id(tokenizer, plans)
-    rows = _Rows(plans, max_new_tokens)
+    rows = _BatchStates(plans, max_new_tokens)
     ends = set(plans[0].end_ids)
     bitmask = allocate_token_bitmask(n, rows.width)
     forward = [0] * n

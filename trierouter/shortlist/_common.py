@@ -17,7 +17,7 @@ __all__ = [
     "THREADS_LOCK",
     "IndexMismatchError",
     "Retriever",
-    "ValueRows",
+    "ValueOwners",
     "best_per_owner",
     "native_kernels",
     "top_positive",
@@ -59,7 +59,7 @@ def top_positive(scores: F64, k: int) -> I64:
     return np.sort(np.concatenate([above, tied]))
 
 
-class ValueRows:
+class ValueOwners:
     """Value ids and row owners shared by the retrievers: a value's id is its position in
     :attr:`values`; every indexed text is a row owned by one value (several rows: multi-vector)."""
 

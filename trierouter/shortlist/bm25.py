@@ -16,7 +16,7 @@ from trierouter.registry.store import load_arrays, save_arrays
 from trierouter.registry.validate import Checker, meta_float, meta_int
 from trierouter.shortlist._common import (
     IndexMismatchError,
-    ValueRows,
+    ValueOwners,
     as_texts,
     best_per_owner,
     check_k,
@@ -152,7 +152,7 @@ class _Field:
             out += np.bincount(d, weights=w, minlength=n_rows)
 
 
-class BM25Index(ValueRows):
+class BM25Index(ValueOwners):
     """BM25 over words and character n-grams; top-k values per query (best text per value)."""
 
     def __init__(

@@ -23,7 +23,7 @@ from trierouter.registry.validate import Checker, meta_int
 from trierouter.shortlist._common import (
     THREADS_LOCK,
     IndexMismatchError,
-    ValueRows,
+    ValueOwners,
     as_texts,
     best_per_owner,
     check_k,
@@ -66,7 +66,7 @@ def _omp_threads(n: int | None) -> Iterator[None]:
             faiss.omp_set_num_threads(before)
 
 
-class EmbeddingIndex(ValueRows):
+class EmbeddingIndex(ValueOwners):
     """Values indexed by the embeddings of one or more texts each; top-k values per query.
 
     Build with :meth:`build`, extend with :meth:`add` (new values, or extra texts for existing
