@@ -28,7 +28,7 @@ from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes, quoted
 from trierouter.registry.slots.fragment import Builder, Fragment, NativeBuilder, builder
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.nfa import cls, lit, nfa_fragment, rep, seq
-from trierouter.registry.slots.packing import compress, pack_ids
+from trierouter.registry.slots.packing import MaskTable, compress, pack_ids
 from trierouter.registry.slots.regex import pattern_node
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -76,6 +76,11 @@ def _pair(schema: dict[str, Any], vocab: Vocabulary) -> tuple[ToolAutomaton, Too
     return native, ToolAutomaton(frag, ref_tables)
 
 
+def _table(auto: ToolAutomaton) -> MaskTable:
+    assert auto.mask_table is not None
+    return auto.mask_table
+
+
 def _assert_same(native: ToolAutomaton, ref: ToolAutomaton, states: Any) -> None:
     a = np.zeros(native.t.words, dtype=np.int32)
     b = a.copy()
@@ -100,7 +105,7 @@ def test_wide_piece_states_are_shared_and_exact(qwen2: Vocabulary) -> None:
         "required": ["slug"],
     }
     native, ref = _pair(schema, qwen2)
-    shared = np.flatnonzero(native._bblock >= 0)
+    shared = np.flatnonzero(_table(native).block >= 0)
     wide = [s for s in shared if native.origin[s] >= 0]
     assert len(wide) > 40  # both copies of the pattern are served from the piece's rows
     _assert_same(native, ref, range(native.n_states))
@@ -814,5 +819,41 @@ def test_spelled_count_and_narrow_pieces(qwen2: Vocabulary) -> None:
         "properties": {"s": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"}},
     }
     native, _ = _pair(slug, qwen2)
-    assert (native._bblock[native.origin >= 0] >= 0).sum() > 20
+    assert (_table(native).block[native.origin >= 0] >= 0).sum() > 20
     assert tables._wide[int(native.origin[native.origin >= 0][0]) >> 32] is True
+
+
+def test_mask_table_fill_is_base_row_or_list() -> None:
+    """A MaskTable's mask of a state is its base row (any block, or none) OR'd with its list,
+    checked against Python sets on random tables; packing the long lists (with their base row)
+    changes no mask, and a one-block table reads csr_split's ``where`` as its rows."""
+    rng = np.random.default_rng(5)
+    width = 200
+    words = (width + 31) // 32
+    for _ in range(30):
+        n = int(rng.integers(1, 12))
+        sets = [rng.choice(width, size=int(rng.integers(0, 40)), replace=False) for _ in range(5)]
+        blocks = [np.stack([pack_ids(x, width) for x in sets[:2]]), pack_ids(sets[2], width)[None]]
+        block = rng.integers(-1, 2, size=n).astype(np.int32)
+        row = np.where(block == 0, rng.integers(0, 2, size=n), 0).astype(np.int32)
+        lists = [rng.choice(width, size=int(rng.integers(0, 60)), replace=False) for _ in range(n)]
+        ptr = np.concatenate([[0], np.cumsum([len(x) for x in lists])]).astype(np.int64)
+        ids = np.concatenate([*lists, np.zeros(0)]).astype(np.int32)
+        want = []
+        for s in range(n):
+            base = set() if block[s] < 0 else set(sets[[0, 1][row[s]] if block[s] == 0 else 2])
+            want.append(pack_ids(sorted(base | set(lists[s].tolist())), width))
+        table = MaskTable(blocks, block, row, ptr, ids)
+        for limit in [None, 30, 0]:
+            if limit is not None:
+                table.pack_long(limit, width)
+            out = np.full(words, -1, dtype=np.int32)
+            for s in range(n):
+                table.fill(s, out)
+                assert np.array_equal(out, want[s]), (s, limit)
+        assert len(table.packed) == int((np.diff(ptr) > 0).sum())
+        held = sum(b.nbytes for b in blocks) + ids.nbytes + len(table.packed) * 4 * words
+        assert table.nbytes == held
+    where = np.array([1, -1, 0], dtype=np.int32)
+    one = MaskTable.one_block(where, blocks[0], np.zeros(4, dtype=np.int64), np.zeros(0, np.int32))
+    assert one.block.tolist() == [0, -1, 0] and one.row is where

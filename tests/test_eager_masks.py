@@ -319,6 +319,6 @@ def test_materialize_builds_through_the_pipeline_and_drops_what_an_error_left(
     with pytest.raises(MemoryError, match="the second batch"):
         broken.materialize()
     monkeypatch.undo()
-    assert all(a._ptr is not None for a in broken._automata.values())
+    assert all(a.mask_table is not None for a in broken._automata.values())
     for i in range(len(tools)):
         _same_automaton(lazy.automaton(i), broken.automaton(i), i)

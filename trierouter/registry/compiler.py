@@ -444,8 +444,8 @@ class CompiledTools:
                     elif key is not None:
                         built.append((key, a))
         except BaseException:
-            for key, a in built:  # (_ptr: None until the masks are kept)
-                if a._ptr is None and self._automata.get(key) is a:
+            for key, a in built:  # (mask_table: None until the masks are kept)
+                if a.mask_table is None and self._automata.get(key) is a:
                     del self._automata[key]
             raise
         finally:

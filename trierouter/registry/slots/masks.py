@@ -15,7 +15,9 @@ With the native backend (:mod:`trierouter.registry.core`) every state's mask is 
 automaton is built, in two calls into the C++ core: a walk of the token trie in lockstep with the
 automaton for states outside strings (tokens sharing a prefix share its steps), the ``"`` tokens
 against each string state; the per-class string rows and counts come from the core as well,
-once per vocabulary.
+once per vocabulary. The masks are kept in one
+:class:`~trierouter.registry.slots.packing.MaskTable` per automaton: the shared rows (a string
+class's, a shared piece's) as base rows, each state's own tokens as a list.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from trierouter.registry.slots.fragment import (
     Fragment,
     string_class,
 )
-from trierouter.registry.slots.packing import compress, pack_ids, pack_rows
+from trierouter.registry.slots.packing import MaskTable, compress, pack_ids, set_bits
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["ToolAutomaton", "VocabTables", "pack_ids"]
@@ -92,7 +94,7 @@ class VocabTables:
         self.native = _backend.default_backend() == "native"
         self._trie: Any = None
         self._quote_trie: Any = None
-        self._pieces: OrderedDict[int, _pieces.PieceRows] = OrderedDict()
+        self._pieces: OrderedDict[int, MaskTable] = OrderedDict()
         self._pieces_bytes = 0
         self._wide: dict[int, bool] = {}  # per piece: can a state be wide (shared_rows)
         self._pieces_lock = threading.Lock()
@@ -300,14 +302,9 @@ class ToolAutomaton:
         self.exits = frag.exits
         self.t = tables
         self._masks: dict[int, tuple[int, I32 | None, npt.NDArray[np.int32] | None]] = {}
-        # native, every state at once: a shared base row (block, row; -1: none) OR'd with the
-        # CSR list ids[ptr[s]:ptr[s + 1]]; states whose list is long are packed whole
-        self._ptr: npt.NDArray[np.int64] | None = None
-        self._ids: I32 = np.zeros(0, dtype=np.int32)
-        self._blocks: list[npt.NDArray[np.int32]] = []
-        self._bblock: I32 = np.zeros(0, dtype=np.int32)
-        self._brow: I32 = np.zeros(0, dtype=np.int32)
-        self._packed: dict[int, npt.NDArray[np.int32]] = {}
+        self.mask_table: MaskTable | None = None
+        """Native, every state's mask at once (None until built); the numpy backend fills
+        ``_masks`` per state on first visit instead."""
         self._toward: dict[int, I32] = {}  # toward_end's rows, and the distances they use
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
@@ -426,24 +423,14 @@ class ToolAutomaton:
     @property
     def ready(self) -> int:
         """States whose mask is built (all non-exit states once materialized)."""
-        if self._ptr is not None:
+        if self.mask_table is not None:
             return self.n_states - len(self.exits)
         return len(self._masks)
 
     def fill(self, state: int, row: npt.NDArray[np.int32]) -> None:
         """Overwrite ``row`` (one packed row) with the tokens allowed at ``state``."""
-        ptr = self._ptr
-        if ptr is not None and 0 <= state < self.n_states:
-            packed = self._packed.get(state)
-            if packed is not None:
-                row[:] = packed
-                return
-            b = int(self._bblock[state])
-            if b >= 0:
-                row[:] = self._blocks[b][int(self._brow[state])]
-            else:
-                row[:] = 0
-            _set_bits(row, self._ids[int(ptr[state]) : int(ptr[state + 1])])
+        if self.mask_table is not None and 0 <= state < self.n_states:
+            self.mask_table.fill(state, row)
             return
         k, ids, packed = self._mask(state)
         if packed is not None:
@@ -454,7 +441,7 @@ class ToolAutomaton:
         else:
             row[:] = 0
         assert ids is not None
-        _set_bits(row, ids)
+        set_bits(row, ids)
 
     def materialize(self) -> None:
         """Compute every state's mask now (instead of on first visit); the native backend does
@@ -471,7 +458,7 @@ class ToolAutomaton:
         """The native masks of every state: the ``dfa_masks`` arguments and what keeps its
         result (None once built). The call may run on another thread, many in one
         ``dfa_masks_many`` (an eager registry); the keeping runs on the caller's."""
-        if self._ptr is not None:
+        if self.mask_table is not None:
             return None
         t = self.t
         n = self.n_states
@@ -510,7 +497,7 @@ class ToolAutomaton:
                     blocks.append(t.counted_row(*string_class(kl))[None])
                     bblock[on[k == kl]], brow[on[k == kl]] = len(blocks) - 1, 0
         # a shared piece's non-accepting states: its row if wide, else its list less quote tokens
-        extra: list[tuple[npt.NDArray[Any], _pieces.PieceRows, npt.NDArray[np.int64]]] = []
+        extra: list[tuple[npt.NDArray[Any], MaskTable, npt.NDArray[np.int64]]] = []
         if hits:
             if live is not None:  # (no exit is a piece state; kept as a guard)
                 pid, on_all = pid[live[on_all]], on_all[live[on_all]]
@@ -519,11 +506,10 @@ class ToolAutomaton:
                 local = self.origin[on] & 0xFFFFFFFF
                 keep = ~_pieces.piece(int(p)).accept[local]
                 on, local = on[keep], local[keep]
-                r = hit.where[local]
-                wide = r >= 0
-                if wide.any():
-                    blocks.append(hit.rows)
-                    bblock[on[wide]], brow[on[wide]] = len(blocks) - 1, r[wide]
+                wide = hit.block[local] >= 0
+                if wide.any():  # (a piece's table has one block: its wide rows)
+                    blocks.append(hit.blocks[0])
+                    bblock[on[wide]], brow[on[wide]] = len(blocks) - 1, hit.row[local[wide]]
                 quoted[on] = True
                 extra.append((on[~wide], hit, local[~wide]))
         # one walk per state, in state order: the quote tokens' trie where a mask is shared
@@ -540,19 +526,6 @@ class ToolAutomaton:
             self.table, self.byte_class, result = result
             self._wire = None
         ptr, ids = _pieces.with_lists(result[0], result[1], extra) if extra else result
-        t = self.t
-        if ptr[-1] > _BIG and len(big := np.flatnonzero((ptr[1:] - ptr[:-1]) > _BIG)):  # or none
-            packed = pack_rows(ptr, ids, big, t.width)
-            for j, s in enumerate(big.tolist()):
-                if bblock[s] >= 0:
-                    packed[j] |= blocks[bblock[s]][brow[s]]
-                self._packed[s] = packed[j]
-        self._blocks, self._bblock, self._brow, self._ids = blocks, bblock, brow, ids
-        self._ptr = ptr
-
-
-def _set_bits(row: npt.NDArray[np.int32], ids: I32) -> None:
-    """Set the bits of ``ids`` in the packed ``row``."""
-    if len(ids):
-        bit = np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32))
-        np.bitwise_or.at(row.view(np.uint32), ids >> 5, bit)
+        table = MaskTable(blocks, bblock, brow, ptr, ids)
+        table.pack_long(_BIG, self.t.width)
+        self.mask_table = table

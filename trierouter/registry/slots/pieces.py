@@ -23,16 +23,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.registry import core as _backend
 from trierouter.registry.slots.fragment import I32, Fragment
-from trierouter.registry.slots.packing import compress
+from trierouter.registry.slots.packing import MaskTable, compress
 
-__all__ = ["PieceRows", "piece", "rows", "shared_rows", "tag", "with_lists"]
+__all__ = ["piece", "rows", "shared_rows", "tag", "with_lists"]
 
 _QUOTE = 0x22
 _lock = threading.Lock()
@@ -98,26 +98,7 @@ def piece(pid: int) -> Fragment:
     return _pieces[pid]
 
 
-class PieceRows(NamedTuple):
-    """A piece's standalone masks against one vocabulary (:func:`rows`)."""
-
-    where: I32
-    """Per local state, its row in ``rows``, or ``-1`` (narrow, accepting)."""
-    rows: npt.NDArray[np.int32]
-    """Packed standalone masks of the wide states."""
-    ptr: npt.NDArray[np.int64]
-    """Per local state (``n + 1`` entries), the span of its list in ``ids``."""
-    ids: I32
-    """The narrow non-accepting states' standalone masks less the tokens holding a ``"``
-    (those are walked per tool): the lists are empty for wide and accepting states."""
-
-    @property
-    def nbytes(self) -> int:
-        """What the vocabulary's piece budget counts: the packed rows and the lists."""
-        return int(self.rows.nbytes + self.ids.nbytes)
-
-
-def shared_rows(tables: Any, pid: int) -> PieceRows | None:
+def shared_rows(tables: Any, pid: int) -> MaskTable | None:
     """:func:`rows` of piece ``pid``, or None when no state of the piece alone can have a
     wide mask in the vocabulary of ``tables``: fewer than :data:`WIDE` of its tokens are
     spelled with the piece's bytes alone (a uuid's: 458 of Qwen2's), and a state's standalone
@@ -131,14 +112,15 @@ def shared_rows(tables: Any, pid: int) -> PieceRows | None:
     return rows(tables, pid) if wide else None
 
 
-def rows(tables: Any, pid: int) -> PieceRows:
+def rows(tables: Any, pid: int) -> MaskTable:
     """Piece ``pid`` alone against the vocabulary of ``tables`` (a
     :class:`~trierouter.registry.slots.masks.VocabTables`): each non-accepting local state's
     standalone mask, packed when it holds :data:`WIDE` tokens or more, else as a list of its
-    tokens without a ``"``. Native backend only; built on first use, kept per vocabulary,
+    tokens without a ``"`` (a one-block :class:`~trierouter.registry.slots.packing.MaskTable`:
+    the wide rows its base rows). Native backend only; built on first use, kept per vocabulary,
     shared by every automaton embedding the piece (one walk of the token trie per state)."""
     with tables._pieces_lock:
-        hit: PieceRows | None = tables._pieces.get(pid)
+        hit: MaskTable | None = tables._pieces.get(pid)
         if hit is not None:
             tables._pieces.move_to_end(pid)
             return hit
@@ -149,7 +131,9 @@ def rows(tables: Any, pid: int) -> PieceRows:
     ptr, ids = core.dfa_masks(table, bc, states, tables.trie)
     # in one pass: the wide lists packed, the narrow ones kept in local state order without the
     # quote tokens (walked per tool)
-    hit = PieceRows(*core.csr_split(ptr, ids, states, frag.n, WIDE, tables.has_quote, tables.words))
+    hit = MaskTable.one_block(
+        *core.csr_split(ptr, ids, states, frag.n, WIDE, tables.has_quote, tables.words)
+    )
     with tables._pieces_lock:
         tables._pieces[pid] = hit
         tables._pieces_bytes += hit.nbytes
@@ -162,7 +146,7 @@ def rows(tables: Any, pid: int) -> PieceRows:
 def with_lists(
     ptr: npt.NDArray[np.int64],
     ids: I32,
-    extra: list[tuple[npt.NDArray[Any], PieceRows, npt.NDArray[np.int64]]],
+    extra: list[tuple[npt.NDArray[Any], MaskTable, npt.NDArray[np.int64]]],
 ) -> tuple[npt.NDArray[np.int64], I32]:
     """The CSR lists ``ids[ptr[s]:ptr[s + 1]]`` with, for each ``(states, piece, local)`` of
     ``extra``, the piece's list of each ``local`` state appended to that of ``states``'s entry
