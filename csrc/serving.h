@@ -141,6 +141,34 @@ inline void fill_row(const Serving* c, int64_t s, int32_t* row, int64_t words) {
     }
 }
 
+// Sparse masking of one logits row ``x`` (``V`` entries of T: float32 or bfloat16/float16 bits)
+// at the ``n`` allowed ids ``tk`` (ids outside 0..V-1 skipped).
+// keep_only: the allowed entries keep their values, every other becomes ``fill`` (-inf); the
+// kept values go through ``keep`` (scratch), so the row is written once.
+template <typename T>
+void keep_only(T* x, int64_t V, const int32_t* tk, int64_t n, T fill, std::vector<T>& keep) {
+    keep.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+        const int32_t t = tk[j];
+        keep[static_cast<size_t>(j)] = t >= 0 && t < V ? x[t] : T{0};
+    }
+    std::fill(x, x + V, fill);
+    for (int64_t j = 0; j < n; ++j) {
+        const int32_t t = tk[j];
+        if (t >= 0 && t < V) x[t] = keep[static_cast<size_t>(j)];
+    }
+}
+
+// copy_allowed_ids: only the allowed entries are written: copied from ``y`` (the same row of
+// another array), or set to ``fill`` when ``y`` is null.
+template <typename T>
+void copy_allowed_ids(T* x, const T* y, int64_t V, const int32_t* tk, int64_t n, T fill) {
+    for (int64_t j = 0; j < n; ++j) {
+        const int32_t t = tk[j];
+        if (t >= 0 && t < V) x[t] = y ? y[t] : fill;
+    }
+}
+
 // Why the serving arrays of ``c`` (``n_rows`` stored rows) cannot be served: nullptr when every
 // row span lies in ``tokens``, every id in 0..width-1, every far position and far child, and the
 // completed nodes, in range and ascending; else a message naming the first entry out of range

@@ -482,7 +482,8 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
     if (!a.open(self, args, 0, 1, 2, 3, "logits")) return nullptr;
     const int64_t V = a.m.words;
     const long long bits = a.bits, isz = a.isz;
-    std::vector<uint32_t> keep;
+    std::vector<uint32_t> keep4;
+    std::vector<uint16_t> keep2;
     std::vector<int32_t> scratch;
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < a.st.n; ++i) {
@@ -490,29 +491,10 @@ PyObject* Core_apply_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t 
         int64_t hi;
         const int32_t* tk = row_ids(&self->s, s, &hi, scratch);
         char* row = a.m.base + a.row(i) * a.m.row_stride;
-        keep.resize(static_cast<size_t>(hi));
         if (isz == 4) {
-            uint32_t* x = reinterpret_cast<uint32_t*>(row);
-            for (int64_t j = 0; j < hi; ++j) {
-                int32_t t = tk[j];
-                keep[static_cast<size_t>(j)] = t >= 0 && t < V ? x[t] : 0;
-            }
-            std::fill(x, x + V, static_cast<uint32_t>(bits));
-            for (int64_t j = 0; j < hi; ++j) {
-                int32_t t = tk[j];
-                if (t >= 0 && t < V) x[t] = keep[static_cast<size_t>(j)];
-            }
+            keep_only(reinterpret_cast<uint32_t*>(row), V, tk, hi, static_cast<uint32_t>(bits), keep4);
         } else {
-            uint16_t* x = reinterpret_cast<uint16_t*>(row);
-            for (int64_t j = 0; j < hi; ++j) {
-                int32_t t = tk[j];
-                keep[static_cast<size_t>(j)] = t >= 0 && t < V ? x[t] : 0;
-            }
-            std::fill(x, x + V, static_cast<uint16_t>(bits));
-            for (int64_t j = 0; j < hi; ++j) {
-                int32_t t = tk[j];
-                if (t >= 0 && t < V) x[t] = static_cast<uint16_t>(keep[static_cast<size_t>(j)]);
-            }
+            keep_only(reinterpret_cast<uint16_t*>(row), V, tk, hi, static_cast<uint16_t>(bits), keep2);
         }
     }
     Py_END_ALLOW_THREADS;
@@ -546,25 +528,19 @@ PyObject* Core_copy_sparse(CoreObject* self, PyObject* const* args, Py_ssize_t n
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t i = 0; i < a.st.n; ++i) {
         int64_t s = valid_state(&self->s, a.st.p[i]);
-        int64_t lo = 0, hi;
+        int64_t hi;
         const int32_t* tk = row_ids(&self->s, s, &hi, scratch);
         const int64_t r = a.row(i);
         char* row = a.m.base + r * a.m.row_stride;
         const char* from = has_src ? src.base + r * src.row_stride : nullptr;
         if (isz == 4) {
-            uint32_t* x = reinterpret_cast<uint32_t*>(row);
-            const uint32_t* y = reinterpret_cast<const uint32_t*>(from);
-            for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = tk[j];
-                if (t >= 0 && t < V) x[t] = y ? y[t] : static_cast<uint32_t>(bits);
-            }
+            copy_allowed_ids(reinterpret_cast<uint32_t*>(row),
+                             reinterpret_cast<const uint32_t*>(from), V, tk, hi,
+                             static_cast<uint32_t>(bits));
         } else {
-            uint16_t* x = reinterpret_cast<uint16_t*>(row);
-            const uint16_t* y = reinterpret_cast<const uint16_t*>(from);
-            for (int64_t j = lo; j < hi; ++j) {
-                int32_t t = tk[j];
-                if (t >= 0 && t < V) x[t] = y ? y[t] : static_cast<uint16_t>(bits);
-            }
+            copy_allowed_ids(reinterpret_cast<uint16_t*>(row),
+                             reinterpret_cast<const uint16_t*>(from), V, tk, hi,
+                             static_cast<uint16_t>(bits));
         }
     }
     Py_END_ALLOW_THREADS;

@@ -190,3 +190,36 @@ TEST(serving_arrays_checked_and_ids_guarded) {
     CHECK_EQ(wrong, 0);
     destroy_token_trie(trie);
 }
+
+// The sparse logits kernels (apply_sparse / copy_sparse's rows) against a brute force over the
+// row: allowed entries keep (or receive) their values, ids outside 0..V-1 are skipped.
+TEST(sparse_row_kernels_match_brute_force) {
+    constexpr int64_t V = 11;
+    const std::vector<int32_t> ids = {-4, 0, 3, 3, 7, 10, 11, 99};
+    auto allowed = [&](int64_t t) {
+        for (int32_t i : ids)
+            if (i == t) return true;
+        return false;
+    };
+    std::vector<uint32_t> row4(V), keep4;
+    std::vector<uint16_t> row2(V), keep2;
+    for (int64_t t = 0; t < V; ++t) {
+        row4[static_cast<size_t>(t)] = static_cast<uint32_t>(100 + t);
+        row2[static_cast<size_t>(t)] = static_cast<uint16_t>(200 + t);
+    }
+    keep_only(row4.data(), V, ids.data(), static_cast<int64_t>(ids.size()), 0xFF800000u, keep4);
+    keep_only(row2.data(), V, ids.data(), static_cast<int64_t>(ids.size()), uint16_t{0xFC00}, keep2);
+    for (int64_t t = 0; t < V; ++t) {
+        const size_t u = static_cast<size_t>(t);
+        CHECK_EQ(row4[u], allowed(t) ? static_cast<uint32_t>(100 + t) : 0xFF800000u);
+        CHECK_EQ(row2[u], allowed(t) ? static_cast<uint16_t>(200 + t) : uint16_t{0xFC00});
+    }
+    // copy: from a source row, then back to the fill (an undo): only allowed entries touched
+    std::vector<uint32_t> dst(V, 7u), src(V);
+    for (int64_t t = 0; t < V; ++t) src[static_cast<size_t>(t)] = static_cast<uint32_t>(50 + t);
+    copy_allowed_ids(dst.data(), src.data(), V, ids.data(), static_cast<int64_t>(ids.size()), 1u);
+    for (int64_t t = 0; t < V; ++t)
+        CHECK_EQ(dst[static_cast<size_t>(t)], allowed(t) ? static_cast<uint32_t>(50 + t) : 7u);
+    copy_allowed_ids<uint32_t>(dst.data(), nullptr, V, ids.data(), static_cast<int64_t>(ids.size()), 1u);
+    for (int64_t t = 0; t < V; ++t) CHECK_EQ(dst[static_cast<size_t>(t)], allowed(t) ? 1u : 7u);
+}
