@@ -225,6 +225,29 @@ def test_caller_rows_out_of_range_raise(cs: ChoiceSet) -> None:
     assert (bm == 0).all() and (logits == 0).all()  # nothing written by a refused call
 
 
+def test_token_spans_out_of_range_refused() -> None:
+    """dfa_list_masks and walk_counts index a byte buffer by each token's offsets: a token id
+    or span outside the buffer is a ValueError naming the argument, never a read outside."""
+    core = _backend.native_core()
+    table = np.zeros((1, 256), np.int32)  # one state looping on every byte
+    byte_class = np.arange(256, dtype=np.int32)
+    states = np.zeros(1, np.int64)
+    buf = np.frombuffer(b"abcdef", np.uint8)
+    off = np.array([0, 2, 4, 6], np.int64)
+    good = np.array([0, 2], np.int32)
+    ptr, ids = core.dfa_list_masks(table, byte_class, states, good, buf, off)
+    assert ptr.tolist() == [0, 2] and ids.tolist() == [0, 2]
+    fin, _ = core.walk_counts(table, states, 0, good, buf, off)
+    assert fin.tolist() == [0, 0]
+    bad_offsets = np.array([0, 2, 9, 6], np.int64)  # token 1 ends past the buffer
+    for cand, offsets in [(np.array([3], np.int32), off), (np.array([-1], np.int32), off),
+                          (np.array([1], np.int32), bad_offsets)]:  # fmt: skip
+        with pytest.raises(ValueError, match="cand / offsets: out of range"):
+            core.dfa_list_masks(table, byte_class, states, cand, buf, offsets)
+        with pytest.raises(ValueError, match="ids / offsets: out of range"):
+            core.walk_counts(table, states, 0, cand, buf, offsets)
+
+
 def test_states_out_of_range_serve_as_dead(cs: ChoiceSet) -> None:
     """A state is not an index the caller owns: one out of range is DEAD (nothing allowed),
     in every entry point; ``mask`` names it."""

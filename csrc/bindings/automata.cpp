@@ -94,14 +94,7 @@ PyObject* py_dfa_wire(PyObject*, PyObject* args) {
     if (!wire_run(w, os, ob, od)) return raise_run_error(w.err);
     PyObject* a = to_numpy(os, NPY_INT32);
     PyObject* b = to_numpy(ob, NPY_INT32);
-    PyObject* d = to_numpy(od, NPY_INT32);
-    if (!a || !b || !d) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(d);
-        return nullptr;
-    }
-    return Py_BuildValue("(NNN)", a, b, d);
+    return tuple_result({a, b, to_numpy(od, NPY_INT32)});
 }
 
 
@@ -134,7 +127,7 @@ PyObject* py_dfa_compress(PyObject*, PyObject* args) {
         return PyErr_NoMemory();
     }
     PyObject* tab = to_numpy(table, NPY_INT32, nk);
-    return pair_result(tab, tab ? to_numpy(cls, NPY_INT32) : nullptr);
+    return tuple_result({tab, tab ? to_numpy(cls, NPY_INT32) : nullptr});
 }
 
 
@@ -279,13 +272,7 @@ PyObject* masks_result(MasksCall& c) {
                     : j.ns <= 32768 ? to_numpy(j.tab16, NPY_INT16, j.nc)
                                     : to_numpy(j.wide, NPY_INT32, j.nc);
     PyObject* cls = tab ? to_numpy(j.own_cls, NPY_INT32) : nullptr;
-    if (!tab || !cls) {
-        Py_XDECREF(tab);
-        Py_XDECREF(cls);
-        Py_DECREF(r);
-        return nullptr;
-    }
-    return Py_BuildValue("(NNN)", tab, cls, r);
+    return tuple_result({tab, cls, r});
 }
 
 // dfa_masks(table: int32, int16 or int8 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
@@ -379,13 +366,7 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     if (!check_dfa(tab, cls, st, 0)) return nullptr;
     const int64_t nc = tab.b.shape[1];
     const uint8_t* bytes = buf.p;
-    for (int64_t i = 0; i < cand.n; ++i) {
-        const int32_t t = cand.p[i];
-        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.n) {
-            PyErr_SetString(PyExc_ValueError, "cand / offsets: out of range");
-            return nullptr;
-        }
-    }
+    if (!check_token_spans(cand, off, buf.n, "cand / offsets: out of range")) return nullptr;
     Buf<int64_t> ptr;
     Buf<int32_t> ids;
     bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
@@ -569,7 +550,7 @@ PyObject* py_csr_split(PyObject*, PyObject* args) {
         return PyErr_NoMemory();
     }
     PyObject* a = to_numpy(lptr, NPY_INT64);
-    return quad_result(where_o, rows_o, a, to_numpy(lids, NPY_INT32));
+    return tuple_result({where_o, rows_o, a, to_numpy(lids, NPY_INT32)});
 }
 
 // spelled_count(trie, allowed: 32 bytes (a 256-bit set, bit b of byte b >> 3), limit) -> int:
@@ -643,13 +624,7 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
             PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
             return nullptr;
         }
-    for (int64_t i = 0; i < ids.n; ++i) {
-        const int32_t t = ids.p[i];
-        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > buf.n) {
-            PyErr_SetString(PyExc_ValueError, "ids / offsets: out of range");
-            return nullptr;
-        }
-    }
+    if (!check_token_spans(ids, off, buf.n, "ids / offsets: out of range")) return nullptr;
     Buf<int32_t> fin;
     Buf<int16_t> cnt;
     const size_t total = static_cast<size_t>(st.n) * static_cast<size_t>(ids.n);
@@ -675,7 +650,7 @@ PyObject* py_walk_counts(PyObject*, PyObject* args) {
     }
     Py_END_ALLOW_THREADS;
     PyObject* a = to_numpy(fin, NPY_INT32);
-    return pair_result(a, to_numpy(cnt, NPY_INT16));
+    return tuple_result({a, to_numpy(cnt, NPY_INT16)});
 }
 
 

@@ -55,29 +55,35 @@ bool check_dfa(const TableView& tab, const I32View& cls, const I64View& st, int6
     return true;
 }
 
-PyObject* pair_result(PyObject* a, PyObject* b) {
-    if (!a || !b) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return nullptr;
+bool check_token_spans(const I32View& ids, const I64View& off, int64_t n_buf, const char* what) {
+    for (int64_t i = 0; i < ids.n; ++i) {
+        const int32_t t = ids.p[i];
+        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > n_buf) {
+            PyErr_SetString(PyExc_ValueError, what);
+            return false;
+        }
     }
-    return Py_BuildValue("(NN)", a, b);
+    return true;
 }
 
-PyObject* quad_result(PyObject* a, PyObject* b, PyObject* c, PyObject* d) {
-    if (!a || !b || !c || !d) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-        Py_XDECREF(d);
-        return nullptr;
+PyObject* tuple_result(std::initializer_list<PyObject*> items) {
+    bool ok = true;
+    for (PyObject* o : items) ok = ok && o != nullptr;
+    PyObject* t = ok ? PyTuple_New(static_cast<Py_ssize_t>(items.size())) : nullptr;
+    Py_ssize_t i = 0;
+    for (PyObject* o : items) {
+        if (t) {
+            PyTuple_SET_ITEM(t, i++, o);  // steals the reference
+        } else {
+            Py_XDECREF(o);
+        }
     }
-    return Py_BuildValue("(NNNN)", a, b, c, d);
+    return t;
 }
 
 PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
     PyObject* a = to_numpy(ptr, NPY_INT64);
-    return pair_result(a, to_numpy(ids, NPY_INT32));
+    return tuple_result({a, to_numpy(ids, NPY_INT32)});
 }
 
 bool check_csr(const I64View& ptr, int64_t n_ids, const char* what) {
@@ -107,7 +113,7 @@ PyObject* dfa_result(const Dfa& d, bool edges) {
             return a;
         };
         PyObject *a = arr(d.src), *b = arr(d.byte);
-        return quad_result(a, b, arr(d.dst), ac);
+        return tuple_result({a, b, arr(d.dst), ac});
     }
     npy_intp dims[2] = {m, 256};
     PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
@@ -118,7 +124,7 @@ PyObject* dfa_result(const Dfa& d, bool edges) {
     int32_t* t = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)));
     std::fill_n(t, static_cast<size_t>(m) * 256, -1);
     for (size_t k = 0; k < d.src.size(); ++k) t[static_cast<size_t>(d.src[k]) * 256 + static_cast<size_t>(d.byte[k])] = d.dst[k];
-    return pair_result(tab, ac);
+    return tuple_result({tab, ac});
 }
 
 PyObject* raise_run_error(const RunError& e) {

@@ -14,6 +14,7 @@
 #include <numpy/arrayobject.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "regex.h"
@@ -168,11 +169,13 @@ struct ByteView : HeldBuffer {
 // min_state (-1: "no state" allowed) to the last. False with a ValueError set otherwise.
 bool check_dfa(const TableView& tab, const I32View& cls, const I64View& st, int64_t min_state);
 
-// (a, b), stealing both references; nullptr (and both released) if either is nullptr
-PyObject* pair_result(PyObject* a, PyObject* b);
+// Whether every token id in ``ids`` has a span offsets[t]..offsets[t + 1] inside a buffer of
+// ``n_buf`` bytes; false with a ValueError ``what`` otherwise.
+bool check_token_spans(const I32View& ids, const I64View& off, int64_t n_buf, const char* what);
 
-// (a, b, c, d), stealing the four references; nullptr (and all released) if any is nullptr
-PyObject* quad_result(PyObject* a, PyObject* b, PyObject* c, PyObject* d);
+// A tuple of ``items``, stealing every reference; nullptr (and all released) if any is nullptr
+// (the exception its maker set stands).
+PyObject* tuple_result(std::initializer_list<PyObject*> items);
 
 PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids);
 // A list of Python ints, or a contiguous 1-D int64 array, read as int64 (dfa_wire's small
