@@ -728,4 +728,23 @@ bool masks_run(MasksJob& j) {
     return masks_walk(j) || j.err.no_memory();
 }
 
+bool list_masks(const int32_t* tab, int64_t n_classes, const int32_t* cls, const int64_t* states,
+                int64_t n, const int32_t* cands, int64_t m, const uint8_t* buf, const int64_t* off,
+                Buf<int64_t>& ptr, Buf<int32_t>& ids) {
+    if (!ptr.resize(static_cast<size_t>(n) + 1)) return false;
+    ptr[0] = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const size_t row0 = ids.n;
+        for (int64_t k = 0; k < m; ++k) {
+            const int32_t t = cands[k];
+            int32_t q = static_cast<int32_t>(states[i]);
+            for (int64_t j = off[t]; j < off[t + 1] && q >= 0; ++j) q = tab[static_cast<int64_t>(q) * n_classes + cls[buf[j]]];
+            if (q >= 0 && !ids.push(t)) return false;
+        }
+        std::sort(ids.p + row0, ids.p + ids.n);
+        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
+    }
+    return true;
+}
+
 }  // namespace trierouter

@@ -117,6 +117,14 @@ struct MasksJob {
     MasksJob& operator=(const MasksJob&) = delete;
 };
 
+// Per state of ``states`` (n), the ids of ``cands`` (m) whose bytes buf[off[t]:off[t + 1]] all
+// have edges from it in ``tab`` (n_classes columns, bytes mapped by ``cls``; -1: no edge), sorted:
+// state i's ids are ids[ptr[i]:ptr[i + 1]] (ptr has n + 1 entries). Every state, class and span
+// checked by the caller. False: no memory.
+bool list_masks(const int32_t* tab, int64_t n_classes, const int32_t* cls, const int64_t* states,
+                int64_t n, const int32_t* cands, int64_t m, const uint8_t* buf, const int64_t* off,
+                Buf<int64_t>& ptr, Buf<int32_t>& ids);
+
 // The walks of an opened job (no Python call: run with the GIL released). False: no memory.
 bool masks_walk(MasksJob& j);
 

@@ -141,6 +141,24 @@ inline void fill_row(const Serving* c, int64_t s, int32_t* row, int64_t words) {
     }
 }
 
+// fill_row for n states into rows of a packed bitmask: state states[i] into the row at
+// base + target[i] * stride (each target checked by the caller). In the full layout the next
+// row's ids and the one after's row pointer are prefetched while a row is written.
+inline void fill_rows(const Serving* c, bool compact, const int64_t* states, const int64_t* target,
+                      int64_t n, char* base, int64_t stride, int64_t words) {
+    for (int64_t i = 0; i < n; ++i) {
+        if (i + 1 < n && !compact) {  // the next row's ids (every line of them) load while this row is written
+            int64_t lo;
+            const int64_t k = row_span(c, valid_state(c, states[i + 1]), &lo);
+            const char* a = reinterpret_cast<const char*>(c->tokens + lo);
+            const char* b = reinterpret_cast<const char*>(c->tokens + lo + k);
+            for (; a < b; a += 64) __builtin_prefetch(a);
+        }
+        if (i + 2 < n && !compact) __builtin_prefetch(c->row_ptr + valid_state(c, states[i + 2]));
+        fill_row(c, states[i], reinterpret_cast<int32_t*>(base + target[i] * stride), words);
+    }
+}
+
 // Sparse masking of one logits row ``x`` (``V`` entries of T: float32 or bfloat16/float16 bits)
 // at the ``n`` allowed ids ``tk`` (ids outside 0..V-1 skipped).
 // keep_only: the allowed entries keep their values, every other becomes ``fill`` (-inf); the

@@ -369,25 +369,12 @@ PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
     if (!check_token_spans(cand, off, buf.n, "cand / offsets: out of range")) return nullptr;
     Buf<int64_t> ptr;
     Buf<int32_t> ids;
-    bool ok = ptr.resize(static_cast<size_t>(st.n) + 1);
-    if (!ok) return PyErr_NoMemory();
     // the ids checked above, copied: the caller's arrays could change once the GIL is released
     const std::vector<int64_t> states(st.p, st.p + st.n);
     const std::vector<int32_t> cands(cand.p, cand.p + cand.n);
+    bool ok;
     Py_BEGIN_ALLOW_THREADS;
-    ptr[0] = 0;
-    for (int64_t i = 0; i < st.n && ok; ++i) {
-        const size_t row0 = ids.n;
-        for (int64_t k = 0; k < cand.n; ++k) {
-            const int32_t t = cands[static_cast<size_t>(k)];
-            int32_t q = static_cast<int32_t>(states[static_cast<size_t>(i)]);
-            for (int64_t j = off.p[t]; j < off.p[t + 1] && q >= 0; ++j)
-                q = tab.p[static_cast<int64_t>(q) * nc + cls.p[bytes[j]]];
-            if (q >= 0) ok = ok && ids.push(t);
-        }
-        std::sort(ids.p + row0, ids.p + ids.n);
-        ptr[static_cast<size_t>(i) + 1] = static_cast<int64_t>(ids.n);
-    }
+    ok = list_masks(tab.p, nc, cls.p, states.data(), st.n, cands.data(), cand.n, bytes, off.p, ptr, ids);
     Py_END_ALLOW_THREADS;
     if (!ok) return PyErr_NoMemory();
     return csr_result(ptr, ids);

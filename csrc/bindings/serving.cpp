@@ -414,17 +414,7 @@ PyObject* Core_fill_batch(CoreObject* self, PyObject* const* args, Py_ssize_t na
         target[static_cast<size_t>(i)] = r;
     }
     Py_BEGIN_ALLOW_THREADS;
-    for (int64_t i = 0; i < st.n; ++i) {
-        if (i + 1 < st.n && !self->cx) {  // the next row's ids (every line of them) load while this row is written
-            int64_t lo;
-            const int64_t n = row_span(&self->s, valid_state(&self->s, st.p[i + 1]), &lo);
-            const char* a = reinterpret_cast<const char*>(self->s.tokens + lo);
-            const char* b = reinterpret_cast<const char*>(self->s.tokens + lo + n);
-            for (; a < b; a += 64) __builtin_prefetch(a);
-        }
-        if (i + 2 < st.n && !self->cx) __builtin_prefetch(self->s.row_ptr + valid_state(&self->s, st.p[i + 2]));
-        fill_row(&self->s, st.p[i], m.row32(target[static_cast<size_t>(i)]), m.words);
-    }
+    fill_rows(&self->s, self->cx != nullptr, st.p, target.data(), st.n, m.base, m.row_stride, m.words);
     Py_END_ALLOW_THREADS;
     Py_RETURN_NONE;
 }

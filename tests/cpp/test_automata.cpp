@@ -103,6 +103,40 @@ TEST(compress_run_byte_classes) {
     CHECK_EQ(table[static_cast<size_t>(1 * nk + cls['a'])], -1);
 }
 
+// list_masks: per state, the candidate tokens whose bytes all have edges from it, against a
+// brute-force walk of each token over the dense table.
+TEST(list_masks_brute_force) {
+    // 0 -a-> 1 -b-> 2 -a-> 1, and 0 -c-> 0: bytes a, b, c in classes 1, 2, 3; every other byte 0
+    constexpr int64_t kClasses = 4;
+    const int32_t tab[] = {-1, 1, -1, 0, -1, -1, 2, -1, -1, 1, -1, -1};
+    int32_t cls[256] = {};
+    cls['a'] = 1, cls['b'] = 2, cls['c'] = 3;
+    const std::vector<std::string> tokens = {"a", "ab", "ba", "cab", "abab", "b", "x", "ccc"};
+    std::vector<uint8_t> buf;
+    std::vector<int64_t> off{0};
+    for (const std::string& t : tokens) {
+        buf.insert(buf.end(), t.begin(), t.end());
+        off.push_back(static_cast<int64_t>(buf.size()));
+    }
+    const std::vector<int32_t> cands = {7, 0, 4, 1, 2, 3, 5, 6};  // unsorted on purpose
+    const std::vector<int64_t> states = {0, 1, 2, 0};
+    Buf<int64_t> ptr;
+    Buf<int32_t> ids;
+    CHECK(list_masks(tab, kClasses, cls, states.data(), 4, cands.data(), 8, buf.data(), off.data(), ptr, ids));
+    for (size_t i = 0; i < states.size(); ++i) {
+        std::vector<int32_t> want;
+        for (int32_t t : cands) {
+            int32_t q = static_cast<int32_t>(states[i]);
+            for (unsigned char ch : tokens[static_cast<size_t>(t)]) q = q < 0 ? q : tab[q * kClasses + cls[ch]];
+            if (q >= 0) want.push_back(t);
+        }
+        std::sort(want.begin(), want.end());
+        const std::vector<int32_t> got(ids.p + ptr[i], ids.p + ptr[i + 1]);
+        CHECK(got == want);
+    }
+    CHECK_EQ(ptr[1] - ptr[0], 5);  // from 0: a, ab, cab, abab, ccc
+}
+
 TEST(token_trie_toy_vocabulary) {
     // ids 0..8; "ab" twice (ids 2 and 7); id 8 empty (never matchable)
     const std::vector<std::string> vocab = {"a", "b", "ab", "abc", "bc", "c", "ca", "ab", ""};

@@ -50,6 +50,16 @@ TEST(serving_steps_rows_and_batches) {
         wrong += static_cast<uint32_t>(row) != want;
     }
     CHECK_EQ(wrong, 0);
+    // a batch fill (rows out of order, states out of range among them) writes each row as
+    // fill_row does, and nothing else
+    {
+        const std::vector<int64_t> st = {n - 1, -5, 0, n + 9, 2};
+        const std::vector<int64_t> target = {4, 0, 2, 3, 1};
+        std::vector<int32_t> rows(6, 0x5a5a5a5a), want(6, 0x5a5a5a5a);
+        for (size_t i = 0; i < st.size(); ++i) fill_row(&c, st[i], &want[static_cast<size_t>(target[i])], 1);
+        fill_rows(&c, false, st.data(), target.data(), 5, reinterpret_cast<char*>(rows.data()), 4, 1);
+        CHECK(rows == want);
+    }
     // a batch of steps: each as core_advance
     std::vector<int64_t> states, tokens, out;
     for (int64_t s = -1; s <= n + 2; ++s)
