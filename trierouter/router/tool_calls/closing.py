@@ -37,10 +37,12 @@ import numpy.typing as npt
 
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.router.bitmask import bitmask_to_ids
+from trierouter.router.tool_calls.greedy import INF as _INF
+from trierouter.router.tool_calls.greedy import GreedyCounter, flat_texts
+from trierouter.router.tool_calls.greedy import counter as _counter
 
 if TYPE_CHECKING:
     from trierouter.registry.trie import ChoiceSet
-    from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = [
     "ARGS_GUESS",
@@ -58,68 +60,11 @@ EXACT_TOOLS = 256
 """Plans over at most this many tools size every tool's arguments exactly."""
 ARGS_GUESS = 32
 """Tokens of arguments assumed for a tool not sized exactly (plans over many tools)."""
-_INF = 1 << 40
-_MAX_PIECE = 32
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 ToolCallPlan = Any
 """A :class:`~trierouter.router.tool_calls.plan.ToolCallPlan` (not imported: it imports this)."""
-
-
-class GreedyCounter:
-    """Tokens of a byte string cut greedily, longest matchable token (at most 32 bytes) first."""
-
-    def __init__(self, vocab: Vocabulary) -> None:
-        self.pieces = {
-            t for i, t in enumerate(vocab.tokens) if vocab.matchable[i] and 0 < len(t) <= _MAX_PIECE
-        }
-        self.longest: dict[bytes, int] = {}
-        """The longest piece starting with each 2-byte prefix (where the cut stops looking)."""
-        for t in self.pieces:
-            if len(t) >= 2 and len(t) > self.longest.get(t[:2], 0):
-                self.longest[t[:2]] = len(t)
-
-    def count(self, data: bytes) -> int:
-        n, i = 0, 0
-        while i < len(data):
-            for k in range(min(_MAX_PIECE, len(data) - i), 0, -1):
-                if data[i : i + k] in self.pieces:
-                    break
-            else:
-                return _INF  # a byte no token spells: no completion
-            i += k
-            n += 1
-        return n
-
-    def suffix_counts(self, data: bytes) -> list[int]:
-        """``[count(data[d:]) for d in range(len(data) + 1)]`` in one pass from the end: the
-        greedy cut at a position does not depend on where the cutting started, so each suffix's
-        count is one more than the count after its first piece."""
-        pieces, longest, size = self.pieces, self.longest, len(data)
-        out = [0] * (size + 1)
-        for i in range(size - 1, -1, -1):
-            for k in range(min(longest.get(data[i : i + 2], 1), size - i), 0, -1):
-                if data[i : i + k] in pieces:
-                    rest = out[i + k]
-                    out[i] = _INF if rest >= _INF else rest + 1
-                    break
-            else:
-                out[i] = _INF
-        return out
-
-
-_COUNTERS: OrderedDict[tuple[str, int], GreedyCounter] = OrderedDict()
-
-
-def _counter(vocab: Vocabulary) -> GreedyCounter:
-    key = (vocab.hash, vocab.width)
-    c = _COUNTERS.get(key)
-    if c is None:
-        c = _COUNTERS[key] = GreedyCounter(vocab)
-        while len(_COUNTERS) > 4:
-            _COUNTERS.popitem(last=False)
-    return c
 
 
 def shortest_paths(a: ToolAutomaton) -> tuple[I64, I64, I64]:
@@ -286,6 +231,37 @@ class _Sized:
         return pack_ids(ids[d <= budget], width)
 
 
+def _name_nodes(
+    names: ChoiceSet, flat: tuple[npt.NDArray[np.uint8], I64, I64], singles: dict[int, int]
+) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Per slot of ``flat`` (:func:`~.greedy.flat_texts` of the names' byte paths), the node of
+    ``names`` after the path's bytes before it, each byte as its one-byte token (all paths one
+    depth at a time); and per path whether it stays in the trie to its end (never ``DEAD`` or
+    ``END``)."""
+    data, offsets, _ = flat
+    sizes = np.diff(offsets) - 1
+    byte_token = np.full(256, -1, dtype=np.int64)
+    for b, t in singles.items():
+        byte_token[b] = t
+    nodes = np.full(len(data), names.root, dtype=np.int64)
+    walked = np.ones(len(sizes), dtype=bool)
+    live = np.arange(len(sizes))
+    cur = np.full(len(sizes), names.root, dtype=np.int64)
+    for d in range(int(sizes.max(initial=0))):
+        live = live[sizes[live] > d]
+        tok = byte_token[data[offsets[live] + d]]
+        spelt = tok >= 0
+        nxt = np.full(len(live), names.DEAD, dtype=np.int64)
+        if spelt.any():
+            nxt[spelt] = names.advance_batch(cur[live[spelt]], tok[spelt])
+        gone = (nxt == names.DEAD) | (nxt == names.END)
+        walked[live[gone]] = False
+        live, nxt = live[~gone], nxt[~gone]
+        cur[live] = nxt
+        nodes[offsets[live] + d + 1] = nxt
+    return nodes, walked
+
+
 class TurnCloser:
     """Narrows a :class:`~trierouter.router.tool_calls.plan.ToolCallPlan`'s masks so that the turn
     can close within the tokens left (module docstring)."""
@@ -324,32 +300,30 @@ class TurnCloser:
         if hit is not None:
             return hit
         plan, tools, count = self.plan, self.plan.tools, self.counter.count
-        suffixes = self.counter.suffix_counts
         following = names is plan.next_names
         if following:
             lead = plan.format.lead(following=True, held=self.held.decode())
         else:
             lead = plan.format.lead(after_trigger=plan.tool_choice == "auto")
         singles = plan._single_bytes()
-        costs: dict[int, int] = {}
-        most = 0
-        for name in self._names:
-            i = tools.tool_index(name)
-            path = (tools.name_text(name, lead) + plan.format.name_tail).encode()
-            args = self.sized(i).tokens(0) if self.exact else ARGS_GUESS
-            node, nodes = names.root, [names.root]
-            for b in path:
-                tok = singles.get(b)
-                node = names.DEAD if tok is None else names.advance(node, tok)
-                if node in (names.DEAD, names.END):
-                    break
-                nodes.append(node)
-            else:
-                rests = suffixes(path)
-                for depth, n in enumerate(nodes):
-                    c = rests[depth] + args + self.close
-                    most = max(most, c)
-                    costs[n] = min(c, costs.get(n, _INF))
+        tail = plan.format.name_tail
+        paths = [(tools.name_text(name, lead) + tail).encode() for name in self._names]
+        args = np.full(len(paths), ARGS_GUESS, dtype=np.int64)
+        if self.exact:
+            args[:] = [self.sized(tools.tool_index(name)).tokens(0) for name in self._names]
+        flat = flat_texts(paths)
+        nodes, walked = _name_nodes(names, flat, singles)
+        rests = self.counter.suffix_counts_many(paths, flat)
+        owner = np.repeat(np.arange(len(paths)), np.diff(flat[1]))
+        keep = walked[owner]
+        at, c = nodes[keep], rests[keep] + args[owner[keep]] + self.close
+        most = int(c.max()) if len(c) else 0
+        order = np.lexsort((c, at))
+        at, c = at[order], c[order]
+        first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]]) if len(at) else at
+        costs: dict[int, int] = dict(
+            zip(at[first].tolist(), np.minimum(c[first], _INF).tolist(), strict=True)
+        )
         if following:  # the held characters (the closing text), then the end id
             node = names.root
             for depth in range(len(self.held) + 1):

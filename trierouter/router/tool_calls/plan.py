@@ -55,6 +55,7 @@ from trierouter.router.tool_calls.call import (
 )
 from trierouter.router.tool_calls.closing import TurnCloser, narrow_slot
 from trierouter.router.tool_calls.free_text import FreeStage
+from trierouter.router.tool_calls.greedy import counter
 from trierouter.router.tool_calls.turns import TurnEnd
 
 __all__ = ["ToolCallPlan", "ToolState"]
@@ -363,11 +364,7 @@ class ToolCallPlan:
 
     def _single_bytes(self) -> dict[int, int]:
         if self._singles is None:
-            self._singles = {
-                t[0]: i
-                for i, t in enumerate(self._tokens)
-                if len(t) == 1 and self.vocabulary.matchable[i]
-            }
+            self._singles = counter(self.vocabulary).singles  # one pass per vocabulary
         return self._singles
 
     def _free_allows(self, stage: int, k: int, steps: int, token: int) -> bool:

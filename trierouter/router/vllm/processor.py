@@ -33,6 +33,7 @@ from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
+from trierouter.router.tool_calls.greedy import counter
 from trierouter.router.tool_calls.serving import native_plan
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
@@ -191,6 +192,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         if self._index is None:
             vocab = _engine_vocabulary(self._config, self._width)
             self._index = TokenIndex.get(vocab)
+            counter(vocab).prepare()  # the turn closer's sizes, built once with the index
             self._end_row = ids_to_bitmask(np.asarray(vocab.end_ids, np.int64), self._width)
         return self._index
 
