@@ -70,6 +70,12 @@ class _PieceTrie:
         self.end = np.zeros(count, dtype=bool)
         if ends:
             self.end[np.concatenate(ends)] = True
+        self.pairs = np.full(1 << 16, -1, dtype=np.int64)
+        """The node after each first two bytes (``b0 * 256 + b1``; -1: none), the two widest
+        depths looked up directly."""
+        if len(keys) > 1:  # a depth-1 node's key is its byte; its id is 1 + its rank there
+            first = keys[0][(keys[1] >> 8) - 1]
+            self.pairs[first * 256 + (keys[1] & 255)] = children[1]
 
     def longest(self, data: npt.NDArray[np.uint8], left: I64) -> I64:
         """Per slot, the bytes of the longest piece starting there within its text (0: none)."""
@@ -80,11 +86,14 @@ class _PieceTrie:
             live = live[left[live] > d]
             if not len(live):
                 break
-            key = node[live] * 256 + data[live + d]
-            j = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
-            hit = keys[j] == key
-            live, j = live[hit], j[hit]
-            node[live] = children[j]
+            if d == 1:  # the pairs' table: no search
+                nxt = self.pairs[data[live].astype(np.int64) * 256 + data[live + 1]]
+            else:
+                key = node[live] * 256 + data[live + d]
+                j = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+                nxt = np.where(keys[j] == key, children[j], -1)
+            live = live[nxt >= 0]
+            node[live] = nxt[nxt >= 0]
             best[live[self.end[node[live]]]] = d + 1
         return best
 
