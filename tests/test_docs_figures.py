@@ -77,6 +77,12 @@ def _itl() -> list[str]:
     ]
 
 
+def _itl_between() -> list[str]:
+    s = _json("archive/serve_itl_2f2aa42.json")["servers"]["trierouter"]
+    itl = s["arrivals"]["server_itl"]
+    return [f"{round(s['added_p99_ms'])}", str(round(itl["n_tokens"] - itl["cumulative"]["1.0"]))]
+
+
 Row = tuple[str, str, Callable[[], list[str]]]
 """(page, pattern with one group per figure, the figures as the source gives them)."""
 
@@ -84,9 +90,16 @@ MEASURED: dict[str, Row] = {
     "serving: inter-token latency before and after the off-step analysis": (
         "docs/serving.md",
         r"trierouter's arrivals added \+([\d,]+) ms of client p99 and left (\d+) engine tokens "
-        r"after a gap over 1 s \(gaps of 10-20 s, one per new set\); now (\d+) \(one gap of "
-        r"1-1.5 s\), and the engine's own p99 moves from ([\d.]+) to ([\d.]+) ms",
+        r"after a gap over 1 s \(gaps of 10-20 s, one per new set\); now (\d+) \(longest engine "
+        r"gap [\d.]+-[\d.]+ s\), and the engine's own p99 is ([\d.]+) ms quiet and ([\d.]+) ms\s+"
+        r"with arrivals",
         _itl,
+    ),
+    "serving: inter-token latency with the closer's sizing still in the step": (
+        "docs/serving.md",
+        r"the arrivals\s+added \+(\d+) ms of client p99 and left (\d+) tokens after a gap of "
+        r"1-1.5 s",
+        _itl_between,
     ),
     "scale: shortlist compile k=100": (
         "docs/scale.md",
