@@ -10,7 +10,7 @@ import random
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -298,23 +298,50 @@ def test_streamed_calls_are_validated_like_whole_ones() -> None:
 
 
 # -- the worker: a request that fails does so alone ----------------------------------------------
-def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFactory) -> None:
+def _engine_processor(tmp_path_factory: pytest.TempPathFactory, width: int) -> Any:
+    """The vLLM logits processor over the tiny Qwen2 model, as an engine core makes it."""
     import torch
-    from vllm import SamplingParams
-    from vllm.v1.sample.logits_processor import BatchUpdate
 
     from trierouter.router.vllm.processor import TrieRouterLogitsProcessor
     from trierouter.testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path_factory.mktemp("units-model") / "qwen2")
     gen = json.loads((model / "generation_config.json").read_text())
-    width = 151_872
     mc = SimpleNamespace(
         tokenizer=str(model), tokenizer_revision=None, trust_remote_code=False,
         get_vocab_size=lambda: width, try_get_generation_config=lambda: gen,
     )  # fmt: skip
     cfg = SimpleNamespace(model_config=mc, scheduler_config=SimpleNamespace(max_num_seqs=4))
-    proc = TrieRouterLogitsProcessor(cfg, torch.device("cpu"), False)
+    return TrieRouterLogitsProcessor(cfg, torch.device("cpu"), False)
+
+
+def test_engine_builds_its_token_index_at_start(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The token index, the end row and the turn closer's counter are built on a thread when
+    the engine makes the processor, before any request: the first request does not build them
+    inside the step."""
+    from trierouter.router.bitmask import bitmask_to_ids
+    from trierouter.router.tool_calls.greedy import counter
+
+    proc = _engine_processor(tmp_path_factory, 151_872)
+    proc._warm.join(timeout=300)
+    assert not proc._warm.is_alive()
+    index = proc._index
+    assert index is not None and proc._end_row is not None  # no request was made
+    assert proc._ensure_index() is index  # the first request takes it as built
+    vocab = index.vocabulary
+    assert bitmask_to_ids(proc._end_row).tolist() == sorted(set(vocab.end_ids))
+    assert counter(vocab)._trie is not None  # the closer's pieces trie, prepared
+
+
+def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    from trierouter.router.vllm.processor import TrieRouterLogitsProcessor
+
+    width = 151_872
+    proc = _engine_processor(tmp_path_factory, width)
     bad = SamplingParams(extra_args={"trierouter_tools_inline": json.dumps(TOOLS),
                                      "trierouter_tool_choice": "missing_tool"})  # fmt: skip
     good = SamplingParams(extra_args={"trierouter_tools_inline": json.dumps(TOOLS),

@@ -18,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without vllm
 
 import hashlib
 import os
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -145,6 +146,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._max_rows = int(vllm_config.scheduler_config.max_num_seqs)
         self._width = int(vllm_config.model_config.get_vocab_size())
         self._index: TokenIndex | None = None
+        self._index_lock = threading.Lock()
         self._named: dict[str, ChoiceSet] = {}
         self._inline: OrderedDict[str, ChoiceSet] = OrderedDict()
         self._plans: OrderedDict[tuple[str, str | None, int, str], Plan] = OrderedDict()
@@ -186,15 +188,32 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 config,
                 ", ".join(f"{k}={len(v)}" for k, v in self._named.items()),
             )
+        # the token index and the turn closer's counter are built now, off the step: the
+        # engine is idle until its first request, which then waits only for what is left
+        self._warm = threading.Thread(target=self._warm_index, name="trierouter-index", daemon=True)
+        self._warm.start()
 
     # -- engine-level resources --------------------------------------------------------------
     def _ensure_index(self) -> TokenIndex:
-        if self._index is None:
-            vocab = _engine_vocabulary(self._config, self._width)
-            self._index = TokenIndex.get(vocab)
-            counter(vocab).prepare()  # the turn closer's sizes, built once with the index
-            self._end_row = ids_to_bitmask(np.asarray(vocab.end_ids, np.int64), self._width)
-        return self._index
+        index = self._index
+        if index is None:
+            with self._index_lock:  # the warm-up thread may be building it: wait for it
+                index = self._index
+                if index is None:
+                    vocab = _engine_vocabulary(self._config, self._width)
+                    index = TokenIndex.get(vocab)
+                    counter(vocab).prepare()  # the turn closer's sizes, built with the index
+                    self._end_row = ids_to_bitmask(np.asarray(vocab.end_ids, np.int64), self._width)
+                    self._index = index
+        return index
+
+    def _warm_index(self) -> None:
+        """The engine's token index, built at start on a thread; a failure is logged here and
+        raised again by the first request that needs the index."""
+        try:
+            self._ensure_index()
+        except Exception as exc:  # the first request needing it reports it
+            logger.warning("trierouter: token index not built at engine start: %s", exc)
 
     def _choice_set(self, spec: RequestSpec) -> ChoiceSet:
         if spec.set_name is not None:
