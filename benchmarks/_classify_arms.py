@@ -8,7 +8,7 @@ start is taken as is, otherwise the answer goes to the same retriever as a query
 over the whole set is the label. The rule is fixed here, before any outcome is read.
 
 ``second model``: another model through the same classifier, retriever, K, prompt and
-calibration rule (``_classify_fusion.calibrate`` on the calibration terms).
+calibration rule (``trierouter.classify_combine.calibrate`` on the calibration terms).
 """
 
 from __future__ import annotations

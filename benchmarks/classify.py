@@ -32,7 +32,8 @@ Arms, per source (a hit: the answer is one of the query's gold codes): ``retriev
 ``recall_at_k`` (the gold among the K candidates: the bound on every other arm); ``greedy``
 (greedy constrained decoding); ``exact`` (the top-1 of the exact scores); ``combined`` (the
 exact log-probabilities plus a retriever-rank prior, its one weight calibrated on the
-calibration terms only: ``_classify_fusion.py``). Seconds per text: wall time of
+calibration terms only: ``trierouter.classify_combine``, the library's
+``Classifier(combine=...)``). Seconds per text: wall time of
 ``Classifier.classify`` for one text (shortlist query, prompt, trie compile, token tree, the
 forward call, scoring), excluding model load and shortlist build. The host is shared with
 other jobs: load averages are recorded before and after.
@@ -70,10 +71,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _classify_arms import free_row, free_summary, load_pair, run_meta
-from _classify_fusion import WEIGHTS, calibrate, combined_ranking
 from _icd_sources import SEED as SPLIT_SEED
 from _icd_sources import IcdData, icd_data
 
+from trierouter.classify_combine import WEIGHTS, calibrate, combined_ranking
 from trierouter.data.icd10cm_queries import icd10cm_inclusion_terms
 from trierouter.registry.index import default_cache_dir
 from trierouter.shortlist import Shortlist

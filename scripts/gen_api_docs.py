@@ -12,6 +12,7 @@ OUT = ROOT / "docs" / "api.md"
 MODULES = [
     "trierouter",
     "trierouter.classify",
+    "trierouter.classify_combine",
     "trierouter.router.plan",
     "trierouter.router.transformers",
     "trierouter.registry",

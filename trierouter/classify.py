@@ -44,6 +44,14 @@ a member; scores are those of the grouped strings).
 (at most ``think_tokens`` tokens, greedy), then the label is chosen and scored after
 ``"\\nLabel: "`` given the thought.
 
+**Combined with the retriever** (``combine=``, a shortlist only): the label is the top-1 of
+the model's exact score plus a retriever-rank prior, ``logprob - w * log(1 + rank)``
+(:mod:`trierouter.classify_combine`); every candidate is scored, ``w`` is given or calibrated
+by :meth:`Classifier.calibrate_combine` on the set's own synonyms held out of the index
+(:func:`~trierouter.classify_combine.hold_out_synonyms`), never on test queries.
+``Prediction.ranking`` says which ranking chose the label; each ``LabelScore`` carries the
+model's score, the retriever rank and the combined score.
+
 Engines: ``"transformers"`` (everything above) and ``"vllm"`` (vLLM's in-process ``LLM`` with
 trierouter's logits processor; greedy labels, think-then-answer, no scores).
 """
@@ -56,13 +64,20 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from trierouter.classify_combine import (
+    WEIGHTS,
+    Combine,
+    calibrate,
+    combined_ranking,
+    combined_score,
+)
 from trierouter.errors import NoCandidatesError, TrieRouterError, missing
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet
@@ -113,6 +128,10 @@ class LabelScore:
     """Sum of constrained log-probabilities along ``tokens`` (end id included)."""
     tokens: tuple[int, ...] = ()
     """The token path, the closing end id included."""
+    retriever_rank: int | None = None
+    """The label's position in the shortlist (0 = the retriever's first), set when combined."""
+    combined: float | None = None
+    """``logprob - w * log(1 + retriever_rank)`` when the classifier combines (``combine=``)."""
 
 
 @dataclass
@@ -122,9 +141,9 @@ class Prediction:
     text: str
     """The input text."""
     label: str | None
-    """The chosen label: the top-1 of the exact search (``None`` only if nothing was valid)."""
+    """The chosen label: the top-1 of :attr:`ranking` (``None`` only if nothing was valid)."""
     scores: list[LabelScore] = field(default_factory=list)
-    """The top labels, best first (empty with the vLLM engine)."""
+    """The top labels, best first by :attr:`ranking` (empty with the vLLM engine)."""
     exact: bool = True
     """The scores are the exact top-n (False when ``max_expansions`` cut the search short)."""
     thought: str | None = None
@@ -140,6 +159,11 @@ class Prediction:
     the candidates were scored as one token tree; see ``tree_limit``)."""
     note: str | None = None
     """Why ``label`` is ``None`` when nothing could be chosen (e.g. the shortlist was empty)."""
+    ranking: Literal["model", "combined", "greedy"] = "model"
+    """What chose ``label``: ``"model"`` the exact scores, ``"combined"`` the exact scores with
+    the retriever's rank (``combine=``), ``"greedy"`` greedy decoding (the vLLM engine)."""
+    model_label: str | None = None
+    """The top-1 of the model's exact scores alone (``label`` unless combined)."""
 
 
 def _load_labels_descriptions(
@@ -175,7 +199,9 @@ class Classifier:
     the descriptions), its ranked order kept in :meth:`candidates`. ``think``:
     think-then-answer by default. ``tree_limit``: score a set whose token tree has at most this
     many nodes in one forward call (0: always search). A text whose shortlist is empty gets
-    ``label=None`` and the reason in :attr:`Prediction.note`.
+    ``label=None`` and the reason in :attr:`Prediction.note`. ``combine``: rank by the model's
+    exact scores and the retriever's rank together, with this weight (or a :class:`Combine`);
+    see :meth:`calibrate_combine` to choose it (shortlist policy, transformers engine).
     """
 
     def __init__(
@@ -198,6 +224,7 @@ class Classifier:
         batch_size: int = 64,
         tree_limit: int = 512,
         vllm_kwargs: dict[str, Any] | None = None,
+        combine: float | Combine | None = None,
     ) -> None:
         if engine not in ("transformers", "vllm"):
             raise ValueError(f"engine={engine!r}; expected 'transformers' or 'vllm'")
@@ -237,6 +264,55 @@ class Classifier:
             k=k,
             retriever=retriever,
         )
+        self.combine: Combine | None = None
+        if combine is not None:
+            self._check_combine()
+            self.combine = combine if isinstance(combine, Combine) else Combine(float(combine))
+
+    def _check_combine(self) -> None:
+        if self.engine != "transformers":
+            raise ValueError("combine needs the exact scores: engine='transformers'")
+        if self.routed.policy != "shortlist":
+            raise ValueError(
+                f"combine needs a retriever's ranking: policy='shortlist' (this set is routed "
+                f"as {self.routed.policy!r})"
+            )
+
+    def calibrate_combine(
+        self,
+        examples: Sequence[tuple[str, str | Collection[str]]],
+        *,
+        weights: Sequence[float] = WEIGHTS,
+    ) -> Combine:
+        """Choose the combined ranking's weight on ``examples`` and use it from now on.
+
+        ``examples``: ``(text, gold label or labels)`` pairs from the label set itself, never
+        test queries: synonyms held out of the retriever's index
+        (:func:`~trierouter.classify_combine.hold_out_synonyms`) or labelled examples kept
+        apart. Each is classified once (every candidate scored exactly); the weight of
+        ``weights`` with the best top-1 accuracy (then mean reciprocal rank, then the smaller
+        weight) is kept, with the table of all, in the returned :class:`Combine`.
+        """
+        self._check_combine()
+        texts = [t for t, _ in examples]
+        kept, self.combine = self.combine, Combine(0.0)  # every candidate scored
+        try:
+            preds = self.classify(texts, top_n=self.routed.k)
+        finally:
+            self.combine = kept
+        rows = [
+            {
+                "candidates": self.candidates(text),
+                "model": {s.label: s.logprob for s in p.scores},
+                "gold": [gold] if isinstance(gold, str) else sorted(gold),
+            }
+            for (text, gold), p in zip(examples, preds, strict=True)
+        ]
+        w, table = calibrate(rows, weights)
+        self.combine = Combine(
+            w, calibrated_on=tuple(texts), by_weight={k: (v[0], v[1]) for k, v in table.items()}
+        )
+        return self.combine
 
     def __repr__(self) -> str:
         return (
@@ -302,6 +378,22 @@ class Classifier:
         return self._backend.generate_free(self, list(texts), max_new_tokens)
 
 
+def _combine(
+    candidates: list[str], scores: list[LabelScore], weight: float
+) -> tuple[str | None, list[LabelScore]]:
+    """The combined ranking's top-1 and the model's scores in that order, each with its
+    retriever rank and combined score (:mod:`trierouter.classify_combine`)."""
+    model = {s.label: s for s in scores}
+    ranking = combined_ranking(candidates, {c: s.logprob for c, s in model.items()}, weight)
+    rank = {c: r for r, c in enumerate(candidates)}
+    ordered = [
+        LabelScore(c, s.logprob, s.tokens, rank[c], combined_score(s.logprob, rank[c], weight))
+        for c in ranking
+        if (s := model.get(c)) is not None
+    ]
+    return (ranking[0] if ranking else None), ordered
+
+
 # -- transformers ---------------------------------------------------------------------------------
 class _Transformers:
     def __init__(self, model: str | os.PathLike[str] | tuple[Any, Any]) -> None:
@@ -353,30 +445,37 @@ class _Transformers:
                 continue
             calls0 = self.calls
             greedy = None
+            n = len(cs) if clf.combine is not None else top_n  # combined: score every one
             tree = token_tree(cs, limit=clf.tree_limit) if clf.tree_limit else None
             if tree is not None:  # every label exactly, in one forward call
-                scores, greedy = self.score_tree(ctx, tree, top_n)
+                scores, greedy = self.score_tree(ctx, tree, n)
                 exact, expansions = True, len(tree)
             else:
                 scores, exact, expansions = self.search(
-                    ctx, cs, top_n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
+                    ctx, cs, n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
                 )
             mapped = []
             for s in scores:
                 label = clf._label_of(s.label)
                 if label is not None:
                     mapped.append(LabelScore(label, s.logprob, s.tokens))
+            model_label = mapped[0].label if mapped else None
+            label = model_label
+            if clf.combine is not None:
+                label, mapped = _combine(clf.candidates(text), mapped, clf.combine.weight)
             out.append(
                 Prediction(
                     text=text,
-                    label=mapped[0].label if mapped else None,
-                    scores=mapped,
+                    label=label,
+                    scores=mapped[:top_n],
                     exact=exact,
                     thought=thoughts[i],
                     candidates=len(cs),
                     expansions=expansions,
                     forward_calls=self.calls - calls0,
                     greedy=clf._label_of(greedy),
+                    ranking="model" if clf.combine is None else "combined",
+                    model_label=model_label,
                 )
             )
             if progress is not None:
@@ -681,6 +780,7 @@ class _Vllm:
                     exact=False,
                     thought=thought,
                     candidates=size,
+                    ranking="greedy",
                 )
             )
             if progress is not None:
