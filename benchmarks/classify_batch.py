@@ -1,0 +1,201 @@
+"""Does scoring several texts per forward call pay on the CPU? Batched vs unbatched token trees.
+
+    OMP_NUM_THREADS=2 nice -n 10 python benchmarks/classify_batch.py [--source lay] [--n 16]
+        [--batch 4 8] [--rounds 2] [--threads 2] [--dtype bfloat16]
+
+The texts, candidates and prompts are those of ``benchmarks/results/classify.json`` (Qwen2.5-
+Coder-0.5B-Instruct, the first ``--n`` texts of ``--source``, their k = 20 hybrid-shortlist
+candidates as stored there, so no retriever runs). Per text: the prompt (the candidates listed),
+the candidates' ChoiceSet, its token tree, then the exact scores of every candidate (top-5
+kept) and the greedy label. Unbatched: one forward call per text (prompt + tree, tree
+attention: ``trierouter.router.tree_scores.tree_logits``, what ``Classifier`` does by default).
+Batched: ``--batch`` texts per forward call (``tree_logits_batch``, what
+``Classifier(text_batch=...)`` does): each row its own prompt + tree, left-padded to the longest
+row. A control, ``packed_one``: ``tree_logits_batch`` with one text per call (is a difference
+the batching or the code path?). The modes run on the same texts in the same process, in
+alternating order for ``--rounds`` rounds; seconds per text is the median over rounds of their
+wall time over the texts (preparation, forward, scoring), the model loaded. The top-5 labels and
+scores of every mode are compared with one text per call (bfloat16: padding changes the shapes
+of the matrix products, so the scores move by bfloat16 rounding; float32 is exact to 1e-5,
+``tests/test_classify.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _classify_arms import load_pair
+from _icd_sources import icd_data
+
+from trierouter.classify import Classifier
+from trierouter.router.tree_scores import (
+    TokenTree,
+    token_tree,
+    tree_logits,
+    tree_logits_batch,
+    tree_scores,
+)
+
+RESULTS = ROOT / "benchmarks" / "results"
+MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+class StoredShortlist:
+    """The candidates classify.json stored per text, in their order, as a retriever."""
+
+    def __init__(self, values: list[str], rows: list[dict[str, Any]]) -> None:
+        self._values = values
+        ids = {v: i for i, v in enumerate(values)}
+        self._ids = {r["text"]: np.array([ids[c] for c in r["candidates"]]) for r in rows}
+
+    @property
+    def values(self) -> list[str]:
+        return self._values
+
+    def search_ids(self, queries: Any, k: int = 64) -> list[Any]:
+        return [self._ids[q][:k] for q in queries]
+
+    def search(self, query: str, k: int = 64) -> list[str]:
+        return [self._values[i] for i in self.search_ids([query], k)[0]]
+
+
+def prepare(clf: Classifier, text: str) -> tuple[list[int], TokenTree]:
+    ctx = clf._backend.encode(clf.render_prompt(text))
+    tree = token_tree(clf.routed.choices_for(text), limit=clf.tree_limit)
+    assert tree is not None
+    return ctx, tree
+
+
+def top5(tree: TokenTree, logits: Any) -> list[tuple[str, float]]:
+    best = tree_scores(tree, logits)
+    return [(v, lp) for v, (lp, _) in sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:5]]
+
+
+def run(
+    clf: Classifier, texts: list[str], batch: int, *, packed: bool = True
+) -> tuple[float, int, list[Any]]:
+    """Wall seconds, forward calls and the top-5 of every text, ``batch`` texts per call
+    (``packed=False``: the library's one-text ``tree_logits``)."""
+    model = clf._backend.model
+    t0 = time.perf_counter()
+    out, calls = [], 0
+    for s in range(0, len(texts), batch):
+        prepared = [prepare(clf, t) for t in texts[s : s + batch]]
+        if not packed:
+            [(ctx, tree)] = prepared
+            logits = [tree_logits(model, ctx, tree)]
+        else:
+            logits = tree_logits_batch(model, [c for c, _ in prepared], [t for _, t in prepared])
+        calls += 1
+        out += [top5(tree, lg) for (_, tree), lg in zip(prepared, logits, strict=True)]
+    return time.perf_counter() - t0, calls, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--source", default="lay")
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--batch", type=int, nargs="+", default=[4, 8], help="texts per call")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    ap.add_argument("--out", default=str(RESULTS / "classify_batch.json"))
+    args = ap.parse_args()
+    import torch
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    ref = json.loads((RESULTS / "classify.json").read_text())
+    rows = ref["sources"][args.source]["rows"][: args.n]
+    data = icd_data(2000)
+    clf = Classifier(
+        data.codes,
+        descriptions=data.descs,
+        model=load_pair(MODEL, args.dtype),
+        policy="shortlist",
+        retriever=StoredShortlist(data.codes, rows),
+        k=ref["k"],
+    )
+    texts = [r["text"] for r in rows]
+    load0 = [round(x, 2) for x in os.getloadavg()]
+    run(clf, texts[:1], 1, packed=False)  # warm-up (not timed)
+    plan = [("unbatched", 1, False), ("packed_one", 1, True)]
+    plan += [(f"batched_{b}", b, True) for b in args.batch]
+    modes: dict[str, dict[str, Any]] = {name: {"seconds": []} for name, _, _ in plan}
+    tops: dict[str, Any] = {}
+    for r in range(args.rounds):
+        for name, b, packed in plan[:: 1 if r % 2 == 0 else -1]:
+            secs, calls, tops[name] = run(clf, texts, b, packed=packed)
+            modes[name]["seconds"].append(round(secs, 2))
+            modes[name]["forward_calls"] = calls
+            print(f"round {r} {name}: {secs / len(texts):.2f} s/text, {calls} calls", flush=True)
+    for name, m in modes.items():
+        if name != "unbatched":  # against one text per call: the same top-5?
+            pairs = list(zip(tops["unbatched"], tops[name], strict=True))
+            m["top5_labels_identical"] = sum(
+                [v for v, _ in u] == [v for v, _ in b] for u, b in pairs
+            )
+            m["top5_max_abs_score_difference"] = round(
+                max(abs(x[1] - y[1]) for u, b in pairs for x, y in zip(u, b, strict=True)), 6
+            )
+    for m in modes.values():
+        m["seconds_per_text"] = round(statistics.median(m["seconds"]) / len(texts), 3)
+        m["forward_calls_per_text"] = round(m["forward_calls"] / len(texts), 3)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    res = {
+        "what": "exact scores of all k candidates (top-5 kept), unbatched vs batched token trees",
+        "model": MODEL,
+        "dtype": args.dtype,
+        "source": args.source,
+        "n_texts": len(texts),
+        "k": ref["k"],
+        "batch": args.batch,
+        "rounds": args.rounds,
+        "modes": modes,
+        "speedup": {
+            name: round(modes["unbatched"]["seconds_per_text"] / m["seconds_per_text"], 3)
+            for name, m in modes.items()
+            if name != "unbatched"
+        },
+        "prompt_tokens_per_text": round(statistics.mean(r["prompt_tokens"] for r in rows), 1),
+        "tree_nodes_per_text": round(statistics.mean(r["tree_nodes"] for r in rows), 1),
+        "machine": {
+            "commit": commit,
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(),
+            "shared_host": f"2 cores shared with other agents' jobs; nice -n {os.nice(0)}",
+            "loadavg_before": load0,
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        },
+    }
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
