@@ -1,7 +1,7 @@
 """Does scoring several texts per forward call pay on the CPU? Batched vs unbatched token trees.
 
     OMP_NUM_THREADS=2 nice -n 10 python benchmarks/classify_batch.py [--source lay] [--n 16]
-        [--batch 4 8] [--rounds 2] [--threads 2] [--dtype bfloat16]
+        [--batch 4 8] [--rounds 3] [--threads 2] [--dtype bfloat16]
 
 The texts, candidates and prompts are those of ``benchmarks/results/classify.json`` (Qwen2.5-
 Coder-0.5B-Instruct, the first ``--n`` texts of ``--source``, their k = 20 hybrid-shortlist
@@ -12,9 +12,11 @@ attention: ``trierouter.router.tree_scores.tree_logits``, what ``Classifier`` do
 Batched: ``--batch`` texts per forward call (``tree_logits_batch``, what
 ``Classifier(text_batch=...)`` does): each row its own prompt + tree, left-padded to the longest
 row. A control, ``packed_one``: ``tree_logits_batch`` with one text per call (is a difference
-the batching or the code path?). The modes run on the same texts in the same process, in
-alternating order for ``--rounds`` rounds; seconds per text is the median over rounds of their
-wall time over the texts (preparation, forward, scoring), the model loaded. The top-5 labels and
+the batching or the code path?). The modes run on the same texts in the same process: per chunk of
+``max(--batch)`` texts, every mode back to back in alternating order (the host is shared, and
+its load moves by a factor of 3 within minutes), for ``--rounds`` rounds; seconds per text is
+the median over rounds of each mode's wall time over all texts (preparation, forward,
+scoring), the model loaded. The top-5 labels and
 scores of every mode are compared with one text per call (bfloat16: padding changes the shapes
 of the matrix products, so the scores move by bfloat16 rounding; float32 is exact to 1e-5,
 ``tests/test_classify.py``).
@@ -115,7 +117,7 @@ def main() -> None:
     ap.add_argument("--source", default="lay")
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--batch", type=int, nargs="+", default=[4, 8], help="texts per call")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     ap.add_argument("--out", default=str(RESULTS / "classify_batch.json"))
@@ -140,14 +142,29 @@ def main() -> None:
     run(clf, texts[:1], 1, packed=False)  # warm-up (not timed)
     plan = [("unbatched", 1, False), ("packed_one", 1, True)]
     plan += [(f"batched_{b}", b, True) for b in args.batch]
-    modes: dict[str, dict[str, Any]] = {name: {"seconds": []} for name, _, _ in plan}
-    tops: dict[str, Any] = {}
+    modes: dict[str, dict[str, Any]] = {
+        name: {"seconds": [0.0] * args.rounds, "forward_calls": 0} for name, _, _ in plan
+    }
+    tops: dict[str, list[Any]] = {name: [] for name, _, _ in plan}
+    chunk = max(args.batch)
     for r in range(args.rounds):
-        for name, b, packed in plan[:: 1 if r % 2 == 0 else -1]:
-            secs, calls, tops[name] = run(clf, texts, b, packed=packed)
-            modes[name]["seconds"].append(round(secs, 2))
-            modes[name]["forward_calls"] = calls
-            print(f"round {r} {name}: {secs / len(texts):.2f} s/text, {calls} calls", flush=True)
+        for c, s in enumerate(range(0, len(texts), chunk)):
+            # every mode on the same chunk back to back, in alternating order: the other
+            # jobs' load moves all modes alike
+            for name, b, packed in plan[:: 1 if (r + c) % 2 == 0 else -1]:
+                secs, calls, top = run(clf, texts[s : s + chunk], b, packed=packed)
+                modes[name]["seconds"][r] += secs
+                if r == 0:
+                    modes[name]["forward_calls"] += calls
+                    tops[name] += top
+        print(
+            f"round {r}: "
+            + ", ".join(f"{k} {m['seconds'][r] / len(texts):.2f}" for k, m in modes.items())
+            + " s/text",
+            flush=True,
+        )
+    for m in modes.values():
+        m["seconds"] = [round(x, 2) for x in m["seconds"]]
     for name, m in modes.items():
         if name != "unbatched":  # against one text per call: the same top-5?
             pairs = list(zip(tops["unbatched"], tops[name], strict=True))
