@@ -8,9 +8,9 @@ Coder-0.5B-Instruct, the first ``--n`` texts of ``--source``, their k = 20 hybri
 candidates as stored there, so no retriever runs). Per text: the prompt (the candidates listed),
 the candidates' ChoiceSet, its token tree, then the exact scores of every candidate (top-5
 kept) and the greedy label. Unbatched: one forward call per text (prompt + tree, tree
-attention: ``trierouter.router.tree_scores.tree_logits``, what ``Classifier`` does by default).
-Batched: ``--batch`` texts per forward call (``tree_logits_batch``, what
-``Classifier(text_batch=...)`` does): each row its own prompt + tree, left-padded to the longest
+attention: ``trierouter.router.tree_scores.tree_logits``, what ``Classifier`` does).
+Batched: ``--batch`` texts per forward call (:func:`tree_logits_batch` below, kept out of the
+library: it does not pay on 2 cores): each row its own prompt + tree, left-padded to the longest
 row. A control, ``packed_one``: ``tree_logits_batch`` with one text per call (is a difference
 the batching or the code path?). The modes run on the same texts in the same process: per chunk of
 ``max(--batch)`` texts, every mode back to back in alternating order (the host is shared, and
@@ -52,8 +52,8 @@ from trierouter.classify import Classifier
 from trierouter.router.tree_scores import (
     TokenTree,
     token_tree,
+    tree_attention,
     tree_logits,
-    tree_logits_batch,
     tree_scores,
 )
 
@@ -78,6 +78,39 @@ class StoredShortlist:
 
     def search(self, query: str, k: int = 64) -> list[str]:
         return [self._values[i] for i in self.search_ids([query], k)[0]]
+
+
+def tree_logits_batch(model: Any, contexts: list[list[int]], trees: list[TokenTree]) -> list[Any]:
+    """``tree_logits`` of several texts in one forward call: one row per text (its context and
+    its tree, ``tree_attention``'s pattern), left-padded to the longest (a pad token sees only
+    itself and is never read), the output head on the last ``max tree size`` positions."""
+    import torch
+
+    lens = [len(c) + len(t) - 1 for c, t in zip(contexts, trees, strict=True)]
+    b, width, keep = len(contexts), max(lens), max(len(t) for t in trees)
+    ids = torch.zeros((b, width), dtype=torch.long)
+    pos = torch.zeros((b, width), dtype=torch.long)
+    allowed = torch.zeros((b, width, width), dtype=torch.bool)
+    for r, (ctx, tree) in enumerate(zip(contexts, trees, strict=True)):
+        n, pad = len(ctx), width - lens[r]
+        ids[r, pad:] = torch.tensor(ctx + tree.tokens[1:])
+        pos[r, pad:] = torch.tensor(list(range(n)) + [n - 1 + d for d in tree.depth[1:]])
+        allowed[r, pad:, pad:] = tree_attention(tree, n)
+        idx = torch.arange(pad)
+        allowed[r, idx, idx] = True
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    with torch.inference_mode():
+        out = model(
+            input_ids=ids,
+            position_ids=pos,
+            attention_mask=mask[:, None],
+            use_cache=False,
+            logits_to_keep=keep,
+        )
+    logits = out.logits.float()
+    return [logits[r, keep - len(t) :] for r, t in enumerate(trees)]
 
 
 def prepare(clf: Classifier, text: str) -> tuple[list[int], TokenTree]:
@@ -147,6 +180,7 @@ def main() -> None:
     }
     tops: dict[str, list[Any]] = {name: [] for name, _, _ in plan}
     chunk = max(args.batch)
+    loads: list[float] = []  # the 1-minute load average at the end of each round
     for r in range(args.rounds):
         for c, s in enumerate(range(0, len(texts), chunk)):
             # every mode on the same chunk back to back, in alternating order: the other
@@ -157,8 +191,9 @@ def main() -> None:
                 if r == 0:
                     modes[name]["forward_calls"] += calls
                     tops[name] += top
+        loads.append(round(os.getloadavg()[0], 2))
         print(
-            f"round {r}: "
+            f"round {r} (load {loads[-1]}): "
             + ", ".join(f"{k} {m['seconds'][r] / len(texts):.2f}" for k, m in modes.items())
             + " s/text",
             flush=True,
@@ -190,6 +225,7 @@ def main() -> None:
         "batch": args.batch,
         "rounds": args.rounds,
         "modes": modes,
+        "loadavg_1min_after_each_round": loads,
         "speedup": {
             name: round(modes["unbatched"]["seconds_per_text"] / m["seconds_per_text"], 3)
             for name, m in modes.items()

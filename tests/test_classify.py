@@ -213,46 +213,6 @@ def test_icd10cm_hierarchy_and_shortlist(tiny: tuple[Any, Any]) -> None:
     assert p.note is not None and "no value for the query" in p.note
 
 
-def test_texts_batched_in_one_call_score_as_one_text_per_call(tiny: tuple[Any, Any]) -> None:
-    """Several texts' prompts and token trees in one forward call (rows of different lengths,
-    padded): every candidate's score, the order and the greedy label as with one text a call."""
-    model, tok = tiny
-    codes = icd10cm_codes()[:5000]
-    descs = [icd10cm_description(c) for c in codes]
-    texts = [
-        "cholera due to vibrio cholerae",
-        "typhoid fever",
-        "salmonella enteritis with a much longer description of the case to pad the others",
-        "amoebic dysentery",
-        "tuberculosis of the lung",
-    ]
-
-    def run(text_batch: int) -> tuple[list[Any], int]:
-        clf = Classifier(
-            codes, descriptions=descs, model=(model, tok), policy="shortlist", k=12,
-            text_batch=text_batch,
-        )  # fmt: skip
-        calls = clf._backend.calls
-        preds = clf.classify(texts, top_n=12)
-        return preds, clf._backend.calls - calls
-
-    one, calls_one = run(1)
-    batched, calls_batched = run(3)
-    assert (calls_one, calls_batched) == (5, 2)  # 3 texts, then 2, in one call each
-    assert [p.texts_per_call for p in batched] == [3, 3, 3, 2, 2]
-    assert len({tuple(p.scores[0].tokens) for p in one}) > 1  # not one tree for all
-    for a, b in zip(one, batched, strict=True):
-        assert a.candidates == b.candidates == 12 and len(a.scores) == len(b.scores) == 12
-        assert {s.label for s in a.scores} == {s.label for s in b.scores}
-        got = {s.label: s for s in b.scores}
-        for s in a.scores:
-            assert abs(s.logprob - got[s.label].logprob) < 1e-5
-            assert s.tokens == got[s.label].tokens
-        assert (a.label, a.greedy) == (b.label, b.greedy)
-    with pytest.raises(ValueError, match="text_batch"):
-        Classifier(["a"], model=(model, tok), text_batch=0)
-
-
 def test_think_then_answer(tiny: tuple[Any, Any]) -> None:
     model, tok = tiny
     labels = icd10cm_codes(40)

@@ -87,7 +87,6 @@ from trierouter.router.tree_scores import (
     greedy_label,
     token_tree,
     tree_logits,
-    tree_logits_batch,
     tree_scores,
 )
 from trierouter.shortlist import Retriever
@@ -160,9 +159,6 @@ class Prediction:
     the candidates were scored as one token tree; see ``tree_limit``)."""
     note: str | None = None
     """Why ``label`` is ``None`` when nothing could be chosen (e.g. the shortlist was empty)."""
-    texts_per_call: int = 1
-    """Texts scored in the same forward call as this one (``text_batch``; ``forward_calls``
-    counts that shared call once for each of them)."""
     ranking: Literal["model", "combined", "greedy"] = "model"
     """What chose ``label``: ``"model"`` the exact scores, ``"combined"`` the exact scores with
     the retriever's rank (``combine=``), ``"greedy"`` greedy decoding (the vLLM engine)."""
@@ -206,9 +202,6 @@ class Classifier:
     ``label=None`` and the reason in :attr:`Prediction.note`. ``combine``: rank by the model's
     exact scores and the retriever's rank together, with this weight (or a :class:`Combine`);
     see :meth:`calibrate_combine` to choose it (shortlist policy, transformers engine).
-    ``text_batch``: texts scored per forward call when each is one token tree (their rows
-    padded to the longest; on 2 CPU cores 4 texts per call took about half the time per text
-    of one, ``benchmarks/classify_batch.py``).
     """
 
     def __init__(
@@ -232,7 +225,6 @@ class Classifier:
         tree_limit: int = 512,
         vllm_kwargs: dict[str, Any] | None = None,
         combine: float | Combine | None = None,
-        text_batch: int = 1,
     ) -> None:
         if engine not in ("transformers", "vllm"):
             raise ValueError(f"engine={engine!r}; expected 'transformers' or 'vllm'")
@@ -241,9 +233,8 @@ class Classifier:
         for name, v in (("top_n", top_n), ("max_expansions", max_expansions)):
             if v < 1:
                 raise ValueError(f"{name}={v}: expected >= 1")
-        for name, v in (("batch_size", batch_size), ("text_batch", text_batch)):
-            if v < 1:
-                raise ValueError(f"{name}={v}: expected >= 1")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: expected >= 1")
         self.labels, self.descriptions = _load_labels_descriptions(labels, descriptions)
         if not self.labels:
             raise ValueError("labels is empty; a classifier needs at least one label")
@@ -256,7 +247,6 @@ class Classifier:
         self.max_expansions = max_expansions
         self.batch_size = batch_size
         self.tree_limit = tree_limit
-        self.text_batch = text_batch
         self._backend: _Transformers | _Vllm
         if engine == "transformers":
             self._backend = _Transformers(model)
@@ -446,100 +436,62 @@ class _Transformers:
         thoughts: list[str | None] = [None] * len(texts)
         if think:
             contexts, thoughts = self._think(clf, contexts)
-        out: dict[int, Prediction] = {}
-        trees: list[tuple[int, ChoiceSet, TokenTree]] = []
-
-        def done(i: int, p: Prediction) -> None:
-            out[i] = p
-            if progress is not None:
-                progress(len(out))
-
-        def flush() -> None:  # the texts waiting with a tree: one forward call for all
-            calls0 = self.calls
-            ranked = self.score_trees([contexts[i] for i, _, _ in trees], [t for *_, t in trees])
-            for (i, cs, tree), (scores, greedy) in zip(trees, ranked, strict=True):
-                p = self._prediction(clf, texts[i], cs, scores, top_n, greedy=greedy)
-                p.expansions, p.forward_calls, p.texts_per_call = len(tree), 1, len(trees)
-                done(i, p)
-            assert self.calls == calls0 + 1
-            trees.clear()
-
+        out = []
         for i, (text, ctx) in enumerate(zip(texts, contexts, strict=True)):
             try:
                 cs = clf.routed.choices_for(text)
             except NoCandidatesError as exc:
-                done(i, Prediction(text=text, label=None, note=str(exc)))
-                continue
-            tree = token_tree(cs, limit=clf.tree_limit) if clf.tree_limit else None
-            if tree is not None:  # every label exactly, in one forward call
-                trees.append((i, cs, tree))
-                if len(trees) >= clf.text_batch:
-                    flush()
+                out.append(Prediction(text=text, label=None, thought=thoughts[i], note=str(exc)))
                 continue
             calls0 = self.calls
+            greedy = None
             n = len(cs) if clf.combine is not None else top_n  # combined: score every one
-            scores, exact, expansions = self.search(
-                ctx, cs, n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
-            )
-            p = self._prediction(clf, text, cs, scores, top_n, exact=exact)
-            p.expansions, p.forward_calls = expansions, self.calls - calls0
-            done(i, p)
-        if trees:
-            flush()
-        for i, p in out.items():
-            p.thought = thoughts[i]
-        return [out[i] for i in range(len(texts))]
-
-    @staticmethod
-    def _prediction(
-        clf: Classifier,
-        text: str,
-        cs: ChoiceSet,
-        scores: list[LabelScore],
-        top_n: int,
-        *,
-        exact: bool = True,
-        greedy: str | None = None,
-    ) -> Prediction:
-        """The prediction from the set's scores (labels as spelled in ``cs``, best first)."""
-        mapped = []
-        for s in scores:
-            label = clf._label_of(s.label)
-            if label is not None:
-                mapped.append(LabelScore(label, s.logprob, s.tokens))
-        model_label = mapped[0].label if mapped else None
-        label = model_label
-        if clf.combine is not None:
-            label, mapped = _combine(clf.candidates(text), mapped, clf.combine.weight)
-        return Prediction(
-            text=text,
-            label=label,
-            scores=mapped[:top_n],
-            exact=exact,
-            candidates=len(cs),
-            greedy=clf._label_of(greedy),
-            ranking="model" if clf.combine is None else "combined",
-            model_label=model_label,
-        )
-
-    def score_trees(
-        self, contexts: list[list[int]], trees: list[TokenTree]
-    ) -> list[tuple[list[LabelScore], str | None]]:
-        """Every label of each tree's set, best first, and the greedy label, from one forward
-        call for all (:mod:`trierouter.router.tree_scores`); labels as spelled in the set."""
-        self.calls += 1
-        if len(trees) == 1:
-            logits = [tree_logits(self.model, contexts[0], trees[0])]
-        else:
-            logits = tree_logits_batch(self.model, contexts, trees)
-        out = []
-        for tree, lg in zip(trees, logits, strict=True):
-            best = tree_scores(tree, lg)
-            ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))
+            tree = token_tree(cs, limit=clf.tree_limit) if clf.tree_limit else None
+            if tree is not None:  # every label exactly, in one forward call
+                scores, greedy = self.score_tree(ctx, tree, n)
+                exact, expansions = True, len(tree)
+            else:
+                scores, exact, expansions = self.search(
+                    ctx, cs, n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
+                )
+            mapped = []
+            for s in scores:
+                label = clf._label_of(s.label)
+                if label is not None:
+                    mapped.append(LabelScore(label, s.logprob, s.tokens))
+            model_label = mapped[0].label if mapped else None
+            label = model_label
+            if clf.combine is not None:
+                label, mapped = _combine(clf.candidates(text), mapped, clf.combine.weight)
             out.append(
-                ([LabelScore(v, lp, path) for v, (lp, path) in ranked], greedy_label(tree, lg))
+                Prediction(
+                    text=text,
+                    label=label,
+                    scores=mapped[:top_n],
+                    exact=exact,
+                    thought=thoughts[i],
+                    candidates=len(cs),
+                    expansions=expansions,
+                    forward_calls=self.calls - calls0,
+                    greedy=clf._label_of(greedy),
+                    ranking="model" if clf.combine is None else "combined",
+                    model_label=model_label,
+                )
             )
+            if progress is not None:
+                progress(i + 1)
         return out
+
+    def score_tree(
+        self, context: list[int], tree: TokenTree, top_n: int
+    ) -> tuple[list[LabelScore], str | None]:
+        """The exact top ``top_n`` labels of ``tree``'s set and the greedy label, from one
+        forward call (:mod:`trierouter.router.tree_scores`); labels as spelled in the set."""
+        self.calls += 1
+        logits = tree_logits(self.model, context, tree)
+        best = tree_scores(tree, logits)
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top_n]
+        return [LabelScore(v, lp, path) for v, (lp, path) in ranked], greedy_label(tree, logits)
 
     def _think(
         self, clf: Classifier, contexts: list[list[int]]

@@ -32,8 +32,8 @@ __all__ = [
     "TokenTree",
     "greedy_label",
     "token_tree",
+    "tree_attention",
     "tree_logits",
-    "tree_logits_batch",
     "tree_scores",
 ]
 
@@ -117,7 +117,7 @@ def tree_logits(
         raise ValueError("the context must have at least one token beyond the prefix")
     n_ctx, n_rest = len(context), len(rest)
     q = n_rest + len(tree) - 1
-    allowed = _allowed(tree, n_ctx, start)
+    allowed = tree_attention(tree, n_ctx, start)
     dtype = next(model.parameters()).dtype
     mask = torch.zeros(allowed.shape, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
@@ -136,9 +136,10 @@ def tree_logits(
     return out.logits[0].float()
 
 
-def _allowed(tree: TokenTree, n_ctx: int, start: int) -> Any:
-    """Which key each query may see: the context's last ``n_ctx - start`` tokens causally (the
-    first ``start`` are a cached prefix everyone sees), then each tree token its ancestors."""
+def tree_attention(tree: TokenTree, n_ctx: int, start: int = 0) -> Any:
+    """The boolean attention pattern of :func:`tree_logits`, ``(queries, keys)``: the context's
+    last ``n_ctx - start`` tokens causally (the first ``start`` are a cached prefix everyone
+    sees), then each tree token the whole context, its ancestors and itself."""
     import torch
 
     n_rest, n_tree = n_ctx - start, len(tree) - 1
@@ -153,43 +154,6 @@ def _allowed(tree: TokenTree, n_ctx: int, start: int) -> Any:
             allowed[row, n_ctx + j - 1] = True
             j = tree.parent[j]
     return allowed
-
-
-def tree_logits_batch(model: Any, contexts: list[list[int]], trees: list[TokenTree]) -> list[Any]:
-    """:func:`tree_logits` of several texts (each its context and its tree) in one forward
-    call: one row per text, left-padded to the longest (a pad token sees only itself and is
-    never read), the output head applied to the last ``max tree size`` positions only."""
-    import torch
-
-    if len(contexts) != len(trees) or not contexts:
-        raise ValueError("expected as many contexts as trees, at least one")
-    if not all(contexts):
-        raise ValueError("every context must have at least one token")
-    lens = [len(c) + len(t) - 1 for c, t in zip(contexts, trees, strict=True)]
-    b, width, keep = len(contexts), max(lens), max(len(t) for t in trees)
-    ids = torch.zeros((b, width), dtype=torch.long)
-    pos = torch.zeros((b, width), dtype=torch.long)
-    allowed = torch.zeros((b, width, width), dtype=torch.bool)
-    for r, (ctx, tree) in enumerate(zip(contexts, trees, strict=True)):
-        n, pad = len(ctx), width - lens[r]
-        ids[r, pad:] = torch.tensor(ctx + tree.tokens[1:])
-        pos[r, pad:] = torch.tensor(list(range(n)) + [n - 1 + d for d in tree.depth[1:]])
-        allowed[r, pad:, pad:] = _allowed(tree, n, 0)
-        idx = torch.arange(pad)
-        allowed[r, idx, idx] = True
-    dtype = next(model.parameters()).dtype
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    with torch.inference_mode():
-        out = model(
-            input_ids=ids,
-            position_ids=pos,
-            attention_mask=mask[:, None],
-            use_cache=False,
-            logits_to_keep=keep,
-        )
-    logits = out.logits.float()
-    return [logits[r, keep - len(t) :] for r, t in enumerate(trees)]
 
 
 def _log_softmax_allowed(tree: TokenTree, logits: Any) -> list[tuple[list[int], list[float]]]:
