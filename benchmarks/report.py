@@ -779,6 +779,14 @@ RERUN = [
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
+    ("classify_batch.json", "python benchmarks/classify_batch.py", "about 5 min, shared host"),
+    ("classify_vllm.json", "python benchmarks/classify_vllm.py", "3 min, shared host"),
+    (
+        "classify_vllm_omp2.json",
+        "python benchmarks/classify_vllm.py --omp 2 "
+        "--out benchmarks/results/classify_vllm_omp2.json",
+        "2 min, shared host",
+    ),
     ("soak.json", "python benchmarks/soak_vllm.py --requests 15000", "7 min + start (its JSON)"),
     (
         "fuzz.json",
@@ -850,10 +858,12 @@ def render() -> str:
         ]
         parts += [*tool_automata(d), ""]
     if (d := _load("classify.json")) is not None and d.get("targets"):
-        from report_blocks import classify_accuracy
+        from report_blocks import classify_accuracy, classify_speed
 
         parts += ["## Classification with a real model (ICD-10-CM)", ""]
         parts += [*classify_accuracy(_load), "", f"![classify]({PNG}/classify.png)", ""]
+        if speed := classify_speed(_load):
+            parts += [*speed, ""]
     parts += bfcl_serve(_load, source)
     parts += tool_calls(_load, source)
     parts += bfcl(_load, source)

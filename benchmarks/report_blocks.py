@@ -307,6 +307,75 @@ def classify_accuracy(load: Load) -> list[str]:
     return out
 
 
+def classify_speed(load: Load) -> list[str]:
+    """README and docs/benchmarks.md: batched vs unbatched token trees (classify_batch.json)
+    and texts per second through vLLM on the CPU (classify_vllm.json)."""
+    out = []
+    if (b := load("classify_batch.json")) is not None:
+        modes, m, n = b["modes"], b["machine"], b["n_texts"]
+        names = {"unbatched": "one text per call", "packed_one": "batched code, one text"}
+        names |= {f"batched_{x}": f"{x} texts per call" for x in b["batch"]}
+        loads = b.get("loadavg_1min_after_each_round") or [float("nan")] * b["rounds"]
+        out += [
+            "| round | load average after | " + " | ".join(names.values()) + " |",
+            "|---" * (len(names) + 2) + "|",
+        ]
+        for r, ld in enumerate(loads):
+            cells = " | ".join(f"{modes[k]['seconds'][r] / n:.2f}" for k in names)
+            out.append(f"| {r + 1} | {ld:.1f} | {cells} |")
+        out.append(
+            "| median |  | "
+            + " | ".join(f"{modes[k]['seconds_per_text']:.2f}" for k in names)
+            + " |"
+        )
+        one = ("unbatched", "packed_one")
+        fastest = [min(names, key=lambda k: modes[k]["seconds"][r]) for r in range(len(loads))]
+        wins = sum(f in one for f in fastest)
+        same = ", ".join(
+            f"{names[k]} {modes[k]['top5_labels_identical']}/{n}" for k in names if k != "unbatched"
+        )
+        out += [
+            "",
+            f"Seconds per text (transformers, {b['dtype']}, {m['torch_threads']} threads, the "
+            f"exact scores of all k = {b['k']} candidates, top-5 kept; the first {n} texts of "
+            f"the {SOURCE_NAMES.get(b['source'], b['source'])} sample above, every mode on the "
+            f"same {max(b['batch'])} texts back to back in alternating order; retrieval "
+            f"excluded). One text per call (either code) was the fastest in {wins} of "
+            f"{len(loads)} rounds, so the library keeps one text per call and the packing stays "
+            "in the benchmark; the spread between rounds is the other jobs' load. Top-5 "
+            "labels as with one text "
+            f"per call: {same} (bfloat16 rounding moves scores with the padded shapes; in "
+            f"float32 they are equal to 1e-5, tests). Run {m['date']} at commit {m['commit']} "
+            "(`benchmarks/results/classify_batch.json`).",
+        ]
+    if (v := load("classify_vllm.json")) is not None:
+        m = v["machine"]
+        out += [""] if out else []
+        out += [
+            f"vLLM on the CPU ({v['engine']}, OMP_NUM_THREADS={m['omp_num_threads']}): the "
+            f"greedy constrained label of the same {v['n_texts']} texts "
+            f"({SOURCE_NAMES.get(v['source'], v['source'])}), k = {v['k']} candidates of "
+            f"the {v['retriever']} shortlist per request, all requests in one batched call: "
+            f"{v['texts_per_second']:.2f} texts per second ({v['seconds_per_text']:.2f} s per "
+            f"text, retrieval included); accuracy {v['accuracy']:.2f} (transformers greedy "
+            f"{v['transformers_greedy_accuracy']:.2f}), the same label as transformers' greedy "
+            f"on {100 * v['agree_transformers_greedy']:.0f}% of the texts (run {m['date']} at "
+            f"commit {m['commit']}, load average {m['loadavg_before'][0]:.1f} to "
+            f"{m['loadavg_after'][0]:.1f}; `benchmarks/results/classify_vllm.json`).",
+        ]
+        if (w := load("classify_vllm_omp2.json")) is not None:
+            m2 = w["machine"]
+            out[-1] += (
+                f" With OMP_NUM_THREADS={m2['omp_num_threads']} (both cores, as the "
+                f"transformers arm's threads), right after: {w['texts_per_second']:.2f} texts "
+                f"per second ({w['seconds_per_text']:.2f} s per text), accuracy "
+                f"{w['accuracy']:.2f}, the same label as transformers' greedy on "
+                f"{100 * w['agree_transformers_greedy']:.0f}% (load average "
+                f"{m2['loadavg_before'][0]:.1f}; `benchmarks/results/classify_vllm_omp2.json`)."
+            )
+    return out
+
+
 def _run_note(run: dict[str, Any]) -> str:
     if not run:
         return ""
@@ -363,6 +432,7 @@ def schema_coverage(load: Load) -> list[str]:
 
 BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "classify-accuracy": classify_accuracy,
+    "classify-speed": classify_speed,
     "headline": headline,
     "refusals": refusals,
     "schema-coverage": schema_coverage,
