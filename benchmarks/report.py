@@ -779,6 +779,7 @@ RERUN = [
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
+    ("classify_speed.json", "python benchmarks/classify_speed.py", "about 3 min, shared host"),
     ("classify_batch.json", "python benchmarks/classify_batch.py", "about 5 min, shared host"),
     ("classify_vllm.json", "python benchmarks/classify_vllm.py", "3 min, shared host"),
     (

@@ -311,6 +311,33 @@ def classify_speed(load: Load) -> list[str]:
     """README and docs/benchmarks.md: batched vs unbatched token trees (classify_batch.json)
     and texts per second through vLLM on the CPU (classify_vllm.json)."""
     out = []
+    if (sp := load("classify_speed.json")) is not None:
+        m, src = sp["machine"], sp["sources"]
+        per = ", ".join(
+            f"{SOURCE_NAMES.get(k, k)} {x['seconds_per_text']:.2f} (median "
+            f"{x['seconds_per_text_median']:.2f}, load average {x['loadavg_before'][0]:.1f})"
+            for k, x in src.items()
+        )
+        calls = max(x["forward_calls_per_text"] for x in src.values())
+        same = sum(x["exact_top1_as_classify_json"] for x in src.values())
+        total = sum(x["n"] for x in src.values())
+        out += [
+            f"The whole classifier per text (the {sp['retriever']} shortlist's query, the "
+            f"prompt with k = {sp['k']} candidates, {calls:g} forward call, the exact scores "
+            f"of every candidate, top-{sp['top_n']} kept; {sp['engine'].split(',')[0]}, "
+            f"{m['torch_threads']} threads, the samples above): {sp['seconds_per_text']:.2f} s "
+            f"per text on the mean over sources ({per}); the exact top-1 is classify.json's on "
+            f"{same} of {total} texts (run {m['date']} at commit {m['commit']}; "
+            "`benchmarks/results/classify_speed.json`).",
+            "",
+        ]
+        if (c := load("classify.json")) is not None and c.get("targets"):
+            cm = c["machine"]
+            out[-2] += (
+                f" The {c['targets']['seconds_per_text']:.1f} s above is the same computation "
+                f"on the same host at load average {cm['loadavg_before'][0]:.1f} to "
+                f"{cm['loadavg_after'][0]:.1f}."
+            )
     if (b := load("classify_batch.json")) is not None:
         modes, m, n = b["modes"], b["machine"], b["n_texts"]
         names = {"unbatched": "one text per call", "packed_one": "batched code, one text"}
