@@ -308,9 +308,20 @@ def classify_accuracy(load: Load) -> list[str]:
 
 
 def classify_speed(load: Load) -> list[str]:
-    """README and docs/benchmarks.md: batched vs unbatched token trees (classify_batch.json)
-    and texts per second through vLLM on the CPU (classify_vllm.json)."""
-    out = []
+    """docs/benchmarks.md: the classifier's seconds per text (classify_speed.json), batched vs
+    unbatched token trees (classify_batch.json) and texts per second through vLLM on the CPU
+    (classify_vllm.json)."""
+    return _speed_whole(load) + _speed_batch(load) + _speed_vllm(load)
+
+
+def classify_speed_short(load: Load) -> list[str]:
+    """README: the classifier's seconds per text and texts per second through vLLM (the
+    batching table stays in docs/benchmarks.md)."""
+    return _speed_whole(load) + _speed_vllm(load)
+
+
+def _speed_whole(load: Load) -> list[str]:
+    out: list[str] = []
     if (sp := load("classify_speed.json")) is not None:
         m, src = sp["machine"], sp["sources"]
         per = ", ".join(
@@ -338,6 +349,11 @@ def classify_speed(load: Load) -> list[str]:
                 f"on the same host at load average {cm['loadavg_before'][0]:.1f} to "
                 f"{cm['loadavg_after'][0]:.1f}."
             )
+    return out
+
+
+def _speed_batch(load: Load) -> list[str]:
+    out: list[str] = []
     if (b := load("classify_batch.json")) is not None:
         modes, m, n = b["modes"], b["machine"], b["n_texts"]
         names = {"unbatched": "one text per call", "packed_one": "batched code, one text"}
@@ -374,10 +390,15 @@ def classify_speed(load: Load) -> list[str]:
             f"per call: {same} (bfloat16 rounding moves scores with the padded shapes; in "
             f"float32 they are equal to 1e-5, tests). Run {m['date']} at commit {m['commit']} "
             "(`benchmarks/results/classify_batch.json`).",
+            "",
         ]
+    return out
+
+
+def _speed_vllm(load: Load) -> list[str]:
+    out: list[str] = []
     if (v := load("classify_vllm.json")) is not None:
         m = v["machine"]
-        out += [""] if out else []
         out += [
             f"vLLM on the CPU ({v['engine']}, OMP_NUM_THREADS={m['omp_num_threads']}): the "
             f"greedy constrained label of the same {v['n_texts']} texts "
@@ -460,6 +481,7 @@ def schema_coverage(load: Load) -> list[str]:
 BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "classify-accuracy": classify_accuracy,
     "classify-speed": classify_speed,
+    "classify-speed-short": classify_speed_short,
     "headline": headline,
     "refusals": refusals,
     "schema-coverage": schema_coverage,
