@@ -83,6 +83,12 @@ def _itl_between() -> list[str]:
     return [f"{round(s['added_p99_ms'])}", str(round(itl["n_tokens"] - itl["cumulative"]["1.0"]))]
 
 
+def _itl_227cd72() -> list[str]:
+    s = _json("archive/serve_itl_227cd72.json")["servers"]
+    done = s["trierouter"]["arrivals"]["arrivals_completed"]
+    return [str(done), f"{s['trierouter']['added_p99_ms']:.0f}", f"{s['vllm']['added_p99_ms']:.0f}"]
+
+
 Row = tuple[str, str, Callable[[], list[str]]]
 """(page, pattern with one group per figure, the figures as the source gives them)."""
 
@@ -94,6 +100,12 @@ MEASURED: dict[str, Row] = {
         r"gap [\d.]+-[\d.]+ s\), and the engine's own p99 is ([\d.]+) ms quiet and ([\d.]+) ms\s+"
         r"with arrivals",
         _itl,
+    ),
+    "serving: the serve_itl run before the last, same sizing code": (
+        "docs/serving.md",
+        r"\(227cd72, `benchmarks/results/archive/serve_itl_227cd72.json`, at load 3-8\) "
+        r"completed\s+(\d+) sets\s+and added (-?\d+) ms; vLLM added \+(\d+) ms there",
+        _itl_227cd72,
     ),
     "serving: inter-token latency with the closer's sizing still in the step": (
         "docs/serving.md",
