@@ -228,13 +228,22 @@ def _walk(
     return steps
 
 
-def atheris_run(target: Path, runs: int, workdir: Path, *flags: str) -> dict[str, Any]:
+ATHERIS_SEED = 1
+"""The seed of the suite's short atheris runs: the same inputs on every run, so a finding is
+reproduced by rerunning the test (random seeds belong to the long runs, ``fuzz/run_fuzz.py``)."""
+
+
+def atheris_run(
+    target: Path, runs: int, workdir: Path, *flags: str, seed: int = ATHERIS_SEED
+) -> dict[str, Any]:
     """Run the atheris target ``target`` (``fuzz/*.py`` of a checkout) on ``runs`` inputs in
-    ``workdir``; its ``-stats`` JSON. AssertionError with the output's tail on a finding."""
+    ``workdir`` from libFuzzer seed ``seed``; its ``-stats`` JSON. AssertionError with the seed
+    and the output's tail on a finding."""
     out = workdir / "stats.json"
     env = {**os.environ, "PYTHONPATH": str(target.resolve().parent.parent)}
+    cmd = [sys.executable, str(target), f"-runs={runs}", f"-seed={seed}", *flags, f"-stats={out}"]
     proc = subprocess.run(
-        [sys.executable, str(target), f"-runs={runs}", *flags, f"-stats={out}"],
+        cmd,
         capture_output=True,
         text=True,
         env=env,
@@ -242,6 +251,6 @@ def atheris_run(target: Path, runs: int, workdir: Path, *flags: str) -> dict[str
         check=False,
     )
     if proc.returncode != 0:
-        raise AssertionError(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise AssertionError(f"{' '.join(cmd[1:])}:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
     stats: dict[str, Any] = json.loads(out.read_text())
     return stats
