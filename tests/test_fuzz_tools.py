@@ -11,6 +11,8 @@ oracles are checked to catch what they are there for (a flipped mask bit, an inv
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,20 @@ def test_atheris_tools_target_short_run(tmp_path: Path) -> None:
     pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris)")
     stats = atheris_run(ROOT / "fuzz" / "fuzz_tools.py", 200, tmp_path)
     assert stats["executions"] >= 200 and stats["outcomes"]["compiled"] > 0
+
+
+def test_atheris_memory_limit_counts_the_target_alone(tmp_path: Path) -> None:
+    """libFuzzer's -rss_limit_mb holds the target's own peak, not the test process's: with
+    400 MB held here, a short run under a 300 MB limit passes (the target peaks near 100 MB),
+    and a target started straight from here is charged this process's peak."""
+    pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris)")
+    held = np.ones(400 << 20, dtype=np.uint8)  # touched: resident
+    probe = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10)"
+    direct = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert int(direct.stdout) >= 400  # why the target is not started straight from here
+    stats = atheris_run(ROOT / "fuzz" / "fuzz_tools.py", 200, tmp_path, "-rss_limit_mb=300")
+    assert stats["executions"] >= 200
+    assert held[-1] == 1
 
 
 def test_found_by_fuzzing_patterns_past_the_state_budget() -> None:

@@ -233,6 +233,17 @@ ATHERIS_SEED = 1
 reproduced by rerunning the test (random seeds belong to the long runs, ``fuzz/run_fuzz.py``)."""
 
 
+_FRESH_PEAK = [
+    sys.executable,
+    "-c",
+    "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+]
+"""A small process that starts the target: libFuzzer's ``-rss_limit_mb`` reads the peak RSS of
+``getrusage``, which a process started straight from this one inherits from it (Linux keeps the
+peak across fork and exec: a test process holding 4.5 GB made a 94 MB target an out-of-memory
+finding); started from a small process, the target's peak is its own."""
+
+
 def atheris_run(
     target: Path, runs: int, workdir: Path, *flags: str, seed: int = ATHERIS_SEED
 ) -> dict[str, Any]:
@@ -243,7 +254,7 @@ def atheris_run(
     env = {**os.environ, "PYTHONPATH": str(target.resolve().parent.parent)}
     cmd = [sys.executable, str(target), f"-runs={runs}", f"-seed={seed}", *flags, f"-stats={out}"]
     proc = subprocess.run(
-        cmd,
+        [*_FRESH_PEAK, *cmd],
         capture_output=True,
         text=True,
         env=env,
