@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -329,8 +330,9 @@ def test_rows_changed_while_the_gil_is_released(cs: ChoiceSet) -> None:
     t = threading.Thread(target=flip)
     t.start()
     refused = ran = 0
+    deadline = time.monotonic() + 30
     try:  # until both calls ran several times (the thread's timing decides which are refused)
-        for _ in range(5000):
+        while time.monotonic() < deadline:
             for call in (
                 lambda: cs._core.fill_batch(states, bm, rows),
                 lambda: cs._core.apply_sparse(states, lg, rows, NEG_INF32, 4),
@@ -340,6 +342,7 @@ def test_rows_changed_while_the_gil_is_released(cs: ChoiceSet) -> None:
                     ran += 1
                 except IndexError:  # caught by the check (the rows were changed before it)
                     refused += 1
+                    time.sleep(0)  # a refusal keeps the GIL: let the thread change the rows
             if ran >= 20 and refused >= 1:
                 break
     finally:
