@@ -189,6 +189,17 @@ def lenient_calls(text: str) -> list[dict[str, Any]] | None:
     return None
 
 
+_CALL_HEAD = re.compile(r'\{\s*"name"\s*:\s*"[^"\n]*"\s*,\s*"(?:arguments|parameters)"\s*:')
+
+
+def call_started(text: str) -> bool:
+    """Whether ``text`` holds the head of a JSON call, ``{"name": "...", "arguments":``,
+    whether or not the object is complete: a call the model began but cut at ``max_tokens``
+    or closed wrongly (``...})``) is still a call it chose to make. An object that only names
+    something (a tool definition echoed with ``"description"``) is not."""
+    return _CALL_HEAD.search(text) is not None
+
+
 class Parsers:
     """Output → calls ``[{"name", "arguments"}]`` (``[]``: text, no call; ``None``: a broken
     call) for each arm."""

@@ -18,10 +18,12 @@ Per arm and category: requests whose ``message.tool_calls`` is not empty (``call
 by BFCL's official ``ast_checker`` (from the pinned ``bfcl-eval`` wheel) judged on
 ``message.tool_calls`` only, schema-valid (every call validates against its tool with
 ``jsonschema`` and its format checker), ``called_lenient`` (a call in ``tool_calls`` or, as a
-reader who parses the text would find it, the first JSON call object in ``content``), HTTP
-errors, and seconds per request (each request's own wall time; 8 requests in flight). On
-irrelevance, ``vllm_auto``'s ``called_lenient`` is the free model read leniently: the rate
-``tr_auto`` must not exceed. Writes ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``);
+reader who parses the text would find it, the first JSON call object in ``content``),
+``called_attempt`` (also a call begun in ``content``, ``{"name": ..., "arguments":``, that does
+not parse: cut at ``max_tokens`` or closed wrongly; ``--rescore`` recounts it from the committed
+answers), HTTP errors, and seconds per request (each request's own wall time; 8 requests in
+flight). On irrelevance, ``vllm_auto``'s ``called_lenient`` and ``called_attempt`` are the free
+model read leniently: the rate ``tr_auto`` must not exceed. Writes ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``);
 ``--arms tr_auto --keep`` reruns one arm and keeps the others, ``runs`` giving each arm's commit
 and date.
 """
@@ -45,7 +47,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from bfcl_offline import judge_row, lenient_calls, sample, tools_of
+from bfcl_offline import call_started, judge_row, lenient_calls, sample, tools_of
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 CATEGORIES = ("simple_python", "multiple", "irrelevance")
@@ -89,6 +91,36 @@ def ask(client: Any, entry: Any, *, required: bool, max_tokens: int) -> dict[str
     }
 
 
+def _read(answer: dict[str, Any]) -> tuple[bool, bool]:
+    """(``called_lenient``, ``called_attempt``) of one answer: a call in ``tool_calls`` or the
+    first JSON call parsed from ``content``; or, also, the head of a call in ``content`` that
+    does not parse (cut at ``max_tokens`` or closed wrongly)."""
+    text = answer.get("content") or ""
+    lenient = bool(answer.get("calls") or lenient_calls(text))
+    return lenient, lenient or call_started(text)
+
+
+def rescore(out: Path) -> None:
+    """Recompute ``called_attempt`` of every arm and category from the committed answers
+    (``_texts.json``) without asking again; the rescoring is recorded in ``rescored``."""
+    result = json.loads(out.read_text())
+    texts = json.loads(out.with_name(out.stem + "_texts.json").read_text())
+    counts: dict[tuple[str, str], int] = {}
+    for key, answer in texts.items():
+        qid, arm = key.rsplit(":", 1)
+        cat = qid.rsplit("_", 1)[0]
+        if "error" not in answer:
+            counts[arm, cat] = counts.get((arm, cat), 0) + _read(answer)[1]
+    for arm, rows in result["arms"].items():
+        for cat, agg in rows.items():
+            agg["called_attempt"] = counts.get((arm, cat), 0)
+    result["rescored"] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "what": "called_attempt added from the committed answers; nothing asked again",
+    }
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def run_arm(url: str, arm: str, data: dict[str, list[Any]], judge: Any, args: Any) -> Any:
     import openai
 
@@ -107,6 +139,7 @@ def run_arm(url: str, arm: str, data: dict[str, list[Any]], judge: Any, args: An
             )
         wall = time.perf_counter() - t0
         agg = {"n": len(entries), "called": 0, "correct": 0, "valid": 0, "called_lenient": 0}
+        agg["called_attempt"] = 0
         agg["errors"] = 0
         secs = []
         for e, a in zip(entries, answers, strict=True):
@@ -120,8 +153,9 @@ def run_arm(url: str, arm: str, data: dict[str, list[Any]], judge: Any, args: An
             agg["called"] += bool(calls)
             agg["correct"] += row["correct"]
             agg["valid"] += row["valid"]
-            lenient = calls or lenient_calls(a["content"] or "")
-            agg["called_lenient"] += bool(lenient)
+            lenient, attempt = _read(a)
+            agg["called_lenient"] += lenient
+            agg["called_attempt"] += attempt
         secs.sort()
         agg["s_per_request_median"] = round(secs[len(secs) // 2], 3)
         agg["s_per_request_mean"] = round(sum(secs) / len(secs), 3)
@@ -142,11 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--plot", action="store_true", help="only redraw the PNG from --out")
     p.add_argument(
+        "--rescore", action="store_true",
+        help="only recompute called_attempt in --out from its committed answers",
+    )  # fmt: skip
+    p.add_argument(
         "--keep", action="store_true",
         help="keep the arms of --out that --arms does not rerun (each with its own commit and "
         "date in 'runs'); the sample settings must match",
     )  # fmt: skip
     args = p.parse_args(argv)
+    if args.rescore:
+        rescore(args.out)
+        return 0
     if args.plot:
         plot(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
         return 0

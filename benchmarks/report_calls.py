@@ -277,9 +277,22 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
             "",
             f"Irrelevance (no tool fits): trierouter auto called on "
             f"{auto['irrelevance']['called']} of {auto['irrelevance']['n']}; the free model read "
-            f"leniently (vLLM auto, any JSON call in its text) on {free['called_lenient']} of "
-            f"{free['n']}.",
+            f"leniently (vLLM auto) on {free['called_lenient']} of {free['n']} with a JSON call "
+            "parsed from its text"
+            + (
+                f", on {free['called_attempt']} of {free['n']} counting every call it began "
+                '(`{"name": ..., "arguments":` in its text, parsed or not: cut at `max_tokens` '
+                "or closed wrongly)"
+                if "called_attempt" in free
+                else ""
+            )
+            + ".",
         ]
+        if "rescored" in d:
+            out[-1] += (
+                f" The second count was added on {d['rescored']['date']} from the committed "
+                "answers, after the run: nothing was asked again."
+            )
     return [*out, "", "![BFCL through the server](../benchmarks/results/bfcl_serve.png)", ""]
 
 
