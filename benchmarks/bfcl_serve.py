@@ -23,9 +23,9 @@ reader who parses the text would find it, the first JSON call object in ``conten
 not parse: cut at ``max_tokens`` or closed wrongly; ``--rescore`` recounts it from the committed
 answers), HTTP errors, and seconds per request (each request's own wall time; 8 requests in
 flight). On irrelevance, ``vllm_auto``'s ``called_lenient`` and ``called_attempt`` are the free
-model read leniently: the rate ``tr_auto`` must not exceed. Writes ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``);
-``--arms tr_auto --keep`` reruns one arm and keeps the others, ``runs`` giving each arm's commit
-and date.
+model read leniently: the rate ``tr_auto`` must not exceed. Writes
+``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``); ``--arms tr_auto --keep`` reruns
+one arm and keeps the others, ``runs`` giving each arm's commit and date.
 """
 
 from __future__ import annotations
