@@ -95,3 +95,30 @@ def run_meta(commit: str, date: str, done: int, total: int) -> dict[str, Any]:
     """When (its start) and on what an arm ran; ``partial`` when it has fewer texts than planned."""
     return {"commit": commit, "date": date, "texts": done, "planned": total,
             "partial": done < total}  # fmt: skip
+
+
+def machine_meta(root: Any, **extra: Any) -> dict[str, Any]:
+    """The ``machine`` block of a transformers timing: commit of ``root``, date, versions,
+    torch's thread count, CPUs and the host's sharing (``extra`` appended, e.g. load)."""
+    import datetime
+    import os
+    import platform
+    import subprocess
+
+    import torch
+    import transformers
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "commit": commit,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "shared_host": f"2 cores shared with other agents' jobs; nice -n {os.nice(0)}",
+        **extra,
+    }

@@ -25,12 +25,9 @@ bfloat16 rounding; in float32 they are equal to 1e-5, ``tests/test_classify_batc
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _classify_arms import load_pair
+from _classify_arms import load_pair, machine_meta
 from _icd_sources import icd_data
 
 from trierouter.classify import Classifier
@@ -156,7 +153,6 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "classify_batch.json"))
     args = ap.parse_args()
     import torch
-    import transformers
 
     torch.set_num_threads(args.threads)
     ref = json.loads((RESULTS / "classify.json").read_text())
@@ -212,9 +208,6 @@ def main() -> None:
     for m in modes.values():
         m["seconds_per_text"] = round(statistics.median(m["seconds"]) / len(texts), 3)
         m["forward_calls_per_text"] = round(m["forward_calls"] / len(texts), 3)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     res = {
         "what": "exact scores of all k candidates (top-5 kept), unbatched vs batched token trees",
         "model": MODEL,
@@ -233,18 +226,11 @@ def main() -> None:
         },
         "prompt_tokens_per_text": round(statistics.mean(r["prompt_tokens"] for r in rows), 1),
         "tree_nodes_per_text": round(statistics.mean(r["tree_nodes"] for r in rows), 1),
-        "machine": {
-            "commit": commit,
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "cpus": os.cpu_count(),
-            "shared_host": f"2 cores shared with other agents' jobs; nice -n {os.nice(0)}",
-            "loadavg_before": load0,
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine_meta(
+            ROOT,
+            loadavg_before=load0,
+            loadavg_after=[round(x, 2) for x in os.getloadavg()],
+        ),
     }
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=1))

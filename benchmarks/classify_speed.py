@@ -16,12 +16,9 @@ is shared: the load average is recorded before and after each source.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,8 +38,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "classify_speed.json"))
     args = ap.parse_args()
     import torch
-    import transformers
-    from _classify_arms import load_pair
+    from _classify_arms import load_pair, machine_meta
     from _icd_sources import icd_data
     from classify import calibration_split, shortlists
 
@@ -85,9 +81,6 @@ def main() -> None:
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         }
         print(s, json.dumps(sources[s]), flush=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     res = {
         "what": "seconds per text of Classifier.classify: retrieval, prompt, one forward call, "
         "exact scores of all k candidates, top-5 kept",
@@ -100,16 +93,7 @@ def main() -> None:
         "seconds_per_text": round(
             statistics.mean(x["seconds_per_text"] for x in sources.values()), 3
         ),
-        "machine": {
-            "commit": commit,
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "cpus": os.cpu_count(),
-            "shared_host": f"2 cores shared with other agents' jobs; nice -n {os.nice(0)}",
-        },
+        "machine": machine_meta(ROOT),
     }
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k != "sources"}, indent=1))
