@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=2 nice -n 10 python benchmarks/classify.py [--sources inclusion,lay,abbrev]
         [--n 50] [--cal-n 60] [--seed 0] [--k 20] [--threads 2] [--dtype bfloat16]
-        [--arms qwen,free_mapped,smollm2] [--keep] [--free-tokens 24]
+        [--arms qwen,free_mapped,smollm2,qwen15,think] [--keep] [--free-tokens 24]
     python benchmarks/classify.py --stage build      # only build (and cache) the two shortlists
     python benchmarks/classify.py --resummarise      # recompute the summaries of --out
 
@@ -45,7 +45,11 @@ line, after the SAME prompt as above, the K candidates listed; a label code writ
 answer's start is taken, otherwise the answer is a query to the same retriever and its top-1
 is the label; seconds per text cover generation and mapping), and ``smollm2``
 (SmolLM2-135M-Instruct through the same classifier, prompt and retriever: greedy, exact,
-combined with its own weight calibrated on the same calibration terms by the same rule).
+combined with its own weight calibrated on the same calibration terms by the same rule);
+``qwen15`` (Qwen2.5-Coder-1.5B-Instruct the same way) and ``think`` (Qwen-0.5B writing at most
+``--think-tokens`` of free text after ``<think>`` before the label is chosen and scored:
+``Classifier(think=True)``), each with its own calibrated weight; ``targets.other_models`` checks
+the issue's targets on each of them.
 """
 
 from __future__ import annotations
@@ -82,7 +86,13 @@ from trierouter.shortlist import Shortlist
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = "qwen2.5-coder-0.5b-instruct"
 SECOND = "smollm2-135m-instruct"
-ARMS = ("qwen", "free_mapped", "smollm2")
+QWEN15 = "qwen2.5-coder-1.5b-instruct"
+EXTRA = {  # more arms through the same classifier, prompt, retriever and rule: (model, think)
+    "smollm2": (SECOND, False),
+    "qwen15": (QWEN15, False),
+    "think": (MODEL, True),
+}
+ARMS = ("qwen", "free_mapped", *EXTRA)
 RETRIEVERS = ("bm25", "hybrid")
 Sample = tuple[list[str], list[frozenset[str]]]
 
@@ -96,6 +106,11 @@ def commit() -> str:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     )
     return out.stdout.strip() or "unknown"
+
+
+def part_key(arm: str) -> str:
+    """Where an extra arm's rows live in the result (SmolLM2's key predates the others)."""
+    return "second_model" if arm == "smollm2" else f"model_{arm}"
 
 
 def calibration_split(data: IcdData, pool: int, seed: int) -> tuple[dict[str, list[str]], Sample]:
@@ -202,8 +217,16 @@ def summarise(rows: list[dict[str, Any]], k: int, weight: float | None) -> dict[
 
 
 def targets(res: dict[str, Any]) -> dict[str, Any]:
-    """The issue's targets, checked on the per-source summaries."""
-    src = res["sources"]
+    """The issue's targets, checked on the per-source summaries of Qwen-0.5B (and, under
+    ``other_models``, of each extra arm complete on every source)."""
+    out = _targets(res["sources"])
+    other = {a: _targets(res[part_key(a)]["sources"]) for a in EXTRA if part_key(a) in res}
+    if out and (other := {a: t for a, t in other.items() if t}):
+        out["other_models"] = other
+    return out
+
+
+def _targets(src: dict[str, Any]) -> dict[str, Any]:
     if not src or any("combined" not in s for s in src.values()):
         return {}
     mean = {
@@ -226,7 +249,7 @@ def targets(res: dict[str, Any]) -> dict[str, Any]:
 
 def resummarise(res: dict[str, Any]) -> None:
     k = res["k"]
-    for part in (res, res.get("second_model")):
+    for part in (res, *(res.get(part_key(a)) for a in EXTRA)):
         if not part:
             continue
         w = part.get("calibration", {}).get("weight")
@@ -245,7 +268,6 @@ def resummarise(res: dict[str, Any]) -> None:
 def arms_by_source(res: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Every arm's top-1 accuracy per source and its mean over the sources (``n`` per arm and
     source beside it: a partial arm has fewer texts)."""
-    second = res.get("second_model") or {"sources": {}}
     table_: dict[str, dict[str, Any]] = {}
     for s, r in res["sources"].items():
         row: dict[str, Any] = {a: r[a] for a in ("retriever_top1", "exact", "greedy") if a in r}
@@ -253,9 +275,11 @@ def arms_by_source(res: dict[str, Any]) -> dict[str, dict[str, float]]:
         row["n"] = r.get("n", 0)
         if (f := res.get("free_mapped", {}).get("sources", {}).get(s, {})).get("n"):
             row |= {"free_mapped": f["free_mapped"], "free_mapped_n": f["n"]}
-        if (m := second["sources"].get(s, {})).get("n"):
-            row |= {f"smollm2_{a}": m[a] for a in ("greedy", "exact", "combined") if a in m}
-            row["smollm2_n"] = m["n"]
+        for arm in EXTRA:
+            m = (res.get(part_key(arm)) or {"sources": {}})["sources"].get(s, {})
+            if m.get("n"):
+                row |= {f"{arm}_{a}": m[a] for a in ("greedy", "exact", "combined") if a in m}
+                row[f"{arm}_n"] = m["n"]
         table_[s] = row
     arms = {a for r in table_.values() for a in r if a != "n" and not a.endswith("_n")}
     table_["mean"] = {
@@ -303,6 +327,7 @@ def main() -> None:
     ap.add_argument("--arms", default=",".join(ARMS), help=f"some of {','.join(ARMS)}")
     ap.add_argument("--keep", action="store_true", help="keep the arms of --out not rerun")
     ap.add_argument("--free-tokens", type=int, default=24, help="free_mapped: new tokens")
+    ap.add_argument("--think-tokens", type=int, default=64, help="think: free tokens at most")
     args = ap.parse_args()
     out = Path(args.out)
     if args.resummarise:
@@ -352,7 +377,7 @@ def main() -> None:
 
     from trierouter.classify import Classifier
 
-    def classifier(name: str) -> Any:
+    def classifier(name: str, think: bool = False) -> Any:
         return Classifier(
             data.codes,
             descriptions=data.descs,
@@ -361,6 +386,8 @@ def main() -> None:
             retriever=sls[chosen],
             k=args.k,
             top_n=args.k,
+            think=think,
+            think_tokens=args.think_tokens,
         )
 
     def utc() -> str:
@@ -423,7 +450,7 @@ def main() -> None:
             "sources": {s: {"rows": []} for s in samples},
         }
     total = len(cal[0]) + sum(len(v[0]) for v in samples.values())
-    planned = {"qwen": total, "free_mapped": total - len(cal[0]), "smollm2": total}
+    planned = {"qwen": total, "free_mapped": total - len(cal[0])} | {a: total for a in EXTRA}
 
     started: dict[str, str] = {}
 
@@ -468,16 +495,22 @@ def main() -> None:
                         f"{row['seconds']:.1f}s {texts[j][:40]!r} -> {row['answer'][:40]!r}"
                     )
                 save("free_mapped", part)
-    if "smollm2" in arms:
-        started["smollm2"] = utc()
-        del clf
-        part = res["second_model"] = {
-            "model": SECOND,
+    for arm in (a for a in EXTRA if a in arms):
+        name, think = EXTRA[arm]
+        started[arm] = utc()
+        clf = None  # the previous model is freed before the next loads
+        part = res[part_key(arm)] = {
+            "model": name,
+            "think": {"tokens": args.think_tokens} if think else None,
             "calibration": {"rows": []},
             "sources": {s: {"rows": []} for s in samples},
         }
-        clf2 = classifier(SECOND)
-        run_model(clf2, part, cal, samples, args, lambda: save("smollm2", part), "smollm2 ")
+        clf = classifier(name, think)
+
+        def save_arm(arm: str = arm, part: dict[str, Any] = part) -> None:
+            save(arm, part)
+
+        run_model(clf, part, cal, samples, args, save_arm, f"{arm} ")
     log(table(res))
     log(json.dumps(res["arms"], indent=1))
     log(f"wrote {out} ({res['wall_seconds'] / 60:.1f} min)")

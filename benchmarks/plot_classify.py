@@ -18,6 +18,10 @@ ARMS = {
     "free_mapped": "model, free text mapped",
     "smollm2_exact": "SmolLM2, exact top-1",
     "smollm2_combined": "SmolLM2, combined",
+    "qwen15_exact": "Qwen-1.5B, exact top-1",
+    "qwen15_combined": "Qwen-1.5B, combined",
+    "think_exact": "think, exact top-1",
+    "think_combined": "think, combined",
 }
 
 

@@ -253,6 +253,10 @@ def classify_accuracy(load: Load) -> list[str]:
         ("smollm2_greedy", "SmolLM2 greedy"),
         ("smollm2_exact", "SmolLM2 exact top-1"),
         ("smollm2_combined", "SmolLM2 combined"),
+        ("qwen15_exact", "Qwen-1.5B exact top-1"),
+        ("qwen15_combined", "Qwen-1.5B combined"),
+        ("think_exact", "Qwen think, exact top-1"),
+        ("think_combined", "Qwen think, combined"),
     ]
     cols += [c for c in extra if any(c[0] in r for r in arms.values())]
     cols.append((f"recall_at_{k}", f"recall@{k} (bound)"))
@@ -295,14 +299,34 @@ def classify_accuracy(load: Load) -> list[str]:
             "answers), otherwise the retriever's top-1 for the answer: "
             f"{secs:.1f} s per text{_run_note(r)}."
         )
-    if "second_model" in d:
-        sm, r = d["second_model"], runs.get("smollm2", {})
+    for arm, key, what in (
+        ("smollm2", "second_model", "SmolLM2"),
+        ("qwen15", "model_qwen15", "Qwen-1.5B"),
+        ("think", "model_think", "Qwen think"),
+    ):
+        if key not in d:
+            continue
+        sm, r = d[key], runs.get(arm, {})
         done = [x for x in sm["sources"].values() if x.get("n")]
         secs = statistics.mean(x["seconds_per_text"] for x in done) if done else float("nan")
+        how = (
+            f" after at most {sm['think']['tokens']} tokens of free text before the answer"
+            if sm.get("think")
+            else ""
+        )
+        gain = t.get("other_models", {}).get(arm)
+        vs = (
+            f"; combined {100 * gain['mean']['combined']:.1f}% on the mean against "
+            f"{100 * max(gain['mean']['retriever_top1'], gain['mean']['exact']):.1f}% for the "
+            f"better of retriever and this model "
+            f"({_points(gain['combined_minus_better_points'] / 100)} points)"
+            if gain
+            else ""
+        )
         out.append(
-            f"\nSmolLM2: {sm['model']} through the same shortlist, prompt and rule, its own "
+            f"\n{what}: {sm['model']} through the same shortlist, prompt and rule{how}, its own "
             f"weight {sm['calibration'].get('weight', float('nan')):g} chosen on the same "
-            f"held-out synonyms: {secs:.1f} s per text{_run_note(r)}."
+            f"held-out synonyms: {secs:.1f} s per text{vs}{_run_note(r)}."
         )
     return out
 
