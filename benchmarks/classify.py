@@ -175,6 +175,7 @@ def model_row(clf: Any, text: str, gold: frozenset[str], k: int) -> dict[str, An
         "greedy": p.greedy,
         "exact": p.label,
         "note": p.note,
+        **({"thought": p.thought} if p.thought is not None else {}),
         "seconds": round(seconds, 3),
         "forward_calls": p.forward_calls,
         "tree_nodes": p.expansions,
