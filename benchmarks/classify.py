@@ -259,6 +259,14 @@ def resummarise(res: dict[str, Any]) -> None:
         for r in part["sources"].values():
             if r["rows"]:
                 r |= summarise(r["rows"], k, w)
+    for a in EXTRA:  # the first model on the same texts, for an arm run on fewer of them
+        for s, r in (res.get(part_key(a)) or {"sources": {}})["sources"].items():
+            first = res["sources"][s]["rows"][: r.get("n", 0)]
+            if r.get("n") and len(first) == r["n"] < len(res["sources"][s]["rows"]):
+                same = summarise(first, k, res.get("calibration", {}).get("weight"))
+                r["first_model_same_texts"] = {
+                    x: same[x] for x in ("retriever_top1", "exact", "combined") if x in same
+                }
     for r in res.get("free_mapped", {}).get("sources", {}).values():
         if r["rows"]:
             r |= free_summary(r["rows"])

@@ -258,7 +258,14 @@ def classify_accuracy(load: Load) -> list[str]:
         ("think_exact", "Qwen think, exact top-1"),
         ("think_combined", "Qwen think, combined"),
     ]
-    cols += [c for c in extra if any(c[0] in r for r in arms.values())]
+    full = {s: r.get("n") for s, r in arms.items() if s != "mean"}
+    cols += [  # an arm run on fewer texts than the others is described below, not averaged
+        c
+        for c in extra
+        if any(c[0] in r for r in arms.values())
+        and all(r.get(c[0].rsplit("_", 1)[0] + "_n", r.get("n")) == full[s]
+                for s, r in arms.items() if s != "mean" and c[0] in r)
+    ]  # fmt: skip
     cols.append((f"recall_at_{k}", f"recall@{k} (bound)"))
     rows = [
         "| source | n | " + " | ".join(name for _, name in cols) + " |",
@@ -323,6 +330,14 @@ def classify_accuracy(load: Load) -> list[str]:
             if gain
             else ""
         )
+        same = [(s, x) for s, x in sm["sources"].items() if "first_model_same_texts" in x]
+        if same:
+            vs += "; on the same first texts of each source, " + ", ".join(
+                f"{SOURCE_NAMES.get(s, s)} ({x['n']}): exact {x['exact']:.2f} and combined "
+                f"{x['combined']:.2f} against Qwen's {x['first_model_same_texts']['exact']:.2f} "
+                f"and {x['first_model_same_texts']['combined']:.2f}"
+                for s, x in same
+            )
         out.append(
             f"\n{what}: {sm['model']} through the same shortlist, prompt and rule{how}, its own "
             f"weight {sm['calibration'].get('weight', float('nan')):g} chosen on the same "
