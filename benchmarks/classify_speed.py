@@ -1,6 +1,7 @@
 """Seconds per text of the whole classifier: retrieval, prompt, one forward call, exact top-5.
 
     OMP_NUM_THREADS=2 nice -n 10 python benchmarks/classify_speed.py [--n 50] [--threads 2]
+        [--model qwen2.5-coder-1.5b-instruct]    # -> classify_speed_qwen15.json
 
 The fixed samples of ``benchmarks/results/classify.json`` (its texts per source, seed 0, never
 indexed) through ``Classifier(policy="shortlist", retriever=<the hybrid shortlist of
@@ -29,13 +30,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = "qwen2.5-coder-0.5b-instruct"
+QWEN15 = "qwen2.5-coder-1.5b-instruct"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=50, help="texts per source")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=str(RESULTS / "classify_speed.json"))
+    ap.add_argument("--model", default=MODEL, choices=(MODEL, QWEN15))
+    ap.add_argument("--out", default=None, help="default: classify_speed[_qwen15].json")
     args = ap.parse_args()
     import torch
     from _classify_arms import load_pair, machine_meta
@@ -52,7 +55,7 @@ def main() -> None:
     clf = Classifier(
         data.codes,
         descriptions=data.descs,
-        model=load_pair(MODEL, "bfloat16"),
+        model=load_pair(args.model, "bfloat16"),
         policy="shortlist",
         retriever=sl,
         k=ref["k"],
@@ -60,7 +63,8 @@ def main() -> None:
     )
     clf.classify(cal[0][:2])  # warm-up, not timed
     sources = {}
-    for s, part in ref["sources"].items():
+    arm = ref["sources"] if args.model == MODEL else ref["model_qwen15"]["sources"]
+    for s, part in arm.items():
         rows = part["rows"][: args.n]
         load0 = [round(x, 2) for x in os.getloadavg()]
         secs, calls, same = [], [], 0
@@ -84,7 +88,7 @@ def main() -> None:
     res = {
         "what": "seconds per text of Classifier.classify: retrieval, prompt, one forward call, "
         "exact scores of all k candidates, top-5 kept",
-        "model": MODEL,
+        "model": args.model,
         "engine": "transformers (bfloat16), one forward call per text (token tree)",
         "k": ref["k"],
         "top_n": 5,
@@ -95,7 +99,9 @@ def main() -> None:
         ),
         "machine": machine_meta(ROOT),
     }
-    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    suffix = "" if args.model == MODEL else "_qwen15"
+    out = Path(args.out or RESULTS / f"classify_speed{suffix}.json")
+    out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k != "sources"}, indent=1))
 
 

@@ -780,6 +780,11 @@ RERUN = [
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
     ("classify_speed.json", "python benchmarks/classify_speed.py", "about 3 min, shared host"),
+    (
+        "classify_speed_qwen15.json",
+        "python benchmarks/classify_speed.py --model qwen2.5-coder-1.5b-instruct",
+        "about 8 min, shared host",
+    ),
     ("classify_batch.json", "python benchmarks/classify_batch.py", "about 5 min, shared host"),
     ("classify_vllm.json", "python benchmarks/classify_vllm.py", "3 min, shared host"),
     (

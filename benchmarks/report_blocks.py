@@ -361,7 +361,9 @@ def classify_speed_short(load: Load) -> list[str]:
 
 def _speed_whole(load: Load) -> list[str]:
     out: list[str] = []
-    if (sp := load("classify_speed.json")) is not None:
+    for name in ("classify_speed.json", "classify_speed_qwen15.json"):
+        if (sp := load(name)) is None:
+            continue
         m, src = sp["machine"], sp["sources"]
         per = ", ".join(
             f"{SOURCE_NAMES.get(k, k)} {x['seconds_per_text']:.2f} (median "
@@ -372,16 +374,17 @@ def _speed_whole(load: Load) -> list[str]:
         same = sum(x["exact_top1_as_classify_json"] for x in src.values())
         total = sum(x["n"] for x in src.values())
         out += [
-            f"The whole classifier per text (the {sp['retriever']} shortlist's query, the "
-            f"prompt with k = {sp['k']} candidates, {calls:g} forward call, the exact scores "
-            f"of every candidate, top-{sp['top_n']} kept; {sp['engine'].split(',')[0]}, "
-            f"{m['torch_threads']} threads, the samples above): {sp['seconds_per_text']:.2f} s "
-            f"per text on the mean over sources ({per}); the exact top-1 is classify.json's on "
-            f"{same} of {total} texts (run {m['date']} at commit {m['commit']}; "
-            "`benchmarks/results/classify_speed.json`).",
+            f"The whole classifier per text with {sp['model']} (the {sp['retriever']} "
+            f"shortlist's query, the prompt with k = {sp['k']} candidates, {calls:g} forward "
+            f"call, the exact scores of every candidate, top-{sp['top_n']} kept; "
+            f"{sp['engine'].split(',')[0]}, {m['torch_threads']} threads, the samples above): "
+            f"{sp['seconds_per_text']:.2f} s per text on the mean over sources ({per}); the "
+            f"exact top-1 is classify.json's on {same} of {total} texts (run {m['date']} at "
+            f"commit {m['commit']}; `benchmarks/results/{name}`).",
             "",
         ]
-        if (c := load("classify.json")) is not None and c.get("targets"):
+        c = load("classify.json")
+        if name == "classify_speed.json" and c is not None and c.get("targets"):
             cm = c["machine"]
             out[-2] += (
                 f" The {c['targets']['seconds_per_text']:.1f} s above is the same computation "
