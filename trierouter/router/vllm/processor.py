@@ -21,7 +21,6 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,6 @@ from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.inline_tools import compile_inline
 from trierouter.registry.trie import ChoiceSet, compile_choices
-from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
 from trierouter.router.tool_calls.greedy import counter
@@ -65,6 +63,7 @@ from trierouter.router.vllm.named import (
     load_named_sets,
     load_tool_registries,
 )
+from trierouter.router.vllm.vocab import engine_vocabulary as _engine_vocabulary
 
 __all__ = ["TrieRouterLogitsProcessor"]
 
@@ -527,33 +526,3 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     bitmask[row] = self._end_row
         if len(self._failed_rows) and self._end_row is not None:
             bitmask[self._failed_rows] = self._end_row
-
-
-def _engine_vocabulary(vllm_config: Any, width: int) -> Vocabulary:
-    """The engine tokenizer's exact token bytes, the model's width and vLLM's stop ids."""
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as exc:  # pragma: no cover - vllm depends on transformers
-        raise missing("transformers", "vllm") from exc
-    mc = vllm_config.model_config
-    tok = AutoTokenizer.from_pretrained(
-        mc.tokenizer,
-        revision=getattr(mc, "tokenizer_revision", None),
-        trust_remote_code=bool(getattr(mc, "trust_remote_code", False)),
-    )
-    ends: set[int] = set()
-    eos = getattr(tok, "eos_token_id", None)
-    if isinstance(eos, int):
-        ends.add(eos)
-    try:
-        gen = mc.try_get_generation_config() or {}
-    except Exception:  # a missing generation config is normal
-        gen = {}
-    g_eos = gen.get("eos_token_id") if isinstance(gen, Mapping) else None
-    if isinstance(g_eos, int):
-        ends.add(g_eos)
-    elif isinstance(g_eos, list):
-        ends.update(e for e in g_eos if isinstance(e, int))
-    vocab = Vocabulary.from_tokenizer(tok, width=width, end_ids=sorted(ends) or None)
-    logger.info("trierouter: %r", vocab)
-    return vocab
