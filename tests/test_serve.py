@@ -135,7 +135,10 @@ def server_config(root: Path) -> tuple[Path, dict[str, str], list[str]]:
 
 
 _ANALYSIS: list[str] = []
-"""The module server's $TRIEROUTER_ANALYSIS_DIR."""
+"""The module server's $TRIEROUTER_ANALYSIS_DIR and its log file."""
+IN_STEP = "inline tools: names compiled inside the engine's step"
+"""What the engine logs when a plan over a new inline set compiled a names trie or a closing
+table inside its step (counted: ``STEP_WORK`` in registry/analysis.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +149,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     root = tmp_path_factory.mktemp("serve")
     model, env, args = server_config(root)
-    _ANALYSIS[:] = [env["TRIEROUTER_ANALYSIS_DIR"]]
+    _ANALYSIS[:] = [env["TRIEROUTER_ANALYSIS_DIR"], str(root / "server.log")]
     with serve(model, log=root / "server.log", env=env, args=args) as url:
         yield url
     log = (root / "server.log").read_text(errors="replace")
     log = log.split("[shutdown]")[0]  # vLLM's own stop (abort mode) may log a traceback
     assert "EngineDeadError" not in log and "Traceback" not in log, log[-3000:]
-    # every inline set of the module's requests came analysed from the middleware's worker
+    # every inline set of the module's requests came analysed from the middleware's worker,
+    # with the names tries and closing tables its plans asked for (none compiled in a step)
     assert "analysed inside the engine's step" not in log, log[-3000:]
+    assert IN_STEP not in log, [line for line in log.splitlines() if IN_STEP in line][:3]
 
 
 @pytest.fixture(scope="module")
@@ -519,8 +524,10 @@ def test_new_inline_tools_are_analysed_once_off_the_loop_and_the_step(
 ) -> None:
     """A request with a tool set never seen before: the middleware's worker process checks and
     analyses it (the API process's own check counter does not move: the tool parser answers
-    from the worker's verdict), the engine reads the stored analysis (the fixture asserts that
-    no set was analysed inside the engine's step) and the call is valid."""
+    from the worker's verdict), the engine reads the stored analysis and the names tries and
+    closing tables the worker compiled with the engine's vocabulary (no names compiled inside
+    the step: the engine counts and logs any; the fixture checks every set of the module too)
+    and the call is valid."""
     if os.environ.get("TRIEROUTER_TEST_SERVE_URL"):
         pytest.skip("needs the module's own server and its analysis folder")
     nonce = f"{time.time_ns()}"
@@ -540,8 +547,15 @@ def test_new_inline_tools_are_analysed_once_off_the_loop_and_the_step(
     assert _work(server, "schema_check") == before  # answered from the worker's verdict
     new = set(folder.glob("*.json")) - before_files
     assert len(new) == 1
-    stored = json.loads(new.pop().read_bytes())
+    path = new.pop()
+    stored = json.loads(path.read_bytes())
     assert stored["names"] == [t["function"]["name"] for t in tools]
+    # required with parallel calls: the first call's names and the following calls' names
+    assert len(list(folder.glob(f"{path.stem}.*.trt"))) == 2
+    assert len(list(folder.glob(f"{path.stem}.*.cost"))) == 2
+    assert (folder / "vocabulary.trv").is_file()  # published by the engine
+    log = Path(_ANALYSIS[1]).read_text(errors="replace")
+    assert IN_STEP not in log, [line for line in log.splitlines() if IN_STEP in line][:3]
 
 
 def _server_cpu(server: str) -> tuple[float, float] | None:

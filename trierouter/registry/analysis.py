@@ -15,6 +15,12 @@ the engine core reads it back (milliseconds) instead of analysing the set inside
 A stored file is JSON only (nothing is unpickled or executed), carries the tool names it was made
 for, and is checked field by field when read: a file that does not read back is reported and
 ignored (the engine then analyses the set itself), never half-used.
+
+The same store carries what needs the tokenizer, compiled where the engine's step does not
+wait: the engine publishes its vocabulary (:meth:`AnalysisStore.put_vocabulary`), and the API
+process's worker compiles a new set's names tries and their turn-closing tables with it
+(:meth:`AnalysisStore.put_names`; set files, checked like any ``.trt`` when read). Every file
+counts toward the store's bytes, the oldest removed first.
 """
 
 from __future__ import annotations
@@ -24,17 +30,27 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler
 from trierouter.registry.slots.normalize import Problem
+from trierouter.registry.store import load_arrays, save_arrays
+
+if TYPE_CHECKING:
+    from trierouter.registry.trie import ChoiceSet
+    from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = [
     "ENV_ANALYSIS_DIR",
+    "STEP_WORK",
     "AnalysisStore",
     "ToolsAnalysis",
     "analyze_tools",
@@ -52,6 +68,13 @@ ENV_ANALYSIS_BYTES = "TRIEROUTER_ANALYSIS_BYTES"
 _FORMAT = "trierouter-tools-analysis"
 _VERSION = 1
 _KEY = re.compile(r"[0-9a-f]{64}")
+_VOCAB_FILE = "vocabulary.trv"
+_ENTRIES = ("*.json", "*.trt", "*.cost")
+
+STEP_WORK: Counter[str] = Counter()
+"""Compiles of a new tool set's pieces in this process, by kind (``names_trie``: a names trie
+over every tool; ``closer_table``: its turn-closing table): a server's engine counts what it
+did inside its step because nothing prepared it (logged by the logits processor)."""
 
 
 def tools_key(tools_json: str) -> str:
@@ -313,9 +336,97 @@ class AnalysisStore:
             path.unlink(missing_ok=True)
             return None
 
+    # -- what a worker compiles with the engine's vocabulary ------------------------------------
+    def put_vocabulary(self, vocab: Vocabulary) -> None:
+        """Publish the engine's vocabulary (exact token bytes, ids, width) for its workers."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "buffer": vocab.buffer,
+            "offsets": vocab.offsets.astype(np.int64),
+            "end_ids": np.asarray(vocab.end_ids, dtype=np.int64),
+            "special": np.asarray(sorted(vocab.special_ids), dtype=np.int64),
+        }
+        meta = {"width": vocab.width, "name": vocab.name, "hash": vocab.hash}
+        save_arrays(self.root / _VOCAB_FILE, "trierouter-vocabulary", arrays, meta)
+
+    def vocabulary_version(self) -> str | None:
+        """Which vocabulary file is published (its modification time and size; ``None``: none)."""
+        try:
+            st = (self.root / _VOCAB_FILE).stat()
+        except OSError:
+            return None
+        return f"{st.st_mtime_ns}:{st.st_size}"
+
+    def vocabulary(self) -> Vocabulary | None:
+        """The vocabulary :meth:`put_vocabulary` published (``None``: none, or unreadable)."""
+        from trierouter.registry.vocabulary import Vocabulary
+
+        path = self.root / _VOCAB_FILE
+        if not path.is_file():
+            return None
+        try:
+            a, meta = load_arrays(path, "trierouter-vocabulary", mmap=False)
+            buf, off = a["buffer"].tobytes(), a["offsets"].tolist()
+            tokens = [buf[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+            ends, special = a["end_ids"].tolist(), a["special"].tolist()
+            width, name = int(meta["width"]), str(meta["name"])
+            vocab = Vocabulary(tokens, end_ids=ends, special_ids=special, width=width, name=name)
+        except (CorruptFileError, KeyError, ValueError, TypeError) as exc:
+            logger.warning("trierouter: ignoring the stored vocabulary: %s", exc)
+            return None
+        return vocab if vocab.hash == meta.get("hash") else None
+
+    def _names_path(self, key: str, vocab: str, fmt: str, lead: str) -> Path:
+        tag = hashlib.sha256(f"{vocab}\0{fmt}\0{lead}".encode()).hexdigest()[:16]
+        return self._path(key).with_suffix(f".{tag}.trt")
+
+    def put_names(
+        self, key: str, fmt: str, lead: str, trie: ChoiceSet, table: tuple[Any, Any, int]
+    ) -> None:
+        """Store the names trie of tool set ``key`` in call format ``fmt`` after ``lead`` and
+        its turn-closing table (:data:`~trierouter.router.tool_calls.closing.NameTable`)."""
+        path = self._names_path(key, trie.vocabulary_hash, fmt, lead)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        at, cheapest, most = table
+        meta = {"most": int(most), "nodes": int(trie.n_nodes), "values": len(trie)}
+        save_arrays(path.with_suffix(".cost"), "trierouter-names-table",
+                    {"at": np.asarray(at, np.int64), "cheapest": np.asarray(cheapest, np.int64)},
+                    meta)  # fmt: skip
+        trie.save(path)
+        self._trim()
+
+    def get_names(
+        self, key: str, vocab: Vocabulary, fmt: str, lead: str
+    ) -> tuple[ChoiceSet, tuple[Any, Any, int]] | None:
+        """What :meth:`put_names` stored for ``vocab`` (``None``: nothing, or it does not read
+        back: checked like any set file, the table against its trie)."""
+        from trierouter.registry.trie import ChoiceSet
+
+        path = self._names_path(key, vocab.content_hash, fmt, lead)
+        try:
+            if not path.is_file():
+                return None
+            a, meta = load_arrays(path.with_suffix(".cost"), "trierouter-names-table", mmap=False)
+            trie = ChoiceSet.load(path, vocab, mmap=False)
+            at, cheapest, most = a["at"], a["cheapest"], meta.get("most")
+            if not (
+                type(most) is int
+                and meta.get("nodes") == trie.n_nodes
+                and meta.get("values") == len(trie)
+                and at.ndim == cheapest.ndim == 1
+                and len(at) == len(cheapest)
+                and (not len(at) or (at.min() >= 0 and at.max() < trie.n_nodes))
+                and bool(np.all(at[1:] > at[:-1]))
+            ):
+                raise CorruptFileError(f"{path}: the table does not fit its trie")
+        except (CorruptFileError, OSError, ValueError) as exc:
+            logger.warning("trierouter: ignoring stored names: %s", exc)
+            return None
+        return trie, (at, cheapest, most)
+
     def _trim(self) -> None:
         try:
-            files = [(p.stat(), p) for p in self.root.glob("*.json")]
+            files = [(p.stat(), p) for pat in _ENTRIES for p in self.root.glob(pat)]
         except OSError:
             return
         total = sum(st.st_size for st, _ in files)

@@ -21,7 +21,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from trierouter.errors import (
     missing,
 )
 from trierouter.registry.analysis import (
+    STEP_WORK,
     ToolsAnalysis,
     analyze_tools,
     drop_unparsed_patterns,
@@ -55,6 +56,11 @@ __all__ = [
     "compile_tools",
     "xgrammar_tokenizer_info",
 ]
+
+
+Prepared = Callable[[str, str], "tuple[ChoiceSet, Any] | None"]
+"""``(call format name, lead) -> (names trie over every tool, its closing table)`` or ``None``:
+what another process compiled for a tool set (:meth:`AnalysisStore.get_names`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +130,11 @@ class CompiledTools:
         cache_size: int = 4096,
         strict: bool | None = None,
         analysis: ToolsAnalysis | None = None,
+        prepared: Prepared | None = None,
     ) -> None:
+        self._prepared = prepared
+        """Names tries (and their closing tables) made elsewhere, by call format and lead."""
+        self._name_tables: dict[tuple[str, str], tuple[ChoiceSet, Any]] = {}
         # Python's cyclic collector is paused while compiling (and restored after): a compile
         # allocates many long-lived objects and no cycles, and each collection would traverse
         # all of them again
@@ -339,10 +349,17 @@ class CompiledTools:
         if subset is None:
             trie = self._tries.get(lead)
             if trie is None:
-                texts = [lead + e for e in self._by_escaped]
-                trie = compile_choices(
-                    texts, self.index, terminator=self.format.name_tail, allow_end=False
-                )
+                key = (self.format.name, lead)
+                got = None if self._prepared is None else self._prepared(*key)
+                if got is not None:
+                    trie = got[0]
+                    self._name_tables[key] = got
+                else:
+                    STEP_WORK["names_trie"] += 1
+                    texts = [lead + e for e in self._by_escaped]
+                    trie = compile_choices(
+                        texts, self.index, terminator=self.format.name_tail, allow_end=False
+                    )
                 self._tries[lead] = trie
             return trie
         texts = []
@@ -350,6 +367,18 @@ class CompiledTools:
             self.tool_index(n)
             texts.append(self.name_text(n, lead))
         return compile_choices(texts, self.index, terminator=self.format.name_tail, allow_end=False)
+
+    def prepared_table(self, lead: str, names: ChoiceSet) -> Any | None:
+        """The closing table prepared with ``names`` (the trie over every tool after ``lead``)."""
+        hit = self._name_tables.get((self.format.name, lead))
+        return hit[1] if hit is not None and hit[0] is names else None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held of its own: names tries, automata and the other formats' twins."""
+        own = sum(t.nbytes for t in self._tries.values())
+        own += sum(a.nbytes for a in list(self._automata.values()))
+        return own + sum(t.nbytes for t in list(self._twins.values()))
 
     # -- engines -------------------------------------------------------------------------------
     def automaton(self, i: int, *, hold: bool = False) -> ToolAutomaton:

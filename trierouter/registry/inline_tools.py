@@ -33,15 +33,31 @@ logger = logging.getLogger("trierouter")
 
 
 def compile_inline(
-    text: str, index: TokenIndex, *, format: str, store: AnalysisStore | None
+    text: str,
+    index: TokenIndex,
+    *,
+    format: str,
+    store: AnalysisStore | None,
+    key: str | None = None,
 ) -> CompiledTools:
     """An inline tool set (its JSON text) compiled with the slot analysis an API process stored
-    for it (the names trie only), or analysed here without one, with a warning: in a server's
-    engine that runs inside the batch step (:mod:`trierouter.registry.analysis`)."""
+    for it (the names trie only, or not even that: names tries the API process's worker
+    compiled, :meth:`AnalysisStore.put_names`, are loaded when the plan asks for them), or
+    analysed here without one, with a warning: in a server's engine that runs inside the batch
+    step (:mod:`trierouter.registry.analysis`). ``key``: :func:`tools_key` of ``text``, if
+    the caller has it."""
+    key = tools_key(text) if key is None else key
+    prepared = None
+    if store is not None:
+        vocab = index.vocabulary
+
+        def prepared(fmt: str, lead: str) -> Any:
+            return store.get_names(key, vocab, fmt, lead)
+
     paused = gc.isenabled()
     gc.disable()  # a collection over a server's objects could cost more than the parse
     try:
-        analysis = None if store is None else store.get(tools_key(text))
+        analysis = None if store is None else store.get(key)
         if analysis is not None and analysis.spans:  # each schema parsed when a call needs it
             inline: Any = _stored_specs(text, analysis)
         else:
@@ -58,7 +74,7 @@ def compile_inline(
             ENV_ANALYSIS_DIR,
         )
     try:
-        return compile_tools(inline, index, format=format, analysis=analysis)
+        return compile_tools(inline, index, format=format, analysis=analysis, prepared=prepared)
     except CompileError:
         if analysis is None:
             raise

@@ -30,11 +30,12 @@ not worth it); the arguments of a chosen tool are always exact.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.registry.analysis import STEP_WORK
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.router.bitmask import bitmask_to_ids
 from trierouter.router.tool_calls.greedy import INF as _INF
@@ -49,8 +50,10 @@ __all__ = [
     "EXACT_TOOLS",
     "SLOT_RESERVE",
     "GreedyCounter",
+    "NameTable",
     "TurnCloser",
     "narrow_slot",
+    "plan_tables",
     "shortest_paths",
 ]
 
@@ -63,6 +66,9 @@ ARGS_GUESS = 32
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
+NameTable = tuple[I64, I64, int]
+"""A names trie's closing costs before the close: the nodes names pass (sorted), per node the
+fewest tokens of a name's rest plus its arguments, and the most over every name and node."""
 ToolCallPlan = Any
 """A :class:`~trierouter.router.tool_calls.plan.ToolCallPlan` (not imported: it imports this)."""
 
@@ -276,6 +282,8 @@ class TurnCloser:
         and the end id."""
         names = subset if subset is not None else [s.name for s in plan.tools.specs]
         self.exact = len(names) <= EXACT_TOOLS
+        self.whole = subset is None
+        """Every tool of the plan's registry: a prepared table may serve (:meth:`name_table`)."""
         self._names = names
         self._sized: OrderedDict[int, _Sized] = OrderedDict()
         self._costs: dict[int, tuple[dict[int, int], int]] = {}
@@ -290,6 +298,40 @@ class TurnCloser:
                 self._sized.popitem(last=False)
         return s
 
+    def lead_of(self, names: ChoiceSet) -> str:
+        """The text before each name in ``names`` (the plan's first or following call)."""
+        plan = self.plan
+        if names is plan.next_names:
+            return str(plan.format.lead(following=True, held=self.held.decode()))
+        return str(plan.format.lead(after_trigger=plan.tool_choice == "auto"))
+
+    def name_table(self, names: ChoiceSet) -> NameTable:
+        """``names``' :data:`NameTable` over every name of the plan: prepared with the trie
+        (:meth:`CompiledTools.names_for`, e.g. by a server's worker process) or computed now."""
+        lead = self.lead_of(names)
+        if self.whole:
+            hit = self.plan.tools.prepared_table(lead, names)
+            if hit is not None:
+                return cast(NameTable, hit)
+            STEP_WORK["closer_table"] += 1
+        plan, tools = self.plan, self.plan.tools
+        tail = plan.format.name_tail
+        paths = [(tools.name_text(name, lead) + tail).encode() for name in self._names]
+        args = np.full(len(paths), ARGS_GUESS, dtype=np.int64)
+        if self.exact:
+            args[:] = [self.sized(tools.tool_index(name)).tokens(0) for name in self._names]
+        flat = flat_texts(paths)
+        nodes, walked = _name_nodes(names, flat, plan._single_bytes())
+        rests = self.counter.suffix_counts_many(paths, flat)
+        owner = np.repeat(np.arange(len(paths)), np.diff(flat[1]))
+        keep = walked[owner]
+        at, c = nodes[keep], rests[keep] + args[owner[keep]]
+        most = int(c.max()) if len(c) else 0
+        order = np.lexsort((c, at))
+        at, c = at[order], c[order]
+        first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]]) if len(at) else at
+        return at[first], c[first], most
+
     def node_costs(self, names: ChoiceSet) -> tuple[dict[int, int], int]:
         """Per node of ``names``, the tokens of the cheapest completion of the turn from there
         (the rest of a call head and name, that tool's shortest arguments and the close; in the
@@ -299,38 +341,19 @@ class TurnCloser:
         hit = self._costs.get(key)
         if hit is not None:
             return hit
-        plan, tools, count = self.plan, self.plan.tools, self.counter.count
-        following = names is plan.next_names
-        if following:
-            lead = plan.format.lead(following=True, held=self.held.decode())
-        else:
-            lead = plan.format.lead(after_trigger=plan.tool_choice == "auto")
-        singles = plan._single_bytes()
-        tail = plan.format.name_tail
-        paths = [(tools.name_text(name, lead) + tail).encode() for name in self._names]
-        args = np.full(len(paths), ARGS_GUESS, dtype=np.int64)
-        if self.exact:
-            args[:] = [self.sized(tools.tool_index(name)).tokens(0) for name in self._names]
-        flat = flat_texts(paths)
-        nodes, walked = _name_nodes(names, flat, singles)
-        rests = self.counter.suffix_counts_many(paths, flat)
-        owner = np.repeat(np.arange(len(paths)), np.diff(flat[1]))
-        keep = walked[owner]
-        at, c = nodes[keep], rests[keep] + args[owner[keep]] + self.close
-        most = int(c.max()) if len(c) else 0
-        order = np.lexsort((c, at))
-        at, c = at[order], c[order]
-        first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]]) if len(at) else at
+        at, cheapest, most = self.name_table(names)
+        close, count = self.close, self.counter.count
         costs: dict[int, int] = dict(
-            zip(at[first].tolist(), np.minimum(c[first], _INF).tolist(), strict=True)
+            zip(at.tolist(), np.minimum(cheapest + close, _INF).tolist(), strict=True)
         )
-        if following:  # the held characters (the closing text), then the end id
+        if names is self.plan.next_names:  # the held characters (the closing text), the end id
+            singles = self.plan._single_bytes()
             node = names.root
             for depth in range(len(self.held) + 1):
                 costs[node] = min(count(self.ending[depth:]) + 1, costs.get(node, _INF))
                 if depth < len(self.held):
                     node = names.advance(node, singles[self.held[depth]])
-        hit = self._costs[key] = (costs, most)
+        hit = self._costs[key] = (costs, most + close if len(at) else 0)
         return hit
 
     # -- masks -----------------------------------------------------------------------------------
@@ -428,3 +451,19 @@ class TurnCloser:
             return without
         forced: I32 = plan._free_row(stage, k, True)  # think: the rest of the delimiter now
         return forced
+
+
+def plan_tables(plan: ToolCallPlan) -> list[tuple[str, str, ChoiceSet, NameTable]]:
+    """Every names trie over all its tools that ``plan`` decodes (its first and following calls,
+    in its own syntax and its other openers'), each as ``(call format, lead, trie, table)``:
+    what a server's worker compiles for the engine (:meth:`AnalysisStore.put_names`)."""
+    out = []
+    for p in [plan, *plan._alts]:
+        if p._subset is not None:
+            continue
+        closer = TurnCloser(p, None)
+        for names in (p.names, p.next_names):
+            if names is not None:
+                table = closer.name_table(names)
+                out.append((p.format.name, closer.lead_of(names), names, table))
+    return out

@@ -10,9 +10,12 @@ The middleware (after authentication) hands such a request's body to one worker 
 runs both once: the check's verdict comes back to the API process's cache (the tool parser then
 answers from it), and the slot analysis goes to the :class:`~trierouter.registry.analysis.
 AnalysisStore` that ``trierouter serve`` shares with its engine core, where the processor reads
-it in milliseconds. The request waits for its own preparation; nothing else does. A request
-whose tools were seen before is not sent again; without a worker (it died), the preparation runs
-on a thread instead.
+it in milliseconds. With the vocabulary the engine publishes in that store at start, the worker
+also compiles the names tries over the set's tools that the request's plan will ask for, and
+their turn-closing tables (:func:`prepare_names`): the engine loads them (a few milliseconds)
+instead of compiling them inside its step. The request waits for its own preparation; nothing
+else does. A request whose tools were seen before is not sent again; without a worker (it died),
+the preparation runs on a thread instead.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from trierouter.registry.analysis import AnalysisStore, tools_key
+from trierouter.registry.index import TokenIndex
+from trierouter.router.tool_calls.greedy import counter
 from trierouter.router.vllm.args import ARG_TOOLS, RequestLimits, _env_int
 from trierouter.router.vllm.checks import (
     inline_text,
@@ -66,9 +72,14 @@ def needs_preparation(request: dict[str, Any] | None) -> bool:
     )
 
 
-def prepare_body(raw: bytes) -> tuple[str, tuple[str, ...] | str] | None:
+Syntax = tuple[str, tuple[str, ...]] | None
+"""The served model's call format and its ``auto`` openers (``None``: not known here)."""
+
+
+def prepare_body(raw: bytes, syntax: Syntax = None) -> tuple[str, tuple[str, ...] | str] | None:
     """In the worker: the request's tools as the tool parser will see them (vLLM's own request
-    model, dumped as the parser dumps it), checked and analysed (``prepare_inline_tools``);
+    model, dumped as the parser dumps it), checked and analysed (``prepare_inline_tools``),
+    and with the model's ``syntax``, the names tries its plan will need (:func:`prepare_names`);
     ``(key, names or the refusal)``, or ``None`` when vLLM itself will refuse the body."""
     from vllm.entrypoints.openai.chat_completion.protocol import (  # type: ignore[import-not-found,unused-ignore]
         ChatCompletionRequest,
@@ -87,10 +98,89 @@ def prepare_body(raw: bytes) -> tuple[str, tuple[str, ...] | str] | None:
     limit = _env_int(ENV_MAX_INLINE_TOOLS, _DEFAULT_MAX_INLINE_TOOLS)
     if len(tools) > limit or len(text) > RequestLimits.from_env().max_total_bytes:
         return None  # refused by its size in the parser, unanalysed
-    return tools_key(text), prepare_inline_tools(text)
+    key, verdict = tools_key(text), prepare_inline_tools(text)
+    if syntax is not None and not isinstance(verdict, str):
+        parallel = request.parallel_tool_calls is not False
+        try:
+            prepare_names(text, key, syntax, _choice_of(request.tool_choice), parallel)
+        except Exception as exc:  # the engine compiles them itself, as without a worker
+            logger.warning("trierouter: names of inline tools not prepared: %r", exc)
+    return key, verdict
+
+
+_index: dict[str, TokenIndex] = {}
+_waited: list[bool] = []
+VOCABULARY_WAIT_S = 60.0
+"""How long a worker waits, once, for the engine to publish its vocabulary (engine start)."""
+
+
+def _engine_index(store: AnalysisStore, *, wait: bool = True) -> TokenIndex | None:
+    """The token index over the vocabulary the engine published (built once per worker and
+    vocabulary file; ``wait``: the first time, for the engine to publish it)."""
+    deadline = time.monotonic() + (VOCABULARY_WAIT_S if wait and not _waited else 0.0)
+    while True:
+        seen = store.vocabulary_version()
+        if seen is not None:
+            break
+        if time.monotonic() >= deadline:
+            if wait:
+                _waited.append(True)
+            return None
+        time.sleep(0.2)
+    index = _index.get(seen)
+    if index is None:
+        vocab = store.vocabulary()
+        if vocab is None:
+            return None
+        _index.clear()  # one engine, one vocabulary
+        index = _index[seen] = TokenIndex.get(vocab)
+        counter(vocab).prepare()
+    return index
+
+
+def prepare_names(text: str, key: str, syntax: Syntax, choice: str, parallel: bool) -> int:
+    """In the worker: compile the names tries over every tool (and their turn-closing tables)
+    that the engine's plan for these inline tools will ask for (``tool_choice`` ``choice``,
+    ``parallel`` calls, in the model's call ``syntax``), with the vocabulary the engine
+    published, into the analysis store: the engine then loads them instead of compiling inside
+    its step (masks identical: the same code on the same vocabulary). How many were stored."""
+    store = AnalysisStore.from_env()
+    if store is None or syntax is None or choice not in ("required", "auto"):
+        return 0  # a named choice compiles a one-name trie, "none" none
+    index = _engine_index(store)
+    if index is None:
+        return 0
+    from trierouter.registry.inline_tools import compile_inline
+    from trierouter.router.tool_calls.closing import plan_tables
+    from trierouter.router.tool_calls.serving import native_plan
+
+    fmt, openers = syntax
+    tools = compile_inline(text, index, format=fmt, store=store)
+    plan = native_plan(tools, tool_choice=choice, parallel=parallel, openers=openers)
+    tables = plan_tables(plan)
+    for name, lead, trie, table in tables:
+        store.put_names(key, name, lead, trie, table)
+    return len(tables)
+
+
+def _choice_of(tool_choice: Any) -> str:
+    """``tool_choice`` as the tool parser passes it on (a named choice: the tool's name)."""
+    function = getattr(tool_choice, "function", None)
+    if function is not None:
+        return str(function.name)
+    if isinstance(tool_choice, dict):
+        return str(tool_choice.get("function", {}).get("name"))
+    return str(tool_choice or "auto")
 
 
 def _ready() -> bool:
+    """The worker's first job: its imports, and the engine's token index if published."""
+    store = AnalysisStore.from_env()
+    try:
+        if store is not None:
+            _engine_index(store, wait=False)
+    except Exception as exc:  # built again by the first request that needs it
+        logger.warning("trierouter: the worker has no token index yet: %r", exc)
     return True
 
 
@@ -117,22 +207,22 @@ def start_worker() -> ProcessPoolExecutor | None:
         return _pool
 
 
-def _run(raw: bytes) -> Future[tuple[str, tuple[str, ...] | str] | None]:
+def _run(raw: bytes, syntax: Syntax) -> Future[tuple[str, tuple[str, ...] | str] | None]:
     pool = start_worker()
     if pool is not None:
         try:
-            return pool.submit(prepare_body, raw)
+            return pool.submit(prepare_body, raw, syntax)
         except (BrokenProcessPool, RuntimeError) as exc:
             logger.warning("trierouter: tool-check worker lost (%s); checking on a thread", exc)
             _restart()
     out: Future[tuple[str, tuple[str, ...] | str] | None] = Future()
-    threading.Thread(target=_into, args=(out, raw), daemon=True).start()
+    threading.Thread(target=_into, args=(out, raw, syntax), daemon=True).start()
     return out
 
 
-def _into(out: Future[Any], raw: bytes) -> None:
+def _into(out: Future[Any], raw: bytes, syntax: Syntax) -> None:
     try:
-        out.set_result(prepare_body(raw))
+        out.set_result(prepare_body(raw, syntax))
     except BaseException as exc:
         out.set_exception(exc)
 
@@ -145,8 +235,11 @@ def _restart() -> None:
         _pool = None
 
 
-def _tools_digest(tools: Any) -> bytes:
-    return hashlib.sha256(json.dumps(tools, ensure_ascii=False).encode()).digest()
+def _tools_digest(request: dict[str, Any]) -> bytes:
+    """The request's tools as sent, and what decides the names tries its plan needs."""
+    how = [_choice_of(request.get("tool_choice")), request.get("parallel_tool_calls") is not False]
+    text = json.dumps([request.get("tools"), how], ensure_ascii=False)
+    return hashlib.sha256(text.encode()).digest()
 
 
 def _ready_for(key: str) -> bool:
@@ -155,15 +248,16 @@ def _ready_for(key: str) -> bool:
     return known_inline(key) and (store is None or store.has(key))
 
 
-async def prepare_request(raw: bytes, request: dict[str, Any]) -> None:
+async def prepare_request(raw: bytes, request: dict[str, Any], syntax: Syntax = None) -> None:
     """Prepare a request's inline tools (after :func:`needs_preparation`) and wait for it; the
-    same body in flight twice is prepared once, and tools seen before (the same JSON as sent,
+    same body in flight twice is prepared once, and tools seen before (the same JSON as sent and
+    the same ``tool_choice`` and ``parallel_tool_calls``, which decide the names to compile;
     their verdict and analysis still held) are not sent to the worker again, so a repeated set
     never waits behind another's analysis. Failures are logged, never raised: the tool parser
     then checks the tools itself, as without the middleware."""
     import anyio
 
-    sent = await anyio.to_thread.run_sync(_tools_digest, request.get("tools"))
+    sent = await anyio.to_thread.run_sync(_tools_digest, request)
     with _lock:
         seen = _seen.get(sent)
     if seen is not None and _ready_for(seen):
@@ -171,7 +265,7 @@ async def prepare_request(raw: bytes, request: dict[str, Any]) -> None:
     digest = hashlib.sha256(raw).digest()
     running = _pending.get(digest)
     if running is None:
-        running = asyncio.wrap_future(_run(raw))
+        running = asyncio.wrap_future(_run(raw, syntax))
         _pending[digest] = running
         running.add_done_callback(lambda _f: _pending.pop(digest, None))
     try:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.registry.analysis import AnalysisStore, tools_key
+from trierouter.registry.analysis import STEP_WORK, AnalysisStore, tools_key
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.inline_tools import compile_inline
@@ -204,6 +204,11 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     counter(vocab).prepare()  # the turn closer's sizes, built with the index
                     self._end_row = ids_to_bitmask(np.asarray(vocab.end_ids, np.int64), self._width)
                     self._index = index
+                    if self._store is not None:  # the worker compiles new sets' names with it
+                        try:
+                            self._store.put_vocabulary(vocab)
+                        except OSError as exc:
+                            logger.warning("trierouter: vocabulary not shared: %s", exc)
         return index
 
     def _warm_index(self) -> None:
@@ -263,12 +268,12 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             tools = self._registry_in(spec.tools_name, fmt)
         else:
             assert spec.tools_inline is not None
-            src = "inline:" + tools_key(spec.tools_inline) + ":" + fmt
+            sha = tools_key(spec.tools_inline)
+            src = "inline:" + sha + ":" + fmt
             tools = self._inline_tools.get(src)  # type: ignore[assignment]
             if tools is None:
-                tools = compile_inline(
-                    spec.tools_inline, self._ensure_index(), format=fmt, store=self._store
-                )
+                index, store = self._ensure_index(), self._store
+                tools = compile_inline(spec.tools_inline, index, format=fmt, store=store, key=sha)
                 self._inline_tools[src] = tools
                 # bounded in count and in bytes (measured now: names tries, automata, masks)
                 sizes = [held_bytes(t) for t in self._inline_tools.values()]
@@ -328,7 +333,11 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._ensure_index()
             if spec.is_tool_call:
                 limit = getattr(params, "max_tokens", None)
-                return _Req(out, None, self._tool_plan(spec), limit)
+                work = STEP_WORK.total()
+                plan = self._tool_plan(spec)
+                if STEP_WORK.total() != work:
+                    _step_work(f"registry {spec.tools_name!r}" if spec.tools_name else "")
+                return _Req(out, None, plan, limit)
             cs = self._choice_set(spec)
             if spec.is_plain:
                 return _Req(out, cs, None)
@@ -509,11 +518,17 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     pstate = plan.advance(pstate, t)
                 req.seen = len(out)
                 req.plan_state = pstate
+                work = STEP_WORK.total()
                 if req.limit is None:
                     plan.fill_next_token_bitmask(pstate, bitmask, row)
                 else:  # only tokens after which the call list can close within max_tokens
                     left = req.limit - len(out)
                     plan.fill_next_token_bitmask(pstate, bitmask, row, remaining=left)
+                if STEP_WORK.total() != work:
+                    tools = getattr(plan, "tools", None)
+                    named = [k for k, v in self._tools.items() if v is tools]
+                    named += [k for (k, _), v in self._formatted.items() if v is tools]
+                    _step_work(f"registry {named[0]!r}" if named else "")
             except Exception as exc:  # this row alone ends (its end ids only); the batch goes on
                 logger.error(
                     "trierouter: request failed while decoding, it will end now: %s: %s",
@@ -526,3 +541,15 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     bitmask[row] = self._end_row
         if len(self._failed_rows) and self._end_row is not None:
             bitmask[self._failed_rows] = self._end_row
+
+
+def _step_work(source: str) -> None:
+    """Log that a request's plan compiled names tries or closing tables over every tool inside
+    the step (:data:`STEP_WORK` grew): nothing prepared them (an inline set the API process's
+    worker did not prepare, or a named registry's first use in a call format)."""
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(STEP_WORK.items()))
+    logger.warning(
+        "trierouter: %s: names compiled inside the engine's step (so far in this engine: %s)",
+        source or "inline tools",
+        counts,
+    )

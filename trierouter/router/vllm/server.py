@@ -226,6 +226,18 @@ def _format_of(scope: Scope) -> str | None:
     return fmt
 
 
+def _syntax_of(scope: Scope) -> tuple[str, tuple[str, ...]] | None:
+    """The served model's call format and ``auto`` openers, as its tool parser has them."""
+    fmt = _format_of(scope)
+    chat = getattr(getattr(scope.get("app"), "state", None), "openai_serving_chat", None)
+    if fmt is None or chat is None:
+        return None
+    from trierouter.router.openers import model_openers
+
+    tokenizer = getattr(getattr(chat, "renderer", None), "tokenizer", None)
+    return fmt, model_openers(getattr(tokenizer, "name_or_path", None))
+
+
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -447,7 +459,7 @@ class ToolSearchMiddleware:
             await _send_error(send, str(exc), exc.param)
             return
         if request is not None and needs_preparation(request):  # checked off loop and step
-            await prepare_request(raw, request)
+            await prepare_request(raw, request, _syntax_of(scope))
         body = raw if new is None else new
         if new is not None:
             scope = dict(scope)

@@ -1,0 +1,165 @@
+"""Names tries and turn-closing tables compiled by a server's worker process for a new inline
+tool set (``router/vllm/prepare.py`` -> ``AnalysisStore.put_names``), loaded by the engine
+instead of compiled inside its step: the oracle is the synchronous compile of the same set, and
+every mask of random walks (names, arguments, following calls, under ``max_tokens`` limits) is
+the same on both; nothing of the prepared plan compiles a names trie or a closing table. The
+live path (middleware worker -> store -> logits processor) is tested in test_serve.py."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from trierouter.data.synthetic import tool_names
+from trierouter.registry.analysis import STEP_WORK, AnalysisStore, tools_key
+from trierouter.registry.call_formats import AUTO_OPENERS
+from trierouter.registry.compiler import compile_tools
+from trierouter.registry.index import TokenIndex
+from trierouter.registry.inline_tools import compile_inline
+from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.tool_calls.plan import ToolCallPlan
+from trierouter.router.tool_calls.serving import native_plan
+from trierouter.router.vllm.checks import inline_text, prepare_inline_tools
+from trierouter.router.vllm.prepare import prepare_names
+
+pytest.importorskip("xgrammar")
+
+SCHEMAS: list[dict[str, Any]] = [
+    {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                      "days": {"type": "integer", "minimum": 1}},
+     "required": ["city"]},
+    {"type": "object", "properties": {"day": {"type": "string", "format": "date"}},
+     "required": ["day"]},
+    {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "n": {"type": "boolean"}}},
+    {"type": "object", "properties": {}},
+]  # fmt: skip
+
+
+def _tools(n: int, seed: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {"name": name, "parameters": SCHEMAS[i % len(SCHEMAS)]}}
+        for i, name in enumerate(tool_names(n, seed=seed))
+    ]
+
+
+def _store(tmp_path: Path, vocab: Vocabulary, monkeypatch: pytest.MonkeyPatch) -> AnalysisStore:
+    monkeypatch.setenv("TRIEROUTER_ANALYSIS_DIR", str(tmp_path))
+    store = AnalysisStore(tmp_path)
+    store.put_vocabulary(vocab)  # what the engine does at start
+    return store
+
+
+def test_the_engine_vocabulary_reads_back(
+    tmp_path: Path, qwen2: Vocabulary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path, qwen2.with_width(151_936), monkeypatch)
+    back = store.vocabulary()
+    assert back is not None and back.hash == qwen2.with_width(151_936).hash
+    assert back.tokens == qwen2.tokens and back.end_ids == qwen2.end_ids
+    raw = bytearray((tmp_path / "vocabulary.trv").read_bytes())
+    raw[-1] ^= 1  # a damaged file is refused, never half-used
+    (tmp_path / "vocabulary.trv").write_bytes(bytes(raw))
+    assert store.vocabulary() is None
+
+
+def _walk(
+    plan: ToolCallPlan, rng: random.Random, limit: int, trigger: bytes | None
+) -> tuple[list[int], list[np.ndarray]]:
+    """A random walk of ``plan`` under ``limit`` tokens (under ``auto``, into ``trigger``'s
+    call first), with every mask on the way."""
+    tokens, masks, st = [], [], plan.start()
+    vocab = plan.vocabulary.tokens
+    written = b""
+    while len(tokens) < limit and st[0] not in (plan.TERMINATED, plan.DEAD, plan.DONE):
+        ids = plan.allowed_token_ids(st, remaining=limit - len(tokens))
+        masks.append(ids)
+        assert len(ids), "empty mask"
+        pick = ids.tolist()
+        if trigger is not None and st[0] < plan.NAME:
+            toward = [t for t in pick if vocab[t] and trigger.startswith(written + vocab[t])]
+            pick = toward or pick
+        t = rng.choice(pick)
+        written += vocab[t]
+        tokens.append(t)
+        st = plan.advance(st, t)
+    return tokens, masks
+
+
+@pytest.mark.parametrize(
+    ("n", "fmt", "choice", "parallel"),
+    [
+        (300, "hermes", "required", True),  # over EXACT_TOOLS: arguments guessed
+        (300, "hermes", "auto", False),
+        (40, "hermes", "required", False),  # sized exactly, every tool's automaton
+        (60, "json_array", "required", True),  # the turn's closing text
+        (300, "mistral", "auto", True),
+    ],
+)
+def test_prepared_names_give_the_masks_of_the_synchronous_compile(
+    tmp_path: Path,
+    qwen2: Vocabulary,
+    qwen2_index: TokenIndex,
+    monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    fmt: str,
+    choice: str,
+    parallel: bool,
+) -> None:
+    store = _store(tmp_path, qwen2, monkeypatch)
+    tools = _tools(n, seed=n)
+    text = inline_text(tools)
+    key = tools_key(text)
+    assert not isinstance(prepare_inline_tools(text), str)  # the worker: the analysis ...
+    stored = prepare_names(text, key, (fmt, AUTO_OPENERS), choice, parallel)  # ... and names
+    assert stored >= 1 + parallel
+    opts: dict[str, Any] = dict(tool_choice=choice, parallel=parallel, openers=AUTO_OPENERS)
+    before = dict(STEP_WORK)
+    prepared = native_plan(compile_inline(text, qwen2_index, format=fmt, store=store), **opts)
+    sync = native_plan(compile_tools(json.loads(text), qwen2_index, format=fmt), **opts)
+    assert prepared.names is not sync.names
+    assert sync.names.values == prepared.names.values
+    triggers = [p.format.watch.encode() for p in [prepared, *prepared._alts]]
+    rng = random.Random(n)
+    for k in range(12):
+        limit = rng.choice([10, 24, 48, 200])
+        trigger = rng.choice(triggers) if choice == "auto" else None
+        work = dict(STEP_WORK)
+        tokens, masks = _walk(prepared, random.Random(k), limit, trigger)
+        assert dict(STEP_WORK) == work, "the prepared plan compiled names inside the step"
+        st = sync.start()
+        for i, t in enumerate(tokens):  # the oracle, along the same tokens
+            want = sync.allowed_token_ids(st, remaining=limit - i)
+            assert np.array_equal(want, masks[i]), (k, i, prepared.vocabulary.decode(tokens[:i]))
+            st = sync.advance(st, t)
+    assert sum(STEP_WORK.values()) > sum(before.values())  # the oracle did compile
+
+
+def test_without_prepared_names_the_engine_compiles_and_counts_it(
+    tmp_path: Path, qwen2: Vocabulary, qwen2_index: TokenIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path, qwen2, monkeypatch)
+    text = inline_text(_tools(300, seed=7))
+    assert not isinstance(prepare_inline_tools(text), str)  # the analysis only
+    names = STEP_WORK["names_trie"]
+    tools = compile_inline(text, qwen2_index, format="hermes", store=store)
+    assert STEP_WORK["names_trie"] == names + 1 and tools.stats.analysis_reused
+    tables = STEP_WORK["closer_table"]
+    plan = native_plan(tools, tool_choice="required")
+    plan.allowed_token_ids(plan.start(), remaining=16)
+    assert STEP_WORK["closer_table"] == tables + 1
+    # a table that does not fit its trie is refused, and the names compiled again
+    assert prepare_names(text, tools_key(text), ("hermes", ()), "required", False) == 1
+    (cost,) = tmp_path.glob("*.cost")
+    trie = next(tmp_path.glob("*.trt"))
+    other = inline_text(_tools(301, seed=8))
+    prepare_inline_tools(other)
+    prepare_names(other, tools_key(other), ("hermes", ()), "required", False)
+    newer = next(p for p in tmp_path.glob("*.cost") if p != cost)
+    cost.write_bytes(newer.read_bytes())
+    assert store.get_names(tools_key(text), qwen2, "hermes", plan.format.lead()) is None
+    assert trie.exists()
