@@ -160,17 +160,20 @@ def narrow_slot(plan: ToolCallPlan, matcher: Any, row: I32) -> None:
 
 def _next_states(a: ToolAutomaton, state: int, ids: npt.NDArray[Any]) -> I64:
     """The state of ``a`` after each token of ``ids`` from ``state`` (-1: refused), vectorized
-    over the tokens' bytes."""
+    over the tokens' bytes (each byte position over the tokens long enough and still alive: a
+    state allowing the whole vocabulary costs its bytes, not its longest token times its size)."""
     t = a.t
     ids = np.asarray(ids, dtype=np.int64)
     lo, ln = t.start[ids].astype(np.int64), t.lengths[ids].astype(np.int64)
     cur = np.full(len(ids), state, dtype=np.int64)
+    live = np.arange(len(ids))  # the tokens still walking: most are short, so few go on
     for p in range(int(ln.max()) if len(ln) else 0):
-        idx = np.flatnonzero((ln > p) & (cur >= 0))
-        if not len(idx):
+        live = live[ln[live] > p]
+        if not len(live):
             break
-        b = t.buffer[lo[idx] + p]
-        cur[idx] = a.table[cur[idx], a.byte_class[b]]
+        nxt = a.table[cur[live], a.byte_class[t.buffer[lo[live] + p]]]
+        cur[live] = nxt
+        live = live[nxt >= 0]
     return cur
 
 
