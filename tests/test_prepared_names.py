@@ -120,6 +120,7 @@ def test_prepared_names_give_the_masks_of_the_synchronous_compile(
     opts: dict[str, Any] = dict(tool_choice=choice, parallel=parallel, openers=AUTO_OPENERS)
     before = dict(STEP_WORK)
     prepared = native_plan(compile_inline(text, qwen2_index, format=fmt, store=store), **opts)
+    assert dict(STEP_WORK) == before  # every names trie the plan made was loaded
     sync = native_plan(compile_tools(json.loads(text), qwen2_index, format=fmt), **opts)
     assert prepared.names is not sync.names
     assert sync.names.values == prepared.names.values
@@ -161,5 +162,7 @@ def test_without_prepared_names_the_engine_compiles_and_counts_it(
     prepare_names(other, tools_key(other), ("hermes", ()), "required", False)
     newer = next(p for p in tmp_path.glob("*.cost") if p != cost)
     cost.write_bytes(newer.read_bytes())
-    assert store.get_names(tools_key(text), qwen2, "hermes", plan.format.lead()) is None
-    assert trie.exists()
+    lead = plan.format.lead()
+    loaded = store.get_trie(tools_key(text), qwen2, "hermes", lead)
+    assert loaded is not None and trie.exists()
+    assert store.get_table(tools_key(text), qwen2, "hermes", lead, "g", loaded) is None

@@ -70,6 +70,7 @@ _VERSION = 1
 _KEY = re.compile(r"[0-9a-f]{64}")
 _VOCAB_FILE = "vocabulary.trv"
 _ENTRIES = ("*.json", "*.trt", "*.cost")
+_TABLE = "trierouter-names-table"
 
 STEP_WORK: Counter[str] = Counter()
 """Compiles of a new tool set's pieces in this process, by kind (``names_trie``: a names trie
@@ -381,33 +382,42 @@ class AnalysisStore:
         return self._path(key).with_suffix(f".{tag}.trt")
 
     def put_names(
-        self, key: str, fmt: str, lead: str, trie: ChoiceSet, table: tuple[Any, Any, int]
+        self, key: str, fmt: str, lead: str, trie: ChoiceSet, tables: dict[str, Any]
     ) -> None:
         """Store the names trie of tool set ``key`` in call format ``fmt`` after ``lead`` and
-        its turn-closing table (:data:`~trierouter.router.tool_calls.closing.NameTable`)."""
+        its turn-closing tables by variant (:data:`~trierouter.router.tool_calls.closing.
+        NameTable`; the variant says how the arguments were sized)."""
         path = self._names_path(key, trie.vocabulary_hash, fmt, lead)
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        at, cheapest, most = table
-        meta = {"most": int(most), "nodes": int(trie.n_nodes), "values": len(trie)}
-        save_arrays(path.with_suffix(".cost"), "trierouter-names-table",
-                    {"at": np.asarray(at, np.int64), "cheapest": np.asarray(cheapest, np.int64)},
-                    meta)  # fmt: skip
+        for variant, (at, cheapest, most) in tables.items():
+            meta = {"most": int(most), "nodes": int(trie.n_nodes), "values": len(trie)}
+            arrays = {"at": np.asarray(at, np.int64), "cheapest": np.asarray(cheapest, np.int64)}
+            save_arrays(path.with_suffix(f".{variant}.cost"), _TABLE, arrays, meta)
         trie.save(path)
         self._trim()
 
-    def get_names(
-        self, key: str, vocab: Vocabulary, fmt: str, lead: str
-    ) -> tuple[ChoiceSet, tuple[Any, Any, int]] | None:
-        """What :meth:`put_names` stored for ``vocab`` (``None``: nothing, or it does not read
-        back: checked like any set file, the table against its trie)."""
+    def get_trie(self, key: str, vocab: Vocabulary, fmt: str, lead: str) -> ChoiceSet | None:
+        """The trie :meth:`put_names` stored for ``vocab`` (``None``: none, or it does not read
+        back: checked like any set file)."""
         from trierouter.registry.trie import ChoiceSet
 
         path = self._names_path(key, vocab.content_hash, fmt, lead)
         try:
+            return ChoiceSet.load(path, vocab, mmap=False) if path.is_file() else None
+        except (CorruptFileError, OSError, ValueError) as exc:
+            logger.warning("trierouter: ignoring stored names: %s", exc)
+            return None
+
+    def get_table(
+        self, key: str, vocab: Vocabulary, fmt: str, lead: str, variant: str, trie: ChoiceSet
+    ) -> tuple[Any, Any, int] | None:
+        """The table :meth:`put_names` stored with ``trie`` (``None``: none, or it does not fit
+        the trie)."""
+        path = self._names_path(key, vocab.content_hash, fmt, lead).with_suffix(f".{variant}.cost")
+        try:
             if not path.is_file():
                 return None
-            a, meta = load_arrays(path.with_suffix(".cost"), "trierouter-names-table", mmap=False)
-            trie = ChoiceSet.load(path, vocab, mmap=False)
+            a, meta = load_arrays(path, _TABLE, mmap=False)
             at, cheapest, most = a["at"], a["cheapest"], meta.get("most")
             if not (
                 type(most) is int
@@ -419,10 +429,10 @@ class AnalysisStore:
                 and bool(np.all(at[1:] > at[:-1]))
             ):
                 raise CorruptFileError(f"{path}: the table does not fit its trie")
-        except (CorruptFileError, OSError, ValueError) as exc:
-            logger.warning("trierouter: ignoring stored names: %s", exc)
+        except (CorruptFileError, OSError, ValueError, KeyError) as exc:
+            logger.warning("trierouter: ignoring a stored names table: %s", exc)
             return None
-        return trie, (at, cheapest, most)
+        return at, cheapest, most
 
     def _trim(self) -> None:
         try:

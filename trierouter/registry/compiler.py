@@ -21,9 +21,9 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from trierouter.errors import (
     CompileError,
@@ -58,9 +58,13 @@ __all__ = [
 ]
 
 
-Prepared = Callable[[str, str], "tuple[ChoiceSet, Any] | None"]
-"""``(call format name, lead) -> (names trie over every tool, its closing table)`` or ``None``:
-what another process compiled for a tool set (:meth:`AnalysisStore.get_names`)."""
+class Prepared(Protocol):
+    """Names tries over every tool of a set and their closing tables that another process
+    compiled (:class:`~trierouter.registry.inline_tools.StoredNames`); ``None``: not there."""
+
+    def trie(self, fmt: str, lead: str) -> ChoiceSet | None: ...
+
+    def table(self, fmt: str, lead: str, variant: str, trie: ChoiceSet) -> Any | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +138,7 @@ class CompiledTools:
     ) -> None:
         self._prepared = prepared
         """Names tries (and their closing tables) made elsewhere, by call format and lead."""
-        self._name_tables: dict[tuple[str, str], tuple[ChoiceSet, Any]] = {}
+        self._loaded: dict[tuple[str, str], ChoiceSet] = {}
         # Python's cyclic collector is paused while compiling (and restored after): a compile
         # allocates many long-lived objects and no cycles, and each collection would traverse
         # all of them again
@@ -350,10 +354,9 @@ class CompiledTools:
             trie = self._tries.get(lead)
             if trie is None:
                 key = (self.format.name, lead)
-                got = None if self._prepared is None else self._prepared(*key)
+                got = None if self._prepared is None else self._prepared.trie(*key)
                 if got is not None:
-                    trie = got[0]
-                    self._name_tables[key] = got
+                    trie = self._loaded[key] = got
                 else:
                     STEP_WORK["names_trie"] += 1
                     texts = [lead + e for e in self._by_escaped]
@@ -368,10 +371,13 @@ class CompiledTools:
             texts.append(self.name_text(n, lead))
         return compile_choices(texts, self.index, terminator=self.format.name_tail, allow_end=False)
 
-    def prepared_table(self, lead: str, names: ChoiceSet) -> Any | None:
-        """The closing table prepared with ``names`` (the trie over every tool after ``lead``)."""
-        hit = self._name_tables.get((self.format.name, lead))
-        return hit[1] if hit is not None and hit[0] is names else None
+    def prepared_table(self, lead: str, names: ChoiceSet, variant: str) -> Any | None:
+        """The closing table (``variant``: how the arguments were sized) prepared with
+        ``names``, when that is the trie over every tool after ``lead`` loaded from there."""
+        key = (self.format.name, lead)
+        if self._prepared is None or self._loaded.get(key) is not names:
+            return None
+        return self._prepared.table(*key, variant, names)
 
     @property
     def nbytes(self) -> int:

@@ -26,8 +26,10 @@ from trierouter.registry.analysis import (
 )
 from trierouter.registry.compiler import CompiledTools, ToolSpec, _as_spec, compile_tools
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.trie import ChoiceSet
+from trierouter.registry.vocabulary import Vocabulary
 
-__all__ = ["analyze_specs", "compile_inline"]
+__all__ = ["StoredNames", "analyze_specs", "compile_inline"]
 
 logger = logging.getLogger("trierouter")
 
@@ -47,13 +49,7 @@ def compile_inline(
     step (:mod:`trierouter.registry.analysis`). ``key``: :func:`tools_key` of ``text``, if
     the caller has it."""
     key = tools_key(text) if key is None else key
-    prepared = None
-    if store is not None:
-        vocab = index.vocabulary
-
-        def prepared(fmt: str, lead: str) -> Any:
-            return store.get_names(key, vocab, fmt, lead)
-
+    prepared = None if store is None else StoredNames(store, key, index.vocabulary)
     paused = gc.isenabled()
     gc.disable()  # a collection over a server's objects could cost more than the parse
     try:
@@ -95,6 +91,20 @@ def analyze_specs(tools: Iterable[Any], *, text: str | None = None) -> ToolsAnal
     if spans is None:
         return analysis
     return replace(analysis, strict=tuple(s.strict for s in specs), spans=spans)
+
+
+class StoredNames:
+    """The names tries and closing tables of the tool set ``key`` in ``store`` for ``vocab``
+    (:meth:`AnalysisStore.put_names`), read when a plan asks for them."""
+
+    def __init__(self, store: AnalysisStore, key: str, vocab: Vocabulary) -> None:
+        self.store, self.key, self.vocab = store, key, vocab
+
+    def trie(self, fmt: str, lead: str) -> ChoiceSet | None:
+        return self.store.get_trie(self.key, self.vocab, fmt, lead)
+
+    def table(self, fmt: str, lead: str, variant: str, trie: ChoiceSet) -> Any | None:
+        return self.store.get_table(self.key, self.vocab, fmt, lead, variant, trie)
 
 
 class _StoredSpec(ToolSpec):

@@ -308,12 +308,19 @@ class TurnCloser:
             return str(plan.format.lead(following=True, held=self.held.decode()))
         return str(plan.format.lead(after_trigger=plan.tool_choice == "auto"))
 
-    def name_table(self, names: ChoiceSet) -> NameTable:
-        """``names``' :data:`NameTable` over every name of the plan: prepared with the trie
-        (:meth:`CompiledTools.names_for`, e.g. by a server's worker process) or computed now."""
-        lead = self.lead_of(names)
+    @property
+    def variant(self) -> str:
+        """How :meth:`name_table` sizes arguments: guessed (``g``), or exactly with or without
+        the held suffix (``h1``, ``h0``); a prepared table is kept per variant."""
+        return f"h{int(self.plan._hold)}" if self.exact else "g"
+
+    def name_table(self, names: ChoiceSet, lead: str | None = None) -> NameTable:
+        """``names``' :data:`NameTable` over every name of the plan (after ``lead``, default
+        :meth:`lead_of`): prepared with the trie (:meth:`CompiledTools.names_for`, e.g. by a
+        server's worker process) or computed now."""
+        lead = self.lead_of(names) if lead is None else lead
         if self.whole:
-            hit = self.plan.tools.prepared_table(lead, names)
+            hit = self.plan.tools.prepared_table(lead, names, self.variant)
             if hit is not None:
                 return cast(NameTable, hit)
             STEP_WORK["closer_table"] += 1
@@ -456,17 +463,18 @@ class TurnCloser:
         return forced
 
 
-def plan_tables(plan: ToolCallPlan) -> list[tuple[str, str, ChoiceSet, NameTable]]:
-    """Every names trie over all its tools that ``plan`` decodes (its first and following calls,
-    in its own syntax and its other openers'), each as ``(call format, lead, trie, table)``:
-    what a server's worker compiles for the engine (:meth:`AnalysisStore.put_names`)."""
+def plan_tables(plan: ToolCallPlan) -> list[tuple[str, str, ChoiceSet, dict[str, NameTable]]]:
+    """Every names trie over all tools that ``plan`` compiled (its first and following calls,
+    the tools' own call head, in its own syntax and its other openers'), each as
+    ``(call format, lead, trie, {variant: table})``: what a server's worker compiles for the
+    engine (:meth:`AnalysisStore.put_names`)."""
     out = []
     for p in [plan, *plan._alts]:
         if p._subset is not None:
             continue
         closer = TurnCloser(p, None)
-        for names in (p.names, p.next_names):
-            if names is not None:
-                table = closer.name_table(names)
-                out.append((p.format.name, closer.lead_of(names), names, table))
+        for lead, names in list(p.tools._tries.items()):
+            out.append(
+                (p.format.name, lead, names, {closer.variant: closer.name_table(names, lead)})
+            )
     return out

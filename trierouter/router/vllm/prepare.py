@@ -158,8 +158,8 @@ def prepare_names(text: str, key: str, syntax: Syntax, choice: str, parallel: bo
     tools = compile_inline(text, index, format=fmt, store=store)
     plan = native_plan(tools, tool_choice=choice, parallel=parallel, openers=openers)
     tables = plan_tables(plan)
-    for name, lead, trie, table in tables:
-        store.put_names(key, name, lead, trie, table)
+    for name, lead, trie, by_variant in tables:
+        store.put_names(key, name, lead, trie, by_variant)
     return len(tables)
 
 
