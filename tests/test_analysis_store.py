@@ -223,7 +223,7 @@ def test_a_repeated_set_is_not_sent_to_the_worker_again(
     key = tools_key(text)
     sent: list[bytes] = []
 
-    def worker(raw: bytes, syntax: Any) -> Future[Any]:  # what the worker process does, here
+    def worker(fn: Any, raw: bytes, syntax: Any) -> Future[Any]:  # what the worker does, here
         sent.append(raw)
         out: Future[Any] = Future()
         out.set_result((key, prepare_inline_tools(text)))

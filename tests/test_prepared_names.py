@@ -1,12 +1,14 @@
 """Names tries and turn-closing tables compiled by a server's worker process for a new inline
-tool set (``router/vllm/prepare.py`` -> ``AnalysisStore.put_names``), loaded by the engine
-instead of compiled inside its step: the oracle is the synchronous compile of the same set, and
-every mask of random walks (names, arguments, following calls, under ``max_tokens`` limits) is
-the same on both; nothing of the prepared plan compiles a names trie or a closing table. The
-live path (middleware worker -> store -> logits processor) is tested in test_serve.py."""
+tool set (``router/vllm/prepare.py`` -> ``AnalysisStore.put_names``), and inline value sets
+(``put_values``), loaded by the engine instead of compiled inside its step: the oracle is the
+synchronous compile of the same set, and every mask of random walks (names, arguments,
+following calls, under ``max_tokens`` limits) is the same on both, for the plans and for the
+vLLM logits processor; nothing of the prepared side compiles a names trie, a closing table or
+a value set. The live path (middleware worker -> store -> engine) is tested in test_serve.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -21,11 +23,13 @@ from trierouter.registry.call_formats import AUTO_OPENERS
 from trierouter.registry.compiler import compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.inline_tools import compile_inline
+from trierouter.registry.trie import compile_choices
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.bitmask import bitmask_to_ids
 from trierouter.router.tool_calls.plan import ToolCallPlan
 from trierouter.router.tool_calls.serving import native_plan
 from trierouter.router.vllm.checks import inline_text, prepare_inline_tools
-from trierouter.router.vllm.prepare import prepare_names
+from trierouter.router.vllm.prepare import prepare_names, prepare_values
 
 pytest.importorskip("xgrammar")
 
@@ -166,3 +170,91 @@ def test_without_prepared_names_the_engine_compiles_and_counts_it(
     loaded = store.get_trie(tools_key(text), qwen2, "hermes", lead)
     assert loaded is not None and trie.exists()
     assert store.get_table(tools_key(text), qwen2, "hermes", lead, "g", loaded) is None
+
+
+def test_prepared_value_sets_are_the_compiled_sets(
+    tmp_path: Path, qwen2: Vocabulary, qwen2_index: TokenIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path, qwen2, monkeypatch)
+    values = [*tool_names(2000, seed=3), "get", "get_x", "é"]
+    assert prepare_values(values)  # the worker's part
+    assert not prepare_values([]) and not prepare_values(["a", 3])  # what vLLM refuses
+    key = hashlib.sha256(json.dumps(values, ensure_ascii=False).encode()).hexdigest()
+    loaded = store.get_values(key, qwen2)
+    want = compile_choices(values, qwen2_index)
+    assert loaded is not None and loaded.values == want.values
+    rng = random.Random(0)
+    for _ in range(50):  # every mask of random walks equal
+        a, b = loaded.root, want.root
+        while a not in (loaded.END, loaded.DEAD):
+            ids = bitmask_to_ids(want.mask(b), want.width)
+            assert np.array_equal(bitmask_to_ids(loaded.mask(a), loaded.width), ids)
+            t = int(rng.choice(ids.tolist()))
+            a, b = loaded.advance(a, t), want.advance(b, t)
+
+
+def _processor(
+    factory: pytest.TempPathFactory, store: Path | None, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """The engine's logits processor (test_serve_units), with or without the analysis store."""
+    from tests.test_serve_units import _engine_processor
+
+    if store is None:
+        monkeypatch.delenv("TRIEROUTER_ANALYSIS_DIR", raising=False)
+    else:
+        monkeypatch.setenv("TRIEROUTER_ANALYSIS_DIR", str(store))
+    proc = _engine_processor(factory, WIDTH)
+    proc._warm.join(timeout=300)
+    return proc
+
+
+WIDTH = 151_872
+
+
+def test_the_engine_loads_what_the_worker_prepared(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new inline tool set and a new value set, each as one request of a batch: the engine
+    whose worker prepared them compiles nothing inside its steps (update_state and apply), and
+    every step's mask equals the one of an engine without a store (the synchronous path)."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    folder = tmp_path_factory.mktemp("prepared-store")
+    sync = _processor(tmp_path_factory, None, monkeypatch)
+    prepared = _processor(tmp_path_factory, folder, monkeypatch)  # publishes its vocabulary
+    assert (folder / "vocabulary.trv").is_file()
+    text = inline_text(_tools(300, seed=11))
+    values = tool_names(700, seed=12)
+    assert not isinstance(prepare_inline_tools(text), str)  # the worker's part, here
+    assert prepare_names(text, tools_key(text), ("hermes", AUTO_OPENERS), "required", True)
+    assert prepare_values(values)
+    args = [{"trierouter_tools_inline": text, "trierouter_tool_choice": "required",
+             "trierouter_tool_format": "hermes", "trierouter_parallel_tool_calls": 1},
+            {"trierouter_choices": values}]  # fmt: skip
+    rng = random.Random(5)
+    for limit in (12, 40):
+        outs: dict[int, list[list[int]]] = {id(p): [[], []] for p in (sync, prepared)}
+        params = [SamplingParams(max_tokens=limit, extra_args=a) for a in args]
+        work = sum(STEP_WORK.values())
+        for p in (prepared, sync):
+            added = [(i, params[i], [1], outs[id(p)][i]) for i in range(2)]
+            p.update_state(BatchUpdate(batch_size=2, removed=[], added=added, moved=[]))
+            if p is prepared:
+                assert sum(STEP_WORK.values()) == work, dict(STEP_WORK)
+        for _ in range(limit):
+            masks = []
+            for p in (prepared, sync):
+                before = sum(STEP_WORK.values())
+                logits = p.apply(torch.zeros((2, WIDTH)))
+                if p is prepared:
+                    assert sum(STEP_WORK.values()) == before, dict(STEP_WORK)
+                masks.append(torch.isfinite(logits))
+            assert torch.equal(masks[0], masks[1])
+            for row in range(2):
+                t = rng.choice(masks[0][row].nonzero().flatten().tolist())
+                for p in (prepared, sync):
+                    outs[id(p)][row].append(t)
+        for p in (prepared, sync):
+            p.update_state(BatchUpdate(batch_size=0, removed=[0, 1], added=[], moved=[]))

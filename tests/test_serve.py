@@ -136,7 +136,7 @@ def server_config(root: Path) -> tuple[Path, dict[str, str], list[str]]:
 
 _ANALYSIS: list[str] = []
 """The module server's $TRIEROUTER_ANALYSIS_DIR and its log file."""
-IN_STEP = "inline tools: names compiled inside the engine's step"
+IN_STEP = "inline tools: compiled inside the engine's step"
 """What the engine logs when a plan over a new inline set compiled a names trie or a closing
 table inside its step (counted: ``STEP_WORK`` in registry/analysis.py)."""
 

@@ -73,9 +73,10 @@ _ENTRIES = ("*.json", "*.trt", "*.cost")
 _TABLE = "trierouter-names-table"
 
 STEP_WORK: Counter[str] = Counter()
-"""Compiles of a new tool set's pieces in this process, by kind (``names_trie``: a names trie
-over every tool; ``closer_table``: its turn-closing table): a server's engine counts what it
-did inside its step because nothing prepared it (logged by the logits processor)."""
+"""Compiles of a new set's pieces in this process, by kind (``names_trie``: a names trie over
+every tool; ``closer_table``: its turn-closing table; ``value_set``: a request's inline values):
+a server's engine counts what it did inside its step because nothing prepared it (logged by
+the logits processor)."""
 
 
 def tools_key(tools_json: str) -> str:
@@ -433,6 +434,27 @@ class AnalysisStore:
             logger.warning("trierouter: ignoring a stored names table: %s", exc)
             return None
         return at, cheapest, most
+
+    def put_values(self, key: str, values: ChoiceSet) -> None:
+        """Store a request's inline value set (``key``: the SHA-256 of its values' JSON)."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        values.save(self._path(key).with_suffix(".trt"))
+        self._trim()
+
+    def has_values(self, key: str) -> bool:
+        return self._path(key).with_suffix(".trt").is_file()
+
+    def get_values(self, key: str, vocab: Vocabulary) -> ChoiceSet | None:
+        """The value set :meth:`put_values` stored for ``vocab`` (``None``: none, or it does
+        not read back: checked like any set file)."""
+        from trierouter.registry.trie import ChoiceSet
+
+        path = self._path(key).with_suffix(".trt")
+        try:
+            return ChoiceSet.load(path, vocab, mmap=False) if path.is_file() else None
+        except (CorruptFileError, OSError, ValueError) as exc:
+            logger.warning("trierouter: ignoring a stored value set: %s", exc)
+            return None
 
     def _trim(self) -> None:
         try:

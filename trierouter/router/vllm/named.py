@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from trierouter.errors import TrieRouterError
+from trierouter.registry.analysis import STEP_WORK
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
-from trierouter.router.vllm.args import _SET_SUFFIXES, ENV_SETS, ENV_TOOLS
+from trierouter.router.vllm.args import _SET_SUFFIXES, ENV_SETS, ENV_TOOLS, logger
 
-__all__ = ["held_bytes", "list_named_sets", "load_named_sets"]
+__all__ = ["held_bytes", "list_named_sets", "load_named_sets", "step_work"]
 
 
 def _load_tools_file(path: Path) -> list[Any]:
@@ -151,6 +152,18 @@ def load_named_sets(config: str, index: TokenIndex) -> dict[str, ChoiceSet]:
                 f"${ENV_SETS}: set {name!r} ({src if isinstance(src, Path) else 'inline'}): {exc}"
             ) from exc
     return sets
+
+
+def step_work(source: str) -> None:
+    """Log that a request compiled a set inside the engine's step (:data:`~trierouter.registry.
+    analysis.STEP_WORK` grew): nothing prepared it (an inline set or value set the API
+    process's worker did not prepare, or a named registry's first use in a call format)."""
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(STEP_WORK.items()))
+    logger.warning(
+        "trierouter: %s: compiled inside the engine's step (so far in this engine: %s)",
+        source or "inline tools",
+        counts,
+    )
 
 
 def held_bytes(tools: Any) -> int:

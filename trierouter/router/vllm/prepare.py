@@ -36,8 +36,15 @@ from typing import Any
 
 from trierouter.registry.analysis import AnalysisStore, tools_key
 from trierouter.registry.index import TokenIndex
+from trierouter.registry.trie import compile_choices
 from trierouter.router.tool_calls.greedy import counter
-from trierouter.router.vllm.args import ARG_TOOLS, RequestLimits, _env_int
+from trierouter.router.vllm.args import (
+    ARG_CHOICES,
+    ARG_TOOLS,
+    RequestLimits,
+    _env_int,
+    parse_request,
+)
 from trierouter.router.vllm.checks import (
     inline_text,
     known_inline,
@@ -59,9 +66,12 @@ _seen: OrderedDict[bytes, str] = OrderedDict()
 
 
 def needs_preparation(request: dict[str, Any] | None) -> bool:
-    """Whether the parsed body sends inline tools the tool parser will check and constrain."""
+    """Whether the parsed body sends inline tools the tool parser will check and constrain, or
+    inline values (``trierouter_choices``) the engine would compile."""
     if not isinstance(request, dict):
         return False
+    if _inline_values(request) is not None:
+        return True
     tools = request.get("tools")
     xargs = request.get("vllm_xargs")
     return (
@@ -70,6 +80,12 @@ def needs_preparation(request: dict[str, Any] | None) -> bool:
         and request.get("tool_choice") != "none"
         and not (isinstance(xargs, dict) and ARG_TOOLS in xargs)
     )
+
+
+def _inline_values(request: dict[str, Any]) -> list[Any] | None:
+    xargs = request.get("vllm_xargs")
+    values = xargs.get(ARG_CHOICES) if isinstance(xargs, dict) else None
+    return values if isinstance(values, list) and values and not request.get("tools") else None
 
 
 Syntax = tuple[str, tuple[str, ...]] | None
@@ -145,8 +161,10 @@ def prepare_names(text: str, key: str, syntax: Syntax, choice: str, parallel: bo
     published, into the analysis store: the engine then loads them instead of compiling inside
     its step (masks identical: the same code on the same vocabulary). How many were stored."""
     store = AnalysisStore.from_env()
-    if store is None or syntax is None or choice not in ("required", "auto"):
-        return 0  # a named choice compiles a one-name trie, "none" none
+    if store is None or syntax is None or choice == "none":
+        return 0
+    if choice != "auto":  # a named choice: a one-name trie in the step, the tools' own here
+        choice, parallel = "required", parallel and choice == "required"
     index = _engine_index(store)
     if index is None:
         return 0
@@ -161,6 +179,30 @@ def prepare_names(text: str, key: str, syntax: Syntax, choice: str, parallel: bo
     for name, lead, trie, by_variant in tables:
         store.put_names(key, name, lead, trie, by_variant)
     return len(tables)
+
+
+def prepare_values(values: list[Any]) -> bool:
+    """In the worker: a request's inline values (``trierouter_choices``, checked as the engine
+    checks them) compiled with the vocabulary the engine published, into the analysis store:
+    the engine loads the set instead of compiling it inside its step. Whether it is stored."""
+    store = AnalysisStore.from_env()
+    try:
+        spec = parse_request({ARG_CHOICES: values})
+    except ValueError:  # vLLM refuses the request with the message
+        return False
+    if store is None or spec is None or spec.values is None:
+        return False
+    key = spec.source_key.removeprefix("inline:")
+    if not store.has_values(key):
+        index = _engine_index(store)
+        if index is None:
+            return False
+        store.put_values(key, compile_choices(spec.values, index))
+    return True
+
+
+def _values_key(values: list[Any]) -> str:
+    return hashlib.sha256(json.dumps(values, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def _choice_of(tool_choice: Any) -> str:
@@ -207,22 +249,23 @@ def start_worker() -> ProcessPoolExecutor | None:
         return _pool
 
 
-def _run(raw: bytes, syntax: Syntax) -> Future[tuple[str, tuple[str, ...] | str] | None]:
+def _run(fn: Any, *args: Any) -> Future[Any]:
+    """``fn(*args)`` in the worker process (on a thread when there is none)."""
     pool = start_worker()
     if pool is not None:
         try:
-            return pool.submit(prepare_body, raw, syntax)
+            return pool.submit(fn, *args)
         except (BrokenProcessPool, RuntimeError) as exc:
             logger.warning("trierouter: tool-check worker lost (%s); checking on a thread", exc)
             _restart()
-    out: Future[tuple[str, tuple[str, ...] | str] | None] = Future()
-    threading.Thread(target=_into, args=(out, raw, syntax), daemon=True).start()
+    out: Future[Any] = Future()
+    threading.Thread(target=_into, args=(out, fn, *args), daemon=True).start()
     return out
 
 
-def _into(out: Future[Any], raw: bytes, syntax: Syntax) -> None:
+def _into(out: Future[Any], fn: Any, *args: Any) -> None:
     try:
-        out.set_result(prepare_body(raw, syntax))
+        out.set_result(fn(*args))
     except BaseException as exc:
         out.set_exception(exc)
 
@@ -233,6 +276,23 @@ def _restart() -> None:
         if _pool is not None:
             _pool.shutdown(wait=False, cancel_futures=True)
         _pool = None
+
+
+async def _once(digest: bytes, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in the worker, run once while in flight under ``digest``; ``None`` (logged)
+    when it fails."""
+    running = _pending.get(digest)
+    if running is None:
+        running = asyncio.wrap_future(_run(fn, *args))
+        _pending[digest] = running
+        running.add_done_callback(lambda _f: _pending.pop(digest, None))
+    try:
+        return await asyncio.shield(running)
+    except Exception as exc:
+        if isinstance(exc, BrokenProcessPool):
+            _restart()
+        logger.warning("trierouter: preparing inline tools or values failed: %r", exc)
+        return None
 
 
 def _tools_digest(request: dict[str, Any]) -> bytes:
@@ -257,24 +317,19 @@ async def prepare_request(raw: bytes, request: dict[str, Any], syntax: Syntax = 
     then checks the tools itself, as without the middleware."""
     import anyio
 
+    values = _inline_values(request)
+    if values is not None:  # a value set: compiled once, unless the store has it
+        store = AnalysisStore.from_env()
+        key = await anyio.to_thread.run_sync(_values_key, values)
+        if store is not None and not store.has_values(key):
+            await _once(bytes.fromhex(key), prepare_values, values)
+        return
     sent = await anyio.to_thread.run_sync(_tools_digest, request)
     with _lock:
         seen = _seen.get(sent)
     if seen is not None and _ready_for(seen):
         return
-    digest = hashlib.sha256(raw).digest()
-    running = _pending.get(digest)
-    if running is None:
-        running = asyncio.wrap_future(_run(raw, syntax))
-        _pending[digest] = running
-        running.add_done_callback(lambda _f: _pending.pop(digest, None))
-    try:
-        result = await asyncio.shield(running)
-    except Exception as exc:
-        if isinstance(exc, BrokenProcessPool):
-            _restart()
-        logger.warning("trierouter: preparing inline tools failed: %r", exc)
-        return
+    result = await _once(hashlib.sha256(raw).digest(), prepare_body, raw, syntax)
     if result is not None:
         key, verdict = result
         if not known_inline(key):

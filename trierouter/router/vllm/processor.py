@@ -62,6 +62,7 @@ from trierouter.router.vllm.named import (
     list_tool_registries,
     load_named_sets,
     load_tool_registries,
+    step_work,
 )
 from trierouter.router.vllm.vocab import engine_vocabulary as _engine_vocabulary
 
@@ -228,7 +229,11 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         cs = self._inline.get(key)
         if cs is None:
             assert spec.values is not None
-            cs = compile_choices(spec.values, self._ensure_index())
+            index, store, sha = self._ensure_index(), self._store, key.removeprefix("inline:")
+            cs = None if store is None else store.get_values(sha, index.vocabulary)
+            if cs is None:  # not prepared by the API process's worker
+                STEP_WORK["value_set"] += 1
+                cs = compile_choices(spec.values, index)
             self._inline[key] = cs
             # bounded in count and in bytes (the newest set stays: its request holds it anyway)
             held = sum(c.nbytes for c in self._inline.values())
@@ -336,9 +341,12 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 work = STEP_WORK.total()
                 plan = self._tool_plan(spec)
                 if STEP_WORK.total() != work:
-                    _step_work(f"registry {spec.tools_name!r}" if spec.tools_name else "")
+                    step_work(f"registry {spec.tools_name!r}" if spec.tools_name else "")
                 return _Req(out, None, plan, limit)
+            work = STEP_WORK.total()
             cs = self._choice_set(spec)
+            if STEP_WORK.total() != work:
+                step_work("inline values")
             if spec.is_plain:
                 return _Req(out, cs, None)
             return _Req(out, None, self._plan(spec, cs))
@@ -528,7 +536,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     tools = getattr(plan, "tools", None)
                     named = [k for k, v in self._tools.items() if v is tools]
                     named += [k for (k, _), v in self._formatted.items() if v is tools]
-                    _step_work(f"registry {named[0]!r}" if named else "")
+                    step_work(f"registry {named[0]!r}" if named else "")
             except Exception as exc:  # this row alone ends (its end ids only); the batch goes on
                 logger.error(
                     "trierouter: request failed while decoding, it will end now: %s: %s",
@@ -541,15 +549,3 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     bitmask[row] = self._end_row
         if len(self._failed_rows) and self._end_row is not None:
             bitmask[self._failed_rows] = self._end_row
-
-
-def _step_work(source: str) -> None:
-    """Log that a request's plan compiled names tries or closing tables over every tool inside
-    the step (:data:`STEP_WORK` grew): nothing prepared them (an inline set the API process's
-    worker did not prepare, or a named registry's first use in a call format)."""
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(STEP_WORK.items()))
-    logger.warning(
-        "trierouter: %s: names compiled inside the engine's step (so far in this engine: %s)",
-        source or "inline tools",
-        counts,
-    )
