@@ -144,6 +144,24 @@ def test_prepared_names_give_the_masks_of_the_synchronous_compile(
     assert sum(STEP_WORK.values()) > sum(before.values())  # the oracle did compile
 
 
+def test_a_named_choice_compiles_only_its_one_name_trie(
+    tmp_path: Path, qwen2: Vocabulary, qwen2_index: TokenIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A named ``tool_choice`` decodes a one-name trie (compiled in the step, uncounted: one
+    name); the tools' own names trie, which compiling the set builds, comes prepared."""
+    store = _store(tmp_path, qwen2, monkeypatch)
+    tools = _tools(300, seed=21)
+    text, name = inline_text(tools), tools[7]["function"]["name"]
+    assert not isinstance(prepare_inline_tools(text), str)
+    assert prepare_names(text, tools_key(text), ("hermes", AUTO_OPENERS), name, True) == 1
+    before = dict(STEP_WORK)
+    plan = native_plan(compile_inline(text, qwen2_index, format="hermes", store=store),
+                       tool_choice=name)  # fmt: skip
+    tokens, _ = _walk(plan, random.Random(1), 40, None)
+    assert dict(STEP_WORK) == before
+    assert name in plan.vocabulary.decode(tokens).decode()
+
+
 def test_without_prepared_names_the_engine_compiles_and_counts_it(
     tmp_path: Path, qwen2: Vocabulary, qwen2_index: TokenIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
