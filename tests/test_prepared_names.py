@@ -276,3 +276,23 @@ def test_the_engine_loads_what_the_worker_prepared(
                     outs[id(p)][row].append(t)
         for p in (prepared, sync):
             p.update_state(BatchUpdate(batch_size=0, removed=[0, 1], added=[], moved=[]))
+
+
+def test_prepared_sets_count_toward_the_stores_bytes(
+    tmp_path: Path, qwen2: Vocabulary, qwen2_index: TokenIndex
+) -> None:
+    """Names and value sets are bounded with the analyses: the oldest files go first, the
+    newest stays, the engine's vocabulary is never trimmed."""
+    store = AnalysisStore(tmp_path, max_bytes=1)
+    store.put_vocabulary(qwen2)
+    keys = []
+    for seed in range(3):
+        values = tool_names(300, seed=seed)
+        keys.append(hashlib.sha256(json.dumps(values).encode()).hexdigest())
+        store.put_values(keys[-1], compile_choices(values, qwen2_index))
+    assert [store.has_values(k) for k in keys] == [False, False, True]
+    assert store.vocabulary() is not None
+    roomy = AnalysisStore(tmp_path, max_bytes=256 << 20)
+    values = tool_names(300, seed=0)
+    roomy.put_values(keys[0], compile_choices(values, qwen2_index))
+    assert [roomy.has_values(k) for k in keys] == [True, False, True]
