@@ -89,6 +89,27 @@ def _itl_227cd72() -> list[str]:
     return [str(done), f"{s['trierouter']['added_p99_ms']:.0f}", f"{s['vllm']['added_p99_ms']:.0f}"]
 
 
+def _itl_d1e2ae4() -> list[str]:
+    s = _json("archive/serve_itl_d1e2ae4.json")["servers"]["trierouter"]
+    return [f"{s['added_p99_ms']:.0f}"]
+
+
+def _itl_arrivals() -> list[str]:
+    s = _json("serve_itl.json")["servers"]
+    mine = s["trierouter"]["arrivals"]
+    rounds = [str(r["arrivals_completed"]) for r in mine["rounds"]]
+    share = [round(100 * r["arrival_share_of_window"]) for r in mine["rounds"]]
+    return [
+        str(mine["arrivals_completed"]),
+        *rounds,
+        f"{mine['arrival_latency_p50_s']:.1f}",
+        str(min(share)),
+        str(max(share)),
+        str(s["vllm"]["arrivals"]["arrivals_completed"]),
+        f"{max(r['decode_window_s'] for r in s['vllm']['arrivals']['rounds']):.0f}",
+    ]
+
+
 Row = tuple[str, str, Callable[[], list[str]]]
 """(page, pattern with one group per figure, the figures as the source gives them)."""
 
@@ -106,6 +127,19 @@ MEASURED: dict[str, Row] = {
         r"\(227cd72, `benchmarks/results/archive/serve_itl_227cd72.json`, at load 3-8\) "
         r"completed\s+(\d+) sets\s+and added (-?\d+) ms; vLLM added \+(\d+) ms there",
         _itl_227cd72,
+    ),
+    "serving: the serve_itl run with each set's names still compiled in the step": (
+        "docs/serving.md",
+        r"\(d1e2ae4,\s+`benchmarks/results/archive/serve_itl_d1e2ae4.json`, load 1.5-7.4\) they "
+        r"added \+(\d+) ms",
+        _itl_d1e2ae4,
+    ),
+    "serving: the serve_itl run's arrivals": (
+        "docs/serving.md",
+        r"(?s)completed (\d+) new sets again \((\d+)\s+and (\d+) in its two rounds, ([\d.]+) s "
+        r"median\).*?in flight for (\d+)-(\d+)% of each decode window.*?vLLM completed (\d+) "
+        r"because its arrivals stall the decoding and stretch its\s+window to (\d+) s",
+        _itl_arrivals,
     ),
     "serving: inter-token latency with the closer's sizing still in the step": (
         "docs/serving.md",
