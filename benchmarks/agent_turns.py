@@ -13,10 +13,11 @@ template with ``tools=``; greedy, float32. Two turns per question:
   whatever syntax the model wrote it in) -> the tool's result.
 
 Per turn and question: the probability of the first answer token being ``<tool_call>`` (the
-template's opener), of starting with ```` ``` ```` or ``{`` (the other call openers the router
-watches for under ``auto``), the greedy continuation (``--tokens``) and its reading: a call (the
-tag, a fenced or bare JSON object naming a tool) or text. Writes
-``benchmarks/results/agent_turns_<model>.json``.
+template's opener), of it spelling that tag in plain tokens (``<``, ...), of it starting with
+```` ``` ```` or ``{`` (the other call openers the router watches for under ``auto``; a ``{``
+may also start a text that is not a call: an upper bound), the greedy continuation
+(``--tokens``) and its reading: a call (the tag, a fenced or bare JSON object naming a tool) or
+text. Writes ``benchmarks/results/agent_turns_<model>.json``.
 """
 
 from __future__ import annotations
@@ -92,6 +93,14 @@ def reading(text: str) -> str:
     return "call:?" if head.startswith(("<tool_call>", "{", "```json")) else "text"
 
 
+def _sig(p: Any) -> float:
+    return float(f"{float(p):.4g}")
+
+
+def _opens(piece: str, opener: str) -> bool:
+    return piece.startswith(opener) or opener.startswith(piece)
+
+
 def measure(
     model: Any, tok: Any, turn: int, tokens: int, questions: list[str]
 ) -> list[dict[str, Any]]:
@@ -115,6 +124,8 @@ def measure(
     text_of = [tok.convert_tokens_to_string([p]) if p is not None else "" for p in pieces]
     fence = [i for i, s in enumerate(text_of) if s.startswith("```")]
     brace = [i for i, s in enumerate(text_of) if s.startswith("{")]
+    # the tag spelled in plain tokens (``<`` ``tool`` ...): the router matches the text too
+    angle = [i for i, s in enumerate(text_of) if s and i != tag and _opens(s, "<tool_call>")]
     with torch.inference_mode():
         out = model.generate(
             **batch,
@@ -129,17 +140,16 @@ def measure(
     for k, q in enumerate(questions):
         new = out.sequences[k, batch["input_ids"].shape[1] :]
         text = tok.decode(new, skip_special_tokens=False).split("<|im_end|>")[0]
-        top = first[k].topk(3)
+        top = first[k].topk(5)
         rows.append(
             {
                 "question": q,
                 "prompt_tokens": int(batch["attention_mask"][k].sum()),
-                "p_tool_call_tag": round(float(first[k, tag]), 5),
-                "p_fence": round(float(first[k, fence].sum()), 5),
-                "p_brace": round(float(first[k, brace].sum()), 5),
-                "top3": [
-                    [tok.decode([int(i)]), round(float(p), 4)] for p, i in zip(*top, strict=True)
-                ],
+                "p_tool_call_tag": _sig(first[k, tag]),
+                "p_tag_as_text": _sig(first[k, angle].sum()),
+                "p_fence": _sig(first[k, fence].sum()),
+                "p_brace": _sig(first[k, brace].sum()),
+                "top5": [[tok.decode([int(i)]), _sig(p)] for p, i in zip(*top, strict=True)],
                 "greedy": text,
                 "reading": reading(text),
             }
@@ -171,14 +181,16 @@ def main() -> None:
         fitting = [
             "call:" + ("get_weather" if "weather" in q else "get_local_time") for q in QUESTIONS
         ]
-        opener = [r["p_tool_call_tag"] + r["p_fence"] + r["p_brace"] for r in rows]
+        opener = [
+            r["p_tool_call_tag"] + r["p_tag_as_text"] + r["p_fence"] + r["p_brace"] for r in rows
+        ]
         summary = {
             "seconds": round(time.perf_counter() - t0, 1),
             "text": sum(r["reading"] == "text" for r in rows),
             "call_of_fitting_tool": sum(
                 r["reading"] == f for r, f in zip(rows, fitting, strict=False)
             ),
-            "mean_p_tool_call_tag": round(sum(r["p_tool_call_tag"] for r in rows) / n, 4),
+            "mean_p_tool_call_tag": _sig(sum(r["p_tool_call_tag"] for r in rows) / n),
             "max_p_tool_call_tag": max(r["p_tool_call_tag"] for r in rows),
             "mean_p_call_opener": round(sum(opener) / n, 4),
             "min_p_call_opener": round(min(opener), 4),
