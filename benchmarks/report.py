@@ -774,6 +774,14 @@ RERUN = [
         "not recorded",
     ),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
+    *(
+        (
+            f"agent_turns_{m}.json",
+            f"python benchmarks/agent_turns.py --model {m}",
+            "see `seconds` per turn in its JSON",
+        )
+        for m in ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
+    ),
     ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
     ("serve_itl.json", "python benchmarks/serve_itl.py", "see `wall_s` in its JSON"),
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
@@ -834,7 +842,7 @@ def _rerun_table() -> str:
 
 
 def render() -> str:
-    from report_calls import bfcl, bfcl_serve, serve_fuzz, tool_calls
+    from report_calls import agent_turns, bfcl, bfcl_serve, serve_fuzz, tool_calls
 
     parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1], rerun=_rerun_table())]
     if (d := _load("compile_and_step.json")) is not None:
@@ -871,6 +879,7 @@ def render() -> str:
         if speed := classify_speed(_load):
             parts += [*speed, ""]
     parts += bfcl_serve(_load, source)
+    parts += agent_turns(_load)
     parts += tool_calls(_load, source)
     parts += bfcl(_load, source)
     parts += serve_fuzz(_load, source)

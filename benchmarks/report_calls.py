@@ -314,3 +314,47 @@ def serve_fuzz(load: Load, source: Source) -> list[str]:
         f"answered with a valid call; tracebacks in the server log: {d['log_tracebacks']}.",
         "",
     ]
+
+
+AGENT_TURNS = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
+
+
+def agent_turns(load: Load) -> list[str]:
+    """Call or text after a tool result, the agent loop of tests/test_serve_qwen.py
+    (agent_turns_<model>.json)."""
+    found = [(m, d) for m in AGENT_TURNS if (d := load(f"agent_turns_{m}.json")) is not None]
+    if not found:
+        return []
+    rows = [
+        "| model | turn | call of the fitting tool (greedy) | text (greedy) "
+        "| P(call opener) mean, range | P(`<tool_call>` token) max | most likely first token |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    runs = []
+    for m, d in found:
+        for turn, label in (("turn1", "question"), ("turn2", "after the tool result")):
+            t = d[turn]
+            n = len(t["rows"])
+            top = max(t["rows"][0]["top5"], key=lambda kv: kv[1])
+            rows.append(
+                f"| {m} | {label} | {t['call_of_fitting_tool']} of {n} | {t['text']} of {n} "
+                f"| {t['mean_p_call_opener']:.2f} ({t['min_p_call_opener']:.2f}-"
+                f"{t['max_p_call_opener']:.2f}) | {t['max_p_tool_call_tag']:.1g} "
+                f"| `` {top[0]} `` {top[1]:.2f} (question 1) |"
+            )
+        r = d["run"]
+        runs.append(f"`agent_turns_{m}.json` run at {r['commit']} ({r['date']}, {r['host']})")
+    return [
+        "## Call or text after a tool result (the agent loop's second turn)",
+        "",
+        "Source: " + "; ".join(runs) + ". The 20 questions, two tools and instructions of "
+        "`tests/test_serve_qwen.py` rendered by each model's own chat template with `tools=` "
+        "(turn 2: after the fitting call and its result), greedy, float32 in transformers, no "
+        "router. P(call opener): the first token's probability of `<tool_call>`, of that tag "
+        "spelled in plain tokens, of a fence or of a `{` (an upper bound: a `{` may start "
+        "other text). Greedy 'text': the first "
+        f"{found[0][1]['tokens']} tokens are not a call in any of those syntaxes.",
+        "",
+        *rows,
+        "",
+    ]
