@@ -363,7 +363,6 @@ def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFacto
 
     # the inline tool-set cache is bounded in bytes too: with room for none, the newest stays
     from trierouter.router.vllm.args import parse_request
-    from trierouter.router.vllm.named import held_bytes
 
     proc._cache_bytes = 1
     for tools in (TOOLS, TOOLS[:1]):
@@ -372,7 +371,7 @@ def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFacto
                                        "trierouter_tool_format": "hermes"}))  # fmt: skip
     (only,) = proc._inline_tools.values()
     assert [t.name for t in only.specs] == ["get_weather"]
-    assert 0 < held_bytes(only) < proc._index.nbytes  # its own bytes, not the shared index
+    assert 0 < only.nbytes < proc._index.nbytes  # its own bytes, not the shared index
 
     # the engine keeps the JSON text its frontend validated (checked: no second parse inside
     # the step); text that does not parse fails its own request alone, in the compile

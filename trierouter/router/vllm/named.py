@@ -9,15 +9,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from trierouter.errors import TrieRouterError
 from trierouter.registry.analysis import STEP_WORK
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.router.vllm.args import _SET_SUFFIXES, ENV_SETS, ENV_TOOLS, logger
 
-__all__ = ["held_bytes", "list_named_sets", "load_named_sets", "step_work"]
+__all__ = ["list_named_sets", "load_named_sets", "step_work"]
 
 
 def _load_tools_file(path: Path) -> list[Any]:
@@ -164,36 +162,6 @@ def step_work(source: str) -> None:
         source or "inline tools",
         counts,
     )
-
-
-def held_bytes(tools: Any) -> int:
-    """The bytes a compiled tool set (:class:`~trierouter.registry.compiler.CompiledTools`)
-    holds of its own: numpy arrays and objects with ``nbytes`` reachable from it, six levels
-    deep; the shared token index and tables not counted."""
-    seen = {id(tools.index), id(tools.vocabulary), id(getattr(tools, "_tables", None))}
-
-    def walk(obj: Any, depth: int) -> int:
-        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float)):
-            return 0
-        seen.add(id(obj))
-        if isinstance(obj, np.ndarray):
-            return int(obj.nbytes)
-        if isinstance(getattr(type(obj), "nbytes", None), property):
-            return int(obj.nbytes)
-        if depth == 0:
-            return 0
-        try:
-            if isinstance(obj, dict):
-                items = list(obj.values())
-            elif isinstance(obj, (list, tuple)):
-                items = list(obj)
-            else:
-                items = list(getattr(obj, "__dict__", {}).values())
-        except RuntimeError:  # changed by a mask thread meanwhile: counted at the next insert
-            return 0
-        return sum(walk(x, depth - 1) for x in items)
-
-    return walk(tools, 6)
 
 
 # -- per-request state --------------------------------------------------------------------------

@@ -57,7 +57,6 @@ from trierouter.router.vllm.checks import (
     registry_specs,
 )
 from trierouter.router.vllm.named import (
-    held_bytes,
     list_named_sets,
     list_tool_registries,
     load_named_sets,
@@ -281,7 +280,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                 tools = compile_inline(spec.tools_inline, index, format=fmt, store=store, key=sha)
                 self._inline_tools[src] = tools
                 # bounded in count and in bytes (measured now: names tries, automata, masks)
-                sizes = [held_bytes(t) for t in self._inline_tools.values()]
+                sizes = [t.nbytes for t in self._inline_tools.values()]
                 while len(self._inline_tools) > 1 and (
                     len(self._inline_tools) > self._cache_size or sum(sizes) > self._cache_bytes
                 ):
