@@ -79,6 +79,18 @@ a server's engine counts what it did inside its step because nothing prepared it
 the logits processor)."""
 
 
+def _load_set(path: Path, vocab: Vocabulary, what: str) -> ChoiceSet | None:
+    """The set file at ``path`` for ``vocab``, checked like any set file (``None``: no file, or
+    it does not read back: logged as stored ``what`` ignored)."""
+    from trierouter.registry.trie import ChoiceSet
+
+    try:
+        return ChoiceSet.load(path, vocab, mmap=False) if path.is_file() else None
+    except (CorruptFileError, OSError, ValueError) as exc:
+        logger.warning("trierouter: ignoring stored %s: %s", what, exc)
+        return None
+
+
 def tools_key(tools_json: str) -> str:
     """The store key of an inline tool set: the SHA-256 of its JSON text (as the engine gets it)."""
     return hashlib.sha256(tools_json.encode("utf-8", "surrogatepass")).hexdigest()
@@ -400,14 +412,7 @@ class AnalysisStore:
     def get_trie(self, key: str, vocab: Vocabulary, fmt: str, lead: str) -> ChoiceSet | None:
         """The trie :meth:`put_names` stored for ``vocab`` (``None``: none, or it does not read
         back: checked like any set file)."""
-        from trierouter.registry.trie import ChoiceSet
-
-        path = self._names_path(key, vocab.content_hash, fmt, lead)
-        try:
-            return ChoiceSet.load(path, vocab, mmap=False) if path.is_file() else None
-        except (CorruptFileError, OSError, ValueError) as exc:
-            logger.warning("trierouter: ignoring stored names: %s", exc)
-            return None
+        return _load_set(self._names_path(key, vocab.content_hash, fmt, lead), vocab, "names")
 
     def get_table(
         self, key: str, vocab: Vocabulary, fmt: str, lead: str, variant: str, trie: ChoiceSet
@@ -447,14 +452,7 @@ class AnalysisStore:
     def get_values(self, key: str, vocab: Vocabulary) -> ChoiceSet | None:
         """The value set :meth:`put_values` stored for ``vocab`` (``None``: none, or it does
         not read back: checked like any set file)."""
-        from trierouter.registry.trie import ChoiceSet
-
-        path = self._path(key).with_suffix(".trt")
-        try:
-            return ChoiceSet.load(path, vocab, mmap=False) if path.is_file() else None
-        except (CorruptFileError, OSError, ValueError) as exc:
-            logger.warning("trierouter: ignoring a stored value set: %s", exc)
-            return None
+        return _load_set(self._path(key).with_suffix(".trt"), vocab, "value set")
 
     def _trim(self) -> None:
         try:
