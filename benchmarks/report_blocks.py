@@ -258,14 +258,8 @@ def classify_accuracy(load: Load) -> list[str]:
         ("think_exact", "Qwen think, exact top-1"),
         ("think_combined", "Qwen think, combined"),
     ]
-    full = {s: r.get("n") for s, r in arms.items() if s != "mean"}
-    cols += [  # an arm run on fewer texts than the others is described below, not averaged
-        c
-        for c in extra
-        if any(c[0] in r for r in arms.values())
-        and all(r.get(c[0].rsplit("_", 1)[0] + "_n", r.get("n")) == full[s]
-                for s, r in arms.items() if s != "mean" and c[0] in r)
-    ]  # fmt: skip
+    # an arm run on fewer texts than the first model is described below, not averaged
+    cols += [c for c in extra if _complete(arms, c[0])]
     cols.append((f"recall_at_{k}", f"recall@{k} (bound)"))
     rows = [
         "| source | n | " + " | ".join(name for _, name in cols) + " |",
@@ -344,6 +338,15 @@ def classify_accuracy(load: Load) -> list[str]:
             f"held-out synonyms: {secs:.1f} s per text{vs}{_run_note(r)}."
         )
     return out
+
+
+def _complete(arms: dict[str, Any], col: str) -> bool:
+    """Whether column ``col`` of classify.json's ``arms`` exists and counts as many texts as
+    the first model on every source it has (its count: ``free_mapped_n``, or ``ARM_n`` for
+    ``ARM_exact`` and the like)."""
+    rows = [r for s, r in arms.items() if s != "mean" and col in r]
+    count = f"{col}_n" if any(f"{col}_n" in r for r in rows) else col.rsplit("_", 1)[0] + "_n"
+    return bool(rows) and all(r.get(count, r.get("n")) == r.get("n") for r in rows)
 
 
 def classify_speed(load: Load) -> list[str]:
