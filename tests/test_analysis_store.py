@@ -238,3 +238,39 @@ def test_a_repeated_set_is_not_sent_to_the_worker_again(
     body = {"messages": [{"role": "user", "content": "again"}], "tools": tools}
     asyncio.run(prepare.prepare_request(json.dumps(body).encode(), body))
     assert len(sent) == 2 and (tmp_path / f"{key}.json").exists()
+
+
+def test_a_checked_set_walks_each_schema_once_and_analyses_it_as_a_fresh_walk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The middleware's check registers the tools (the registry's walk finds what is relaxed)
+    and then analyses their slots for the engine: inside ``analyses_kept`` the second reuses
+    the first's walk. Oracle: the analysis of the same tools by a fresh walk, slots included.
+    Real schemas too: 300 OpenAPI operations when the registry is fetched."""
+    from trierouter.registry.slots import dispatch
+    from trierouter.router.vllm.checks import _checked
+
+    stamp = {"type": "object", "properties": {"d": {"type": "string", "format": "date-time"}}}
+    tools = [*TOOLS, _fn("untyped", {"a": {}}), _fn("nested", {"o": stamp}), _fn("again", {})]
+    try:
+        from trierouter.data.openapi_directory import openapi_tools
+
+        tools += openapi_tools(300)
+    except FileNotFoundError:
+        pass
+    text = inline_text(tools)
+    fresh = analyze_specs(json.loads(text), text=text)
+    walks: list[int] = []
+    real = dispatch.SlotCompiler._tool
+
+    def counted(self: Any, *a: Any, **k: Any) -> Any:
+        walks.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(dispatch.SlotCompiler, "_tool", counted)
+    names, analysis = _checked(text, analyze=True)
+    assert names == tuple(t["function"]["name"] for t in tools)
+    assert analysis == fresh  # slots, relaxations, XGrammar sub-schemas, spans
+    assert len(walks) == len(tools)  # one walk per tool, not two
+    walks.clear()
+    assert analyze_specs(json.loads(text), text=text) == fresh and len(walks) == len(tools)

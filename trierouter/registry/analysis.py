@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError
-from trierouter.registry.slots.dispatch import Slot, SlotCompiler
+from trierouter.registry.slots.dispatch import Slot, SlotCompiler, kept_analysis
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.store import load_arrays, save_arrays
 
@@ -213,12 +213,18 @@ def analyze_tools(tools: Sequence[tuple[str, dict[str, Any]]]) -> ToolsAnalysis:
     dry = SlotCompiler(dry=True, strict=False)
     slots: list[tuple[Slot, ...]] = []
     relaxed: dict[str, list[Problem]] = {}
+    kept_xgr: dict[str, dict[str, Any]] = {}
     for name, schema in tools:
-        found, problems = dry.analyze(normalized(schema))
+        kept = kept_analysis(normalized(schema))
+        if kept is None:
+            found, problems = dry.analyze(normalized(schema))
+        else:  # the same walk, done when the tools were registered (analyses_kept)
+            found, problems, xgr_slots = kept
+            kept_xgr.update(xgr_slots)
         slots.append(tuple(found))
         if problems:
             relaxed[name] = list(problems)
-    xgr = dict(dry.xgrammar_slots)
+    xgr = dict(dry.xgrammar_slots) | kept_xgr
     names = tuple(n for n, _ in tools)
     drop_unparsed_patterns(names, slots, relaxed, xgr)
     engines: dict[str, int] = {}

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +63,9 @@ __all__ = [
     "SchemaRefused",
     "Slot",
     "SlotCompiler",
+    "analyses_kept",
     "canonical",
+    "kept_analysis",
     "slot_table",
     "unserved_problems",
 ]
@@ -125,8 +130,40 @@ class SchemaRefused(ValueError):
 
 def unserved_problems(parameters: dict[str, Any]) -> list[Problem]:
     """What no engine serves exactly in an argument schema (the same analysis as
-    ``explain()`` and the compiler: normalization, then the engine of every slot)."""
-    return SlotCompiler(dry=True, strict=False).analyze(parameters)[1]
+    ``explain()`` and the compiler: normalization, then the engine of every slot). Inside
+    :func:`analyses_kept`, the whole analysis is kept for :func:`kept_analysis`."""
+    memo = _kept.get()
+    if memo is None:
+        return SlotCompiler(dry=True, strict=False).analyze(parameters)[1]
+    dry = SlotCompiler(dry=True, strict=False)
+    slots, problems = dry.analyze(parameters)
+    memo[canonical(parameters)] = (slots, list(problems), dict(dry.xgrammar_slots))
+    return problems
+
+
+Analysis = tuple[list["Slot"], list[Problem], dict[str, dict[str, Any]]]
+_kept: ContextVar[dict[str, Analysis] | None] = ContextVar("trierouter_kept", default=None)
+
+
+@contextmanager
+def analyses_kept() -> Iterator[None]:
+    """Within it, each schema :func:`unserved_problems` analyses (a registry adding tools) is
+    kept, so that the slot analysis of the same tools that follows (:func:`kept_analysis`)
+    does not walk them again: one walk per tool instead of two."""
+    token = _kept.set({})
+    try:
+        yield
+    finally:
+        _kept.reset(token)
+
+
+def kept_analysis(schema: dict[str, Any]) -> Analysis | None:
+    """The analysis of ``schema`` kept by :func:`unserved_problems` inside
+    :func:`analyses_kept` (copies), or ``None``: slots, problems and the XGrammar
+    sub-schemas of its slots, as a fresh dry :class:`SlotCompiler` finds them."""
+    memo = _kept.get()
+    kept = None if not memo else memo.get(canonical(schema))
+    return None if kept is None else (list(kept[0]), list(kept[1]), dict(kept[2]))
 
 
 class SlotCompiler:

@@ -24,7 +24,7 @@ from trierouter.errors import TrieRouterError
 from trierouter.registry.analysis import AnalysisStore, ToolsAnalysis, tools_key
 from trierouter.registry.compiler import check_tools
 from trierouter.registry.inline_tools import analyze_specs
-from trierouter.registry.slots.dispatch import unserved_problems
+from trierouter.registry.slots.dispatch import analyses_kept, unserved_problems
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.router.vllm.args import ARG_TOOLS, ENV_TOOLS
@@ -164,12 +164,14 @@ def _checked(tools_json: str, *, analyze: bool) -> tuple[tuple[str, ...], ToolsA
         raise ValueError("tools: expected a non-empty list of tool objects")
     try:
         registry = ToolRegistry()
-        registry.add(*tools)  # strict tools with unserved constructs are refused here
         if not analyze:
+            registry.add(*tools)  # strict tools with unserved constructs are refused here
             check_tools(registry)
             return tuple(t.name for t in registry), None
-        check_tools(registry, slots=False)
-        analysis = analyze_specs(tools, text=tools_json)  # the tools as the engine gets them
+        with analyses_kept():  # one walk of each schema serves both
+            registry.add(*tools)
+            check_tools(registry, slots=False)
+            analysis = analyze_specs(tools, text=tools_json)  # the tools as the engine gets them
     except (TrieRouterError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ValueError(f"tools: {exc}") from exc
     return tuple(t.name for t in registry), analysis
