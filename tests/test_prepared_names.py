@@ -296,3 +296,51 @@ def test_prepared_sets_count_toward_the_stores_bytes(
     values = tool_names(300, seed=0)
     roomy.put_values(keys[0], compile_choices(values, qwen2_index))
     assert [roomy.has_values(k) for k in keys] == [True, False, True]
+
+
+def test_tool_choice_none_never_compiles_the_set_in_the_step(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tool_choice: "none"`` constrains the text to never write the call opener, whatever the
+    tools: a new inline set sent with it is neither analysed nor compiled in the engine's step
+    (the worker never sees it). Oracle: the ``"none"`` plan over the request's own tools, mask
+    for mask along walks that head for ``<tool_call>`` whenever they can."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    import trierouter.router.vllm.processor as processor
+
+    proc = _processor(tmp_path_factory, None, monkeypatch)
+    tools = _tools(300, seed=21)
+    oracle = ToolCallPlan(compile_tools(tools, proc._ensure_index()), tool_choice="none")
+
+    def refuse(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("the set was compiled in the step")
+
+    monkeypatch.setattr(processor, "compile_inline", refuse)
+    trigger, vocab = b"<tool_call>", oracle.vocabulary.tokens
+    args = {
+        "trierouter_tools_inline": inline_text(tools),
+        "trierouter_tool_choice": "none",
+        "trierouter_tool_format": "hermes",
+    }
+    rng = random.Random(3)
+    for _ in range(3):
+        out: list[int] = []
+        params = SamplingParams(max_tokens=40, extra_args=args)
+        proc.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, params, [1], out)],
+                                      moved=[]))  # fmt: skip
+        st, written = oracle.start(), b""
+        for _ in range(40):
+            got = torch.isfinite(proc.apply(torch.zeros((1, WIDTH))))[0].nonzero().flatten()
+            want = oracle.allowed_token_ids(st).tolist()
+            assert got.tolist() == sorted(want)
+            held = max(k for k in range(len(trigger)) if written.endswith(trigger[:k]))
+            toward = [t for t in want if vocab[t] and trigger.startswith(trigger[:held] + vocab[t])]
+            t = rng.choice(toward or want)
+            written += vocab[t]
+            out.append(t)
+            st = oracle.advance(st, t)
+        assert trigger not in written
+        proc.update_state(BatchUpdate(batch_size=0, removed=[0], added=[], moved=[]))

@@ -91,6 +91,12 @@ class _Req:
         self.plan_state: Any = plan.start() if plan is not None else PlanState(Plan.DEAD, 0)
 
 
+_NO_TOOL = {"name": "no_call", "parameters": {"type": "object", "properties": {}}}
+"""What ``tool_choice: "none"`` compiles instead of the request's tools: its constraint is the
+call format's opener, forbidden, and the same whatever the tools (a new inline set sent with
+``"none"`` is neither analysed nor compiled in the engine's step)."""
+
+
 class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ignore]
     """vLLM v1 logits processor: requests choose one value out of a set (module docstring)."""
 
@@ -171,6 +177,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._tools: dict[str, CompiledTools] = {}
         self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
         self._formatted: dict[tuple[str, str], CompiledTools] = {}
+        self._no_tools: dict[str, CompiledTools] = {}  # by call format: tool_choice "none"
         self._tool_plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._store = AnalysisStore.from_env()
         tools_cfg = os.environ.get(ENV_TOOLS, "")
@@ -265,16 +272,22 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
 
     def _tool_plan(self, spec: RequestSpec) -> Any:
         fmt = spec.tool_format
-        if spec.tools_name is not None:
-            if spec.tools_name not in self._tools:
-                raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
+        if spec.tools_name is not None and spec.tools_name not in self._tools:
+            raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
+        if spec.tool_choice == "none":  # text without the call opener: no tool plays a part
+            src = "none:" + fmt
+            tools = self._no_tools.get(fmt)
+            if tools is None:  # once per format, a few milliseconds
+                tools = compile_tools([_NO_TOOL], self._ensure_index(), format=fmt)
+                self._no_tools[fmt] = tools
+        elif spec.tools_name is not None:
             src = f"tools:{spec.tools_name}"
             tools = self._registry_in(spec.tools_name, fmt)
         else:
             assert spec.tools_inline is not None
             sha = tools_key(spec.tools_inline)
             src = "inline:" + sha + ":" + fmt
-            tools = self._inline_tools.get(src)  # type: ignore[assignment]
+            tools = self._inline_tools.get(src)
             if tools is None:
                 index, store = self._ensure_index(), self._store
                 tools = compile_inline(spec.tools_inline, index, format=fmt, store=store, key=sha)
@@ -288,7 +301,9 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     sizes.pop(0)
             else:
                 self._inline_tools.move_to_end(src)
-        allowed = None if spec.allowed is None else sorted(set(spec.allowed))
+        allowed = (
+            None if spec.allowed is None or src.startswith("none:") else sorted(set(spec.allowed))
+        )
         subset = None if allowed is None else hashlib.sha256("\n".join(allowed).encode()).digest()
         key = (
             src, fmt, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
