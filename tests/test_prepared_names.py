@@ -309,7 +309,7 @@ def test_tool_choice_none_never_compiles_the_set_in_the_step(
     from vllm import SamplingParams
     from vllm.v1.sample.logits_processor import BatchUpdate
 
-    import trierouter.router.vllm.processor as processor
+    import trierouter.router.vllm.tool_sets as tool_sets
 
     proc = _processor(tmp_path_factory, None, monkeypatch)
     tools = _tools(300, seed=21)
@@ -318,7 +318,7 @@ def test_tool_choice_none_never_compiles_the_set_in_the_step(
     def refuse(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("the set was compiled in the step")
 
-    monkeypatch.setattr(processor, "compile_inline", refuse)
+    monkeypatch.setattr(tool_sets, "compile_inline", refuse)
     trigger, vocab = b"<tool_call>", oracle.vocabulary.tokens
     args = {
         "trierouter_tools_inline": inline_text(tools),
@@ -344,3 +344,78 @@ def test_tool_choice_none_never_compiles_the_set_in_the_step(
             st = oracle.advance(st, t)
         assert trigger not in written
         proc.update_state(BatchUpdate(batch_size=0, removed=[0], added=[], moved=[]))
+
+
+def test_registries_are_warmed_when_the_engine_starts(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A named registry's first ``required`` and ``auto`` requests (one call and several) in
+    the model's call format compile nothing inside the step: the engine's warm-up thread built
+    their names tries and closing tables. Oracle: the same plan over the registry compiled
+    apart, mask for mask (under ``max_tokens``) along walks into a call."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    from trierouter.router.vllm.tool_sets import WARMED
+
+    tools = _tools(300, seed=31)
+    (tmp_path / "api.json").write_text(json.dumps(tools))
+    monkeypatch.setenv("TRIEROUTER_TOOLS", str(tmp_path / "api.json"))
+    monkeypatch.setenv("TRIEROUTER_TOOL_FORMAT", "hermes")  # the tiny model's template has none
+    proc = _processor(tmp_path_factory, None, monkeypatch)  # joins the warm-up thread
+    index = proc._ensure_index()
+    apart = compile_tools(tools, index, format="hermes")
+    rng, limit, inside = random.Random(8), 24, 0
+    for choice, parallel in WARMED:
+        args = {"trierouter_tools": "api", "trierouter_tool_choice": choice,
+                "trierouter_tool_format": "hermes",
+                "trierouter_parallel_tool_calls": parallel}  # fmt: skip
+        out: list[int] = []
+        params = SamplingParams(max_tokens=limit, extra_args=args)
+        before = STEP_WORK.total()
+        proc.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, params, [1], out)],
+                                      moved=[]))  # fmt: skip
+        inside += STEP_WORK.total() - before
+        oracle = native_plan(apart, tool_choice=choice, parallel=parallel)
+        st, written = oracle.start(), b""
+        vocab = oracle.vocabulary.tokens
+        while len(out) < limit and st[0] not in (oracle.TERMINATED, oracle.DEAD, oracle.DONE):
+            before = STEP_WORK.total()
+            got = torch.isfinite(proc.apply(torch.zeros((1, WIDTH))))[0].nonzero().flatten()
+            inside += STEP_WORK.total() - before
+            want = oracle.allowed_token_ids(st, remaining=limit - len(out)).tolist()
+            assert got.tolist() == sorted(want), (choice, parallel, len(out))
+            toward = [t for t in want if st[0] < oracle.NAME and vocab[t]
+                      and b"<tool_call>".startswith(written + vocab[t])]  # fmt: skip
+            t = rng.choice(toward or want)
+            written += vocab[t]
+            out.append(t)
+            st = oracle.advance(st, t)
+        proc.update_state(BatchUpdate(batch_size=0, removed=[0], added=[], moved=[]))
+    assert inside == 0, dict(STEP_WORK)  # nothing compiled in the steps
+
+
+def test_a_closing_table_is_kept_with_its_tools_across_plans(qwen2_index: TokenIndex) -> None:
+    """Plans over the same tools that differ only in their budgets (a server's requests with
+    other ``max_tokens``) share the turn-closing table the first one computed. Oracle: the
+    masks of the same plan over the tools compiled afresh."""
+    tools = _tools(300, seed=41)
+    kept = compile_tools(tools, qwen2_index, format="hermes")
+    first = native_plan(kept, tool_choice="required", parallel=True)
+    first.allowed_token_ids(first.start(), remaining=12)  # computes the table
+    rng = random.Random(2)
+    for budget in (4, 9):
+        plan = native_plan(kept, tool_choice="required", parallel=True, budget=budget)
+        fresh = native_plan(compile_tools(tools, qwen2_index, format="hermes"),
+                            tool_choice="required", parallel=True, budget=budget)  # fmt: skip
+        st, inside = plan.start(), 0
+        for left in range(20, 0, -1):
+            before = STEP_WORK.total()
+            ids = plan.allowed_token_ids(st, remaining=left)
+            inside += STEP_WORK.total() - before
+            assert ids.tolist() == fresh.allowed_token_ids(st, remaining=left).tolist()
+            if st[0] in (plan.TERMINATED, plan.DONE) or not len(ids):
+                break
+            st = plan.advance(st, rng.choice(ids.tolist()))
+        assert inside == 0, dict(STEP_WORK)

@@ -364,12 +364,12 @@ def test_worker_fails_a_bad_request_alone(tmp_path_factory: pytest.TempPathFacto
     # the inline tool-set cache is bounded in bytes too: with room for none, the newest stays
     from trierouter.router.vllm.args import parse_request
 
-    proc._cache_bytes = 1
+    proc._tool_sets.cache_bytes = 1
     for tools in (TOOLS, TOOLS[:1]):
-        proc._tool_plan(parse_request({"trierouter_tools_inline": json.dumps(tools),
-                                       "trierouter_tool_choice": "required",
-                                       "trierouter_tool_format": "hermes"}))  # fmt: skip
-    (only,) = proc._inline_tools.values()
+        proc._tool_sets.plan(parse_request({"trierouter_tools_inline": json.dumps(tools),
+                                            "trierouter_tool_choice": "required",
+                                            "trierouter_tool_format": "hermes"}))  # fmt: skip
+    (only,) = proc._tool_sets.inline.values()
     assert [t.name for t in only.specs] == ["get_weather"]
     assert 0 < only.nbytes < proc._index.nbytes  # its own bytes, not the shared index
 

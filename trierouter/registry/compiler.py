@@ -139,6 +139,8 @@ class CompiledTools:
         self._prepared = prepared
         """Names tries (and their closing tables) made elsewhere, by call format and lead."""
         self._loaded: dict[tuple[str, str], ChoiceSet] = {}
+        self._closing: dict[tuple[str, str, str], tuple[ChoiceSet, Any]] = {}
+        """Closing tables computed here, by format, lead and variant, with their trie."""
         # Python's cyclic collector is paused while compiling (and restored after): a compile
         # allocates many long-lived objects and no cycles, and each collection would traverse
         # all of them again
@@ -298,6 +300,7 @@ class CompiledTools:
         if twin is None:
             twin = copy.copy(self)
             twin._automata = OrderedDict()
+            twin._closing = {}
             twin._lock = threading.Lock()
             twin._key_locks = {}
             twin._twins = {}
@@ -375,14 +378,22 @@ class CompiledTools:
         """The closing table (``variant``: how the arguments were sized) prepared with
         ``names``, when that is the trie over every tool after ``lead`` loaded from there."""
         key = (self.format.name, lead)
+        kept = self._closing.get((*key, variant))
+        if kept is not None and kept[0] is names:
+            return kept[1]
         if self._prepared is None or self._loaded.get(key) is not names:
             return None
         return self._prepared.table(*key, variant, names)
+
+    def keep_table(self, lead: str, names: ChoiceSet, variant: str, table: Any) -> None:
+        """Keep a closing table computed for ``names`` (:meth:`prepared_table` answers it)."""
+        self._closing[(self.format.name, lead, variant)] = (names, table)
 
     @property
     def nbytes(self) -> int:
         """Bytes held of its own: names tries, automata and the other formats' twins."""
         own = sum(t.nbytes for t in self._tries.values())
+        own += int(sum(a.nbytes for _, table in self._closing.values() for a in table[:2]))
         own += sum(a.nbytes for a in list(self._automata.values()))
         return own + sum(t.nbytes for t in list(self._twins.values()))
 

@@ -340,7 +340,10 @@ class TurnCloser:
         order = np.lexsort((c, at))
         at, c = at[order], c[order]
         first = np.flatnonzero(np.r_[True, at[1:] != at[:-1]]) if len(at) else at
-        return at[first], c[first], most
+        table: NameTable = (at[first], c[first], most)
+        if self.whole:  # kept with the tools: the next plan over them (another budget) reuses it
+            tools.keep_table(lead, names, self.variant, table)
+        return table
 
     def node_costs(self, names: ChoiceSet) -> tuple[dict[int, int], int]:
         """Per node of ``names``, the tokens of the cheapest completion of the turn from there

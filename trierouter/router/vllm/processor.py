@@ -16,7 +16,6 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without vllm
     raise missing("vllm", "vllm") from exc
 
-import hashlib
 import os
 import threading
 import weakref
@@ -25,15 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from trierouter.registry.analysis import STEP_WORK, AnalysisStore, tools_key
+from trierouter.registry.analysis import STEP_WORK, AnalysisStore
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.inline_tools import compile_inline
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.router.bitmask import apply_token_bitmask_inplace, ids_to_bitmask
 from trierouter.router.plan import Choice, FreeText, Plan, PlanState, Segment, Text, compile_plan
 from trierouter.router.tool_calls.greedy import counter
-from trierouter.router.tool_calls.serving import native_plan
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
     ARG_SET,
@@ -63,7 +60,9 @@ from trierouter.router.vllm.named import (
     load_tool_registries,
     step_work,
 )
+from trierouter.router.vllm.tool_sets import EngineToolSets
 from trierouter.router.vllm.vocab import engine_vocabulary as _engine_vocabulary
+from trierouter.router.vllm.vocab import model_syntax
 
 __all__ = ["TrieRouterLogitsProcessor"]
 
@@ -89,12 +88,6 @@ class _Req:
         self.seen = 0
         self.node = choices.root if choices is not None else 0
         self.plan_state: Any = plan.start() if plan is not None else PlanState(Plan.DEAD, 0)
-
-
-_NO_TOOL = {"name": "no_call", "parameters": {"type": "object", "properties": {}}}
-"""What ``tool_choice: "none"`` compiles instead of the request's tools: its constraint is the
-call format's opener, forbidden, and the same whatever the tools (a new inline set sent with
-``"none"`` is neither analysed nor compiled in the engine's step)."""
 
 
 class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ignore]
@@ -174,17 +167,16 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._swap: Any = None
         self._swap_sets: list[tuple[ChoiceSet, I64, I64]] = []
         self._swap_full: I64 = np.zeros(0, dtype=np.int64)
-        self._tools: dict[str, CompiledTools] = {}
-        self._inline_tools: OrderedDict[str, CompiledTools] = OrderedDict()
-        self._formatted: dict[tuple[str, str], CompiledTools] = {}
-        self._no_tools: dict[str, CompiledTools] = {}  # by call format: tool_choice "none"
-        self._tool_plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._store = AnalysisStore.from_env()
+        registries: dict[str, CompiledTools] = {}
         tools_cfg = os.environ.get(ENV_TOOLS, "")
         if tools_cfg:
             for name, tools in load_tool_registries(tools_cfg).items():
-                self._tools[name] = compile_tools(tools, self._ensure_index())
-            logger.info("trierouter: %d tool registries from %s", len(self._tools), tools_cfg)
+                registries[name] = compile_tools(tools, self._ensure_index())
+            logger.info("trierouter: %d tool registries from %s", len(registries), tools_cfg)
+        self._tool_sets = EngineToolSets(
+            self._ensure_index, self._store, registries, self._cache_size, self._cache_bytes
+        )
         config = os.environ.get(ENV_SETS, "")
         if config:
             self._named = load_named_sets(config, self._ensure_index())
@@ -219,12 +211,18 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         return index
 
     def _warm_index(self) -> None:
-        """The engine's token index, built at start on a thread; a failure is logged here and
-        raised again by the first request that needs the index."""
+        """The engine's token index, built at start on a thread, then the registries' first
+        plans in the model's call format (:meth:`EngineToolSets.warm`); a failure is logged
+        here and raised again by the first request that needs the index."""
         try:
             self._ensure_index()
         except Exception as exc:  # the first request needing it reports it
             logger.warning("trierouter: token index not built at engine start: %s", exc)
+            return
+        if self._tool_sets.registries:
+            fmt, openers = model_syntax(self._config.model_config)
+            if fmt is not None:
+                self._tool_sets.warm(fmt, openers)
 
     def _choice_set(self, spec: RequestSpec) -> ChoiceSet:
         if spec.set_name is not None:
@@ -270,72 +268,6 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             self._plans.move_to_end(key)
         return plan
 
-    def _tool_plan(self, spec: RequestSpec) -> Any:
-        fmt = spec.tool_format
-        if spec.tools_name is not None and spec.tools_name not in self._tools:
-            raise ValueError(f"{ARG_TOOLS}={spec.tools_name!r}: unknown registry")
-        if spec.tool_choice == "none":  # text without the call opener: no tool plays a part
-            src = "none:" + fmt
-            tools = self._no_tools.get(fmt)
-            if tools is None:  # once per format, a few milliseconds
-                tools = compile_tools([_NO_TOOL], self._ensure_index(), format=fmt)
-                self._no_tools[fmt] = tools
-        elif spec.tools_name is not None:
-            src = f"tools:{spec.tools_name}"
-            tools = self._registry_in(spec.tools_name, fmt)
-        else:
-            assert spec.tools_inline is not None
-            sha = tools_key(spec.tools_inline)
-            src = "inline:" + sha + ":" + fmt
-            tools = self._inline_tools.get(src)
-            if tools is None:
-                index, store = self._ensure_index(), self._store
-                tools = compile_inline(spec.tools_inline, index, format=fmt, store=store, key=sha)
-                self._inline_tools[src] = tools
-                # bounded in count and in bytes (measured now: names tries, automata, masks)
-                sizes = [t.nbytes for t in self._inline_tools.values()]
-                while len(self._inline_tools) > 1 and (
-                    len(self._inline_tools) > self._cache_size or sum(sizes) > self._cache_bytes
-                ):
-                    self._inline_tools.popitem(last=False)
-                    sizes.pop(0)
-            else:
-                self._inline_tools.move_to_end(src)
-        allowed = (
-            None if spec.allowed is None or src.startswith("none:") else sorted(set(spec.allowed))
-        )
-        subset = None if allowed is None else hashlib.sha256("\n".join(allowed).encode()).digest()
-        key = (
-            src, fmt, spec.tool_choice, spec.think, spec.think_max_tokens, spec.tool_budget,
-            spec.parallel_tool_calls, subset, spec.auto_openers,
-        )  # fmt: skip
-        plan = self._tool_plans.get(key)
-        if plan is None:
-            plan = native_plan(
-                tools,
-                tool_choice=spec.tool_choice,
-                allowed=allowed,
-                parallel=spec.parallel_tool_calls,
-                budget=spec.tool_budget,
-                think=spec.think,
-                think_max_tokens=spec.think_max_tokens,
-                openers=spec.auto_openers,
-            )
-            self._tool_plans[key] = plan
-            while len(self._tool_plans) > self._cache_size:
-                self._tool_plans.popitem(last=False)
-        else:
-            self._tool_plans.move_to_end(key)
-        return plan
-
-    def _registry_in(self, name: str, fmt: str) -> CompiledTools:
-        """Named registry ``name`` in call format ``fmt`` (the slot analysis shared)."""
-        key = (name, fmt)
-        hit = self._formatted.get(key)
-        if hit is None:
-            hit = self._formatted[key] = self._tools[name].with_format(fmt)
-        return hit
-
     def _new_request(self, params: Any, out: list[int]) -> _Req | None:
         try:
             spec = parse_request(getattr(params, "extra_args", None), checked=True)
@@ -353,7 +285,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             if spec.is_tool_call:
                 limit = getattr(params, "max_tokens", None)
                 work = STEP_WORK.total()
-                plan = self._tool_plan(spec)
+                plan = self._tool_sets.plan(spec)
                 if STEP_WORK.total() != work:
                     step_work(f"registry {spec.tools_name!r}" if spec.tools_name else "")
                 return _Req(out, None, plan, limit)
@@ -547,10 +479,8 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
                     left = req.limit - len(out)
                     plan.fill_next_token_bitmask(pstate, bitmask, row, remaining=left)
                 if STEP_WORK.total() != work:
-                    tools = getattr(plan, "tools", None)
-                    named = [k for k, v in self._tools.items() if v is tools]
-                    named += [k for (k, _), v in self._formatted.items() if v is tools]
-                    step_work(f"registry {named[0]!r}" if named else "")
+                    name = self._tool_sets.registry_of(getattr(plan, "tools", None))
+                    step_work(f"registry {name!r}" if name else "")
             except Exception as exc:  # this row alone ends (its end ids only); the batch goes on
                 logger.error(
                     "trierouter: request failed while decoding, it will end now: %s: %s",

@@ -9,21 +9,40 @@ from trierouter.errors import missing
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.vllm.args import logger
 
-__all__ = ["engine_vocabulary"]
+__all__ = ["engine_vocabulary", "model_syntax"]
 
 
-def engine_vocabulary(vllm_config: Any, width: int) -> Vocabulary:
-    """The engine tokenizer's exact token bytes, the model's width and vLLM's stop ids."""
+def _tokenizer(model_config: Any) -> Any:
     try:
         from transformers import AutoTokenizer
     except ImportError as exc:  # pragma: no cover - vllm depends on transformers
         raise missing("transformers", "vllm") from exc
-    mc = vllm_config.model_config
-    tok = AutoTokenizer.from_pretrained(
-        mc.tokenizer,
-        revision=getattr(mc, "tokenizer_revision", None),
-        trust_remote_code=bool(getattr(mc, "trust_remote_code", False)),
+    return AutoTokenizer.from_pretrained(
+        model_config.tokenizer,
+        revision=getattr(model_config, "tokenizer_revision", None),
+        trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
     )
+
+
+def model_syntax(model_config: Any) -> tuple[str | None, tuple[str, ...]]:
+    """The served model's call format and ``auto`` openers, found as the tool parser finds
+    them (:func:`~trierouter.router.vllm.openai.detect_format`, the openers learned beside the
+    model); ``(None, ...)`` when its format cannot be told (the parser then needs its own)."""
+    from trierouter.router.openers import model_openers
+    from trierouter.router.vllm.openai import detect_format
+
+    tok = _tokenizer(model_config)
+    try:
+        fmt: str | None = detect_format(tok)
+    except ValueError:
+        fmt = None
+    return fmt, model_openers(getattr(tok, "name_or_path", None))
+
+
+def engine_vocabulary(vllm_config: Any, width: int) -> Vocabulary:
+    """The engine tokenizer's exact token bytes, the model's width and vLLM's stop ids."""
+    mc = vllm_config.model_config
+    tok = _tokenizer(mc)
     ends: set[int] = set()
     eos = getattr(tok, "eos_token_id", None)
     if isinstance(eos, int):
