@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.test_call_formats import SCHEMAS, TOOLS
-from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats, call_format
-from trierouter.registry.call_text import envelope, scan_calls
+from trierouter.registry.call_formats import AUTO_OPENERS, CALL_FORMATS, call_format
+from trierouter.registry.call_text import auto_formats, envelope, first_trigger, scan_calls
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
@@ -48,9 +48,30 @@ def _valid(name: str, args: dict[str, Any]) -> None:
 def test_auto_formats_skip_overlapping_openers() -> None:
     assert auto_formats("hermes") == ("json_fence", "json_object")
     assert auto_formats("llama3_json") == ("json_fence",)  # its bare object already opens
-    assert auto_formats("json_array") == ("json_fence",)
+    assert auto_formats("json_array") == ("json_fence", "json_object")  # "[{" is no line start
     assert auto_formats("json_fence") == ("json_object",)
     assert auto_formats("hermes", ()) == ()
+
+
+def _nested(outer: str, inner: str) -> bool:
+    """By the decoder's own matcher: ``inner``'s watched text matches inside text that is
+    ``outer``'s trigger, written at a line start or (unanchored) after other text."""
+    f = call_format(outer)
+    for lead in ("", "x") if not f.anchored else ("",):
+        text = lead + f.trigger
+        start, end, j = first_trigger(text, [call_format(inner).watch])
+        if j == 0 and start >= len(lead) and end <= len(text):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("fmt", sorted(CALL_FORMATS))
+def test_auto_formats_keep_exactly_the_openers_that_cannot_match_inside_another(fmt: str) -> None:
+    """A candidate is dropped exactly when the decoder's matcher finds one trigger inside text
+    that is the other's (so one opening would be read in two syntaxes)."""
+    for cand in AUTO_OPENERS:
+        clash = _nested(fmt, cand) or _nested(cand, fmt)
+        assert auto_formats(fmt, (cand,)) == (() if clash else (cand,)), (fmt, cand)
 
 
 def _brute_row(plan: ToolCallPlan, k: int, vocab: Vocabulary) -> set[int]:

@@ -6,8 +6,9 @@ A model is trained to write its calls one way: Qwen 2.5 / Hermes wrap each call 
 ``json_fence`` (never detected from a template) is what small chat models write when their
 template's tags are not followed: a Markdown ```` ```json ```` fence around the object;
 ``json_object`` a bare ``{"name": ...}`` object in the text. Under ``tool_choice="auto"`` both
-start a call beside the template's own opener (:func:`auto_formats`): the model decides, in the
-syntax it actually writes, and the call that follows is constrained all the same.
+start a call beside the template's own opener
+(:func:`~trierouter.registry.call_text.auto_formats`): the model decides, in the syntax it
+actually writes, and the call that follows is constrained all the same.
 Some formats also wrap the whole turn: Mistral writes ``[TOOL_CALLS][{...}, {...}]`` (one
 opening, calls separated by ``, ``, one closing), vLLM's ``tool_choice="required"`` schema a bare
 JSON array (``json_array``, opt-in); :attr:`CallFormat.open` and :attr:`CallFormat.close` say so,
@@ -32,7 +33,6 @@ __all__ = [
     "CALL_HEAD",
     "TEMPLATE_MARKERS",
     "CallFormat",
-    "auto_formats",
     "call_format",
 ]
 
@@ -222,22 +222,6 @@ AUTO_OPENERS: tuple[str, ...] = ("json_fence", "json_object")
 """Formats whose trigger starts a call under ``tool_choice="auto"`` beside the model's own: what
 chat models write in practice when they do not follow their template's tags (Qwen2.5 0.5B: a
 ```` ```json ```` fence or a bare object, never ``<tool_call>``)."""
-
-
-def auto_formats(fmt: str | CallFormat, openers: tuple[str, ...] = AUTO_OPENERS) -> tuple[str, ...]:
-    """The formats of ``openers`` that start calls under ``auto`` beside ``fmt``: those whose
-    trigger neither holds nor is held in ``fmt``'s or an earlier one's (Llama 3's bare
-    ``{"name": "`` and ``json_array``'s ``[{"name": "`` already start where ``json_object``
-    would)."""
-    seen = [call_format(fmt).trigger]
-    out: list[str] = []
-    for name in openers:
-        t = call_format(name).trigger
-        if any(t in s or s in t for s in seen):
-            continue
-        seen.append(t)
-        out.append(name)
-    return tuple(out)
 
 
 def call_format(fmt: str | CallFormat) -> CallFormat:

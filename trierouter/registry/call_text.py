@@ -6,7 +6,7 @@ A call is a JSON object ``{"name": "...", "<arguments key>": {...}}`` placed as 
 ``\\n</tool_call>``, bare Llama-3 JSON, Mistral's ``[TOOL_CALLS][...]``, ...). Under
 ``tool_choice="auto"`` the calls start at the format's trigger or another opener the model writes
 (a ```` ```json ```` fence, a bare ``{"name"`` at a line's start:
-:func:`~trierouter.registry.call_formats.auto_formats`), whichever completes first
+:func:`auto_formats`), whichever completes first
 (:func:`first_trigger`, the rule the decoder follows too); text before it is content. Under a
 forced choice the whole output is calls.
 
@@ -32,17 +32,12 @@ from dataclasses import dataclass
 from typing import Any, AnyStr, Protocol
 
 from trierouter.errors import ToolCallError
-from trierouter.registry.call_formats import (
-    AUTO_OPENERS,
-    CALL_HEAD,
-    CallFormat,
-    auto_formats,
-    call_format,
-)
+from trierouter.registry.call_formats import AUTO_OPENERS, CALL_HEAD, CallFormat, call_format
 
 __all__ = [
     "CallEnvelope",
     "ParsedCall",
+    "auto_formats",
     "envelope",
     "first_trigger",
     "load_arguments",
@@ -78,6 +73,35 @@ def first_trigger(
             best, which = end, j
             first = end - len(t) + (1 if t.startswith(nl) else 0)
     return first, best, which
+
+
+def _matches_inside(outer: CallFormat, inner: CallFormat) -> bool:
+    """``inner``'s trigger can match inside text that matches ``outer``'s: it occurs in it at a
+    place where it may match (anywhere, or when :attr:`~CallFormat.anchored` at the start, which
+    may be a line's start, or after a newline)."""
+    t, pos = outer.trigger, outer.trigger.find(inner.trigger)
+    while pos >= 0:
+        if not inner.anchored or pos == 0 or t[pos - 1] == "\n":
+            return True
+        pos = t.find(inner.trigger, pos + 1)
+    return False
+
+
+def auto_formats(fmt: str | CallFormat, openers: tuple[str, ...] = AUTO_OPENERS) -> tuple[str, ...]:
+    """The formats of ``openers`` that start calls under ``auto`` beside ``fmt``: those whose
+    trigger neither holds nor is held in ``fmt``'s or an earlier one's where it may match (Llama
+    3's bare ``{"name": "`` already starts where ``json_object``'s ``{"name"`` at a line start
+    would; ``json_array``'s ``[{"name": "`` holds ``{"name"`` but not at a line start, so both
+    are kept)."""
+    seen = [call_format(fmt)]
+    out: list[str] = []
+    for name in openers:
+        f = call_format(name)
+        if any(_matches_inside(f, s) or _matches_inside(s, f) for s in seen):
+            continue
+        seen.append(f)
+        out.append(name)
+    return tuple(out)
 
 
 def _partial_overlap(text: str, tag: str) -> int:

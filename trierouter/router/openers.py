@@ -24,7 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats, call_format
+from trierouter.registry.call_formats import AUTO_OPENERS, call_format
+from trierouter.registry.call_text import auto_formats
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["CACHE_FILE", "THRESHOLD", "learn_openers", "model_openers"]

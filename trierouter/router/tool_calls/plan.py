@@ -40,8 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import ToolChoiceError
-from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats
-from trierouter.registry.call_text import first_trigger, split_calls
+from trierouter.registry.call_formats import AUTO_OPENERS
+from trierouter.registry.call_text import auto_formats, first_trigger, split_calls
 from trierouter.registry.compiler import CompiledTools
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
