@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -324,3 +325,34 @@ def test_transformers_returns_a_doubled_brace_call_as_a_call(
     assert call is not None and (call.name, call.args) == ("get_weather", {"city": "Tokyo"})
     assert plan.parse_calls(got[1]).calls == []
     assert scan_calls(got[1], envelope("hermes", auto=True)) == (got[1], [])
+
+
+def test_a_calibration_made_before_a_candidate_counts_it_until_redone(tmp_path: Path) -> None:
+    """A file that measured every candidate decides alone; one made before a candidate was added
+    (the 0.5B's and 1.5B's before the doubled brace) keeps its openers, counts the unmeasured
+    candidate as a missing file would, and is due again; a candidate the format's own trigger
+    covers is never due (Llama 3's bare object covers json_object)."""
+    from trierouter.router.openers import CACHE_FILE, calibrated, model_openers
+
+    def write(name: str, fmt: str, probability: dict[str, float], kept: list[str]) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        data = {"openers": kept, "format": fmt, "probability": probability}
+        (folder / CACHE_FILE).write_text(json.dumps(data), encoding="utf-8")
+        return str(folder)
+
+    old = write(
+        "old", "hermes", {"hermes": 0, "json_fence": 0.5, "json_object": 0.001}, ["json_fence"]
+    )
+    assert model_openers(old) == ("json_fence", "json_object_braced") and not calibrated(old)
+    p = {"hermes": 0, "json_fence": 0.5, "json_object": 0.9, "json_object_braced": 0.0001}
+    new = write("new", "hermes", p, ["json_fence", "json_object"])
+    assert model_openers(new) == ("json_fence", "json_object") and calibrated(new)
+    llama = write(
+        "llama",
+        "llama3_json",
+        {"llama3_json": 0.9, "json_fence": 0.0, "json_object_braced": 0.0},
+        [],
+    )
+    assert model_openers(llama) == () and calibrated(llama)
+    assert model_openers(str(tmp_path)) == AUTO_OPENERS and not calibrated(str(tmp_path))
