@@ -2,7 +2,8 @@
 
 Under ``tool_choice="auto"`` a call starts where the model writes a call opener. Its chat
 template names one (``<tool_call>``); small models often write another (Qwen2.5-Coder-0.5B
-answers with a ```` ```json ```` fence or a bare ``{"name"`` object and never the tag). Which
+answers with a ```` ```json ```` fence or a bare ``{"name"`` object and never the tag; the 1.5B,
+after a tool result, with the object in doubled braces, ``{{"name"``). Which
 of the candidate syntaxes (:data:`~trierouter.registry.call_formats.AUTO_OPENERS`) a model
 uses is measured, not assumed: on a few calibration requests (generic tools and questions,
 rendered by the model's own template, one of them after a tool result; no benchmark data),
