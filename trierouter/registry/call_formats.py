@@ -5,9 +5,13 @@ A model is trained to write its calls one way: Qwen 2.5 / Hermes wrap each call 
 ``"parameters"``, ... Constraining in the model's own syntax keeps it on text it was trained on.
 ``json_fence`` (never detected from a template) is what small chat models write when their
 template's tags are not followed: a Markdown ```` ```json ```` fence around the object;
-``json_object`` a bare ``{"name": ...}`` object in the text. Under ``tool_choice="auto"`` both
-start a call beside the template's own opener (:func:`auto_formats`): the model decides, in the
-syntax it actually writes, and the call that follows is constrained all the same.
+``json_object`` a bare ``{"name": ...}`` object in the text; ``json_object_braced`` the same
+object in doubled braces, ``{{"name": ..., "arguments": {...}}}`` (what Qwen2.5-Coder-1.5B
+writes after a tool result, copying its template's escaped example). Under
+``tool_choice="auto"`` these start a call beside the template's own opener
+(:func:`~trierouter.registry.call_text.auto_formats`), each where the model's calibration kept
+it: the model decides, in the syntax it actually writes, and the call that follows is
+constrained all the same.
 Some formats also wrap the whole turn: Mistral writes ``[TOOL_CALLS][{...}, {...}]`` (one
 opening, calls separated by ``, ``, one closing), vLLM's ``tool_choice="required"`` schema a bare
 JSON array (``json_array``, opt-in); :attr:`CallFormat.open` and :attr:`CallFormat.close` say so,
@@ -32,7 +36,6 @@ __all__ = [
     "CALL_HEAD",
     "TEMPLATE_MARKERS",
     "CallFormat",
-    "auto_formats",
     "call_format",
 ]
 
@@ -62,7 +65,10 @@ class CallFormat:
     hold: int = 1
     """Under parallel calls, how many characters at the end of :attr:`suffix` start what follows
     (so a token crossing from the suffix into the separator stays whole): 1 for ``>\n``, 3 for
-    a closing fence that the tokenizer writes as one ```` ``` ```` token."""
+    a closing fence that the tokenizer writes as one ```` ``` ```` token; 0 for none, where a
+    token crossing from the call's end into the separator is refused instead, but one joining
+    the arguments' ``}`` with the whole suffix stays whole (``}}}``: holding the last ``}``
+    back would split it)."""
     models: tuple[str, ...] = ()
     """Model families trained on it (documentation)."""
     open: str = ""
@@ -105,11 +111,12 @@ class CallFormat:
         the end), so a token crossing from the suffix into the separator (``>\n``) stays
         whole."""
         full = "}" + self.suffix
-        return full[: -self.hold] if hold and self.suffix else full
+        n = len(self.held(hold=hold))
+        return full[:-n] if n else full
 
     def held(self, *, hold: bool) -> str:
         """The characters :meth:`tail` held back (empty when none)."""
-        return self.suffix[-self.hold :] if hold and self.suffix else ""
+        return self.suffix[-self.hold :] if hold and self.suffix and self.hold > 0 else ""
 
     def ending(self, *, held: str = "") -> str:
         """What closes the turn after its last call's :meth:`tail`: the held characters and
@@ -161,6 +168,17 @@ CALL_FORMATS: dict[str, CallFormat] = {
             trigger='{"name"',
             anchored=True,
             models=("any chat model that writes its call as a bare JSON object in its text",),
+        ),
+        CallFormat(
+            "json_object_braced",
+            prefix="{",
+            suffix="}",
+            trigger='{{"name"',
+            anchored=True,
+            hold=0,
+            models=(
+                "chat models that copy their template's escaped example, {{...}} (an auto opener)",
+            ),
         ),
         CallFormat(
             "llama3_json",
@@ -218,26 +236,12 @@ TEMPLATE_MARKERS: tuple[tuple[str, str], ...] = (
 that names its native call syntax, in the order they are looked for."""
 
 
-AUTO_OPENERS: tuple[str, ...] = ("json_fence", "json_object")
+AUTO_OPENERS: tuple[str, ...] = ("json_fence", "json_object", "json_object_braced")
 """Formats whose trigger starts a call under ``tool_choice="auto"`` beside the model's own: what
 chat models write in practice when they do not follow their template's tags (Qwen2.5 0.5B: a
-```` ```json ```` fence or a bare object, never ``<tool_call>``)."""
-
-
-def auto_formats(fmt: str | CallFormat, openers: tuple[str, ...] = AUTO_OPENERS) -> tuple[str, ...]:
-    """The formats of ``openers`` that start calls under ``auto`` beside ``fmt``: those whose
-    trigger neither holds nor is held in ``fmt``'s or an earlier one's (Llama 3's bare
-    ``{"name": "`` and ``json_array``'s ``[{"name": "`` already start where ``json_object``
-    would)."""
-    seen = [call_format(fmt).trigger]
-    out: list[str] = []
-    for name in openers:
-        t = call_format(name).trigger
-        if any(t in s or s in t for s in seen):
-            continue
-        seen.append(t)
-        out.append(name)
-    return tuple(out)
+```` ```json ```` fence or a bare object, never ``<tool_call>``; Qwen2.5-Coder-1.5B after a tool
+result: the object in doubled braces). The candidates calibration measures
+(:mod:`trierouter.router.openers`); a model uses those it gives enough probability."""
 
 
 def call_format(fmt: str | CallFormat) -> CallFormat:

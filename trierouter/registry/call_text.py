@@ -5,8 +5,8 @@ A call is a JSON object ``{"name": "...", "<arguments key>": {...}}`` placed as 
 :class:`~trierouter.registry.call_formats.CallFormat` says (``<tool_call>\\n`` ...
 ``\\n</tool_call>``, bare Llama-3 JSON, Mistral's ``[TOOL_CALLS][...]``, ...). Under
 ``tool_choice="auto"`` the calls start at the format's trigger or another opener the model writes
-(a ```` ```json ```` fence, a bare ``{"name"`` at a line's start:
-:func:`~trierouter.registry.call_formats.auto_formats`), whichever completes first
+(a ```` ```json ```` fence, a bare ``{"name"`` or ``{{"name"`` at a line's start:
+:func:`auto_formats`), whichever completes first
 (:func:`first_trigger`, the rule the decoder follows too); text before it is content. Under a
 forced choice the whole output is calls.
 
@@ -32,17 +32,12 @@ from dataclasses import dataclass
 from typing import Any, AnyStr, Protocol
 
 from trierouter.errors import ToolCallError
-from trierouter.registry.call_formats import (
-    AUTO_OPENERS,
-    CALL_HEAD,
-    CallFormat,
-    auto_formats,
-    call_format,
-)
+from trierouter.registry.call_formats import AUTO_OPENERS, CALL_HEAD, CallFormat, call_format
 
 __all__ = [
     "CallEnvelope",
     "ParsedCall",
+    "auto_formats",
     "envelope",
     "first_trigger",
     "load_arguments",
@@ -78,6 +73,35 @@ def first_trigger(
             best, which = end, j
             first = end - len(t) + (1 if t.startswith(nl) else 0)
     return first, best, which
+
+
+def _matches_inside(outer: CallFormat, inner: CallFormat) -> bool:
+    """``inner``'s trigger can match inside text that matches ``outer``'s: it occurs in it at a
+    place where it may match (anywhere, or when :attr:`~CallFormat.anchored` at the start, which
+    may be a line's start, or after a newline)."""
+    t, pos = outer.trigger, outer.trigger.find(inner.trigger)
+    while pos >= 0:
+        if not inner.anchored or pos == 0 or t[pos - 1] == "\n":
+            return True
+        pos = t.find(inner.trigger, pos + 1)
+    return False
+
+
+def auto_formats(fmt: str | CallFormat, openers: tuple[str, ...] = AUTO_OPENERS) -> tuple[str, ...]:
+    """The formats of ``openers`` that start calls under ``auto`` beside ``fmt``: those whose
+    trigger neither holds nor is held in ``fmt``'s or an earlier one's where it may match (Llama
+    3's bare ``{"name": "`` already starts where ``json_object``'s ``{"name"`` at a line start
+    would; ``{"name"`` inside ``{{"name"`` is not at a line start, so both are kept and the
+    doubled brace opens its own syntax)."""
+    seen = [call_format(fmt)]
+    out: list[str] = []
+    for name in openers:
+        f = call_format(name)
+        if any(_matches_inside(f, s) or _matches_inside(s, f) for s in seen):
+            continue
+        seen.append(f)
+        out.append(name)
+    return tuple(out)
 
 
 def _partial_overlap(text: str, tag: str) -> int:
@@ -190,10 +214,14 @@ class _Strict:
 
 class _Partial:
     """Every call object ``{"<name key>": "...", "<arguments key>": ...}`` after ``pos``, whatever
-    lies between them; the last one possibly unfinished."""
+    lies between them; the last one possibly unfinished. ``prefix``: text that may come right
+    before each object (the ``{`` of a doubled-brace call, which a search for ``{`` finds
+    first)."""
 
-    def __init__(self, name_key: str, args_key: str) -> None:
-        self.name_re = re.compile(r'\{\s*"' + re.escape(name_key) + r'"\s*:\s*')
+    def __init__(self, name_key: str, args_key: str, prefix: str = "") -> None:
+        lead = re.escape(prefix.strip())
+        opt = f"(?:{lead}\\s*)?" if lead else ""
+        self.name_re = re.compile(opt + r'\{\s*"' + re.escape(name_key) + r'"\s*:\s*')
         self.args_re = re.compile(r'\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*')
 
     def seek(self, text: str, pos: int, *, after_call: bool) -> int:
@@ -295,33 +323,39 @@ class CallEnvelope:
     :attr:`~trierouter.registry.call_formats.CallFormat.watch`)."""
     args_key: str = "arguments"
     name_key: str = "name"
-    also: tuple[tuple[str, str], ...] = ()
-    """Other ``(trigger, arguments key)`` that start calls (the other syntaxes of ``auto``)."""
+    also: tuple[tuple[str, str, str], ...] = ()
+    """Other ``(trigger, arguments key, prefix)`` that start calls (the other syntaxes of
+    ``auto``)."""
+    prefix: str = ""
+    """Text before each call object (:attr:`~trierouter.registry.call_formats.CallFormat.prefix`):
+    the partial mode reads over it where it begins with the object's own ``{`` (a doubled-brace
+    call)."""
 
-    def opening(self, text: str) -> tuple[int, str]:
-        """``(where the calls start, their arguments key)``: the trigger that completes first
-        in ``text`` (as the decoder finds it), ``(-1, "")`` when none does."""
+    def opening(self, text: str) -> tuple[int, str, str]:
+        """``(where the calls start, their arguments key, their prefix)``: the trigger that
+        completes first in ``text`` (as the decoder finds it), ``(-1, "", "")`` when none
+        does."""
         if self.trigger is None:
-            return 0, self.args_key
-        openers = ((self.trigger, self.args_key), *self.also)
-        start, _, j = first_trigger(text, [t for t, _ in openers])
+            return 0, self.args_key, self.prefix
+        openers = ((self.trigger, self.args_key, self.prefix), *self.also)
+        start, _, j = first_trigger(text, [t for t, _, _ in openers])
         if j < 0:
-            return -1, ""
-        return start, openers[j][1]
+            return -1, "", ""
+        return start, openers[j][1], openers[j][2]
 
     def pending(self, text: str) -> int:
         """How many characters at the end of ``text`` could start a trigger."""
-        trigs = [] if self.trigger is None else [self.trigger, *(t for t, _ in self.also)]
+        trigs = [] if self.trigger is None else [self.trigger, *(t for t, _, _ in self.also)]
         seen = "\n" + text  # the output starts a line (anchored triggers begin with "\n")
         return min(len(text), max((_partial_overlap(seen, t) for t in trigs), default=0))
 
     def calls(self, text: str) -> tuple[int, list[ParsedCall]]:
         """``(where the calls start, every call object from there)``, the last one possibly
         unfinished; ``(-1, [])`` when no call starts in ``text``."""
-        cut, key = self.opening(text)
+        cut, key, prefix = self.opening(text)
         if cut < 0:
             return -1, []
-        found = _scan(text, cut, _Partial(self.name_key, key))[0]
+        found = _scan(text, cut, _Partial(self.name_key, key, prefix))[0]
         return cut, [ParsedCall(c.name, text[c.start : c.end], c.complete) for c in found]
 
 
@@ -331,12 +365,10 @@ def envelope(fmt: str, *, auto: bool, openers: Sequence[str] | None = AUTO_OPENE
     :class:`~trierouter.router.tool_calls.plan.ToolCallPlan` decodes them) or a forced choice."""
     f = call_format(fmt)
     if not auto:
-        return CallEnvelope(None, f.arguments_key)
-    also = tuple(
-        (call_format(o).watch, call_format(o).arguments_key)
-        for o in auto_formats(f, tuple(openers or ()))
-    )
-    return CallEnvelope(f.watch, f.arguments_key, also=also)
+        return CallEnvelope(None, f.arguments_key, prefix=f.prefix)
+    others = [call_format(o) for o in auto_formats(f, tuple(openers or ()))]
+    also = tuple((o.watch, o.arguments_key, o.prefix) for o in others)
+    return CallEnvelope(f.watch, f.arguments_key, also=also, prefix=f.prefix)
 
 
 def scan_calls(text: str, env: CallEnvelope) -> tuple[str, list[ParsedCall]]:

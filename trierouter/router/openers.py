@@ -2,7 +2,8 @@
 
 Under ``tool_choice="auto"`` a call starts where the model writes a call opener. Its chat
 template names one (``<tool_call>``); small models often write another (Qwen2.5-Coder-0.5B
-answers with a ```` ```json ```` fence or a bare ``{"name"`` object and never the tag). Which
+answers with a ```` ```json ```` fence or a bare ``{"name"`` object and never the tag; the 1.5B,
+after a tool result, with the object in doubled braces, ``{{"name"``). Which
 of the candidate syntaxes (:data:`~trierouter.registry.call_formats.AUTO_OPENERS`) a model
 uses is measured, not assumed: on a few calibration requests (generic tools and questions,
 rendered by the model's own template, one of them after a tool result; no benchmark data),
@@ -11,7 +12,9 @@ request and opener (teacher forcing the opener's tokens, the last one counted wi
 that starts with it, since the model may write it merged with what follows). A
 candidate the model gives at least :data:`THRESHOLD` of its probability on some request is
 kept. The result is written to ``trierouter_openers.json`` in the model's folder;
-:func:`model_openers` reads it (no torch needed) and falls back to every candidate.
+:func:`model_openers` reads it (no torch needed) and falls back to every candidate: with no
+file, every one; with a file made before a candidate was added (:func:`calibrated` says so), the
+kept ones and every candidate the file did not measure.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats, call_format
+from trierouter.errors import TrieRouterError
+from trierouter.registry.call_formats import AUTO_OPENERS, call_format
+from trierouter.registry.call_text import auto_formats
 from trierouter.registry.vocabulary import Vocabulary
 
-__all__ = ["CACHE_FILE", "THRESHOLD", "learn_openers", "model_openers"]
+__all__ = ["CACHE_FILE", "THRESHOLD", "calibrated", "learn_openers", "model_openers"]
 
 _log = logging.getLogger("trierouter")
 
@@ -88,21 +93,37 @@ def _tools(name: str, desc: str, arg: str) -> list[dict[str, Any]]:
 
 def model_openers(model_dir: str | os.PathLike[str] | None) -> tuple[str, ...]:
     """The openers learned for the model in ``model_dir`` (:func:`learn_openers`), or every
-    candidate when none were learned (no file, or not a folder)."""
+    candidate when none were learned (no file, or not a folder); a candidate the file did not
+    measure (added since) counts too."""
     return AUTO_OPENERS if model_dir is None else _read(str(model_dir))
+
+
+def calibrated(model_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``model_dir`` holds a calibration that measured every current candidate (else
+    :func:`learn_openers` is due); read from the disk each time."""
+    return _load(str(model_dir))[1]
 
 
 @functools.lru_cache(maxsize=16)
 def _read(model_dir: str) -> tuple[str, ...]:
+    return _load(model_dir)[0]
+
+
+def _load(model_dir: str) -> tuple[tuple[str, ...], bool]:
+    """``(the openers, whether the file measured every candidate)``."""
     path = Path(model_dir) / CACHE_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         kept = tuple(str(o) for o in data["openers"])
+        measured = set(data["probability"]) | {str(data["format"])}
         for o in kept:
             call_format(o)
-    except (OSError, ValueError, KeyError, TypeError):
-        return AUTO_OPENERS
-    return kept
+        # a candidate the format's own trigger covers is never measured, nor needed
+        due = auto_formats(str(data["format"]), AUTO_OPENERS)
+    except (OSError, ValueError, KeyError, TypeError, TrieRouterError):
+        return AUTO_OPENERS, False
+    unmeasured = tuple(o for o in due if o not in measured and o not in kept)
+    return kept + unmeasured, not unmeasured
 
 
 def _starting_with(vocab: Vocabulary, token: int) -> Any:

@@ -2,8 +2,8 @@
 
 A :class:`FreeStage` is a stretch of unconstrained text watched for delimiters: ``</think>``
 (think-then-answer), or under ``tool_choice="auto"`` every text that starts a call in a syntax
-the model writes (``<tool_call>``, a ```` ```json ```` fence, a bare ``{"name"`` at a line's
-start, watched as ``\n{"name"`` from a newline pending at the start). Its state is
+the model writes (``<tool_call>``, a ```` ```json ```` fence, a bare ``{"name"`` or ``{{"name"``
+at a line's start, watched as ``\n{"name"`` from a newline pending at the start). Its state is
 one integer: which *pending* text, the longest end of the output so far that is a proper prefix
 of a trigger, has been written (for a single trigger, the number of its bytes matched, as in
 KMP). A token that completes a trigger ends the stage; the bytes of that token after the

@@ -18,8 +18,8 @@ matcher of a slot being generated, so a state must not be advanced twice.
 - ``"auto"``: free text, ending with an end id, or a call opener followed by a constrained
   call: the format's trigger (``<tool_call>``) and the triggers of the other syntaxes the model
   writes (``openers``, default :data:`~trierouter.registry.call_formats.AUTO_OPENERS`: a
-  ```` ```json ```` fence, a bare ``{"name"``), each call constrained in its own syntax; the
-  model's own probabilities decide whether and in which syntax a call starts;
+  ```` ```json ```` fence, a bare ``{"name"`` or ``{{"name"``), each call constrained in its own
+  syntax; the model's own probabilities decide whether and in which syntax a call starts;
 - ``"none"``: free text in which the format's trigger never appears.
 
 The syntax is the compiled tools' :class:`~trierouter.registry.call_formats.CallFormat`
@@ -40,8 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import ToolChoiceError
-from trierouter.registry.call_formats import AUTO_OPENERS, auto_formats
-from trierouter.registry.call_text import first_trigger, split_calls
+from trierouter.registry.call_formats import AUTO_OPENERS
+from trierouter.registry.call_text import auto_formats, first_trigger, split_calls
 from trierouter.registry.compiler import CompiledTools
 from trierouter.registry.slots.masks import ToolAutomaton, pack_ids
 from trierouter.registry.trie import ChoiceSet
