@@ -96,18 +96,26 @@ def _itl_d1e2ae4() -> list[str]:
 
 def _itl_arrivals() -> list[str]:
     s = _json("serve_itl.json")["servers"]
-    mine = s["trierouter"]["arrivals"]
-    rounds = [str(r["arrivals_completed"]) for r in mine["rounds"]]
-    share = [round(100 * r["arrival_share_of_window"]) for r in mine["rounds"]]
+    mine, theirs = s["trierouter"], s["vllm"]["arrivals"]
+    share = [round(100 * r["arrival_share_of_window"]) for r in mine["arrivals"]["rounds"]]
     return [
-        str(mine["arrivals_completed"]),
-        *rounds,
-        f"{mine['arrival_latency_p50_s']:.1f}",
+        f"{mine['added_p99_ms']:.0f}",
+        *_sets(mine["arrivals"]),
+        *_sets(theirs),
         str(min(share)),
         str(max(share)),
-        str(s["vllm"]["arrivals"]["arrivals_completed"]),
-        f"{max(r['decode_window_s'] for r in s['vllm']['arrivals']['rounds']):.0f}",
     ]
+
+
+def _sets(phase: dict[str, Any]) -> list[str]:
+    """New sets completed: in all, by round, and their median latency."""
+    rounds = [str(r["arrivals_completed"]) for r in phase["rounds"]]
+    return [str(phase["arrivals_completed"]), *rounds, f"{phase['arrival_latency_p50_s']:.1f}"]
+
+
+def _itl_efb1b6c() -> list[str]:
+    s = _json("archive/serve_itl_efb1b6c.json")["servers"]["trierouter"]
+    return [f"{s['added_p99_ms']:.0f}", *_sets(s["arrivals"])[:3]]
 
 
 Row = tuple[str, str, Callable[[], list[str]]]
@@ -136,10 +144,16 @@ MEASURED: dict[str, Row] = {
     ),
     "serving: the serve_itl run's arrivals": (
         "docs/serving.md",
-        r"(?s)completed (\d+) new sets again \((\d+)\s+and (\d+) in its two rounds, ([\d.]+) s "
-        r"median\).*?in flight for (\d+)-(\d+)% of each decode window.*?vLLM completed (\d+) "
-        r"because its arrivals stall the decoding and stretch its\s+window to (\d+) s",
+        r"(?s)added \+(\d+) ms and completed (\d+) new sets \((\d+) and (\d+) in its two "
+        r"rounds, ([\d.]+) s\s+median\); vLLM completed (\d+) \((\d+) and (\d+) by round, "
+        r"([\d.]+) s median\).*?in\s+flight for (\d+)-(\d+)% of each trierouter decode window",
         _itl_arrivals,
+    ),
+    "serving: the serve_itl run before, names prepared by the worker": (
+        "docs/serving.md",
+        r"(?s)At efb1b6c \(`benchmarks/results/archive/serve_itl_efb1b6c.json`, load\s+2.0-7.4:"
+        r".*?they added \+(\d+) ms with (\d+) new sets \((\d+) and (\d+) by round\)",
+        _itl_efb1b6c,
     ),
     "serving: inter-token latency with the closer's sizing still in the step": (
         "docs/serving.md",
