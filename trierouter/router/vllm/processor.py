@@ -220,7 +220,11 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
             logger.warning("trierouter: token index not built at engine start: %s", exc)
             return
         if self._tool_sets.registries:
-            fmt, openers = model_syntax(self._config.model_config)
+            try:
+                fmt, openers = model_syntax(self._config.model_config)
+            except Exception as exc:  # the registries are then built by their first requests
+                logger.warning("trierouter: registries not warmed: %r", exc)
+                return
             if fmt is not None:
                 self._tool_sets.warm(fmt, openers)
 
