@@ -136,7 +136,7 @@ class EngineToolSets:
     def registry_of(self, tools: Any) -> str | None:
         """The name of the registry ``tools`` is (in some call format), or ``None``."""
         named = [k for k, v in self.registries.items() if v is tools]
-        named += [k for (k, _), v in self._formatted.items() if v is tools]
+        named += [k for (k, _), v in list(self._formatted.items()) if v is tools]  # warm() adds
         return named[0] if named else None
 
     def warm(self, fmt: str, openers: Sequence[str] | None) -> None:
