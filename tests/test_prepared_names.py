@@ -394,6 +394,14 @@ def test_registries_are_warmed_when_the_engine_starts(
             st = oracle.advance(st, t)
         proc.update_state(BatchUpdate(batch_size=0, removed=[0], added=[], moved=[]))
     assert inside == 0, dict(STEP_WORK)  # nothing compiled in the steps
+    # nor later: every names trie and closing table of these plans (following calls too)
+    from trierouter.router.tool_calls.closing import plan_tables
+
+    warmed = proc._tool_sets.registry_in("api", "hermes")
+    before = STEP_WORK.total()
+    for choice, parallel in WARMED:
+        assert plan_tables(native_plan(warmed, tool_choice=choice, parallel=parallel, budget=7))
+    assert STEP_WORK.total() == before, dict(STEP_WORK)
 
 
 def test_a_closing_table_is_kept_with_its_tools_across_plans(qwen2_index: TokenIndex) -> None:

@@ -23,6 +23,7 @@ from trierouter.registry.analysis import AnalysisStore, tools_key
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.inline_tools import compile_inline
+from trierouter.router.tool_calls.closing import plan_tables
 from trierouter.router.tool_calls.serving import native_plan
 from trierouter.router.vllm.args import ARG_TOOLS, RequestSpec, logger
 
@@ -142,7 +143,8 @@ class EngineToolSets:
     def warm(self, fmt: str, openers: Sequence[str] | None) -> None:
         """Build, for every registry, what its first ``required`` and ``auto`` request in call
         format ``fmt`` would build inside the step (the model's ``auto`` ``openers``; one call
-        and several): the names tries, their closing tables, the first masks. A failure is
+        and several): the names tries of the first and following calls, their closing tables,
+        the first masks. A failure is
         logged (the first such request then meets it)."""
         with self._lock:
             for name in self.registries:
@@ -151,6 +153,7 @@ class EngineToolSets:
                     for choice, parallel in WARMED:
                         plan = native_plan(tools, tool_choice=choice, parallel=parallel,
                                            openers=openers)  # fmt: skip
+                        plan_tables(plan)  # every call's closing table, kept with its tools
                         row = np.zeros((1, (plan.width + 31) // 32), dtype=np.int32)
                         plan.fill_next_token_bitmask(plan.start(), row, 0, remaining=1024)
                 except Exception as exc:
