@@ -208,7 +208,8 @@ def test_nothing_of_the_middleware_runs_before_vllms_authentication(
     from trierouter.router.vllm import server
 
     calls: list[str] = []
-    monkeypatch.setattr(server, "read_body", lambda *a: calls.append("rewrite") or (None, None))
+    nothing = (None, None, None)
+    monkeypatch.setattr(server, "read_body", lambda *a: calls.append("rewrite") or nothing)
     monkeypatch.setattr(server, "count_work", lambda stage: calls.append(stage))
 
     async def endpoint(scope: dict, receive: object, send: object) -> None:

@@ -9,12 +9,14 @@ accepted the request (:func:`_vllm_auth`: with ``--api-key`` or ``VLLM_API_KEY``
 unauthenticated request is handed to vLLM untouched, which answers 401):
 
 - a body larger than ``$TRIEROUTER_MAX_BODY_BYTES`` (default 16 MiB) is refused with 400;
-- ``vllm_xargs.trierouter_tools`` (a named registry from ``$TRIEROUTER_TOOLS``) is expanded:
-  the top ``trierouter_tool_search`` tools (default 16) for the conversation (BM25 over the
-  registry's names and descriptions; only tools that match: none matching is a 400 saying so)
-  become the request's ``tools``, so the chat template
-  renders them, and ``trierouter_allowed`` restricts the call to them unless
-  ``trierouter_constrain`` is ``"registry"`` (the whole registry stays callable);
+- ``vllm_xargs.trierouter_tools`` (a named registry from ``$TRIEROUTER_TOOLS``) is expanded
+  (:mod:`.tool_search`): the top ``trierouter_tool_search`` tools (default 16) for the
+  conversation (BM25 over the registry's tool names, descriptions and parameters; only tools
+  that match: none matching is a 400 saying so), as many as fit the served model's context,
+  become the request's ``tools``, so the chat template renders them, and ``trierouter_allowed``
+  restricts the call to them unless ``trierouter_constrain`` is ``"registry"`` (the whole
+  registry stays callable); a non-streamed answer carries the ``trierouter_routing`` field:
+  the candidates with their search scores and what reached the prompt;
 - inline ``tools`` are checked and analysed once in a worker process (:mod:`.prepare`), off the
   event loop and off the engine's step;
 - ``tool_choice: "none"`` with tools gets its constraint (vLLM does not call the tool parser
@@ -30,23 +32,26 @@ import json
 import logging
 import os
 import sys
-import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from trierouter.registry.analysis import ENV_ANALYSIS_DIR
-from trierouter.router.vllm.args import ARG_ALLOWED, ARG_TOOLS, ENV_TOOLS, _env_int
-from trierouter.router.vllm.checks import (
-    RegistrySpecs,
-    count_work,
-    registry_specs,
-    relaxed_response,
-)
+from trierouter.router.vllm.args import ARG_TOOLS, ENV_TOOLS, _env_int
+from trierouter.router.vllm.checks import count_work, relaxed_response
 from trierouter.router.vllm.named import list_tool_registries
 from trierouter.router.vllm.prepare import needs_preparation, prepare_request, start_worker
+from trierouter.router.vllm.tool_search import (
+    BadRequest,
+    PromptContext,
+    conversation_query,
+    expand_registry,
+    search_for,
+)
 
 __all__ = [
     "ENV_MAX_BODY_BYTES",
+    "ROUTING_FIELD",
+    "BadRequest",
     "ToolSearchMiddleware",
     "check_shapes",
     "conversation_query",
@@ -55,147 +60,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ENV_MAX_BODY_BYTES = "TRIEROUTER_MAX_BODY_BYTES"
-ARG_TOOL_SEARCH = "trierouter_tool_search"
-ARG_CONSTRAIN = "trierouter_constrain"
-_DEFAULT_K = 16
-_MAX_K = 256
+ROUTING_FIELD = "trierouter_routing"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-
-
-class BadRequest(ValueError):
-    """A request the middleware refuses (HTTP 400)."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-def conversation_query(messages: Any, *, turns: int = 3) -> str:
-    """The text a tool search looks for: the last ``turns`` user and tool messages, newest
-    first (the current question weighs most)."""
-    texts: list[str] = []
-    if not isinstance(messages, list):
-        return ""
-    for m in reversed(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("user", "tool"):
-            continue
-        c = m.get("content")
-        if isinstance(c, list):  # content parts
-            c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
-        if isinstance(c, str) and c.strip():
-            texts.append(c)
-        if len(texts) >= turns:
-            break
-    return "\n".join(texts)
-
-
-class _Search:
-    """BM25 over one registry's tool names and descriptions, built once in the background."""
-
-    def __init__(self, specs: RegistrySpecs) -> None:
-        self.specs = specs
-        self._ready = threading.Event()
-        self._index: Any = None
-        self._error: BaseException | None = None
-        threading.Thread(target=self._build, daemon=True, name="trierouter-bm25").start()
-
-    def _build(self) -> None:
-        try:
-            from trierouter.shortlist.bm25 import BM25Index
-
-            tools = self.specs.specs
-            names = [t.name for t in tools]
-            texts = [f"{t.name} {t.description}" for t in tools]
-            index = BM25Index.build(names, texts)
-            index.search("warm up", 1)  # the first search finalizes the weights
-            self._index = index
-        except BaseException as exc:  # reported to every request that needs it
-            self._error = exc
-        finally:
-            self._ready.set()
-
-    def search(self, query: str, k: int) -> list[str]:
-        self._ready.wait()
-        if self._error is not None:
-            raise RuntimeError(f"tool search index failed to build: {self._error}")
-        found: list[str] = self._index.search(query, k) if query.strip() else []
-        return found  # only the tools that match (never padded with unrelated ones)
-
-
-_searches: dict[str, _Search] = {}
-_search_lock = threading.Lock()
-
-
-def _search_for(name: str) -> _Search:
-    with _search_lock:
-        s = _searches.get(name)
-        if s is None:
-            s = _searches[name] = _Search(registry_specs(name))
-        return s
-
-
-def expand_registry(body: dict[str, Any]) -> None:
-    """Rewrite a request naming a registry: shortlisted tools into ``tools`` (in place)."""
-    xargs = body.get("vllm_xargs")
-    if not isinstance(xargs, dict) or ARG_TOOLS not in xargs:
-        return
-    name = xargs[ARG_TOOLS]
-    if not isinstance(name, str):
-        raise BadRequest(f"vllm_xargs.{ARG_TOOLS}: expected a registry name", "vllm_xargs")
-    try:
-        specs = registry_specs(name)
-    except ValueError as exc:
-        raise BadRequest(f"vllm_xargs.{ARG_TOOLS}: {exc}", "vllm_xargs") from exc
-    k = xargs.pop(ARG_TOOL_SEARCH, _DEFAULT_K)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= _MAX_K:
-        raise BadRequest(
-            f"vllm_xargs.{ARG_TOOL_SEARCH}={k!r:.40}: expected an int in 1..{_MAX_K}",
-            "vllm_xargs",
-        )
-    constrain = xargs.pop(ARG_CONSTRAIN, "shortlist")
-    if constrain not in ("shortlist", "registry"):
-        raise BadRequest(
-            f"vllm_xargs.{ARG_CONSTRAIN}={constrain!r:.40}: expected 'shortlist' or 'registry'",
-            "vllm_xargs",
-        )
-    pinned: list[str] = []
-    for t in body.get("tools") or []:
-        fn = t.get("function") if isinstance(t, dict) else None
-        n = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(n, str) or n not in specs.names:
-            raise BadRequest(
-                f"tools: {n!r:.80} is not in registry {name!r}; with a registry, tools may "
-                "only name its tools (they are always shortlisted)",
-                "tools",
-            )
-        pinned.append(n)
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):
-        fn = choice.get("function")
-        forced = fn.get("name") if isinstance(fn, dict) else None
-        if isinstance(forced, str):
-            if forced not in specs.names:
-                raise BadRequest(
-                    f"tool_choice: no tool named {forced!r} in registry {name!r}", "tool_choice"
-                )
-            pinned.append(forced)
-    found = _search_for(name).search(conversation_query(body.get("messages")), k)
-    names = list(dict.fromkeys([*pinned, *found]))
-    if not names:
-        raise BadRequest(
-            f"vllm_xargs.{ARG_TOOLS}: no tool of registry {name!r} matches the conversation "
-            "(BM25 over the tools' names and descriptions, on the user and tool turns); name "
-            "the tools to offer in `tools` or in tool_choice",
-            "vllm_xargs",
-        )
-    body["tools"] = specs.openai(names)
-    if constrain == "shortlist":
-        xargs[ARG_ALLOWED] = names
-    body["vllm_xargs"] = xargs
 
 
 def _none_xargs(body: dict[str, Any], fmt: str) -> None:
@@ -304,37 +174,42 @@ def _too_deep(raw: bytes) -> BadRequest:
     )
 
 
-def rewrite_body(raw: bytes, fmt: str | None) -> bytes | None:
+Read = tuple[bytes | None, dict[str, Any] | None, dict[str, Any] | None]
+
+
+def rewrite_body(raw: bytes, fmt: str | None, ctx: PromptContext | None = None) -> bytes | None:
     """The rewritten body, or ``None`` to pass it on unchanged (``BadRequest`` to refuse)."""
-    return read_body(raw, fmt)[0]
+    return read_body(raw, fmt, ctx)[0]
 
 
-def read_body(raw: bytes, fmt: str | None) -> tuple[bytes | None, dict[str, Any] | None]:
+def read_body(raw: bytes, fmt: str | None, ctx: PromptContext | None = None) -> Read:
     """``(the rewritten body or None to pass it on unchanged, the request as vLLM gets it
-    parsed, None when it is no JSON object)``; ``BadRequest`` to refuse. The body is parsed
-    once, here (off the event loop in the middleware)."""
+    parsed, None when it is no JSON object, the routing record of a registry request)``;
+    ``BadRequest`` to refuse. The body is parsed once, here (off the event loop in the
+    middleware); ``ctx`` bounds a registry's tools by the served model's context."""
     try:
         body = json.loads(raw)
     except RecursionError:
         raise _too_deep(raw) from None
     except ValueError:
-        return None, None  # vLLM answers malformed JSON itself
+        return None, None, None  # vLLM answers malformed JSON itself
     if not isinstance(body, dict):
-        return None, None
+        return None, None, None
     changed = False
+    routing = None
     registry = _names_registry(body)
     none = body.get("tool_choice") == "none" and body.get("tools") and fmt is not None
     if not (registry or none):
-        return None, body
+        return None, body, None
     check_shapes(body)
     try:
         if registry:
-            expand_registry(body)
+            routing = expand_registry(body, ctx)
             changed = True
         if none and fmt is not None:
             _none_xargs(body, fmt)
             changed = True
-        return (json.dumps(body).encode() if changed else None), body
+        return (json.dumps(body).encode() if changed else None), body, routing
     except (TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
         logger.warning("trierouter: request body refused: %r", exc)  # a shape check_shapes missed
         raise BadRequest(f"request body: {type(exc).__name__}: {exc}", None) from exc
@@ -409,7 +284,7 @@ class ToolSearchMiddleware:
             logger.info("trierouter: tool registries %s from $%s", names, ENV_TOOLS)
             for name in names:
                 try:
-                    _search_for(name)
+                    search_for(name)
                 except (ValueError, OSError) as exc:
                     raise RuntimeError(f"${ENV_TOOLS}: registry {name!r}: {exc}") from exc
         if os.environ.get(ENV_ANALYSIS_DIR):  # under trierouter serve: the worker, warmed now
@@ -454,7 +329,9 @@ class ToolSearchMiddleware:
         try:
             import anyio
 
-            new, request = await anyio.to_thread.run_sync(read_body, raw, _format_of(scope))
+            new, request, routing = await anyio.to_thread.run_sync(
+                read_body, raw, _format_of(scope), _prompt_context(scope)
+            )
         except BadRequest as exc:
             await _send_error(send, str(exc), exc.param)
             return
@@ -474,13 +351,33 @@ class ToolSearchMiddleware:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, _with_relaxations(request, send))
+        await self.app(scope, replay, _with_extensions(request, routing, send))
 
 
-def _with_relaxations(request: dict[str, Any] | None, send: Send) -> Send:
+_contexts: dict[int, PromptContext | None] = {}
+
+
+def _prompt_context(scope: Scope) -> PromptContext | None:
+    """The served model's tokenizer and context length, from the running app's chat handler
+    (``None`` where it has none: no budget is applied then)."""
+    app = scope.get("app")
+    key = id(app)
+    if key not in _contexts:
+        chat = getattr(getattr(app, "state", None), "openai_serving_chat", None)
+        tokenizer = getattr(getattr(chat, "renderer", None), "tokenizer", None)
+        length = getattr(getattr(chat, "model_config", None), "max_model_len", None)
+        ok = tokenizer is not None and isinstance(length, int)
+        _contexts[key] = PromptContext(tokenizer, int(length or 0)) if ok else None
+    return _contexts[key]
+
+
+def _with_extensions(
+    request: dict[str, Any] | None, routing: dict[str, Any] | None, send: Send
+) -> Send:
     """``send``, through which a non-streamed answer to a request with tools (``request``, the
     parsed body) gets the ``trierouter`` extension field on each call of a relaxed tool
-    (``relaxed_response``)."""
+    (``relaxed_response``) and, for a registry request, the ``trierouter_routing`` field:
+    ``routing``, the tools its search considered and what reached the prompt."""
     if (
         request is None
         or request.get("stream")
@@ -503,6 +400,8 @@ def _with_relaxations(request: dict[str, Any] | None, send: Send) -> Send:
             return
         out = b"".join(parts)
         new = relaxed_response(out, request)
+        if routing is not None:
+            new = _with_routing(new or out, routing) or new
         head = start
         if new is not None:
             out = new
@@ -513,6 +412,17 @@ def _with_relaxations(request: dict[str, Any] | None, send: Send) -> Send:
         await send({"type": "http.response.body", "body": out, "more_body": False})
 
     return held
+
+
+def _with_routing(response: bytes, routing: dict[str, Any]) -> bytes | None:
+    try:
+        data = json.loads(response)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or "choices" not in data:
+        return None
+    data[ROUTING_FIELD] = routing
+    return json.dumps(data, ensure_ascii=False).encode()
 
 
 def _names_registry(request: dict[str, Any]) -> bool:
