@@ -423,6 +423,7 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         from trierouter.router.tool_calls.plan import ToolCallPlan
         from trierouter.router.transformers import generate
         from trierouter.shortlist.bm25 import BM25Index
+        from trierouter.shortlist.tool_text import tool_text
         from trierouter.tiny_model import build_tiny_model
     except ImportError:
         print("\n(tool-call demo skipped: pip install 'trierouter[tools,transformers]')")
@@ -502,7 +503,10 @@ def _tool_demo(*, quick: bool, model: Path | None, real: bool = False) -> None:
         print(f"  XGrammar on the whole tool-call schema (oneOf), from {bench.name}: "
               f"{_xgrammar_tool_compile(bench)}")  # fmt: skip
     names = registry.names()
-    bm25 = BM25Index.build(names, [f"{x.name}: {x.description}" for x in registry])
+    # what the server's tool search indexes: name (also in words), description, parameters
+    bm25 = BM25Index.build(
+        names, [tool_text(x.name, x.description, x.parameters) for x in registry]
+    )
     who = (
         f"{model.name}, greedy, its chat template with the 3 shortlisted tools"
         if chat

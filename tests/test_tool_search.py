@@ -213,3 +213,33 @@ def test_a_registry_request_never_refused_for_what_the_search_added(
     # without a context (no served model known) nothing is cut
     new, _, routing = read_body(json.dumps(body).encode(), "hermes", None)
     assert routing is not None and all(c["prompt"] == "full" for c in routing["candidates"])
+
+
+def test_the_search_text_is_chosen_per_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("vllm")
+    from trierouter.router.vllm.server import BadRequest, read_body
+
+    reg = [
+        _tool("get_price", "Get the latest market price quote of a company.",
+              {"ticker": {"type": "string"}}),
+        _tool("daily_quote", "A quote.", {"day": {"type": "string"}}),
+        *(_tool(f"misc_{i}", f"Something else {i}.", {}) for i in range(30)),
+    ]  # fmt: skip
+    (tmp_path / "api.json").write_text(json.dumps(reg))
+    monkeypatch.setenv("TRIEROUTER_TOOLS", str(tmp_path / "api.json"))
+    body: dict[str, Any] = {
+        "model": "m", "messages": [{"role": "user", "content": "quote for ticker NVDA"}],
+        "vllm_xargs": {"trierouter_tools": "api", "trierouter_tool_search": 1},
+    }  # fmt: skip
+    first = {}
+    for text in ("tool_text", "name_description"):
+        body["vllm_xargs"]["trierouter_search_text"] = text
+        _, _, routing = read_body(json.dumps(body).encode(), "hermes")
+        assert routing is not None and routing["search"] == f"bm25:{text}"
+        first[text] = routing["candidates"][0]["name"]
+    assert first == {"tool_text": "get_price", "name_description": "daily_quote"}
+    body["vllm_xargs"]["trierouter_search_text"] = "embeddings"
+    with pytest.raises(BadRequest, match="trierouter_search_text='embeddings'"):
+        read_body(json.dumps(body).encode(), "hermes")

@@ -15,7 +15,9 @@ the chat template shows them. Two things bound that list:
 
 The search (:class:`ToolSearch`) is BM25 over each tool's
 :func:`~trierouter.shortlist.tool_text.tool_text` (its name as written and in words, its
-description, its parameters), built once per registry in the background. What was considered,
+description, its parameters), built once per registry in the background
+(``trierouter_search_text="name_description"``: over names and descriptions only, the
+search before parameters were indexed). What was considered,
 with scores, and what reached the prompt is returned as the routing record
 (:func:`expand_registry`), which the middleware puts into the response as the
 ``trierouter_routing`` extension field.
@@ -35,8 +37,10 @@ from trierouter.router.vllm.checks import RegistrySpecs, registry_specs
 
 __all__ = [
     "ARG_CONSTRAIN",
+    "ARG_SEARCH_TEXT",
     "ARG_TOOL_SEARCH",
     "DEFAULT_OUTPUT_RESERVE",
+    "SEARCH_TEXTS",
     "BadRequest",
     "PromptContext",
     "ToolSearch",
@@ -48,6 +52,7 @@ __all__ = [
 
 ARG_TOOL_SEARCH = "trierouter_tool_search"
 ARG_CONSTRAIN = "trierouter_constrain"
+ARG_SEARCH_TEXT = "trierouter_search_text"
 DEFAULT_K = 16
 MAX_K = 256
 DEFAULT_OUTPUT_RESERVE = 1024
@@ -83,62 +88,80 @@ def conversation_query(messages: Any, *, turns: int = 3) -> str:
     return "\n".join(texts)
 
 
-class ToolSearch:
-    """BM25 over one registry's :func:`tool_text` documents, built once in the background."""
+SEARCH_TEXTS = ("tool_text", "name_description")
+"""What a tool is indexed under: ``tool_text`` (the default: name as written and in words,
+description, parameters) or ``name_description`` (name and description: the search before
+parameters were indexed, kept to compare against)."""
 
-    method = "bm25:tool_text"
+
+def _documents(specs: RegistrySpecs, text: str) -> list[str]:
+    from trierouter.shortlist.tool_text import tool_text
+
+    if text == "tool_text":
+        return [tool_text(t.name, t.description, t.parameters) for t in specs.specs]
+    return [f"{t.name} {t.description or ''}" for t in specs.specs]
+
+
+class ToolSearch:
+    """BM25 over one registry's tools (:data:`SEARCH_TEXTS`): the default index is built once
+    in the background when the registry is first used, another on the first request for it."""
 
     def __init__(self, specs: RegistrySpecs) -> None:
         self.specs = specs
         self._ready = threading.Event()
-        self._index: Any = None
+        self._indexes: dict[str, Any] = {}
+        self._lock = threading.Lock()
         self._error: BaseException | None = None
-        self.build_seconds: float | None = None
+        self.build_seconds: dict[str, float] = {}
         threading.Thread(target=self._build, daemon=True, name="trierouter-bm25").start()
+
+    def _index(self, text: str) -> Any:
+        from trierouter.shortlist.bm25 import BM25Index
+
+        t0 = time.perf_counter()
+        index = BM25Index.build([t.name for t in self.specs.specs], _documents(self.specs, text))
+        index.search("warm up", 1)  # the first search finalizes the weights
+        self.build_seconds[text] = round(time.perf_counter() - t0, 3)
+        return index
 
     def _build(self) -> None:
         try:
-            from trierouter.shortlist.bm25 import BM25Index
-            from trierouter.shortlist.tool_text import tool_text
-
-            t0 = time.perf_counter()
-            tools = self.specs.specs
-            names = [t.name for t in tools]
-            texts = [tool_text(t.name, t.description, t.parameters) for t in tools]
-            index = BM25Index.build(names, texts)
-            index.search("warm up", 1)  # the first search finalizes the weights
-            self._index = index
-            self.build_seconds = time.perf_counter() - t0
+            self._indexes[SEARCH_TEXTS[0]] = self._index(SEARCH_TEXTS[0])
         except BaseException as exc:  # reported to every request that needs it
             self._error = exc
         finally:
             self._ready.set()
 
-    def search(self, query: str, k: int) -> list[tuple[str, float]]:
+    def search(self, query: str, k: int, *, text: str = SEARCH_TEXTS[0]) -> list[tuple[str, float]]:
         """Up to ``k`` ``(tool name, score)`` pairs, best first; only tools that match (never
         padded with unrelated ones)."""
         self._ready.wait()
         if self._error is not None:
             raise RuntimeError(f"tool search index failed to build: {self._error}")
+        with self._lock:
+            index = self._indexes.get(text)
+            if index is None:
+                index = self._indexes[text] = self._index(text)
         if not query.strip():
             return []
-        index = self._index
         ids = index.search_ids([query], k)[0]
         scores = index.scores(query)
         values = index.values
         return [(values[int(i)], round(float(scores[int(i)]), 4)) for i in ids]
 
 
-_searches: dict[str, ToolSearch] = {}
+_searches: dict[RegistrySpecs, ToolSearch] = {}
 _search_lock = threading.Lock()
 
 
 def search_for(name: str) -> ToolSearch:
-    """The search of registry ``name`` (started on first use, shared by every request)."""
+    """The search of registry ``name`` as ``$TRIEROUTER_TOOLS`` configures it now (started on
+    first use, shared by every request)."""
+    specs = registry_specs(name)
     with _search_lock:
-        s = _searches.get(name)
+        s = _searches.get(specs)
         if s is None:
-            s = _searches[name] = ToolSearch(registry_specs(name))
+            s = _searches[specs] = ToolSearch(specs)
         return s
 
 
@@ -294,6 +317,12 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
             f"vllm_xargs.{ARG_CONSTRAIN}={constrain!r:.40}: expected 'shortlist' or 'registry'",
             "vllm_xargs",
         )
+    text = xargs.pop(ARG_SEARCH_TEXT, SEARCH_TEXTS[0])
+    if text not in SEARCH_TEXTS:
+        raise BadRequest(
+            f"vllm_xargs.{ARG_SEARCH_TEXT}={text!r:.40}: expected one of {list(SEARCH_TEXTS)}",
+            "vllm_xargs",
+        )
     pinned: list[str] = []
     for t in body.get("tools") or []:
         fn = t.get("function") if isinstance(t, dict) else None
@@ -319,7 +348,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
     search = search_for(name)
     query = conversation_query(body.get("messages"))
     t0 = time.perf_counter()
-    found = search.search(query, k)
+    found = search.search(query, k, text=text)
     search_ms = (time.perf_counter() - t0) * 1000
     score = dict(found)
     names = list(dict.fromkeys([*pinned, *(n for n, _ in found)]))
@@ -353,7 +382,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
     body["vllm_xargs"] = xargs
     return {
         "registry": name,
-        "search": search.method,
+        "search": f"bm25:{text}",
         "query": query[:500],
         "k": k,
         "search_ms": round(search_ms, 3),
