@@ -243,3 +243,34 @@ def test_the_search_text_is_chosen_per_request(
     body["vllm_xargs"]["trierouter_search_text"] = "embeddings"
     with pytest.raises(BadRequest, match="trierouter_search_text='embeddings'"):
         read_body(json.dumps(body).encode(), "hermes")
+
+
+def test_tool_index_reads_every_tool_form_alike() -> None:
+    from trierouter import ToolRegistry
+    from trierouter.shortlist import BM25Index, ToolIndex
+
+    openai_tools = [
+        _tool("finance.getQuote", "Latest price.", {"ticker": {"type": "string"}}),
+        _tool("weather.get", "Weather now.", {"city": {"type": "string"}}),
+        *(_tool(f"misc_{i}", f"Something else {i}.", {"x": {"type": "string"}}) for i in range(20)),
+    ]
+    fns = [t["function"] for t in openai_tools]
+    anthropic = [{"name": f["name"], "description": f["description"],
+                  "input_schema": f["parameters"]} for f in fns]  # fmt: skip
+    mcp = [{"name": f["name"], "description": f["description"], "inputSchema": f["parameters"]}
+           for f in fns]  # fmt: skip
+    registry = ToolRegistry(openai_tools)
+    query = "ticker quote for NVDA"
+    # the oracle: BM25Index over tool_text built by hand
+    by_hand = BM25Index.build(
+        [f["name"] for f in fns],
+        [tool_text(f["name"], f["description"], f["parameters"]) for f in fns],
+    )
+    want = by_hand.search(query, 5)
+    assert want[0] == "finance.getQuote"
+    for form in (openai_tools, anthropic, mcp, list(registry)):
+        got = ToolIndex.build(form).search(query, 5)
+        assert [n for n, _ in got] == want
+        assert [s for _, s in got] == sorted((s for _, s in got), reverse=True)
+    assert ToolIndex.build(openai_tools).search("   ", 5) == []
+    assert len(ToolIndex.build(mcp)) == len(fns)

@@ -10,6 +10,8 @@
 - :func:`build_hierarchy` rewrites K values into ≈⌈√K⌉ balanced labelled groups, compiled as one
   ChoiceSet over ``label + sep + value`` (group first, then member) and mapped back.
 - :func:`route_set` picks between the full trie, a shortlist and the hierarchy.
+- :class:`ToolIndex` searches tools by :func:`tool_text` (name, name in words, description,
+  parameters): the tool search of ``trierouter serve``.
 
 This package returns values and never decodes. sentence-transformers and faiss are imported
 only when used (``pip install 'trierouter[shortlist]'``).
@@ -32,6 +34,7 @@ from trierouter.shortlist.hierarchy import (
 )
 from trierouter.shortlist.hybrid import HybridIndex
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, RoutedSet, route_set
+from trierouter.shortlist.tool_text import ToolIndex, tool_text
 
 __all__ = [
     "DEFAULT_FUSION",
@@ -49,9 +52,11 @@ __all__ = [
     "Retriever",
     "RoutedSet",
     "Shortlist",
+    "ToolIndex",
     "build_hierarchy",
     "fine_tune_embedder",
     "kmeans_paths",
     "namespace_path",
     "route_set",
+    "tool_text",
 ]

@@ -4,16 +4,17 @@ A tool's name is an identifier (``weather.getForecastByCity``, ``get_user_v2``):
 words matches it only split into words. Its parameters say what it acts on (``city``,
 ``ticker``, ``patient_id``) often better than its one-line description, and a user's question
 names those things. :func:`tool_text` renders the three into one text, bounded in length so a
-huge API schema does not drown its own name; :func:`name_words` splits an identifier.
+huge API schema does not drown its own name; :func:`name_words` splits an identifier;
+:class:`ToolIndex` searches tools by it (what ``trierouter serve`` does for a named registry).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["TOOL_TEXT_MAX_CHARS", "name_words", "tool_text"]
+__all__ = ["TOOL_TEXT_MAX_CHARS", "ToolIndex", "name_words", "tool_text"]
 
 TOOL_TEXT_MAX_CHARS = 1_500
 """Default bound on :func:`tool_text` (characters): name and description first, then the
@@ -73,3 +74,54 @@ def tool_text(
         text += sep + line
         sep = "; "
     return text
+
+
+def _fields(tool: Any) -> tuple[str, str, Mapping[str, Any] | None]:
+    if isinstance(tool, Mapping):
+        fn = tool.get("function", tool)
+        params = fn.get("parameters", fn.get("input_schema", fn.get("inputSchema")))
+        return str(fn["name"]), str(fn.get("description") or ""), params
+    return str(tool.name), str(getattr(tool, "description", "") or ""), tool.parameters
+
+
+class ToolIndex:
+    """The server's default tool search in the library: BM25 over each tool's
+    :func:`tool_text`. Tools: a :class:`~trierouter.ToolRegistry`, its tools, or OpenAI /
+    Anthropic / MCP tool dicts.
+
+        index = ToolIndex.build(registry)
+        index.search("weather in Oslo", k=16)       # [(name, BM25 score), ...], best first
+    """
+
+    def __init__(self, index: Any) -> None:
+        self._index = index
+
+    @classmethod
+    def build(
+        cls,
+        tools: Iterable[Any],
+        *,
+        document: Callable[[str, str, Mapping[str, Any] | None], str] = tool_text,
+    ) -> ToolIndex:
+        """Index ``tools``, each under ``document(name, description, parameters)`` (default:
+        :func:`tool_text`)."""
+        from trierouter.shortlist.bm25 import BM25Index
+
+        fields = [_fields(t) for t in tools]
+        texts = [document(n, d, p) for n, d, p in fields]
+        index = BM25Index.build([n for n, _, _ in fields], texts)
+        index.search("warm up", 1)  # the first search finalizes the weights
+        return cls(index)
+
+    def __len__(self) -> int:
+        return len(self._index.values)
+
+    def search(self, query: str, k: int = 16) -> list[tuple[str, float]]:
+        """Up to ``k`` ``(tool name, BM25 score)`` pairs, best first: only tools that share a
+        word or character n-gram with ``query`` (never padded)."""
+        if not query.strip():
+            return []
+        ids = self._index.search_ids([query], k)[0]
+        scores = self._index.scores(query)
+        values = self._index.values
+        return [(values[int(i)], round(float(scores[int(i)]), 4)) for i in ids]

@@ -94,17 +94,9 @@ description, parameters) or ``name_description`` (name and description: the sear
 parameters were indexed, kept to compare against)."""
 
 
-def _documents(specs: RegistrySpecs, text: str) -> list[str]:
-    from trierouter.shortlist.tool_text import tool_text
-
-    if text == "tool_text":
-        return [tool_text(t.name, t.description, t.parameters) for t in specs.specs]
-    return [f"{t.name} {t.description or ''}" for t in specs.specs]
-
-
 class ToolSearch:
-    """BM25 over one registry's tools (:data:`SEARCH_TEXTS`): the default index is built once
-    in the background when the registry is first used, another on the first request for it."""
+    """The search of one registry (:data:`SEARCH_TEXTS`): the default index is built once in
+    the background when the registry is first used, another on the first request for it."""
 
     def __init__(self, specs: RegistrySpecs) -> None:
         self.specs = specs
@@ -116,11 +108,14 @@ class ToolSearch:
         threading.Thread(target=self._build, daemon=True, name="trierouter-bm25").start()
 
     def _index(self, text: str) -> Any:
-        from trierouter.shortlist.bm25 import BM25Index
+        from trierouter.shortlist.tool_text import ToolIndex
 
         t0 = time.perf_counter()
-        index = BM25Index.build([t.name for t in self.specs.specs], _documents(self.specs, text))
-        index.search("warm up", 1)  # the first search finalizes the weights
+        tools = self.specs.specs
+        if text == "tool_text":
+            index = ToolIndex.build(tools)
+        else:  # names and descriptions only: the search before parameters were indexed
+            index = ToolIndex.build(tools, document=lambda name, desc, _: f"{name} {desc}")
         self.build_seconds[text] = round(time.perf_counter() - t0, 3)
         return index
 
@@ -142,12 +137,8 @@ class ToolSearch:
             index = self._indexes.get(text)
             if index is None:
                 index = self._indexes[text] = self._index(text)
-        if not query.strip():
-            return []
-        ids = index.search_ids([query], k)[0]
-        scores = index.scores(query)
-        values = index.values
-        return [(values[int(i)], round(float(scores[int(i)]), 4)) for i in ids]
+        found: list[tuple[str, float]] = index.search(query, k)
+        return found
 
 
 _searches: dict[RegistrySpecs, ToolSearch] = {}
