@@ -1,4 +1,5 @@
-"""LiveMCPBench from the pinned wheel: the pin, the counts, the gold tools and the registry.
+"""LiveMCPBench from the pinned wheel: the pin, the counts, the gold tools, the registry, and
+``task_recall`` against a brute-force count.
 
 Independent checks: the raw JSON is read here straight out of the zip (not through the
 loader) and the converted schemas are checked against JSON Schema's metaschema (jsonschema).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import shutil
 import zipfile
 from collections import Counter
@@ -28,7 +30,10 @@ from trierouter.data.livemcpbench import (
     TASKS_MEMBER,
     TOOLS_MEMBER,
     LiveMcpBench,
+    LiveMcpTask,
     load_livemcpbench,
+    mean_recall,
+    task_recall,
 )
 from trierouter.data.pypi import fetch_wheel
 from trierouter.errors import DownloadError, IntegrityError
@@ -159,3 +164,46 @@ def test_tools_compile_into_a_registry(
     for tok in qwen_encode(compiled.name_text("yahoo-finance.no_such_tool")):
         node = trie.advance(node, tok) if node != trie.DEAD else node
     assert node == trie.DEAD
+
+
+# -- task_recall: no download needed ------------------------------------------------------------
+def _task(i: int, gold: tuple[str, ...]) -> LiveMcpTask:
+    return LiveMcpTask(f"t{i}", f"query {i}", "x", gold, gold, ())
+
+
+def test_task_recall_matches_a_brute_force_count() -> None:
+    rng = random.Random(7)
+    pool = [f"s{i % 5}.tool{i}" for i in range(40)]
+    tasks = [_task(i, tuple(rng.sample(pool, rng.randint(1, 4)))) for i in range(60)]
+    rankings = {t.query: rng.sample(pool, rng.randint(0, 15)) for t in tasks}
+    ks = (1, 3, 5, 10)
+    rows = task_recall(tasks, pool, lambda q: rankings[q], ks)
+    for t, row in zip(tasks, rows, strict=True):
+        ranked = rankings[t.query]
+        for k in ks:
+            inside = [g for g in t.gold if g in ranked[:k]]
+            assert row.hit[k] == bool(inside)
+            assert row.fraction[k] == len(inside) / len(set(t.gold))
+        places = [ranked.index(g) + 1 for g in t.gold if g in ranked]
+        assert row.first_gold == (min(places) if places else None)
+    summary = mean_recall(rows)
+    for k in ks:
+        assert summary["hit"][str(k)] == sum(r.hit[k] for r in rows) / len(rows)
+        assert summary["all"][str(k)] == sum(set(t.gold) <= set(rankings[t.query][:k])
+                                             for t in tasks) / len(tasks)  # fmt: skip
+    assert summary["tasks"] == 60
+
+
+def test_task_recall_counts_a_repeated_name_once() -> None:
+    rows = task_recall([_task(0, ("a.x", "a.y"))], ["a.x", "a.y", "a.z"],
+                       lambda q: ["a.z", "a.z", "a.x", "a.y"], (2, 3))  # fmt: skip
+    assert rows[0].first_gold == 2 and rows[0].fraction == {2: 0.5, 3: 1.0}
+
+
+def test_task_recall_refuses_a_pool_or_ranking_that_does_not_fit() -> None:
+    with pytest.raises(ValueError, match=r"gold tools \['a.y'\] are not in the pool"):
+        task_recall([_task(0, ("a.x", "a.y"))], ["a.x"], lambda q: ["a.x"])
+    with pytest.raises(ValueError, match=r"'b\.q', not in the pool"):
+        task_recall([_task(0, ("a.x",))], ["a.x"], lambda q: ["b.q"])
+    with pytest.raises(ValueError, match="k >= 1"):
+        task_recall([_task(0, ("a.x",))], ["a.x"], lambda q: ["a.x"], (0,))

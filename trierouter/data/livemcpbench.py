@@ -44,12 +44,18 @@ installed or imported.
     bench = load_livemcpbench()
     registry = ToolRegistry(bench.tools)          # 526 tools, namespaces = the 70 servers
     bench.tasks[0].query, bench.tasks[0].gold      # a user's task and its tools
+    names = registry.names()
+    index = BM25Index.build(names, [f"{t['function']['name']} {t['function']['description']}"
+                                    for t in bench.tools])
+    rows = task_recall(bench.tasks, names, lambda q: index.search(q, 10))   # per task
+    mean_recall(rows)["hit"]["5"]                  # share of tasks with a gold tool in the top 5
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +67,10 @@ __all__ = [
     "LIVEMCPBENCH_WHEEL",
     "LiveMcpBench",
     "LiveMcpTask",
+    "TaskRecall",
     "load_livemcpbench",
+    "mean_recall",
+    "task_recall",
 ]
 
 LIVEMCPBENCH_WHEEL = PinnedWheel(
@@ -196,3 +205,66 @@ def load_livemcpbench(*, cache_dir: Path | str | None = None) -> LiveMcpBench:
         unlabelled=[t for t in tasks if not t.gold],
         servers=servers,
     )
+
+
+# -- recall of a ranking ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskRecall:
+    """How a ranking did on one task."""
+
+    task_id: str
+    gold: frozenset[str]
+    first_gold: int | None
+    """1-based rank of the best-ranked gold tool; ``None`` if none was ranked."""
+    hit: dict[int, bool]
+    """Per k: some gold tool is in the top k (recall@k as the issue measures it)."""
+    fraction: dict[int, float]
+    """Per k: the share of the gold tools in the top k (1.0: all of them)."""
+
+
+def task_recall(
+    tasks: Iterable[LiveMcpTask],
+    pool: Collection[str],
+    rank: Callable[[str], Sequence[str]],
+    ks: Sequence[int] = (1, 5, 10),
+) -> list[TaskRecall]:
+    """Per task, where ``rank(task.query)`` (tool names of ``pool``, best first) puts its gold
+    tools. A name ranked twice counts at its first place. Raises ``ValueError`` when a task's
+    gold tool is not in ``pool`` (the pool would hide it) or the ranking returns a name that is
+    not in ``pool`` (it searches something else)."""
+    if not ks or any(k < 1 for k in ks):
+        raise ValueError(f"ks={list(ks)}: give one or more k >= 1")
+    names = pool if isinstance(pool, (set, frozenset, dict)) else set(pool)
+    out = []
+    for task in tasks:
+        gold = frozenset(task.gold)
+        missing = sorted(gold - set(names))
+        if missing:
+            raise ValueError(f"task {task.id}: gold tools {missing} are not in the pool")
+        ranked: list[str] = []
+        for n in rank(task.query):
+            if n not in names:
+                raise ValueError(f"task {task.id}: the ranking returned {n!r}, not in the pool")
+            if n not in ranked:
+                ranked.append(n)
+        first = next((i + 1 for i, n in enumerate(ranked) if n in gold), None)
+        hit = {k: first is not None and first <= k for k in ks}
+        frac = {k: len(gold.intersection(ranked[:k])) / len(gold) for k in ks}
+        out.append(TaskRecall(task.id, gold, first, hit, frac))
+    return out
+
+
+def mean_recall(rows: Sequence[TaskRecall]) -> dict[str, Any]:
+    """Means over tasks, per k (keys are str(k)): ``hit`` (some gold tool in the top k),
+    ``all`` (every gold tool in the top k), ``fraction`` (mean share of gold tools), and
+    ``tasks``."""
+    if not rows:
+        raise ValueError("no tasks to average")
+    ks = list(rows[0].hit)
+    n = len(rows)
+    return {
+        "tasks": n,
+        "hit": {str(k): sum(r.hit[k] for r in rows) / n for k in ks},
+        "all": {str(k): sum(r.fraction[k] == 1.0 for r in rows) / n for k in ks},
+        "fraction": {str(k): sum(r.fraction[k] for r in rows) / n for k in ks},
+    }
