@@ -786,6 +786,7 @@ RERUN = [
     ("serve_itl.json", "python benchmarks/serve_itl.py", "see `wall_s` in its JSON"),
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
+    ("livemcpbench_search.json", "python benchmarks/livemcpbench_search.py", "seconds"),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
     ("classify_speed.json", "python benchmarks/classify_speed.py", "about 3 min, shared host"),
     (

