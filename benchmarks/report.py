@@ -787,6 +787,7 @@ RERUN = [
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("livemcpbench_search.json", "python benchmarks/livemcpbench_search.py", "seconds"),
+    ("tool_search.json", "python benchmarks/tool_search.py", "2 min (embeddings cached)"),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
     ("classify_speed.json", "python benchmarks/classify_speed.py", "about 3 min, shared host"),
     (

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from report import _cell, source
+from report_routing import BLOCKS as ROUTING_BLOCKS
 
 Load = Callable[[str], dict[str, Any] | None]
 
@@ -533,4 +534,5 @@ BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "serve-itl": serve_itl,
     "serve-ttft": serve_ttft,
     "shortlist-gap": shortlist_gap,
+    **ROUTING_BLOCKS,
 }

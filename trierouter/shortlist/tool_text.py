@@ -101,14 +101,15 @@ class ToolIndex:
         cls,
         tools: Iterable[Any],
         *,
-        document: Callable[[str, str, Mapping[str, Any] | None], str] = tool_text,
+        document: Callable[[str, str, Mapping[str, Any] | None], str] | None = None,
     ) -> ToolIndex:
         """Index ``tools``, each under ``document(name, description, parameters)`` (default:
         :func:`tool_text`)."""
         from trierouter.shortlist.bm25 import BM25Index
 
+        doc = tool_text if document is None else document
         fields = [_fields(t) for t in tools]
-        texts = [document(n, d, p) for n, d, p in fields]
+        texts = [doc(n, d, p) for n, d, p in fields]
         index = BM25Index.build([n for n, _, _ in fields], texts)
         index.search("warm up", 1)  # the first search finalizes the weights
         return cls(index)

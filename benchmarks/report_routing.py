@@ -1,0 +1,124 @@
+"""Report blocks for routing at scale: the tool search's recall and the live-server arms.
+
+Registered in ``report_blocks.BLOCKS``; each takes ``load`` and returns the block's lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Load = Callable[[str], dict[str, Any] | None]
+
+SEARCH_NAMES = {
+    "bm25_name_desc": "BM25, name + description (the server's search before)",
+    "bm25_tool_text": "BM25, tool_text (the server's default now)",
+    "hybrid_name_desc": "Shortlist.build, name + description (BM25 + MiniLM)",
+    "hybrid_tool_text": "Shortlist.build, tool_text (BM25 + MiniLM)",
+}
+SPLIT_NAMES = {
+    "test": "BFCL simple_python + multiple",
+    "dev": "BFCL live_simple + live_multiple, dev",
+}
+
+
+def _run_note(d: dict[str, Any]) -> str:
+    m = d.get("machine", {})
+    load = m.get("load_average_1min")
+    where = f"{m.get('cpus', '?')} cores" + (f", load {load:.1f}" if load is not None else "")
+    return f"commit {d.get('commit', '?')}, {d.get('date', '?')[:10]}, {where}"
+
+
+def tool_search(load: Load) -> list[str]:
+    """Recall@k of each search over the same pools, per question set."""
+    d = load("tool_search.json")
+    if d is None:
+        return []
+    ks = [str(k) for k in d["ks"]]
+    out = [
+        "| questions | tools (K) | search | " + " | ".join(f"R@{k}" for k in ks)
+        + " | ms / query |",
+        "|---|---:|---|" + "---:|" * (len(ks) + 1),
+    ]  # fmt: skip
+    h = d.get("heldout")
+    for method, rec in (h or {}).get("recall", {}).items():
+        cells = [f"{rec[k]:.3f}" for k in ks]
+        out.append(
+            f"| LiveMCPBench, held out ({h['tasks']}) | {h['tools']:,} | "
+            f"{SEARCH_NAMES.get(method, method)} | " + " | ".join(cells)
+            + f" | {h['ms_per_query'][method]:.1f} |"
+        )  # fmt: skip
+    splits = [s for s in ("test", "dev") if s in d["questions"]]
+    for split in splits:
+        for size, row in d["by_size"].items():
+            for method, rec in row["recall"].get(split, {}).items():
+                cells = [f"{rec[k]:.3f}" for k in ks]
+                ms = row["ms_per_query"][split][method]
+                label = SPLIT_NAMES.get(split, split)
+                out.append(
+                    f"| {label} ({d['questions'][split]}) | {int(size):,} | "
+                    f"{SEARCH_NAMES.get(method, method)} | " + " | ".join(cells) + f" | {ms:.1f} |"
+                )
+    return [
+        *out,
+        "",
+        f"`benchmarks/tool_search.py` → `benchmarks/results/tool_search.json` ({_run_note(d)}). "
+        f"BFCL pool: {d['pool_rule']}. LiveMCPBench ({(h or {}).get('source', '—')}: real MCP "
+        "tools, user-written tasks): its own tools, never used to choose or tune anything. "
+        f"Choice of the default: {d.get('default_chosen', '—')}. R@k: the share of questions "
+        "with a gold tool among the search's first k; ms / query: one query at a time on this "
+        "CPU, the index built.",
+    ]
+
+
+ARM_NAMES = {
+    "own": "each question's own tools (inline)",
+    "r10k": "registry of 10,000, default search",
+    "r100k": "registry of 100,000, default search",
+    "r10k_name_desc": "registry of 10,000, search before (name + description)",
+    "r100k_name_desc": "registry of 100,000, search before (name + description)",
+}
+
+
+def route_at_scale(load: Load) -> list[str]:
+    """Accuracy through the live server as the registry grows: every arm of one run."""
+    d = load("route_at_scale.json")
+    if d is None:
+        return []
+    out = [
+        "| arm | n | correct (BFCL checker) | right tool | schema-valid calls | R@5 | R@16 "
+        "| gold tool in the prompt | refused (context) | other errors | s / request (median) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, a in d["arms"].items():
+        rec = a.get("recall_at", {})
+        called = a["called"]
+
+        def pct(x: float | None) -> str:
+            return "—" if x is None else f"{x:.2f}"
+
+        out.append(
+            f"| {ARM_NAMES.get(arm, arm)} | {a['n']} | {a['correct']} ({a['correct'] / a['n']:.0%})"
+            f" | {a['right_tool']} | {a['valid']} of {called} | {pct(rec.get('5'))} | "
+            f"{pct(rec.get('16'))} | {pct(a.get('gold_in_prompt'))} | {a['refused_context']} | "
+            f"{a['errors'] - a['refused_context']} | {a['s_per_request_median']:.1f} |"
+        )
+    m = d["machine"]
+    return [
+        *out,
+        "",
+        f"`benchmarks/route_at_scale.py` → `benchmarks/results/route_at_scale.json`: every arm in "
+        f"one run, interleaved by question (commit {d['commit']}, {d['date'][:10]}, "
+        f"{m.get('cpus')} cores, load {m.get('load_average_1min_start', 0):.1f} at the start); "
+        f"{d['model']}, `trierouter serve` with {' '.join(d['server_args'])}, temperature 0, "
+        f"`tool_choice` not sent, {d['concurrency']} requests in flight, {d['n_per_category']} "
+        f"questions of each of {', '.join(d['categories'])} (seed {d['seed']}). "
+        f"Pool: {d['pool_rule']}. Right tool: the called names are the gold names; R@k and "
+        "gold in the prompt: from each answer's `trierouter_routing` field.",
+    ]
+
+
+BLOCKS: dict[str, Callable[[Load], list[str]]] = {
+    "route-at-scale": route_at_scale,
+    "tool-search": tool_search,
+}
