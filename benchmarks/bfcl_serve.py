@@ -25,7 +25,9 @@ answers), HTTP errors, and seconds per request (each request's own wall time; 8 
 flight). On irrelevance, ``vllm_auto``'s ``called_lenient`` and ``called_attempt`` are the free
 model read leniently: the rate ``tr_auto`` must not exceed. Writes
 ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``); ``--arms tr_auto --keep`` reruns
-one arm and keeps the others, ``runs`` giving each arm's commit and date.
+one arm and keeps the others; ``runs`` holds each arm's own record (``benchmarks/_provenance.py``:
+commit, date, load average at its start and end, settings), and the report names each arm's run
+in the table when they differ.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +48,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from _provenance import arm_run, finish_run
 from bfcl_offline import call_started, judge_row, lenient_calls, sample, tools_of
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -205,10 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     data = {c: sample(c, args.n, args.seed) for c in cats}
     tmp = Path(tempfile.mkdtemp(prefix="bfcl-serve-"))
     env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2"}
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "plot", "rescore")}
+    here = arm_run(settings)
     result: dict[str, Any] = {
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                 capture_output=True, text=True).stdout.strip(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": here["commit"],
+        "date": here["date"],
         "model": MODEL,
         "judge": f"bfcl_eval ast_checker from {BFCL_WHEEL.requirement}",
         "n": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
@@ -217,7 +220,6 @@ def main(argv: list[str] | None = None) -> int:
         "arms": {},
     }  # fmt: skip
     texts: dict[str, Any] = {}
-    here = {"commit": result["commit"], "date": result["date"]}
     if args.keep and args.out.exists():
         old = json.loads(args.out.read_text())
         same = ("n", "seed", "max_tokens", "concurrency", "model", "judge")
@@ -231,8 +233,6 @@ def main(argv: list[str] | None = None) -> int:
                     arm, {"commit": old["commit"], "date": old["date"]}
                 )
                 texts.update({k: v for k, v in old_texts.items() if k.endswith(":" + arm)})
-    for arm in arms:
-        result.setdefault("runs", {})[arm] = here
     servers = {
         "tr": lambda: serve(model, log=tmp / "tr.log", env=env, args=SERVER_ARGS, timeout=900),
         "vllm": lambda: _vllm(
@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         with start() as url:
             print(f"{key} server up in {time.perf_counter() - t0:.0f} s", flush=True)
             for arm in mine:
+                run = arm_run(settings)
                 rows, t = run_arm(url, arm, data, judge, args)
+                result.setdefault("runs", {})[arm] = finish_run(run)
                 result["arms"][arm] = rows
                 texts.update(t)
                 _write(args.out, result, texts)  # each arm as it finishes

@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from _provenance import RUN_NOTE, arm_runs, check_table, is_mixed, run_cell
 from report import _cell, source
 
 Load = Callable[[str], dict[str, Any] | None]
@@ -269,11 +270,21 @@ def classify_accuracy(load: Load) -> list[str]:
         n = r.get("n", "") if s != "mean" else ""
         cells = " | ".join(f"{r[a]:.2f}" if a in r else "" for a, _ in cols)
         rows.append(f"| {SOURCE_NAMES.get(s, s)} | {n} | {cells} |")
+    runs = arm_runs(d)
+    of = {c: _column_arm(c) for c, _ in cols}
+    if is_mixed(runs, set(of.values())):
+        runs["qwen"] = {"torch_threads": m.get("torch_threads"), **runs.get("qwen", {})}
+        cells = " | ".join(_run_threads(runs.get(of[c])) for c, _ in cols)
+        rows.append(f"| run (commit, date, torch threads) | | {cells} |")
+    first = {}
+    for c, name in cols:
+        first.setdefault(of[c], name)
+    check_table("classify.json", rows, first, runs)
     cal = d["calibration"]
     better = max(t["mean"]["retriever_top1"], t["mean"]["exact"])
-    runs = d.get("runs", {})
     out = [
         *rows,
+        *(["", RUN_NOTE] if len(rows) > len(arms or d["sources"]) + 2 else []),
         "",
         f"{d['model']} over the {d['labels']:,} ICD-10-CM codes, k = {k} candidates from the "
         f"{d['retriever_used']} shortlist listed with their descriptions; one forward call per "
@@ -340,6 +351,19 @@ def classify_accuracy(load: Load) -> list[str]:
     return out
 
 
+def _column_arm(col: str) -> str:
+    """The arm (classify.json's ``runs`` key) a column of the accuracy table comes from."""
+    for arm in ("free_mapped", "smollm2", "qwen15", "think"):
+        if col.startswith(arm):
+            return arm
+    return "qwen"  # the retriever's columns and the bound come from the first model's run
+
+
+def _run_threads(run: dict[str, Any] | None) -> str:
+    threads = (run or {}).get("torch_threads")
+    return run_cell(run) + (f", {threads} thread{'s' if threads != 1 else ''}" if threads else "")
+
+
 def _complete(arms: dict[str, Any], col: str) -> bool:
     """Whether column ``col`` of classify.json's ``arms`` exists and counts as many texts as
     the first model on every source it has (its count: ``free_mapped_n``, or ``ARM_n`` for
@@ -391,8 +415,10 @@ def _speed_whole(load: Load) -> list[str]:
             cm = c["machine"]
             out[-2] += (
                 f" The {c['targets']['seconds_per_text']:.1f} s above is the same computation "
-                f"on the same host at load average {cm['loadavg_before'][0]:.1f} to "
-                f"{cm['loadavg_after'][0]:.1f}."
+                f"on the same host in another run: classify.json at commit {cm['commit']} "
+                f"({cm['date']}, load average {cm['loadavg_before'][0]:.1f} to "
+                f"{cm['loadavg_after'][0]:.1f}), this one at {m['commit']}; the two differ "
+                "by code and load, so their ratio measures neither."
             )
     return out
 

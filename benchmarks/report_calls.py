@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import plot_bfcl
+from _provenance import RUN_NOTE, arm_runs, check_table, is_mixed, run_cell, run_label
 from tool_calls import readme_table
 
 Load = Callable[[str], dict[str, Any] | None]
@@ -149,6 +150,7 @@ def bfcl(load: Load, source: Source) -> list[str]:
         "",
         plot_bfcl.table(d),
         "",
+        *([RUN_NOTE, ""] if is_mixed(arm_runs(d), d["arms"]) else []),
         f"- The model's template asks for `<tool_call>` tags but it answers with fenced JSON, so "
         f"the Hermes parser finds no call ({_cats(arms['free'], calls)}); read leniently (any "
         f"JSON object taken as the call) the same texts give {_cats(arms['free_lenient'], calls)}.",
@@ -223,10 +225,12 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
         return []
     arms = [a for a in SERVE_ARMS if a in d["arms"]]
     cats = list(next(iter(d["arms"].values())))
+    runs = arm_runs(d)
+    mixed = is_mixed(runs, arms)
     head = "| server, `tool_choice` | " + " | ".join(
         f"{c}: calls / correct / schema-valid / called (lenient) / s per request" for c in cats
     )
-    rows = [head + " |", "| --- |" + " --- |" * len(cats)]
+    rows = [head + (" | run |" if mixed else " |"), "| --- |" + " --- |" * (len(cats) + mixed)]
     for a in arms:
         cells = []
         for c in cats:
@@ -239,7 +243,10 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
                 f"{r['called']} / {r['correct']} / {r['valid']} / {r['called_lenient']} of {n}"
                 f" ({r['s_per_request_median']:.0f} s)"
             )
+        if mixed:
+            cells.append(run_cell(runs.get(a)))
         rows.append(f"| {SERVE_ARMS[a]} | " + " | ".join(cells) + " |")
+    check_table("bfcl_serve.json", rows, {a: SERVE_ARMS[a] for a in arms}, runs)
     out = [
         "## What an agent receives: BFCL through `trierouter serve`",
         "",
@@ -254,15 +261,12 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
         "",
         *rows,
     ]
-    runs = d.get("runs", {})
-    if len({(r["commit"], r["date"]) for r in runs.values()}) > 1:
+    if mixed:
         out += [
             "",
-            "Arms from separate runs of the same sample and settings: "
-            + "; ".join(f"{SERVE_ARMS[a]}: commit {r['commit']}, {r['date']}"
-                        for a, r in runs.items() if a in SERVE_ARMS)
-            + ".",
-        ]  # fmt: skip
+            "The arms come from separate runs of the same sample and settings: the rows do not "
+            "compare the arms in one run. " + RUN_NOTE,
+        ]
     auto, req = d["arms"].get("tr_auto", {}), d["arms"].get("tr_required", {})
     notes = []
     for c in cats:
@@ -270,7 +274,13 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
             gap = 100 * (auto[c]["correct"] - req[c]["correct"]) / auto[c]["n"]
             notes.append(f"{c} {gap:+.0f} points")
     if notes:
-        out += ["", "trierouter auto against required: " + ", ".join(notes) + "."]
+        apart = (
+            f" (auto at {run_label(runs.get('tr_auto'))}, required at "
+            f"{run_label(runs.get('tr_required'))}: different runs)"
+            if is_mixed(runs, ("tr_auto", "tr_required"))
+            else ""
+        )
+        out += ["", "trierouter auto against required: " + ", ".join(notes) + apart + "."]
     free = d["arms"].get("vllm_auto", {}).get("irrelevance")
     if "irrelevance" in auto and free is not None:
         out += [

@@ -362,3 +362,126 @@ def test_an_edited_figure_fails(row: str) -> None:
     at = next(i for i, c in enumerate(figure) if c.isdigit())
     edited = figure[:at] + str((int(figure[at]) + 1) % 10) + figure[at + 1 :]
     assert _problem(text[:start] + edited + text[end:], row) is not None
+
+
+# -- arms of different runs in one table (issue 47) ---------------------------------------------
+BENCH = ROOT / "benchmarks"
+
+
+@cache
+def _prov() -> Any:
+    from tests.conftest import load_script
+
+    return load_script(BENCH / "_provenance.py")
+
+
+def _table(page: str, head: str) -> list[str]:
+    """The markdown table of ``page`` whose header starts with ``head`` (raw lines)."""
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(head))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def _drop_last_column(table: list[str]) -> list[str]:
+    return ["|".join(line.rstrip().rstrip("|").split("|")[:-1]) + "|" for line in table]
+
+
+def _drop_last_row(table: list[str]) -> list[str]:
+    return table[:-1]
+
+
+A = {"commit": "aaaaaaa", "date": "2026-12-06 09:10 UTC"}
+B = {"commit": "bbbbbbb", "date": "2026-12-06 06:14 UTC"}
+
+
+def test_a_table_of_two_commits_without_a_run_column_is_refused() -> None:
+    """Negative control: two arms of two commits in one table fail the check unless each row
+    names its own run; one commit needs no column; a row naming the other arm's run fails."""
+    p = _prov()
+    runs, labels = {"x": A, "y": B}, {"x": "arm x", "y": "arm y"}
+    bare = ["| arm | score |", "| --- | --- |", "| arm x | 1 |", "| arm y | 2 |"]
+    with pytest.raises(p.MixedRuns, match=r"2 runs .*aaaaaaa, bbbbbbb"):
+        p.check_table("fixture", bare, labels, runs)
+    named = ["| arm | score | run |", "| --- | --- | --- |"] + [
+        f"| {labels[a]} | {i} | {p.run_cell(runs[a])} |" for i, a in enumerate(runs)
+    ]
+    p.check_table("fixture", named, labels, runs)
+    p.check_table("fixture", bare, labels, {"x": A, "y": dict(A)})  # one run: no column
+    swapped = [*named[:3], named[3].replace("bbbbbbb", "aaaaaaa")]
+    with pytest.raises(p.MixedRuns, match=r"y \(bbbbbbb\)"):
+        p.check_table("fixture", swapped, labels, runs)
+    with pytest.raises(p.MixedRuns):  # an arm with no record beside one with a record
+        p.check_table("fixture", bare, labels, {"x": A})
+    # arms as columns: the run row names each column's run
+    cols = ["| source | arm x | arm y |", "|---|---|---|", "| a | 1 | 2 |"]
+    with pytest.raises(p.MixedRuns):
+        p.check_table("fixture", cols, labels, runs)
+    p.check_table("fixture", [*cols, f"| run | {p.run_cell(A)} | {p.run_cell(B)} |"], labels, runs)
+
+
+def test_an_arm_rerun_on_some_categories_keeps_their_run() -> None:
+    """``merge_run``: the categories not rerun keep the run they came from, and the row must
+    name both runs."""
+    p = _prov()
+    merged = p.merge_run(B, dict(A), ["irrelevance"])
+    assert p.run_labels(merged) == ["aaaaaaa", "bbbbbbb"]
+    assert p.category_run(merged, "irrelevance") == B
+    assert p.category_run(merged, "simple_python") == A
+    again = p.merge_run(merged, {"commit": "ccccccc"}, ["irrelevance", "multiple"])
+    assert again["by_category"] == {"irrelevance": B, "multiple": A}
+    assert (
+        p.run_label({"commit": "unknown", "stored_in": "a2bdda1"}) == "unknown, stored in a2bdda1"
+    )
+    assert p.run_label({"commit": "aaaaaaa", "dirty": True}) == "aaaaaaa+dirty"
+
+
+MIXED_TABLES = {
+    "bfcl_serve.json": (
+        "docs/benchmarks.md",
+        "| server, `tool_choice` |",
+        {
+            "tr_auto": "trierouter serve, `tool_choice` not set (auto)",
+            "tr_required": 'trierouter serve, `tool_choice="required"`',
+            "vllm_required": 'vLLM, `tool_choice="required"` (its structured outputs)',
+        },
+        _drop_last_column,
+    ),
+    "bfcl.json": (
+        "docs/benchmarks.md",
+        "| arm | simple_python |",
+        {
+            "free": "free text + vLLM Hermes parser",
+            "xgrammar": "XGrammar (vLLM required schema)",
+            "tr_required": "trierouter required",
+            "tr_auto": "trierouter auto",
+        },
+        _drop_last_column,
+    ),
+    "classify.json": (
+        "README.md",
+        "| source | n |",
+        {
+            "qwen": "Qwen exact top-1",
+            "free_mapped": "Qwen free, mapped",
+            "smollm2": "SmolLM2 exact top-1",
+            "qwen15": "Qwen-1.5B exact top-1",
+        },
+        _drop_last_row,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED_TABLES))
+def test_a_committed_table_of_several_runs_names_each_arms_run(name: str) -> None:
+    """The committed result's arms come from several runs (recorded in its ``runs``), and the
+    committed page's table names each arm's run(s) in its row or column; the same table
+    without that column or row fails the check (negative control)."""
+    page, head, labels, strip = MIXED_TABLES[name]
+    p = _prov()
+    runs = p.arm_runs(_json(name))
+    assert p.is_mixed(runs, labels), f"{name}: its arms are one run now: drop it from this test"
+    table = _table(page, head)
+    p.check_table(f"{page} ({name})", table, labels, runs)
+    with pytest.raises(p.MixedRuns):
+        p.check_table(f"{page} ({name})", strip(table), labels, runs)
