@@ -112,15 +112,6 @@ def tool_calls(load: Load, source: Source) -> list[str]:
             f"{t['valid']} valid, {t['invalid']} invalid ({t['distinct_tools_called']} "
             "distinct tools).",
         ]
-    if (o := load("tool_call_overhead.json")) is not None:
-        ms = {k: r["ms_per_token"] for k, r in o.items()}
-        out += [
-            "",
-            f"Per token ({source('tool_call_overhead.json')}; tiny model, batch 25): free "
-            f"text {ms['unconstrained (free text)']:.2f} ms, tool calls "
-            f"{ms['tool call, warm']:.2f} ms warm, {ms['tool call, first use']:.2f} ms the "
-            "first time (automata, masks and XGrammar slots built on first visit).",
-        ]
     return out + _fixed_formats(load) + [""]
 
 
@@ -196,16 +187,6 @@ def bfcl(load: Load, source: Source) -> list[str]:
                 else "A pool fixed before seeing outcomes (exact-name duplicates removed only) "
                 "is not run yet."
             ),
-        ]
-    sm = load("bfcl_smollm2.json")
-    if sm is not None:
-        out += [
-            "",
-            f"SmolLM2-135M-Instruct ({source('bfcl_smollm2.json')}; before the turn closer "
-            "(`closing.py`) too): its template has no `tools=`, so the tools go into the "
-            'system message and the call syntax is the bare JSON object (`format="json"`).',
-            "",
-            plot_bfcl.table(sm),
         ]
     return [*out, "", "![BFCL](../benchmarks/results/bfcl.png)", ""]
 
