@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 result.setdefault("runs", {})[arm] = finish_run(run)
                 result["arms"][arm] = rows
                 texts.update(t)
-                _write(args.out, result, texts)  # each arm as it finishes
+                write_result(args.out, result, texts)  # each arm as it finishes
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")
     return 0
@@ -283,7 +283,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _write(out: Path, result: dict[str, Any], texts: dict[str, Any]) -> None:
+def write_result(out: Path, result: dict[str, Any], texts: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     texts_out = out.with_name(out.stem + "_texts.json")

@@ -828,7 +828,7 @@ def _rerun_table() -> str:
 
 
 def render() -> str:
-    from report_calls import agent_turns, bfcl, bfcl_serve, serve_fuzz, tool_calls
+    from report_calls import agent_turns, bfcl, bfcl_serve, serve_fuzz, serve_throughput, tool_calls
 
     parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1], rerun=_rerun_table())]
     if (d := _load("compile_and_step.json")) is not None:
@@ -864,6 +864,7 @@ def render() -> str:
         parts += [*classify_accuracy(_load), "", f"![classify]({PNG}/classify.png)", ""]
         if speed := classify_speed(_load):
             parts += [*speed, ""]
+    parts += serve_throughput(_load, source)
     parts += bfcl_serve(_load, source)
     parts += agent_turns(_load)
     parts += tool_calls(_load, source)
@@ -894,9 +895,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
+    from _provenance import MixedRuns
+
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    new = {p: fill_blocks(p.read_text(encoding="utf-8"), p.name) for p in pages if p != BENCH_MD}
-    new[BENCH_MD] = render()
+    try:
+        new = {p: fill_blocks(p.read_text("utf-8"), p.name) for p in pages if p != BENCH_MD}
+        new[BENCH_MD] = render()
+    except MixedRuns as exc:
+        print(f"report.py: {exc}", file=sys.stderr)
+        return 1
     stale = [p for p, t in new.items() if not p.exists() or p.read_text(encoding="utf-8") != t]
     if args.check:
         for p in stale:

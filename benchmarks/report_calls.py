@@ -287,6 +287,81 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
     return [*out, "", "![BFCL through the server](../benchmarks/results/bfcl_serve.png)", ""]
 
 
+THROUGHPUT_ARMS = {
+    "tr_auto": "trierouter serve, `tool_choice` not set (auto)",
+    "tr_required": 'trierouter serve, `tool_choice="required"`',
+    "vllm_required": 'vLLM, `tool_choice="required"` (XGrammar)',
+    "vllm_free": "vLLM, free text (hermes parser)",
+}
+
+
+def serve_throughput(load: Load, source: Source) -> list[str]:
+    """Tool calls through `trierouter serve` and vLLM's server, one run (serve_throughput.json).
+    A comparison measured in one run: arms of different runs are refused, never footnoted."""
+    d = load("serve_throughput.json")
+    if d is None:
+        return []
+    arms = [a for a in THROUGHPUT_ARMS if a in d["summary"]]
+    conc = sorted({c for a in arms for c in d["summary"][a]}, key=int)
+    rows = [
+        "| server, `tool_choice` | "
+        + " | ".join(
+            f"{c} in flight: output tokens/s (range; share of free text) / p50 / p99 s / "
+            "schema-valid calls"
+            for c in conc
+        )
+        + " |",
+        "| --- |" + " --- |" * len(conc),
+    ]
+    for a in arms:
+        cells = []
+        for c in conc:
+            r = d["summary"][a].get(c)
+            if r is None or "tokens_per_s" not in r:
+                cells.append("not run")
+                continue
+            share = d["ratios"].get(a, {}).get(c)
+            rng = f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f}"
+            cells.append(
+                f"{r['tokens_per_s']:.1f} ("
+                + (f"{rng}; " if r["rounds"] > 1 else "")
+                + (f"{100 * share:.0f}%" if share is not None else "baseline")
+                + f") / {r['latency_p50_s']:.1f} / {r['latency_p99_s']:.1f} / "
+                f"{r['schema_valid']} of {r['n']}"
+            )
+        rows.append(f"| {THROUGHPUT_ARMS[a]} | " + " | ".join(cells) + " |")
+    runs = arm_runs(d)
+    check_table("serve_throughput.json", rows, {a: THROUGHPUT_ARMS[a] for a in arms}, runs)
+    s0 = d["settings"]
+    t = d["target"]
+    one = next(iter(runs.values()), {})
+    qs = sum(len(v) for v in d["questions"].values())
+    verdict = "met" if t["met"] else "not met"
+    return [
+        "## Tool calls through a server: throughput",
+        "",
+        f"Source: `benchmarks/results/serve_throughput.json`, every arm in one run at "
+        f"{run_label(one)} ({one.get('date', '?')}, load average "
+        f"{min(r['loadavg_start'][0] for r in runs.values()):.1f}-"
+        f"{max(r.get('loadavg_end', r['loadavg_start'])[0] for r in runs.values()):.1f}; "
+        f"every answer in `serve_throughput_texts.json`). {d['model']} (float32, vLLM on the "
+        f"CPU), temperature 0, {qs} BFCL questions ({', '.join(d['questions'])}) with their own "
+        f"tools, `max_tokens` {s0['max_tokens']}, sent by the unmodified `{d['client']}` "
+        f"client, each batch every question once; {s0['rounds']} round(s), the median shown. "
+        "Output tokens/s: the servers' `completion_tokens` over the batch's wall time; "
+        "schema-valid: requests whose `tool_calls` all validate against their tools "
+        "(`jsonschema`, format checker on).",
+        "",
+        *rows,
+        "",
+        f"Target (issue 47): {THROUGHPUT_ARMS[t['arm']]} at ≥ {100 * t['share']:.0f}% of "
+        f"{THROUGHPUT_ARMS[t['of']]}'s output tokens/s at every concurrency: {verdict}.",
+        "",
+        "![serve throughput](../benchmarks/results/serve_throughput.png)",
+        "",
+    ]
+
+
 def serve_fuzz(load: Load, source: Source) -> list[str]:
     """Fuzzed request bodies against a live server (serve_fuzz.json)."""
     d = load("serve_fuzz.json")

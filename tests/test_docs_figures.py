@@ -538,3 +538,93 @@ def test_retired_results_are_archived_and_not_cited(name: str) -> None:
                 page,
                 text[max(0, m.start() - 80) : m.end() + 40],
             )
+
+
+@cache
+def _throughput() -> Any:
+    from tests.conftest import load_script
+
+    return load_script(BENCH / "serve_throughput.py")
+
+
+def test_throughput_percentiles_match_numpy() -> None:
+    np = pytest.importorskip("numpy")
+    st = _throughput()
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 40):
+        xs = list(rng.exponential(3.0, n))
+        for q in (0, 50, 90, 99, 100):
+            assert st.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+def _fixture(commits: tuple[str, ...]) -> dict[str, Any]:
+    """A serve_throughput.json built by the script's own summary code from made-up batches;
+    the arms' runs at ``commits`` (cycled)."""
+    st = _throughput()
+    batches: dict[str, Any] = {}
+    for i, arm in enumerate(st.ARMS):
+        for c in (1, 8):
+            answers = [
+                {"s": 1.0 + j + i, "tokens": 20 + c, "calls": [{"name": "f"}], "valid": True}
+                for j in range(4)
+            ]
+            batches.setdefault(arm, {})[str(c)] = [st.batch_stats(answers, 2.0 + i)]
+    summary = {a: {c: st.summarize(b) for c, b in per.items()} for a, per in batches.items()}
+    rat = st.ratios(summary)
+    runs = {
+        a: {"commit": commits[i % len(commits)], "date": "2026-12-07 14:00 UTC",
+            "loadavg_start": [1.0, 1.0, 1.0], "loadavg_end": [2.0, 2.0, 2.0]}
+        for i, a in enumerate(st.ARMS)
+    }  # fmt: skip
+    return {
+        "model": "m", "questions": {"simple_python": ["a", "b"], "multiple": ["c", "d"]},
+        "settings": {"max_tokens": 64, "rounds": 1}, "client": "openai x", "runs": runs,
+        "batches": batches, "summary": summary, "ratios": rat, "target": st.target(rat),
+    }  # fmt: skip
+
+
+def test_throughput_summary_reads_its_batches() -> None:
+    """batch_stats and the target against hand counts of the fixture."""
+    d = _fixture(("aaaaaaa",))
+    s = d["summary"]["tr_required"]["8"]  # arm 1: latencies 2..5 s, wall 3 s, 28 tokens x 4
+    assert s["tokens_per_s"] == pytest.approx(112 / 3, abs=1e-3)
+    assert s["latency_p50_s"] == 3.5 and s["schema_valid"] == 4 and s["n"] == 4
+    free = d["summary"]["vllm_free"]["8"]["tokens_per_s"]  # arm 3: wall 5 s
+    assert d["ratios"]["tr_required"]["8"] == pytest.approx(round((112 / 3) / free, 4))
+    assert d["target"]["met"] is True  # 5/3 of free text
+
+
+def test_a_throughput_table_of_two_commits_fails_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Negative control through the whole report: serve_throughput.json promises one run, so
+    a copy whose arms ran at two commits makes ``report.py --check`` fail with the mixed-run
+    error (and the renderer raise); the same file at one commit renders and fails only as
+    out of date (the page does not show it yet)."""
+    import shutil
+
+    p = _prov()
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report
+        import report_calls
+    finally:
+        sys.path.remove(str(BENCH))
+    mixed = _fixture(("aaaaaaa", "bbbbbbb"))
+    with pytest.raises(p.MixedRuns, match=r"serve_throughput\.json"):
+        report_calls.serve_throughput(lambda n: mixed, report.source)
+    one = _fixture(("aaaaaaa",))
+    text = "\n".join(report_calls.serve_throughput(lambda n: one, report.source))
+    assert "at aaaaaaa" in text and "| run |" not in text
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    old = report.RESULTS
+    try:
+        report.RESULTS = results
+        for fixture, mixed_error in ((mixed, True), (one, False)):
+            (results / "serve_throughput.json").write_text(json.dumps(fixture))
+            assert report.main(["--check"]) == 1
+            err = capsys.readouterr().err
+            assert ("puts arms of 2 runs" in err) is mixed_error, err
+    finally:
+        report.RESULTS = old
