@@ -336,7 +336,14 @@ def serve_throughput(load: Load, source: Source) -> list[str]:
     t = d["target"]
     one = next(iter(runs.values()), {})
     qs = sum(len(v) for v in d["questions"].values())
-    verdict = "met" if t["met"] else "not met"
+    undecided = {c: x.get("why", "") for c, x in t["by_concurrency"].items() if not x["decided"]}
+    verdict = (
+        t["verdict"]
+        if not undecided
+        else "not read against it: the run cannot tell ("
+        + "; ".join(f"{c} in flight: {why}" for c, why in sorted(undecided.items()))
+        + ")"
+    )
     return [
         "## Tool calls through a server: throughput",
         "",

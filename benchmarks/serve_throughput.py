@@ -1,7 +1,7 @@
 """What constrained tool calls cost a serving engine: `trierouter serve` against vLLM's server.
 
     python benchmarks/serve_throughput.py                          # 20+20 questions, c = 1, 8, 32
-    python benchmarks/serve_throughput.py --n 2 --concurrency 1,2 --out /tmp/st.json   # smoke
+    python benchmarks/serve_throughput.py --n 2 --concurrency 1,2 --rounds 1 --out /tmp/st.json
     python benchmarks/plot_serve_throughput.py                     # redraw the PNG from the JSON
 
 Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``: PyPI bytes, pinned SHA-256, float32
@@ -36,8 +36,9 @@ their tools (``jsonschema`` with its format checker: schema-valid), correct by B
 checker, answers cut at ``max_tokens``, HTTP errors. ``summary`` gives per arm and concurrency
 the median over rounds with the range; ``ratios`` trierouter's and vLLM's constrained
 throughput over vLLM's free text; ``target`` whether ``tr_required`` reaches 95% of
-``vllm_free`` at every concurrency (issue 47). Writes ``benchmarks/results/serve_throughput.json``
-(every answer in ``serve_throughput_texts.json``).
+``vllm_free`` at every concurrency (issue 47), and whether the run can tell: with one round, or
+rounds whose spread straddles 95%, the verdict is ``undecided`` (use ``--rounds 3``). Writes
+``benchmarks/results/serve_throughput.json`` (every answer in ``serve_throughput_texts.json``).
 """
 
 from __future__ import annotations
@@ -151,11 +152,43 @@ def ratios(summary: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str,
     return out
 
 
-def target(rat: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+def target(summary: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Whether :data:`TARGET` is met, and whether the run can tell: at each concurrency the
+    ratio of medians, and its bounds from the rounds' ranges (lowest over highest, highest over
+    lowest). A concurrency is decided only with two rounds or more and both bounds on one side
+    of the share; otherwise the verdict is ``undecided`` (the noise is wider than the margin)."""
     arm, share = TARGET
-    got = rat.get(arm, {})
-    met = bool(got) and all(r is not None and r >= share for r in got.values())
-    return {"arm": arm, "of": BASELINE, "share": share, "met": met, "ratios": got}
+    per: dict[str, Any] = {}
+    for c, t in summary.get(arm, {}).items():
+        b = summary.get(BASELINE, {}).get(c, {})
+        if "tokens_per_s" not in t or not b.get("tokens_per_s"):
+            per[c] = {"decided": False, "why": "not measured"}
+            continue
+        lo = t["tokens_per_s_min"] / b["tokens_per_s_max"]
+        hi = t["tokens_per_s_max"] / b["tokens_per_s_min"]
+        rounds = min(t["rounds"], b["rounds"])
+        decided = rounds >= 2 and (lo >= share or hi < share)
+        why = (
+            ""
+            if decided
+            else "one round: no spread measured"
+            if rounds < 2
+            else "the rounds' spread straddles the share"
+        )
+        per[c] = {
+            "ratio": round(t["tokens_per_s"] / b["tokens_per_s"], 4),
+            "ratio_low": round(lo, 4),
+            "ratio_high": round(hi, 4),
+            "rounds": rounds,
+            "decided": decided,
+            "met": decided and lo >= share,
+            **({"why": why} if why else {}),
+        }
+    if per and all(x["decided"] for x in per.values()):
+        verdict = "met" if all(x["met"] for x in per.values()) else "not met"
+    else:
+        verdict = "undecided"
+    return {"arm": arm, "of": BASELINE, "share": share, "verdict": verdict, "by_concurrency": per}
 
 
 def run_batch(ask: Callable[[Any], dict[str, Any]], entries: Sequence[Any], c: int) -> Any:
@@ -172,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--categories", default=",".join(CATEGORIES))
     p.add_argument("--arms", default=",".join(ARMS))
     p.add_argument("--concurrency", default="1,8,32")
-    p.add_argument("--rounds", type=int, default=1, help="repeats of every batch (spread)")
+    p.add_argument("--rounds", type=int, default=3, help="repeats of every batch (spread)")
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument(
         "--no-warm",
@@ -289,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         arm: {c: summarize(b) for c, b in per.items()} for arm, per in result["batches"].items()
     }
     result["ratios"] = ratios(result["summary"])
-    result["target"] = target(result["ratios"])
+    result["target"] = target(result["summary"])
     write_result(args.out, result, texts)
     print(f"wrote {args.out}")
     return 0

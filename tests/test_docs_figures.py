@@ -571,6 +571,7 @@ def _fixture(commits: tuple[str, ...]) -> dict[str, Any]:
             batches.setdefault(arm, {})[str(c)] = [st.batch_stats(answers, 2.0 + i)]
     summary = {a: {c: st.summarize(b) for c, b in per.items()} for a, per in batches.items()}
     rat = st.ratios(summary)
+    tgt = st.target(summary)
     runs = {
         a: {"commit": commits[i % len(commits)], "date": "2026-12-07 14:00 UTC",
             "loadavg_start": [1.0, 1.0, 1.0], "loadavg_end": [2.0, 2.0, 2.0]}
@@ -579,7 +580,7 @@ def _fixture(commits: tuple[str, ...]) -> dict[str, Any]:
     return {
         "model": "m", "questions": {"simple_python": ["a", "b"], "multiple": ["c", "d"]},
         "settings": {"max_tokens": 64, "rounds": 1}, "client": "openai x", "runs": runs,
-        "batches": batches, "summary": summary, "ratios": rat, "target": st.target(rat),
+        "batches": batches, "summary": summary, "ratios": rat, "target": tgt,
     }  # fmt: skip
 
 
@@ -591,7 +592,27 @@ def test_throughput_summary_reads_its_batches() -> None:
     assert s["latency_p50_s"] == 3.5 and s["schema_valid"] == 4 and s["n"] == 4
     free = d["summary"]["vllm_free"]["8"]["tokens_per_s"]  # arm 3: wall 5 s
     assert d["ratios"]["tr_required"]["8"] == pytest.approx(round((112 / 3) / free, 4))
-    assert d["target"]["met"] is True  # 5/3 of free text
+    assert d["target"]["verdict"] == "undecided"  # one round: no spread measured
+    assert d["target"]["by_concurrency"]["8"]["why"] == "one round: no spread measured"
+
+
+def test_throughput_target_is_decided_only_beyond_the_spread() -> None:
+    """The target's verdict against hand-made rounds: decided when every bound is on one side
+    of 95%, undecided when the rounds' spread straddles it."""
+    st = _throughput()
+
+    def arm(*tps: float) -> dict[str, Any]:
+        return {"tokens_per_s": sorted(tps)[len(tps) // 2], "tokens_per_s_min": min(tps),
+                "tokens_per_s_max": max(tps), "rounds": len(tps)}  # fmt: skip
+
+    free = {"1": arm(10.0, 10.2, 10.1)}
+    met = st.target({"tr_required": {"1": arm(9.8, 9.9, 10.0)}, "vllm_free": free})
+    assert met["verdict"] == "met" and met["by_concurrency"]["1"]["ratio_low"] == 0.9608
+    low = st.target({"tr_required": {"1": arm(8.0, 8.2, 8.1)}, "vllm_free": free})
+    assert low["verdict"] == "not met"
+    noisy = st.target({"tr_required": {"1": arm(9.0, 9.9, 10.5)}, "vllm_free": free})
+    assert noisy["verdict"] == "undecided"
+    assert noisy["by_concurrency"]["1"]["why"] == "the rounds' spread straddles the share"
 
 
 def test_a_throughput_table_of_two_commits_fails_the_report(
