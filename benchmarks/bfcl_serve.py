@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _provenance import arm_run, finish_run
+from _provenance import arm_run, arm_runs, finish_run, is_mixed, run_label
 from bfcl_offline import call_started, judge_row, lenient_calls, sample, tools_of
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -268,13 +268,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     arms = [a for a in ARMS if a in result["arms"]]
     cats = list(result["arms"][arms[0]])
+    runs = arm_runs(result)
+    # arms of different runs name their run under their label, as the report's table does
+    ticks = [f"{a}\n{run_label(runs.get(a))}" for a in arms] if is_mixed(runs, arms) else arms
     fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.6), sharey=True)
     for ax, cat in zip(axes, cats, strict=True):
         rows = [result["arms"][a][cat] for a in arms]
         x = range(len(arms))
         ax.bar([i - 0.2 for i in x], [r["correct"] for r in rows], 0.4, label="correct")
         ax.bar([i + 0.2 for i in x], [r["called"] for r in rows], 0.4, label="tool_calls made")
-        ax.set_xticks(list(x), arms, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(list(x), ticks, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{cat} (n={rows[0]['n']})", fontsize=9)
     axes[0].set_ylabel("answers")
     axes[0].legend(fontsize=7)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _provenance import arm_runs, category_run, check_table, is_mixed, run_cell
+from _provenance import arm_runs, category_run, check_table, is_mixed, run_cell, run_labels
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {
@@ -195,6 +195,9 @@ def main() -> None:
     cats = categories(data)
     width = 0.8 / max(1, len(arms))
     names = labels(data)
+    runs = arm_runs(data)
+    if is_mixed(runs, arms):  # arms of different runs name their run, as the table does
+        names = {a: f"{n} [{' + '.join(run_labels(runs.get(a)))}]" for a, n in names.items()}
     for i, arm in enumerate(arms):
         ys = [data["arms"][arm].get(c, {}).get("accuracy", 0.0) * 100 for c in cats]
         xs = [j + (i - (len(arms) - 1) / 2) * width for j in range(len(cats))]
