@@ -43,8 +43,11 @@ def plot(doc: dict[str, Any], out: Path) -> None:
         ax.errorbar(xs, tps, yerr=err, marker="o", color=color, capsize=3, label=LABELS[arm])
         lat.plot(xs, [per[c]["latency_p50_s"] for c in cs], "o-", color=color)
         lat.plot(xs, [per[c]["latency_p99_s"] for c in cs], "s:", color=color, alpha=0.6)
+    conc = sorted({int(c) for per in summary.values() for c in per})
     for a in (ax, lat):
         a.set_xscale("log", base=2)
+        a.set_xticks(conc, [str(c) for c in conc])
+        a.minorticks_off()
         a.set_xlabel("requests in flight")
         a.grid(alpha=0.3)
     ax.set_ylabel("output tokens/s")

@@ -348,10 +348,15 @@ def serve_throughput(load: Load, source: Source) -> list[str]:
         "## Tool calls through a server: throughput",
         "",
         f"Source: `benchmarks/results/serve_throughput.json`, every arm in one run at "
-        f"{run_label(one)} ({one.get('date', '?')}, load average "
-        f"{min(r['loadavg_start'][0] for r in runs.values()):.1f}-"
-        f"{max(r.get('loadavg_end', r['loadavg_start'])[0] for r in runs.values()):.1f}; "
-        f"every answer in `serve_throughput_texts.json`). {d['model']} (float32, vLLM on the "
+        f"{run_label(one)} ({one.get('date', '?')}; every answer in "
+        "`serve_throughput_texts.json`); the two servers one after the other, load average "
+        + "; ".join(
+            f"{THROUGHPUT_ARMS[a].split(',')[0]} {r['loadavg_start'][0]:.1f} at the start, "
+            f"{r.get('loadavg_end', r['loadavg_start'])[0]:.1f} at the end"
+            for a, r in runs.items()
+            if a in ("tr_required", "vllm_free")
+        )
+        + f". {d['model']} (float32, vLLM on the "
         f"CPU), temperature 0, {qs} BFCL questions ({', '.join(d['questions'])}) with their own "
         f"tools, `max_tokens` {s0['max_tokens']}, sent by the unmodified `{d['client']}` "
         f"client, each batch every question once; {s0['rounds']} round(s), the median shown. "
