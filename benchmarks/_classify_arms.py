@@ -97,23 +97,24 @@ def run_meta(commit: str, date: str, done: int, total: int) -> dict[str, Any]:
             "partial": done < total}  # fmt: skip
 
 
-def machine_meta(root: Any, **extra: Any) -> dict[str, Any]:
-    """The ``machine`` block of a transformers timing: commit of ``root``, date, versions,
-    torch's thread count, CPUs and the host's sharing (``extra`` appended, e.g. load)."""
-    import datetime
+def machine_meta(root: Any, settings: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """The ``machine`` block of a transformers timing: the run's record
+    (``benchmarks/_provenance.py``: commit of ``root``, uncommitted changes, date, load, the
+    script's ``settings``), versions, torch's thread count, CPUs and the host's sharing
+    (``extra`` appended, e.g. load)."""
     import os
     import platform
-    import subprocess
 
     import torch
     import transformers
+    from _provenance import arm_run
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
+    run = arm_run(settings, root=root)
     return {
-        "commit": commit,
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": run["commit"],
+        "dirty": run["dirty"],
+        "date": run["date"],
+        "settings": run["settings"],
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

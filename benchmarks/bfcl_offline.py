@@ -68,6 +68,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from _provenance import arm_run, finish_run, merge_run
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -539,6 +541,28 @@ def native_wrong(judge: Any, parsers: Parsers, args: argparse.Namespace) -> list
     return wrong
 
 
+def scale_key(args: argparse.Namespace) -> str:
+    """Where a registry-size run's results go: ``scale``, ``scale_distinct``, ``scale_names``."""
+    if not args.distinct:
+        return "scale"
+    return "scale_names" if args.distinct_rule == "names" else "scale_distinct"
+
+
+def run_scale(
+    llm: Any, tok: Any, judge: Any, parsers: Parsers, args: argparse.Namespace,
+    result: dict[str, Any],
+) -> None:  # fmt: skip
+    """:func:`scale`, with its run recorded in ``runs`` (sizes kept from an earlier run keep
+    theirs under ``by_category``)."""
+    key = scale_key(args)
+    before = set((result.get(key) or {}).get("by_size", {}))
+    run = arm_run({k: v for k, v in vars(args).items() if k != "out"})
+    scale(llm, tok, judge, parsers, args, result)
+    ran = set(result[key]["by_size"]) - before | {s for s in args.sizes.split(",")}
+    kept = sorted(before - ran)
+    result["runs"][key] = merge_run(result["runs"].get(key), finish_run(run), kept)
+
+
 def scale(
     llm: Any, tok: Any, judge: Any, parsers: Parsers, args: argparse.Namespace,
     result: dict[str, Any],
@@ -550,7 +574,7 @@ def scale(
     entries = scale_entries(args)
     own = [t for e in entries for t in tools_of(e)]
     names_only = args.distinct and args.distinct_rule == "names"
-    key = ("scale_names" if names_only else "scale_distinct") if args.distinct else "scale"
+    key = scale_key(args)
     out: dict[str, Any] = result.get(key) or {"sizes": [], "by_size": {}}
     conflicts: dict[str, set[str]] = {}
     removed: set[str] = set()
@@ -811,6 +835,10 @@ def main() -> None:
     }
     result.setdefault("arms", {})
     result.setdefault("examples", {})
+    if not isinstance(result.get("runs", {}), dict):  # an older file's list of invocations
+        result["invocations"] = result.pop("runs")
+    runs = result.setdefault("runs", {})
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
     jobs = []
     for c in cats:
         for e in sample(c, args.n, args.seed):
@@ -823,9 +851,10 @@ def main() -> None:
     all_jobs = jobs
     for arm in arms:
         if arm == "scale":  # the registry-size run, at this point of the arm order
-            scale(llm, tok, judge, parsers, args, result)
+            run_scale(llm, tok, judge, parsers, args, result)
             continue
         jobs = [j for j in all_jobs if arm not in only or j["entry"].category in only[arm]]
+        run = arm_run(settings)
         outs, wall, cpu = run_arm(llm, arm, jobs, args)
         per_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
         lenient: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -853,12 +882,15 @@ def main() -> None:
         save(texts, texts_out)
         # a rerun of some categories replaces those rows only (wall / CPU: the latest batch)
         arm_out = result["arms"].setdefault(arm, {})
+        kept = [c for c, v in arm_out.items() if isinstance(v, dict) and c not in per_cat]
+        runs[arm] = merge_run(runs.get(arm), finish_run(run), kept)
         arm_out |= {c: summarize(rows) for c, rows in per_cat.items()}
         arm_out |= {"wall_s": wall, "cpu_s": cpu, "categories_last_run": sorted(per_cat)}
         ran = {j["entry"].id for j in jobs}
         kept = [x for x in result["examples"].get(arm, []) if x["id"] not in ran]
         result["examples"][arm] = examples + kept
         if lenient:
+            runs["free_lenient"] = runs[arm]  # the same texts, read leniently
             result["arms"].setdefault("free_lenient", {})
             result["arms"]["free_lenient"] |= {c: summarize(r) for c, r in lenient.items()}
         line = "  ".join(
@@ -868,7 +900,7 @@ def main() -> None:
         print(f"{arm:12} {wall:7.1f}s  {line}", flush=True)
         save(result, Path(args.out))
     if args.scale and "scale" not in arms:
-        scale(llm, tok, judge, parsers, args, result)
+        run_scale(llm, tok, judge, parsers, args, result)
     if args.native_wrong:
         wrong = native_wrong(judge, parsers, args)
         for key in ("scale", "scale_distinct", "scale_names"):
@@ -876,7 +908,9 @@ def main() -> None:
                 result[key]["native_wrong"] = wrong
     if args.transformers:
         del llm
+        run = arm_run(settings)
         result["transformers"] = transformers_subset(model_dir, tok, index, judge, parsers, args)
+        runs["transformers"] = finish_run(run)
     result["total_s"] = time.perf_counter() - t_start
     save(result, Path(args.out))
 

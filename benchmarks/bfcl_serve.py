@@ -25,7 +25,9 @@ answers), HTTP errors, and seconds per request (each request's own wall time; 8 
 flight). On irrelevance, ``vllm_auto``'s ``called_lenient`` and ``called_attempt`` are the free
 model read leniently: the rate ``tr_auto`` must not exceed. Writes
 ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``); ``--arms tr_auto --keep`` reruns
-one arm and keeps the others, ``runs`` giving each arm's commit and date.
+one arm and keeps the others; ``runs`` holds each arm's own record (``benchmarks/_provenance.py``:
+commit, date, load average at its start and end, settings), and the report names each arm's run
+in the table when they differ.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +48,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from _provenance import arm_run, arm_runs, finish_run, is_mixed, run_label
 from bfcl_offline import call_started, judge_row, lenient_calls, sample, tools_of
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -205,10 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     data = {c: sample(c, args.n, args.seed) for c in cats}
     tmp = Path(tempfile.mkdtemp(prefix="bfcl-serve-"))
     env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2"}
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "plot", "rescore")}
+    here = arm_run(settings)
     result: dict[str, Any] = {
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                 capture_output=True, text=True).stdout.strip(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": here["commit"],
+        "date": here["date"],
         "model": MODEL,
         "judge": f"bfcl_eval ast_checker from {BFCL_WHEEL.requirement}",
         "n": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
@@ -217,7 +220,6 @@ def main(argv: list[str] | None = None) -> int:
         "arms": {},
     }  # fmt: skip
     texts: dict[str, Any] = {}
-    here = {"commit": result["commit"], "date": result["date"]}
     if args.keep and args.out.exists():
         old = json.loads(args.out.read_text())
         same = ("n", "seed", "max_tokens", "concurrency", "model", "judge")
@@ -231,8 +233,6 @@ def main(argv: list[str] | None = None) -> int:
                     arm, {"commit": old["commit"], "date": old["date"]}
                 )
                 texts.update({k: v for k, v in old_texts.items() if k.endswith(":" + arm)})
-    for arm in arms:
-        result.setdefault("runs", {})[arm] = here
     servers = {
         "tr": lambda: serve(model, log=tmp / "tr.log", env=env, args=SERVER_ARGS, timeout=900),
         "vllm": lambda: _vllm(
@@ -248,10 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         with start() as url:
             print(f"{key} server up in {time.perf_counter() - t0:.0f} s", flush=True)
             for arm in mine:
+                run = arm_run(settings)
                 rows, t = run_arm(url, arm, data, judge, args)
+                result.setdefault("runs", {})[arm] = finish_run(run)
                 result["arms"][arm] = rows
                 texts.update(t)
-                _write(args.out, result, texts)  # each arm as it finishes
+                write_result(args.out, result, texts)  # each arm as it finishes
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")
     return 0
@@ -266,13 +268,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     arms = [a for a in ARMS if a in result["arms"]]
     cats = list(result["arms"][arms[0]])
+    runs = arm_runs(result)
+    # arms of different runs name their run under their label, as the report's table does
+    ticks = [f"{a}\n{run_label(runs.get(a))}" for a in arms] if is_mixed(runs, arms) else arms
     fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.6), sharey=True)
     for ax, cat in zip(axes, cats, strict=True):
         rows = [result["arms"][a][cat] for a in arms]
         x = range(len(arms))
         ax.bar([i - 0.2 for i in x], [r["correct"] for r in rows], 0.4, label="correct")
         ax.bar([i + 0.2 for i in x], [r["called"] for r in rows], 0.4, label="tool_calls made")
-        ax.set_xticks(list(x), arms, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(list(x), ticks, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{cat} (n={rows[0]['n']})", fontsize=9)
     axes[0].set_ylabel("answers")
     axes[0].legend(fontsize=7)
@@ -281,7 +286,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _write(out: Path, result: dict[str, Any], texts: dict[str, Any]) -> None:
+def write_result(out: Path, result: dict[str, Any], texts: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     texts_out = out.with_name(out.stem + "_texts.json")

@@ -61,7 +61,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,6 +76,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _classify_arms import free_row, free_summary, load_pair, run_meta
 from _icd_sources import SEED as SPLIT_SEED
 from _icd_sources import IcdData, icd_data
+from _provenance import arm_run
 
 from trierouter.classify_combine import WEIGHTS, calibrate, combined_ranking
 from trierouter.data.icd10cm_queries import icd10cm_inclusion_terms
@@ -99,13 +99,6 @@ Sample = tuple[list[str], list[frozenset[str]]]
 
 def log(*a: Any) -> None:
     print(*a, flush=True)
-
-
-def commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
 
 
 def part_key(arm: str) -> str:
@@ -402,10 +395,13 @@ def main() -> None:
     def utc() -> str:
         return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
-    now = utc()
+    prov = arm_run({k: v for k, v in vars(args).items() if k != "out"})
+    now = prov["date"]
     machine = {
-        "commit": commit(),
+        "commit": prov["commit"],
+        "dirty": prov["dirty"],
         "date": now,
+        "settings": prov["settings"],
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

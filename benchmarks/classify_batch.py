@@ -228,6 +228,7 @@ def main() -> None:
         "tree_nodes_per_text": round(statistics.mean(r["tree_nodes"] for r in rows), 1),
         "machine": machine_meta(
             ROOT,
+            {k: v for k, v in vars(args).items() if k != "out"},
             loadavg_before=load0,
             loadavg_after=[round(x, 2) for x in os.getloadavg()],
         ),

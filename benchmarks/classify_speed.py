@@ -97,7 +97,7 @@ def main() -> None:
         "seconds_per_text": round(
             statistics.mean(x["seconds_per_text"] for x in sources.values()), 3
         ),
-        "machine": machine_meta(ROOT),
+        "machine": machine_meta(ROOT, {k: v for k, v in vars(args).items() if k != "out"}),
     }
     suffix = "" if args.model == MODEL else "_qwen15"
     out = Path(args.out or RESULTS / f"classify_speed{suffix}.json")

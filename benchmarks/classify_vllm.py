@@ -21,11 +21,9 @@ first. The host is shared: load averages before and after are recorded.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -105,9 +103,9 @@ def main() -> None:
     def frac(pick: Any) -> float:
         return round(sum(bool(pick(x)) for x in per) / n, 4)
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+    from _provenance import arm_run
+
+    run = arm_run({k: v for k, v in vars(args).items() if k != "out"})
     res = {
         "what": "greedy constrained label per text through vLLM (CPU), one batched generate",
         "model": MODEL,
@@ -127,9 +125,14 @@ def main() -> None:
         "same_candidates_as_classify_json": frac(lambda x: x["same_candidates"]),
         "valid_labels": frac(lambda x: x["label"] is not None),
         "rows": per,
+        "transformers_run": {  # the arm the agreement columns compare with: another run
+            k: ref["machine"].get(k) for k in ("commit", "date", "torch_threads")
+        },
         "machine": {
-            "commit": commit,
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": run["commit"],
+            "dirty": run["dirty"],
+            "settings": run["settings"],
+            "date": run["date"],
             "python": platform.python_version(),
             "torch": torch.__version__,
             "vllm": vllm.__version__,

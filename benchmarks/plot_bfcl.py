@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from _provenance import arm_runs, category_run, check_table, is_mixed, run_cell, run_labels
+
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {
     "free": "free text + vLLM Hermes parser",
@@ -50,8 +52,10 @@ def table(data: dict) -> str:  # type: ignore[type-arg]
     names = labels(data)
     arms = [a for a in names if a in data["arms"]]
     cats = categories(data)
-    head = "| arm | " + " | ".join(cats) + " | tokens/call | s/call |"
-    lines = [head, "|" + " --- |" * (len(cats) + 3)]
+    runs = arm_runs(data)
+    mixed = is_mixed(runs, arms)
+    head = "| arm | " + " | ".join(cats) + " | tokens/call | s/call |" + (" run |" if mixed else "")
+    lines = [head, "|" + " --- |" * (len(cats) + 3 + mixed)]
     for arm in arms:
         row = data["arms"][arm]
         cells = []
@@ -65,7 +69,9 @@ def table(data: dict) -> str:  # type: ignore[type-arg]
         stats = [row[c] for c in cats if c in row and isinstance(row[c], dict)]
         tok = sum(s["tokens_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
         sec = sum(s["seconds_per_call"] * s["n"] for s in stats) / sum(s["n"] for s in stats)
-        lines.append(f"| {names[arm]} | " + " | ".join(cells) + f" | {tok:.0f} | {sec:.1f} |")
+        run = f" {run_cell(runs.get(arm))} |" if mixed else ""
+        lines.append(f"| {names[arm]} | " + " | ".join(cells) + f" | {tok:.0f} | {sec:.1f} |" + run)
+    check_table("bfcl.json", lines, {a: names[a] for a in arms}, runs)
     return "\n".join(lines)
 
 
@@ -75,12 +81,21 @@ def scale_table(data: dict, key: str = "scale") -> str:  # type: ignore[type-arg
     sc = data[key]
     native = [data["arms"]["tr_required"][c] for c in ("simple_python", "multiple")]
     nat_c, nat_n = sum(s["correct"] for s in native), sum(s["n"] for s in native)
+    runs = arm_runs(data)
+    # the native row is tr_required's simple_python and multiple; the others the scale run's
+    rows = {"native": category_run(runs.get("tr_required"), "multiple"), key: runs.get(key)}
+    if category_run(runs.get("tr_required"), "simple_python") != rows["native"]:
+        rows["native"] = None  # two runs in one row: unknown
+    mixed = is_mixed(rows, rows)
+    native_label = "native (1-4 tools per question)"
     lines = [
         "| registry | shortlist | accuracy | recall@k (bounds it) | recall@1 / @5 / @10 / @20 |"
-        " build |",
-        "| --- | --- | --- | --- | --- | --- |",
-        f"| native (1-4 tools per question) | the question's own | {nat_c}/{nat_n} | - | - | - |",
+        " build |" + (" run |" if mixed else ""),
+        "| --- | --- | --- | --- | --- | --- |" + (" --- |" if mixed else ""),
+        f"| {native_label} | the question's own | {nat_c}/{nat_n} | - | - | - |"
+        + (f" {run_cell(rows['native'])} |" if mixed else ""),
     ]
+    first = len(lines)
     for size in sc["sizes"]:
         row = sc["by_size"].get(str(size))
         if not row:
@@ -92,8 +107,17 @@ def scale_table(data: dict, key: str = "scale") -> str:  # type: ignore[type-arg
             lines.append(
                 f"| {size:,} tools | {SHORTLISTS[m]} top {k} | {r['correct']}/{r['n']} | "
                 f"{rec[k]:.2f} | {at} | {row['build_s'][m]:.1f} s |"
+                + (f" {run_cell(rows[key])} |" if mixed else "")
             )
+    labels = {"native": native_label}
+    if len(lines) > first:
+        labels[key] = _cells(lines[first])[0]
+    check_table(f"bfcl.json {key}", lines, labels, rows)
     return "\n".join(lines)
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def _scale_curves(ax: Any, data: dict, nat_acc: float) -> None:  # type: ignore[type-arg]
@@ -171,6 +195,9 @@ def main() -> None:
     cats = categories(data)
     width = 0.8 / max(1, len(arms))
     names = labels(data)
+    runs = arm_runs(data)
+    if is_mixed(runs, arms):  # arms of different runs name their run, as the table does
+        names = {a: f"{n} [{' + '.join(run_labels(runs.get(a)))}]" for a, n in names.items()}
     for i, arm in enumerate(arms):
         ys = [data["arms"][arm].get(c, {}).get("accuracy", 0.0) * 100 for c in cats]
         xs = [j + (i - (len(arms) - 1) / 2) * width for j in range(len(cats))]

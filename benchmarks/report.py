@@ -26,12 +26,9 @@ CORE = ("54b5f03", "2026-12-01")
 """The commit that brought the compiled C++ core onto main: results before it are historical."""
 SOURCES = {
     "bfcl.json": ("b50a269", "2026-12-01"),
-    "bfcl_smollm2.json": ("a2bdda1", "2026-12-01"),
     "fast_forward.json": ("db2847f", "2026-11-29"),
     "schema_coverage.json": ("b489e61", "2026-12-06"),
-    "serve_ttft.json": ("b4683b3", "2026-12-01"),
     "shortlist.json": ("dd0ad0b", "2026-12-02"),
-    "tool_call_overhead.json": ("4f699f9", "2026-11-29"),
     "tool_call_validity.json": ("3574855", "2026-12-01"),
     "tool_calls.json": ("0e16df7", "2026-11-29"),
     "vllm_large_set.json": ("5fc85a2", "2026-11-29"),
@@ -41,12 +38,9 @@ SOURCES = {
 """Result files without a date of their own: the commit that last wrote them, and its date."""
 BEFORE_CORE = {
     "fast_forward.json",
-    "tool_call_overhead.json",
     "tool_call_validity.json",
     "tool_calls.json",
     "vllm_large_set.json",
-    "bfcl_smollm2.json",
-    "serve_ttft.json",
 }
 """Runs made before the compiled core (:data:`CORE`): cited as such wherever they appear."""
 
@@ -761,17 +755,10 @@ RERUN = [
         "python benchmarks/tool_call_validity.py --engine vllm",
         "",
     ),
-    ("tool_call_overhead.json", "python benchmarks/tool_call_overhead.py", "not recorded"),
     (
         "bfcl.json",
         "python benchmarks/bfcl_offline.py",
         "about 45 min per set of arms (its docstring)",
-    ),
-    (
-        "bfcl_smollm2.json",
-        "python benchmarks/bfcl_offline.py --model smollm2-135m-instruct --format json "
-        "--categories simple_python --out benchmarks/results/bfcl_smollm2.json",
-        "not recorded",
     ),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
     *(
@@ -782,7 +769,6 @@ RERUN = [
         )
         for m in ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
     ),
-    ("serve_ttft.json", "python benchmarks/serve_ttft.py", "not recorded"),
     ("serve_itl.json", "python benchmarks/serve_itl.py", "see `wall_s` in its JSON"),
     ("serve_fuzz.json", "python benchmarks/serve_fuzz.py --seconds 600", "10 min + start"),
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
@@ -844,7 +830,7 @@ def _rerun_table() -> str:
 
 
 def render() -> str:
-    from report_calls import agent_turns, bfcl, bfcl_serve, serve_fuzz, tool_calls
+    from report_calls import agent_turns, bfcl, bfcl_serve, serve_fuzz, serve_throughput, tool_calls
 
     parts: list[str] = [INTRO.format(core=CORE[0], core_date=CORE[1], rerun=_rerun_table())]
     if (d := _load("compile_and_step.json")) is not None:
@@ -880,6 +866,7 @@ def render() -> str:
         parts += [*classify_accuracy(_load), "", f"![classify]({PNG}/classify.png)", ""]
         if speed := classify_speed(_load):
             parts += [*speed, ""]
+    parts += serve_throughput(_load, source)
     parts += bfcl_serve(_load, source)
     parts += agent_turns(_load)
     parts += tool_calls(_load, source)
@@ -910,9 +897,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
+    from _provenance import MixedRuns
+
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    new = {p: fill_blocks(p.read_text(encoding="utf-8"), p.name) for p in pages if p != BENCH_MD}
-    new[BENCH_MD] = render()
+    try:
+        new = {p: fill_blocks(p.read_text("utf-8"), p.name) for p in pages if p != BENCH_MD}
+        new[BENCH_MD] = render()
+    except MixedRuns as exc:
+        print(f"report.py: {exc}", file=sys.stderr)
+        return 1
     stale = [p for p, t in new.items() if not p.exists() or p.read_text(encoding="utf-8") != t]
     if args.check:
         for p in stale:

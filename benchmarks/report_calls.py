@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import plot_bfcl
+from _provenance import RUN_NOTE, arm_runs, check_table, is_mixed, run_cell, run_label
 from tool_calls import readme_table
 
 Load = Callable[[str], dict[str, Any] | None]
@@ -111,15 +112,6 @@ def tool_calls(load: Load, source: Source) -> list[str]:
             f"{t['valid']} valid, {t['invalid']} invalid ({t['distinct_tools_called']} "
             "distinct tools).",
         ]
-    if (o := load("tool_call_overhead.json")) is not None:
-        ms = {k: r["ms_per_token"] for k, r in o.items()}
-        out += [
-            "",
-            f"Per token ({source('tool_call_overhead.json')}; tiny model, batch 25): free "
-            f"text {ms['unconstrained (free text)']:.2f} ms, tool calls "
-            f"{ms['tool call, warm']:.2f} ms warm, {ms['tool call, first use']:.2f} ms the "
-            "first time (automata, masks and XGrammar slots built on first visit).",
-        ]
     return out + _fixed_formats(load) + [""]
 
 
@@ -149,6 +141,7 @@ def bfcl(load: Load, source: Source) -> list[str]:
         "",
         plot_bfcl.table(d),
         "",
+        *([RUN_NOTE, ""] if is_mixed(arm_runs(d), d["arms"]) else []),
         f"- The model's template asks for `<tool_call>` tags but it answers with fenced JSON, so "
         f"the Hermes parser finds no call ({_cats(arms['free'], calls)}); read leniently (any "
         f"JSON object taken as the call) the same texts give {_cats(arms['free_lenient'], calls)}.",
@@ -195,16 +188,6 @@ def bfcl(load: Load, source: Source) -> list[str]:
                 "is not run yet."
             ),
         ]
-    sm = load("bfcl_smollm2.json")
-    if sm is not None:
-        out += [
-            "",
-            f"SmolLM2-135M-Instruct ({source('bfcl_smollm2.json')}; before the turn closer "
-            "(`closing.py`) too): its template has no `tools=`, so the tools go into the "
-            'system message and the call syntax is the bare JSON object (`format="json"`).',
-            "",
-            plot_bfcl.table(sm),
-        ]
     return [*out, "", "![BFCL](../benchmarks/results/bfcl.png)", ""]
 
 
@@ -223,10 +206,12 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
         return []
     arms = [a for a in SERVE_ARMS if a in d["arms"]]
     cats = list(next(iter(d["arms"].values())))
+    runs = arm_runs(d)
+    mixed = is_mixed(runs, arms)
     head = "| server, `tool_choice` | " + " | ".join(
         f"{c}: calls / correct / schema-valid / called (lenient) / s per request" for c in cats
     )
-    rows = [head + " |", "| --- |" + " --- |" * len(cats)]
+    rows = [head + (" | run |" if mixed else " |"), "| --- |" + " --- |" * (len(cats) + mixed)]
     for a in arms:
         cells = []
         for c in cats:
@@ -239,7 +224,10 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
                 f"{r['called']} / {r['correct']} / {r['valid']} / {r['called_lenient']} of {n}"
                 f" ({r['s_per_request_median']:.0f} s)"
             )
+        if mixed:
+            cells.append(run_cell(runs.get(a)))
         rows.append(f"| {SERVE_ARMS[a]} | " + " | ".join(cells) + " |")
+    check_table("bfcl_serve.json", rows, {a: SERVE_ARMS[a] for a in arms}, runs)
     out = [
         "## What an agent receives: BFCL through `trierouter serve`",
         "",
@@ -254,15 +242,12 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
         "",
         *rows,
     ]
-    runs = d.get("runs", {})
-    if len({(r["commit"], r["date"]) for r in runs.values()}) > 1:
+    if mixed:
         out += [
             "",
-            "Arms from separate runs of the same sample and settings: "
-            + "; ".join(f"{SERVE_ARMS[a]}: commit {r['commit']}, {r['date']}"
-                        for a, r in runs.items() if a in SERVE_ARMS)
-            + ".",
-        ]  # fmt: skip
+            "The arms come from separate runs of the same sample and settings: the rows do not "
+            "compare the arms in one run. " + RUN_NOTE,
+        ]
     auto, req = d["arms"].get("tr_auto", {}), d["arms"].get("tr_required", {})
     notes = []
     for c in cats:
@@ -270,7 +255,13 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
             gap = 100 * (auto[c]["correct"] - req[c]["correct"]) / auto[c]["n"]
             notes.append(f"{c} {gap:+.0f} points")
     if notes:
-        out += ["", "trierouter auto against required: " + ", ".join(notes) + "."]
+        apart = (
+            f" (auto at {run_label(runs.get('tr_auto'))}, required at "
+            f"{run_label(runs.get('tr_required'))}: different runs)"
+            if is_mixed(runs, ("tr_auto", "tr_required"))
+            else ""
+        )
+        out += ["", "trierouter auto against required: " + ", ".join(notes) + apart + "."]
     free = d["arms"].get("vllm_auto", {}).get("irrelevance")
     if "irrelevance" in auto and free is not None:
         out += [
@@ -294,6 +285,93 @@ def bfcl_serve(load: Load, source: Source) -> list[str]:
                 "answers, after the run: nothing was asked again."
             )
     return [*out, "", "![BFCL through the server](../benchmarks/results/bfcl_serve.png)", ""]
+
+
+THROUGHPUT_ARMS = {
+    "tr_auto": "trierouter serve, `tool_choice` not set (auto)",
+    "tr_required": 'trierouter serve, `tool_choice="required"`',
+    "vllm_required": 'vLLM, `tool_choice="required"` (XGrammar)',
+    "vllm_free": "vLLM, free text (hermes parser)",
+}
+
+
+def serve_throughput(load: Load, source: Source) -> list[str]:
+    """Tool calls through `trierouter serve` and vLLM's server, one run (serve_throughput.json).
+    A comparison measured in one run: arms of different runs are refused, never footnoted."""
+    d = load("serve_throughput.json")
+    if d is None:
+        return []
+    arms = [a for a in THROUGHPUT_ARMS if a in d["summary"]]
+    conc = sorted({c for a in arms for c in d["summary"][a]}, key=int)
+    rows = [
+        "| server, `tool_choice` | "
+        + " | ".join(
+            f"{c} in flight: output tokens/s (range; share of free text) / p50 / p99 s / "
+            "schema-valid calls"
+            for c in conc
+        )
+        + " |",
+        "| --- |" + " --- |" * len(conc),
+    ]
+    for a in arms:
+        cells = []
+        for c in conc:
+            r = d["summary"][a].get(c)
+            if r is None or "tokens_per_s" not in r:
+                cells.append("not run")
+                continue
+            share = d["ratios"].get(a, {}).get(c)
+            rng = f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f}"
+            cells.append(
+                f"{r['tokens_per_s']:.1f} ("
+                + (f"{rng}; " if r["rounds"] > 1 else "")
+                + (f"{100 * share:.0f}%" if share is not None else "baseline")
+                + f") / {r['latency_p50_s']:.1f} / {r['latency_p99_s']:.1f} / "
+                f"{r['schema_valid']} of {r['n']}"
+            )
+        rows.append(f"| {THROUGHPUT_ARMS[a]} | " + " | ".join(cells) + " |")
+    runs = arm_runs(d)
+    check_table("serve_throughput.json", rows, {a: THROUGHPUT_ARMS[a] for a in arms}, runs)
+    s0 = d["settings"]
+    t = d["target"]
+    one = next(iter(runs.values()), {})
+    qs = sum(len(v) for v in d["questions"].values())
+    undecided = {c: x.get("why", "") for c, x in t["by_concurrency"].items() if not x["decided"]}
+    verdict = (
+        t["verdict"]
+        if not undecided
+        else "not read against it: the run cannot tell ("
+        + "; ".join(f"{c} in flight: {why}" for c, why in sorted(undecided.items()))
+        + ")"
+    )
+    return [
+        "## Tool calls through a server: throughput",
+        "",
+        f"Source: `benchmarks/results/serve_throughput.json`, every arm in one run at "
+        f"{run_label(one)} ({one.get('date', '?')}; every answer in "
+        "`serve_throughput_texts.json`); the two servers one after the other, load average "
+        + "; ".join(
+            f"{THROUGHPUT_ARMS[a].split(',')[0]} {r['loadavg_start'][0]:.1f} at the start, "
+            f"{r.get('loadavg_end', r['loadavg_start'])[0]:.1f} at the end"
+            for a, r in runs.items()
+            if a in ("tr_required", "vllm_free")
+        )
+        + f". {d['model']} (float32, vLLM on the "
+        f"CPU), temperature 0, {qs} BFCL questions ({', '.join(d['questions'])}) with their own "
+        f"tools, `max_tokens` {s0['max_tokens']}, sent by the unmodified `{d['client']}` "
+        f"client, each batch every question once; {s0['rounds']} round(s), the median shown. "
+        "Output tokens/s: the servers' `completion_tokens` over the batch's wall time; "
+        "schema-valid: requests whose `tool_calls` all validate against their tools "
+        "(`jsonschema`, format checker on).",
+        "",
+        *rows,
+        "",
+        f"Target (issue 47): {THROUGHPUT_ARMS[t['arm']]} at ≥ {100 * t['share']:.0f}% of "
+        f"{THROUGHPUT_ARMS[t['of']]}'s output tokens/s at every concurrency: {verdict}.",
+        "",
+        "![serve throughput](../benchmarks/results/serve_throughput.png)",
+        "",
+    ]
 
 
 def serve_fuzz(load: Load, source: Source) -> list[str]:

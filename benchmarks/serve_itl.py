@@ -79,6 +79,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from _provenance import arm_run, finish_run
 from serve_ttft import QUESTIONS, TEMPLATE, _vllm, load_tools
 
 from trierouter.testing.serve import serve, tiny_tool_model
@@ -440,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name in servers:
             t1 = time.perf_counter()
+            run = arm_run(result["parameters"])
             try:
                 if name == "trierouter":
                     ctx = serve(model, log=root / "trierouter.log", env=env, args=common)
@@ -458,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
                 res = {"error": f"{name} failed: {type(e).__name__}: {str(e)[-3000:]}"}
             result["servers"][name] = res
+            result.setdefault("runs", {})[name] = finish_run(run)
             save()
     result["machine"]["load_average_at_end"] = os.getloadavg()
     result["wall_s"] = time.perf_counter() - t_start

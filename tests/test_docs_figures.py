@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import sys
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -245,13 +246,6 @@ MEASURED: dict[str, Row] = {
             _json("tool_automata.json")["machine"]["date"][:10],
         ],
     ),
-    "serving: repeated 1,000-tool set": (
-        "docs/serving.md",
-        r"A repeated 1,000-tool set still costs ([\d.]+) s per request \(the table's median\)",
-        lambda: [
-            f"{_json('serve_ttft.json')['servers']['trierouter']['inline_warm']['median_s']:.2f}"
-        ],
-    ),
     "reliability: soak concurrency": (
         "docs/reliability.md",
         r"drives a real `vllm serve` with (\d+) concurrent requests of every kind",
@@ -362,3 +356,296 @@ def test_an_edited_figure_fails(row: str) -> None:
     at = next(i for i, c in enumerate(figure) if c.isdigit())
     edited = figure[:at] + str((int(figure[at]) + 1) % 10) + figure[at + 1 :]
     assert _problem(text[:start] + edited + text[end:], row) is not None
+
+
+# -- arms of different runs in one table (issue 47) ---------------------------------------------
+BENCH = ROOT / "benchmarks"
+
+
+@cache
+def _prov() -> Any:
+    from tests.conftest import load_script
+
+    return load_script(BENCH / "_provenance.py")
+
+
+def _table(page: str, head: str) -> list[str]:
+    """The markdown table of ``page`` whose header starts with ``head`` (raw lines)."""
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(head))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def _drop_last_column(table: list[str]) -> list[str]:
+    return ["|".join(line.rstrip().rstrip("|").split("|")[:-1]) + "|" for line in table]
+
+
+def _drop_last_row(table: list[str]) -> list[str]:
+    return table[:-1]
+
+
+A = {"commit": "aaaaaaa", "date": "2026-12-06 09:10 UTC"}
+B = {"commit": "bbbbbbb", "date": "2026-12-06 06:14 UTC"}
+
+
+def test_a_table_of_two_commits_without_a_run_column_is_refused() -> None:
+    """Negative control: two arms of two commits in one table fail the check unless each row
+    names its own run; one commit needs no column; a row naming the other arm's run fails."""
+    p = _prov()
+    runs, labels = {"x": A, "y": B}, {"x": "arm x", "y": "arm y"}
+    bare = ["| arm | score |", "| --- | --- |", "| arm x | 1 |", "| arm y | 2 |"]
+    with pytest.raises(p.MixedRuns, match=r"2 runs .*aaaaaaa, bbbbbbb"):
+        p.check_table("fixture", bare, labels, runs)
+    named = ["| arm | score | run |", "| --- | --- | --- |"] + [
+        f"| {labels[a]} | {i} | {p.run_cell(runs[a])} |" for i, a in enumerate(runs)
+    ]
+    p.check_table("fixture", named, labels, runs)
+    p.check_table("fixture", bare, labels, {"x": A, "y": dict(A)})  # one run: no column
+    swapped = [*named[:3], named[3].replace("bbbbbbb", "aaaaaaa")]
+    with pytest.raises(p.MixedRuns, match=r"y \(bbbbbbb\)"):
+        p.check_table("fixture", swapped, labels, runs)
+    with pytest.raises(p.MixedRuns):  # an arm with no record beside one with a record
+        p.check_table("fixture", bare, labels, {"x": A})
+    # arms as columns: the run row names each column's run
+    cols = ["| source | arm x | arm y |", "|---|---|---|", "| a | 1 | 2 |"]
+    with pytest.raises(p.MixedRuns):
+        p.check_table("fixture", cols, labels, runs)
+    p.check_table("fixture", [*cols, f"| run | {p.run_cell(A)} | {p.run_cell(B)} |"], labels, runs)
+
+
+def test_an_arm_rerun_on_some_categories_keeps_their_run() -> None:
+    """``merge_run``: the categories not rerun keep the run they came from, and the row must
+    name both runs."""
+    p = _prov()
+    merged = p.merge_run(B, dict(A), ["irrelevance"])
+    assert p.run_labels(merged) == ["aaaaaaa", "bbbbbbb"]
+    assert p.category_run(merged, "irrelevance") == B
+    assert p.category_run(merged, "simple_python") == A
+    again = p.merge_run(merged, {"commit": "ccccccc"}, ["irrelevance", "multiple"])
+    assert again["by_category"] == {"irrelevance": B, "multiple": A}
+    assert (
+        p.run_label({"commit": "unknown", "stored_in": "a2bdda1"}) == "unknown, stored in a2bdda1"
+    )
+    assert p.run_label({"commit": "aaaaaaa", "dirty": True}) == "aaaaaaa+dirty"
+
+
+MIXED_TABLES = {
+    "bfcl_serve.json": (
+        "docs/benchmarks.md",
+        "| server, `tool_choice` |",
+        {
+            "tr_auto": "trierouter serve, `tool_choice` not set (auto)",
+            "tr_required": 'trierouter serve, `tool_choice="required"`',
+            "vllm_required": 'vLLM, `tool_choice="required"` (its structured outputs)',
+        },
+        _drop_last_column,
+    ),
+    "bfcl.json": (
+        "docs/benchmarks.md",
+        "| arm | simple_python |",
+        {
+            "free": "free text + vLLM Hermes parser",
+            "xgrammar": "XGrammar (vLLM required schema)",
+            "tr_required": "trierouter required",
+            "tr_auto": "trierouter auto",
+        },
+        _drop_last_column,
+    ),
+    "classify.json": (
+        "README.md",
+        "| source | n |",
+        {
+            "qwen": "Qwen exact top-1",
+            "free_mapped": "Qwen free, mapped",
+            "smollm2": "SmolLM2 exact top-1",
+            "qwen15": "Qwen-1.5B exact top-1",
+        },
+        _drop_last_row,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED_TABLES))
+def test_a_committed_table_of_several_runs_names_each_arms_run(name: str) -> None:
+    """The committed result's arms come from several runs (recorded in its ``runs``), and the
+    committed page's table names each arm's run(s) in its row or column; the same table
+    without that column or row fails the check (negative control)."""
+    page, head, labels, strip = MIXED_TABLES[name]
+    p = _prov()
+    runs = p.arm_runs(_json(name))
+    assert p.is_mixed(runs, labels), f"{name}: its arms are one run now: drop it from this test"
+    table = _table(page, head)
+    p.check_table(f"{page} ({name})", table, labels, runs)
+    with pytest.raises(p.MixedRuns):
+        p.check_table(f"{page} ({name})", strip(table), labels, runs)
+
+
+@cache
+def _blocks() -> Any:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report_blocks
+
+        return report_blocks
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_serve_itl_is_not_read_against_its_target_when_its_check_failed() -> None:
+    """serve_itl.json's ``enough_arrivals``: where it is false for a server, docs/serving.md says
+    the check failed and does not read the run against the 50 ms target; the same block from
+    a copy of the file with the check passed does (negative control)."""
+    d = _json("serve_itl.json")
+    failed = [n for n, s in d["servers"].items() if not s["enough_arrivals"]]
+    text = _page("docs/serving.md")
+    if failed:
+        assert "adequacy check failed" in text
+        assert "Target (issue 36): p99 added ≤ 50 ms" not in text
+    passed = json.loads(json.dumps(d))
+    for s in passed["servers"].values():
+        s["enough_arrivals"] = True
+    block = " ".join(_blocks().serve_itl(lambda n: passed if n == "serve_itl.json" else None))
+    assert "Target (issue 36): p99 added ≤ 50 ms" in block
+    assert "adequacy check failed" not in block
+
+
+def test_the_serve_itl_spread_reads_every_archived_run() -> None:
+    """The spread between runs covers every archived serve_itl run."""
+    on_disk = {f"archive/{p.name}" for p in (RESULTS / "archive").glob("serve_itl_*.json")}
+    assert set(_blocks().ARCHIVED_ITL) == on_disk
+
+
+RETIRED = (
+    "bfcl_smollm2.json",
+    "bfcl_smollm2_texts.json",
+    "bfcl_smollm2.png",
+    "serve_ttft.json",
+    "serve_ttft.png",
+    "tool_call_overhead.json",
+)
+
+
+@pytest.mark.parametrize("name", RETIRED)
+def test_retired_results_are_archived_and_not_cited(name: str) -> None:
+    """Stale results (before the compiled core or the turn closer, or a tiny model's first
+    day) live in results/archive/ and no page cites them outside a sentence that says so."""
+    assert not (RESULTS / name).exists() and (RESULTS / "archive" / name).is_file()
+    for page in ["README.md", *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]:
+        text = _page(page)
+        for m in re.finditer(re.escape(name), text):
+            assert text[max(0, m.start() - 30) : m.start()].endswith("results/archive/"), (
+                page,
+                text[max(0, m.start() - 80) : m.end() + 40],
+            )
+
+
+@cache
+def _throughput() -> Any:
+    from tests.conftest import load_script
+
+    return load_script(BENCH / "serve_throughput.py")
+
+
+def test_throughput_percentiles_match_numpy() -> None:
+    np = pytest.importorskip("numpy")
+    st = _throughput()
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 40):
+        xs = list(rng.exponential(3.0, n))
+        for q in (0, 50, 90, 99, 100):
+            assert st.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+def _fixture(commits: tuple[str, ...]) -> dict[str, Any]:
+    """A serve_throughput.json built by the script's own summary code from made-up batches;
+    the arms' runs at ``commits`` (cycled)."""
+    st = _throughput()
+    batches: dict[str, Any] = {}
+    for i, arm in enumerate(st.ARMS):
+        for c in (1, 8):
+            answers = [
+                {"s": 1.0 + j + i, "tokens": 20 + c, "calls": [{"name": "f"}], "valid": True}
+                for j in range(4)
+            ]
+            batches.setdefault(arm, {})[str(c)] = [st.batch_stats(answers, 2.0 + i)]
+    summary = {a: {c: st.summarize(b) for c, b in per.items()} for a, per in batches.items()}
+    rat = st.ratios(summary)
+    tgt = st.target(summary)
+    runs = {
+        a: {"commit": commits[i % len(commits)], "date": "2026-12-07 14:00 UTC",
+            "loadavg_start": [1.0, 1.0, 1.0], "loadavg_end": [2.0, 2.0, 2.0]}
+        for i, a in enumerate(st.ARMS)
+    }  # fmt: skip
+    return {
+        "model": "m", "questions": {"simple_python": ["a", "b"], "multiple": ["c", "d"]},
+        "settings": {"max_tokens": 64, "rounds": 1}, "client": "openai x", "runs": runs,
+        "batches": batches, "summary": summary, "ratios": rat, "target": tgt,
+    }  # fmt: skip
+
+
+def test_throughput_summary_reads_its_batches() -> None:
+    """batch_stats and the target against hand counts of the fixture."""
+    d = _fixture(("aaaaaaa",))
+    s = d["summary"]["tr_required"]["8"]  # arm 1: latencies 2..5 s, wall 3 s, 28 tokens x 4
+    assert s["tokens_per_s"] == pytest.approx(112 / 3, abs=1e-3)
+    assert s["latency_p50_s"] == 3.5 and s["schema_valid"] == 4 and s["n"] == 4
+    free = d["summary"]["vllm_free"]["8"]["tokens_per_s"]  # arm 3: wall 5 s
+    assert d["ratios"]["tr_required"]["8"] == pytest.approx(round((112 / 3) / free, 4))
+    assert d["target"]["verdict"] == "undecided"  # one round: no spread measured
+    assert d["target"]["by_concurrency"]["8"]["why"] == "one round: no spread measured"
+
+
+def test_throughput_target_is_decided_only_beyond_the_spread() -> None:
+    """The target's verdict against hand-made rounds: decided when every bound is on one side
+    of 95%, undecided when the rounds' spread straddles it."""
+    st = _throughput()
+
+    def arm(*tps: float) -> dict[str, Any]:
+        return {"tokens_per_s": sorted(tps)[len(tps) // 2], "tokens_per_s_min": min(tps),
+                "tokens_per_s_max": max(tps), "rounds": len(tps)}  # fmt: skip
+
+    free = {"1": arm(10.0, 10.2, 10.1)}
+    met = st.target({"tr_required": {"1": arm(9.8, 9.9, 10.0)}, "vllm_free": free})
+    assert met["verdict"] == "met" and met["by_concurrency"]["1"]["ratio_low"] == 0.9608
+    low = st.target({"tr_required": {"1": arm(8.0, 8.2, 8.1)}, "vllm_free": free})
+    assert low["verdict"] == "not met"
+    noisy = st.target({"tr_required": {"1": arm(9.0, 9.9, 10.5)}, "vllm_free": free})
+    assert noisy["verdict"] == "undecided"
+    assert noisy["by_concurrency"]["1"]["why"] == "the rounds' spread straddles the share"
+
+
+def test_a_throughput_table_of_two_commits_fails_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Negative control through the whole report: serve_throughput.json promises one run, so
+    a copy whose arms ran at two commits makes ``report.py --check`` fail with the mixed-run
+    error (and the renderer raise); the same file at one commit renders and fails only as
+    out of date (the page does not show it yet)."""
+    import shutil
+
+    p = _prov()
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report
+        import report_calls
+    finally:
+        sys.path.remove(str(BENCH))
+    mixed = _fixture(("aaaaaaa", "bbbbbbb"))
+    with pytest.raises(p.MixedRuns, match=r"serve_throughput\.json"):
+        report_calls.serve_throughput(lambda n: mixed, report.source)
+    one = _fixture(("aaaaaaa",))
+    text = "\n".join(report_calls.serve_throughput(lambda n: one, report.source))
+    assert "at aaaaaaa" in text and "| run |" not in text
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    old = report.RESULTS
+    try:
+        report.RESULTS = results
+        for fixture, mixed_error in ((mixed, True), (one, False)):
+            (results / "serve_throughput.json").write_text(json.dumps(fixture))
+            assert report.main(["--check"]) == 1
+            err = capsys.readouterr().err
+            assert ("puts arms of 2 runs" in err) is mixed_error, err
+    finally:
+        report.RESULTS = old
