@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from _provenance import arm_run, finish_run
 from bfcl_offline import judge_row, pools, sample, schema_valid, tools_of
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -188,15 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg, by_name = registries(own)
     print(f"registries written in {time.perf_counter() - t0:.0f} s", flush=True)
 
-    def git(*cmd: str) -> str:
-        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True).stdout
-
-    commit = git("rev-parse", "--short", "HEAD").strip()
-    dirty = bool(git("status", "--porcelain", "--", "trierouter", "csrc").strip())
+    run = arm_run({"n_per_category": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
+                   "concurrency": args.concurrency, "server_args": SERVER_ARGS})  # fmt: skip
     result: dict[str, Any] = {
         "benchmark": "route_at_scale",
-        "commit": commit + ("+dirty" if dirty else ""),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": run["commit"] + ("+dirty" if run["dirty"] else ""),
+        "date": run["date"],
         "model": MODEL,
         "judge": f"bfcl_eval ast_checker from {BFCL_WHEEL.requirement}",
         "pool_rule": POOL_RULE,
@@ -207,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "client": "openai " + openai.__version__, "tool_choice": "not sent (auto)",
         "machine": {"cpus": os.cpu_count(), "load_average_1min_start": os.getloadavg()[0]},
         "arms": {},
+        "runs": {arm: run for arm in arms},  # one run: every arm interleaved by question
     }  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="route-at-scale-"))
     env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2",
@@ -225,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             answers = list(ex.map(lambda j: ask(client, j[0], j[1], args.max_tokens), jobs))
         result["wall_s"] = round(time.perf_counter() - t1, 1)
     result["machine"]["load_average_1min_end"] = os.getloadavg()[0]
+    finish_run(run)
     for (e, arm), a in zip(jobs, answers, strict=True):
         texts[f"{e.id}:{arm}"] = a
     for arm in arms:
