@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from _provenance import check_table
+
 Load = Callable[[str], dict[str, Any] | None]
 
 SEARCH_NAMES = {
@@ -103,6 +105,8 @@ def route_at_scale(load: Load) -> list[str]:
             f"{pct(rec.get('16'))} | {pct(a.get('gold_in_prompt'))} | {a['refused_context']} | "
             f"{a['errors'] - a['refused_context']} | {a['s_per_request_median']:.1f} |"
         )
+    labels = {arm: ARM_NAMES.get(arm, arm) for arm in d["arms"]}
+    check_table("route_at_scale.json", out, labels, d.get("runs", {}))
     m = d["machine"]
     return [
         *out,

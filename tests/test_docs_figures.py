@@ -649,3 +649,28 @@ def test_a_throughput_table_of_two_commits_fails_the_report(
             assert ("puts arms of 2 runs" in err) is mixed_error, err
     finally:
         report.RESULTS = old
+
+
+def _route_fixture(runs: dict[str, Any]) -> dict[str, Any]:
+    arm = {"n": 2, "correct": 1, "right_tool": 2, "called": 2, "valid": 2, "errors": 0,
+           "refused_context": 0, "s_per_request_median": 1.0}  # fmt: skip
+    return {
+        "commit": "aaaaaaa", "date": "2026-12-07 10:00 UTC", "model": "m",
+        "machine": {"cpus": 2, "load_average_1min_start": 1.0}, "server_args": ["--x"],
+        "concurrency": 8, "n_per_category": 1, "categories": ["simple_python"], "seed": 0,
+        "pool_rule": "rule", "arms": {"own": arm, "r100k": {**arm, "recall_at": {"5": 1.0}}},
+        "runs": runs,
+    }  # fmt: skip
+
+
+def test_the_routing_table_refuses_arms_of_two_runs() -> None:
+    """route_at_scale's arms run interleaved in one invocation: a result whose arms name two
+    runs is refused by the report (negative control), one run renders."""
+    p = _prov()
+    blocks = _blocks()
+    one = _route_fixture({"own": A, "r100k": A})
+    lines = blocks.BLOCKS["route-at-scale"](lambda name: one)
+    assert any(line.startswith("| registry of 100,000") for line in lines)
+    two = _route_fixture({"own": A, "r100k": B})
+    with pytest.raises(p.MixedRuns):
+        blocks.BLOCKS["route-at-scale"](lambda name: two)
