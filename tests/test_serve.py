@@ -396,6 +396,27 @@ def test_named_registry_with_tool_search(client: Any) -> None:
     assert calls
     for call in calls:
         assert _problem(call.function.name, call.function.arguments, REGISTRY_SCHEMAS) is None
+    # what the search considered and what reached the prompt, on the response
+    routing = r.model_extra["trierouter_routing"]
+    assert routing["registry"] == "api" and routing["search"] == "bm25:tool_text"
+    shown = [c["name"] for c in routing["candidates"] if c["prompt"] != "over_budget"]
+    assert 1 <= len(routing["candidates"]) <= 8 and shown
+    assert {c.function.name for c in calls} <= set(shown)  # called only what the prompt showed
+    budget = routing["budget"]
+    assert budget["max_model_len"] == 2048 and budget["output_reserve"] == 256
+    assert budget["tools_tokens"] <= budget["tools_budget"]
+    # a reserve that leaves room for few tools: some are left out, none refused by vLLM
+    r = _create(
+        client, tools=None, tool_choice="required", temperature=1.0, max_tokens=1700,
+        extra_body={"vllm_xargs": {"trierouter_tools": "api", "trierouter_tool_search": 64}},
+    )  # fmt: skip
+    routing = r.model_extra["trierouter_routing"]
+    fates = [c["prompt"] for c in routing["candidates"]]
+    assert "over_budget" in fates and fates[0] != "over_budget", fates
+    assert r.usage.prompt_tokens + 1700 <= 2048  # the oracle: vLLM's own count of the prompt
+    (call,) = r.choices[0].message.tool_calls[:1]
+    assert routing["candidates"][[c["name"] for c in routing["candidates"]].index(
+        call.function.name)]["prompt"] != "over_budget"  # fmt: skip
     forced = {"type": "function", "function": {"name": "send_email"}}
     r = _create(
         client, tools=None, tool_choice=forced, temperature=1.0, max_tokens=256,
