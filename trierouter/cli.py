@@ -336,7 +336,12 @@ def _route_args(p: argparse.ArgumentParser) -> None:
         help="a local model folder (default: a tiny random-weight model built locally)",
     )
     p.add_argument("--tool-choice", default="required", help="required | auto | none | a tool name")
-    p.add_argument("--k", type=int, default=32, help="tools shortlisted (BM25) into the prompt")
+    p.add_argument(
+        "--k",
+        type=int,
+        default=32,
+        help="tools shortlisted (BM25 over name, description, parameters) into the prompt",
+    )
     p.add_argument(
         "--budget",
         type=int,
@@ -366,7 +371,7 @@ def _load_registry(path: Path) -> Any:
 
 def _route(args: argparse.Namespace) -> int:
     from trierouter.router.tool_calls.plan import ToolCallPlan
-    from trierouter.shortlist.bm25 import BM25Index
+    from trierouter.shortlist.tool_text import ToolIndex
 
     registry = _load_registry(args.registry)
     names = registry.names()
@@ -377,8 +382,9 @@ def _route(args: argparse.Namespace) -> int:
         )
     if args.k < 1:
         raise CliError(f"--k {args.k}: give at least 1")
-    texts = [f"{t.name}: {t.description}" for t in registry]
-    shortlist = BM25Index.build(names, texts).search(args.request, k=min(args.k, len(names)))
+    # the server's tool search: name (also in words), description, parameters
+    found = ToolIndex.build(registry).search(args.request, k=min(args.k, len(names)))
+    shortlist = [name for name, _ in found]
     model_dir = _model_dir(args.model, "calls")
     import torch
     import transformers
