@@ -783,6 +783,11 @@ RERUN = [
         "about 8 min, shared host",
     ),
     ("classify_batch.json", "python benchmarks/classify_batch.py", "about 5 min, shared host"),
+    (
+        "classify_canonical.json",
+        "python benchmarks/classify_canonical.py",
+        "about 4 min, shared host",
+    ),
     ("classify_vllm.json", "python benchmarks/classify_vllm.py", "3 min, shared host"),
     (
         "classify_vllm_omp2.json",

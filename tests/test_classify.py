@@ -132,7 +132,7 @@ def test_scores_equal_brute_force_and_top1_vs_greedy(
     model, tok = tiny
     labels = _labels()
     assert len(labels) <= 100
-    clf = Classifier(labels, model=(model, tok), tree_limit=tree_limit)
+    clf = Classifier(labels, model=(model, tok), tree_limit=tree_limit, score="exact")
     preds = clf.classify(TEXTS, top_n=len(labels))
     agree = 0
     for text, p in zip(TEXTS, preds, strict=True):
@@ -183,7 +183,7 @@ def test_tree_with_a_cached_prompt_head_gives_the_same_scores(tiny: tuple[Any, A
 def test_budget_gives_exact_path_scores_but_not_exact_ranking(tiny: tuple[Any, Any]) -> None:
     model, tok = tiny
     labels = _labels()
-    clf = Classifier(labels, model=(model, tok), max_expansions=1, tree_limit=0)
+    clf = Classifier(labels, model=(model, tok), max_expansions=1, tree_limit=0, score="exact")
     [p] = clf.classify(TEXTS[:1], top_n=3)
     assert not p.exact and len(p.scores) == 3 and p.label in labels
     context = tok(clf.render_prompt(TEXTS[0]))["input_ids"]

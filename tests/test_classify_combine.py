@@ -127,7 +127,7 @@ def test_combined_ranking_equals_brute_force_from_components(
 ) -> None:
     model, tok = world["pair"]
     w = 0.75
-    clf = _classifier(world, combine=w, top_n=5, tree_limit=tree_limit)
+    clf = _classifier(world, combine=w, top_n=5, tree_limit=tree_limit, score="exact")
     for text, p in zip(QUERIES, clf.classify(QUERIES), strict=True):
         cands = clf.candidates(text)  # the retriever's order
         assert len(cands) == K and p.candidates == K and p.ranking == "combined"
@@ -145,7 +145,7 @@ def test_combined_ranking_equals_brute_force_from_components(
         assert all(abs(g - t) < 1e-5 for g, t in zip(got, top, strict=False))  # the top 5
         assert p.label == p.scores[0].label and expected[p.label] > top[0] - 1e-5
         assert p.model_label is not None and best[p.model_label] > max(best.values()) - 1e-5
-    plain = _classifier(world, top_n=5, tree_limit=tree_limit).classify(QUERIES)
+    plain = _classifier(world, top_n=5, tree_limit=tree_limit, score="exact").classify(QUERIES)
     assert all(p.ranking == "model" and p.label == p.model_label for p in plain)
     assert [p.model_label for p in plain] == [p.label for p in plain]
 

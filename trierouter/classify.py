@@ -28,6 +28,18 @@ whole tree go through the model in one forward call, each tree token attending t
 and its own ancestors (:mod:`trierouter.router.tree_scores`), which gives every label's exact
 score (the same number as the search's) and the greedy label at once.
 
+**Long labels: canonical paths** (``score=``). The tree of *every* token path grows
+exponentially with a label's length (20 long taxonomy names exceed 100,000 nodes), and the
+search then needs thousands of expansions per text. The **canonical score** scores the path a
+model actually writes instead: each label's own tokenization (the tokenizer's encoding of the
+label, closed by the best end id), every candidate in one forward call
+(:mod:`trierouter.router.path_scores`). It is the same constrained log-probability, of one path
+of the label, so it is at most the exact score, equal when that path is the best one.
+``score="exact"``: the token tree where it fits ``tree_limit``, else the search (as before);
+``"canonical"``: always canonical paths; ``"auto"`` (default): the token tree where it fits,
+else canonical paths where they fit ``canonical_limit`` tree nodes, else the search.
+:attr:`Prediction.score_kind` says which score each prediction carries.
+
 **Top-1 and greedy decoding.** ``label`` is the top-1 of that exact search. Greedy constrained
 decoding picks the best *token* at every step, which is not always the best *path*: it returns
 the same label whenever its own path is the best one (always for a set whose labels each have a
@@ -82,6 +94,7 @@ from trierouter.errors import NoCandidatesError, TrieRouterError, missing
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.path_scores import canonical_paths, path_scores, path_tree, path_trees
 from trierouter.router.tree_scores import (
     TokenTree,
     greedy_label,
@@ -102,12 +115,15 @@ __all__ = [
     "LabelScore",
     "ModeResult",
     "Prediction",
+    "ScoreMode",
     "evaluate",
     "load_examples",
     "load_labels",
 ]
 
 Engine = Literal["transformers", "vllm"]
+ScoreMode = Literal["auto", "exact", "canonical"]
+"""Which score a classifier computes (see the module docstring, "Long labels")."""
 
 DEFAULT_PROMPT = "Classify the text with exactly one label.\n{labels}Text: {text}\n"
 """The default prompt: ``{text}`` is the input, ``{labels}`` the candidate list (when short)."""
@@ -125,7 +141,8 @@ class LabelScore:
     label: str
     """The label (the original value, mapped back from a hierarchy string)."""
     logprob: float
-    """Sum of constrained log-probabilities along ``tokens`` (end id included)."""
+    """Sum of constrained log-probabilities along ``tokens`` (end id included): the best
+    path's (:attr:`Prediction.score_kind` ``"exact"``) or the canonical path's."""
     tokens: tuple[int, ...] = ()
     """The token path, the closing end id included."""
     retriever_rank: int | None = None
@@ -145,7 +162,15 @@ class Prediction:
     scores: list[LabelScore] = field(default_factory=list)
     """The top labels, best first by :attr:`ranking` (empty with the vLLM engine)."""
     exact: bool = True
-    """The scores are the exact top-n (False when ``max_expansions`` cut the search short)."""
+    """The scores are the exact (best-path) scores of the exact top-n: False when
+    ``max_expansions`` cut the search short, or for canonical-path scores."""
+    score_kind: Literal["exact", "canonical"] | None = "exact"
+    """What each score is: ``"exact"`` the label's best token path (token tree or search),
+    ``"canonical"`` its canonical path (the tokenizer's spelling; see ``score=``); ``None`` when
+    nothing was scored (the vLLM engine, or no candidates)."""
+    respelled: list[str] = field(default_factory=list)
+    """Canonical scores only: labels whose tokenizer encoding is not a path of the set (a
+    prefix space, normalised text), scored on their longest-match spelling instead."""
     thought: str | None = None
     """The free text written before the answer in think-then-answer mode."""
     candidates: int = 0
@@ -156,7 +181,8 @@ class Prediction:
     """Forward calls of the model for this text (the prompt's included)."""
     greedy: str | None = None
     """The label greedy constrained decoding picks, read off the same forward call (set when
-    the candidates were scored as one token tree; see ``tree_limit``)."""
+    the candidates were scored as one token tree, see ``tree_limit``; with canonical paths,
+    only when greedy decoding stays on them)."""
     note: str | None = None
     """Why ``label`` is ``None`` when nothing could be chosen (e.g. the shortlist was empty)."""
     ranking: Literal["model", "combined", "greedy"] = "model"
@@ -202,6 +228,9 @@ class Classifier:
     ``label=None`` and the reason in :attr:`Prediction.note`. ``combine``: rank by the model's
     exact scores and the retriever's rank together, with this weight (or a :class:`Combine`);
     see :meth:`calibrate_combine` to choose it (shortlist policy, transformers engine).
+    ``score``: ``"auto"``, ``"exact"`` or ``"canonical"`` (module docstring, "Long labels");
+    ``canonical_limit``: the most tree nodes of canonical paths per forward call (``"auto"``
+    scores canonically only where one call holds them all; ``"canonical"`` uses several).
     """
 
     def __init__(
@@ -225,6 +254,8 @@ class Classifier:
         tree_limit: int = 512,
         vllm_kwargs: dict[str, Any] | None = None,
         combine: float | Combine | None = None,
+        score: ScoreMode = "auto",
+        canonical_limit: int = 4096,
     ) -> None:
         if engine not in ("transformers", "vllm"):
             raise ValueError(f"engine={engine!r}; expected 'transformers' or 'vllm'")
@@ -235,6 +266,10 @@ class Classifier:
                 raise ValueError(f"{name}={v}: expected >= 1")
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: expected >= 1")
+        if score not in ("auto", "exact", "canonical"):
+            raise ValueError(f"score={score!r}: expected 'auto', 'exact' or 'canonical'")
+        if canonical_limit < 2:
+            raise ValueError(f"canonical_limit={canonical_limit}: expected >= 2")
         self.labels, self.descriptions = _load_labels_descriptions(labels, descriptions)
         if not self.labels:
             raise ValueError("labels is empty; a classifier needs at least one label")
@@ -247,6 +282,8 @@ class Classifier:
         self.max_expansions = max_expansions
         self.batch_size = batch_size
         self.tree_limit = tree_limit
+        self.score: ScoreMode = score
+        self.canonical_limit = canonical_limit
         self._backend: _Transformers | _Vllm
         if engine == "transformers":
             self._backend = _Transformers(model)
@@ -420,6 +457,7 @@ class _Transformers:
         self.vocabulary = Vocabulary.from_tokenizer(self.tokenizer, width=width)
         self.end_ids = set(self.vocabulary.end_ids)
         self.calls = 0  # forward calls of the model so far
+        self._spelled: dict[str, list[int]] = {}  # label text -> its token ids
 
     def encode(self, text: str) -> list[int]:
         return [int(t) for t in self.tokenizer(text)["input_ids"]]
@@ -441,15 +479,31 @@ class _Transformers:
             try:
                 cs = clf.routed.choices_for(text)
             except NoCandidatesError as exc:
-                out.append(Prediction(text=text, label=None, thought=thoughts[i], note=str(exc)))
+                out.append(
+                    Prediction(
+                        text=text, label=None, thought=thoughts[i], note=str(exc), score_kind=None
+                    )
+                )
                 continue
             calls0 = self.calls
             greedy = None
             n = len(cs) if clf.combine is not None else top_n  # combined: score every one
-            tree = token_tree(cs, limit=clf.tree_limit) if clf.tree_limit else None
+            kind: Literal["exact", "canonical"] = "exact"
+            respelled: list[str] = []
+            tree = None
+            if clf.tree_limit and clf.score != "canonical":
+                tree = token_tree(cs, limit=clf.tree_limit)
+            paths = None
+            if tree is None and clf.score != "exact":
+                paths = self.canonical(clf, cs)
             if tree is not None:  # every label exactly, in one forward call
                 scores, greedy = self.score_tree(ctx, tree, n)
                 exact, expansions = True, len(tree)
+            elif paths is not None:  # every label's canonical path, in one forward call or more
+                scores, greedy, expansions = self.score_canonical(
+                    ctx, cs, paths[0], n, clf.canonical_limit
+                )
+                exact, kind, respelled = False, "canonical", paths[1]
             else:
                 scores, exact, expansions = self.search(
                     ctx, cs, n, max_expansions=clf.max_expansions, batch_size=clf.batch_size
@@ -476,6 +530,8 @@ class _Transformers:
                     greedy=clf._label_of(greedy),
                     ranking="model" if clf.combine is None else "combined",
                     model_label=model_label,
+                    score_kind=kind,
+                    respelled=[r for v in respelled if (r := clf._label_of(v)) is not None],
                 )
             )
             if progress is not None:
@@ -492,6 +548,50 @@ class _Transformers:
         best = tree_scores(tree, logits)
         ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top_n]
         return [LabelScore(v, lp, path) for v, (lp, path) in ranked], greedy_label(tree, logits)
+
+    def canonical(
+        self, clf: Classifier, cs: ChoiceSet
+    ) -> tuple[dict[str, tuple[int, ...]], list[str]] | None:
+        """The canonical paths of ``cs``'s labels and the respelled labels, or ``None`` when
+        ``score="auto"`` and they do not fit one forward call (``canonical_limit`` nodes)."""
+        if clf.score == "auto" and len(cs) >= clf.canonical_limit:
+            return None  # one node per label at least: it cannot fit, do not encode them
+        paths, respelled = canonical_paths(cs, self.encode_batch, self.vocabulary)
+        if clf.score == "auto" and len(path_tree(cs, paths)) > clf.canonical_limit:
+            return None
+        return paths, respelled
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens, cached per text (labels recur
+        across the texts' shortlists)."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self._spelled]
+        if todo:
+            ids = self.tokenizer(todo, add_special_tokens=False)["input_ids"]
+            self._spelled.update(zip(todo, ([int(i) for i in r] for r in ids), strict=True))
+        return [self._spelled[t] for t in texts]
+
+    def score_canonical(
+        self,
+        context: list[int],
+        cs: ChoiceSet,
+        paths: dict[str, tuple[int, ...]],
+        top_n: int,
+        limit: int,
+    ) -> tuple[list[LabelScore], str | None, int]:
+        """The top ``top_n`` labels by canonical-path score, the greedy label (when greedy
+        decoding stays on the canonical paths) and the tree nodes computed: one forward call
+        per ``limit`` nodes (:mod:`trierouter.router.path_scores`)."""
+        best: dict[str, tuple[float, tuple[int, ...]]] = {}
+        greedy, nodes = None, 0
+        for tree, part in path_trees(cs, paths, limit):
+            self.calls += 1
+            logits = tree_logits(self.model, context, tree)
+            best.update(path_scores(tree, part, logits))
+            nodes += len(tree)
+            # the same argmax at every node in every call: a greedy path found whole is it
+            greedy = greedy or greedy_label(tree, logits)
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top_n]
+        return [LabelScore(v, lp, path) for v, (lp, path) in ranked], greedy, nodes
 
     def _think(
         self, clf: Classifier, contexts: list[list[int]]
@@ -763,7 +863,9 @@ class _Vllm:
         preds = []
         for i, text in enumerate(texts):
             if i in notes:
-                preds.append(Prediction(text=text, label=None, exact=False, note=notes[i]))
+                preds.append(
+                    Prediction(text=text, label=None, exact=False, note=notes[i], score_kind=None)
+                )
                 if progress is not None:
                     progress(i + 1)
                 continue
@@ -781,6 +883,7 @@ class _Vllm:
                     thought=thought,
                     candidates=size,
                     ranking="greedy",
+                    score_kind=None,
                 )
             )
             if progress is not None:
