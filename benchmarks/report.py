@@ -774,7 +774,11 @@ RERUN = [
     ("schema_coverage.json", "python benchmarks/schema_coverage.py", "not recorded"),
     ("livemcpbench_search.json", "python benchmarks/livemcpbench_search.py", "seconds"),
     ("tool_search.json", "python benchmarks/tool_search.py", "2 min (embeddings cached)"),
-    ("route_at_scale.json", "python benchmarks/route_at_scale.py --n 10", "see `wall_s` in its JSON"),
+    (
+        "route_at_scale.json",
+        "python benchmarks/route_at_scale.py --n 10",
+        "see `wall_s` in its JSON",
+    ),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
     ("classify_speed.json", "python benchmarks/classify_speed.py", "about 3 min, shared host"),
     (
