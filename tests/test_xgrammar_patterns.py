@@ -10,6 +10,7 @@ and only the one as written prints.
 from __future__ import annotations
 
 import random
+import string
 
 import pytest
 
@@ -31,12 +32,14 @@ REAL = [
     "(^[A-Z][0-9]+$)|(^[ABCDEFGHJKLMNPRSTVWX1-9][5CMBL][ED][0-5][0-9][0-7][0-9][0-9][0-9]$)",
     "arn:.+$|^[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}",
 ]
+ESCAPES = ["a\\" + c + "[\\" + c + "b]" for c in string.punctuation + " "]  # all, known or not
 KEPT = ["^[^a$]+$", "^\\^x\\$$", "[$^]", "^(a|b)$", "abc"]  # nothing XGrammar ignores
 
 
 def _random_pattern(rng: random.Random) -> str:
     """Branches of atoms, each branch anchored or not at either end, some grouped."""
-    atoms = ["a", "[0-9]", "[^$^]", "\\$", "\\^", "x{2,3}", "(b|c)", "[$]", "."]
+    atoms = ["a", "[0-9]", "[^$^]", "\\$", "\\^", "x{2,3}", "(b|c)", "[$]", ".", "\\,", "[\\_-]"]
+    atoms += ["\\\\", "\\.", "\\d"]
     branches = []
     for _ in range(rng.randint(1, 4)):
         body = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 3)))
@@ -76,6 +79,19 @@ def test_random_patterns_read_the_same_and_print_nothing(
         assert (ours, quiet) == (written, ""), (pattern, xgrammar_pattern(pattern), quiet)
         printed += "It is ignored" in noise
     assert printed > 100  # the draw did exercise the inner anchors
+
+
+@pytest.mark.parametrize("pattern", ESCAPES, ids=lambda p: p[1:3])
+def test_escapes_read_the_same_and_print_nothing(
+    pattern: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Every punctuation escape, in a class and out: the unknown ones (which XGrammar reports)
+    are written plain, the others kept; XGrammar reads both forms the same."""
+    written, noise = _ebnf_and_stderr(pattern, capfd)
+    handed = xgrammar_pattern(pattern)
+    ours, quiet = _ebnf_and_stderr(handed, capfd)
+    assert (ours, quiet) == (written, ""), (pattern, handed, noise)
+    assert (handed == pattern) == ("not recognized" not in noise), (pattern, handed, noise)
 
 
 @pytest.mark.parametrize("pattern", KEPT)

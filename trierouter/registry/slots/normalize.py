@@ -153,15 +153,33 @@ def _inner_anchor(pattern: str) -> bool:
     return False
 
 
+_UNKNOWN_ESCAPES = frozenset("!#%&,:;<=>@_`~ ")
+"""Characters whose escape XGrammar 0.2.8 does not know: it matches the character itself and
+prints a warning. Unescaped, each means itself to XGrammar and to ``re``, in a class or not."""
+
+
 def xgrammar_pattern(pattern: str) -> str:
-    """``pattern`` as XGrammar 0.2.8 reads it: without the anchors it ignores (a ``^`` after
-    the start, a ``$`` before the end), each of which it reports on stderr from its C++ regex
-    converter. The same language to XGrammar, and nothing printed; for a pattern that
+    """``pattern`` as XGrammar 0.2.8 reads it, less what it would report on stderr from its C++
+    regex converter: without the anchors it ignores (a ``^`` after the start, a ``$`` before the
+    end) and with the escapes it does not know (``\\,``, ``\\_``...) written as the plain
+    character. The same language to XGrammar, and nothing printed; for a pattern that
     :func:`regex_problem` passes (its inner anchors only open or close a branch) also the
     same language as ``re`` gives it."""
     last = len(pattern) - 1
     drop = {i for i in _anchors(pattern) if (i > 0 if pattern[i] == "^" else i < last)}
-    return "".join(c for i, c in enumerate(pattern) if i not in drop)
+    out: list[str] = []
+    i = 0
+    while i <= last:
+        c = pattern[i]
+        if c == "\\" and i < last:
+            nxt = pattern[i + 1]
+            out.append(nxt if nxt in _UNKNOWN_ESCAPES else c + nxt)
+            i += 2
+            continue
+        if i not in drop:
+            out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def regex_problem(pattern: str) -> str | None:
