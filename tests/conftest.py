@@ -20,6 +20,17 @@ from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.vocabulary import Vocabulary
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``install`` tier (tests/test_install.py: fresh venvs, downloads, ~10 min) runs only
+    when ``-m`` names it (``make test-install``); otherwise it is deselected, and counted so."""
+    if "install" in (config.getoption("markexpr") or ""):
+        return
+    drop = [item for item in items if item.get_closest_marker("install")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not item.get_closest_marker("install")]
+
+
 def load_script(path: Path) -> ModuleType:
     """A script of benchmarks/ (not a package) as a module, registered in ``sys.modules``."""
     spec = importlib.util.spec_from_file_location(path.stem, path)

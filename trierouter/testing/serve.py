@@ -95,14 +95,17 @@ def serve(
     args: Sequence[str] = (),
     multiprocessing: bool = True,
     timeout: float = 600.0,
+    launcher: Sequence[str] = (),
 ) -> Iterator[str]:
     """Run ``trierouter serve MODEL`` on a free loopback port; yield its base URL, stop it
-    after. ``multiprocessing=True`` keeps vLLM's default engine core (a separate process)."""
+    after. ``multiprocessing=True`` keeps vLLM's default engine core (a separate process).
+    ``launcher``: the command that stands for ``trierouter serve`` (default: this interpreter's
+    ``-m trierouter.router.vllm.launch``), e.g. another venv's ``[VENV/bin/trierouter, serve]``."""
     port = free_port()
     full = {**os.environ, **VLLM_CPU_ENV, **(env or {})}
     full["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocessing else "0"
     cmd = [
-        sys.executable, "-m", "trierouter.router.vllm.launch", str(model),
+        *(launcher or (sys.executable, "-m", "trierouter.router.vllm.launch")), str(model),
         "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny",
         "--dtype", "float32", "--enforce-eager", *args,
     ]  # fmt: skip

@@ -54,7 +54,12 @@ from trierouter.registry.slots.fragment import (
     trie_fragment,
 )
 from trierouter.registry.slots.nfa import TooManyStates, lit, nfa_fragment
-from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
+from trierouter.registry.slots.normalize import (
+    Problem,
+    normalize_schema,
+    regex_problem,
+    xgrammar_pattern,
+)
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
 from trierouter.registry.slots.regex import pattern_fragment, pattern_node
@@ -348,6 +353,8 @@ class SlotCompiler:
                     fix = "write a pattern with fewer states (no star before a counted repeat)"
                 self._problems.append(Problem(where, "pattern", why, fix))
                 out.pop("pattern")
+        if isinstance(out.get("pattern"), str):  # what XGrammar ignores, it also prints
+            out["pattern"] = xgrammar_pattern(out["pattern"])
         return out
 
     def _make(

