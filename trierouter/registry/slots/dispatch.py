@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from trierouter.registry.slots.anchors import xgrammar_pattern
 from trierouter.registry.slots.formats import (
     _DUMMY,
     FORMAT_PATTERNS,
@@ -54,12 +55,7 @@ from trierouter.registry.slots.fragment import (
     trie_fragment,
 )
 from trierouter.registry.slots.nfa import TooManyStates, lit, nfa_fragment
-from trierouter.registry.slots.normalize import (
-    Problem,
-    normalize_schema,
-    regex_problem,
-    xgrammar_pattern,
-)
+from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
 from trierouter.registry.slots.regex import pattern_fragment, pattern_node

@@ -15,9 +15,10 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from trierouter.registry.slots.anchors import inner_anchor
 
 __all__ = [
     "MAX_MIN_ITEMS",
@@ -26,7 +27,6 @@ __all__ = [
     "Problem",
     "normalize_schema",
     "regex_problem",
-    "xgrammar_pattern",
 ]
 
 MAX_NODES = 20_000
@@ -125,70 +125,13 @@ class _Empty(Exception):
     """The intersection has no value."""
 
 
-def _anchors(pattern: str) -> Iterator[int]:
-    """Where ``pattern`` has an anchor: each ``^`` / ``$`` neither escaped nor in a class."""
-    in_class = escaped = False
-    for i, c in enumerate(pattern):
-        if escaped:
-            escaped = False
-        elif c == "\\":
-            escaped = True
-        elif in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True  # a negated class's ``^`` is read inside it
-        elif c in "^$":
-            yield i
-
-
-def _inner_anchor(pattern: str) -> bool:
-    """An anchor other than a leading ``^`` / trailing ``$`` (or one opening / closing a branch
-    of the whole pattern): XGrammar ignores it, ``re`` does not."""
-    last = len(pattern) - 1
-    for i in _anchors(pattern):
-        if pattern[i] == "^" and i > 0 and pattern[i - 1] not in "|([":
-            return True
-        if pattern[i] == "$" and i < last and pattern[i + 1] not in "|)":
-            return True
-    return False
-
-
-_UNKNOWN_ESCAPES = frozenset("!#%&,:;<=>@_`~ ")
-"""Characters whose escape XGrammar 0.2.8 does not know: it matches the character itself and
-prints a warning. Unescaped, each means itself to XGrammar and to ``re``, in a class or not."""
-
-
-def xgrammar_pattern(pattern: str) -> str:
-    """``pattern`` as XGrammar 0.2.8 reads it, less what it would report on stderr from its C++
-    regex converter: without the anchors it ignores (a ``^`` after the start, a ``$`` before the
-    end) and with the escapes it does not know (``\\,``, ``\\_``...) written as the plain
-    character. The same language to XGrammar, and nothing printed; for a pattern that
-    :func:`regex_problem` passes (its inner anchors only open or close a branch) also the
-    same language as ``re`` gives it."""
-    last = len(pattern) - 1
-    drop = {i for i in _anchors(pattern) if (i > 0 if pattern[i] == "^" else i < last)}
-    out: list[str] = []
-    i = 0
-    while i <= last:
-        c = pattern[i]
-        if c == "\\" and i < last:
-            nxt = pattern[i + 1]
-            out.append(nxt if nxt in _UNKNOWN_ESCAPES else c + nxt)
-            i += 2
-            continue
-        if i not in drop:
-            out.append(c)
-        i += 1
-    return "".join(out)
-
-
 def regex_problem(pattern: str) -> str | None:
     """Why ``pattern`` may mean something else to XGrammar than to Python's ``re`` (which
     validators use), or ``None``."""
     m = _REGEX_UNSAFE.search(pattern)
     if m is not None:
         return f"{m.group()!r} in the pattern means something else to XGrammar than to re"
-    if _inner_anchor(pattern):
+    if inner_anchor(pattern):
         return "an anchor inside the pattern: XGrammar ignores it, re does not"
     return None
 
