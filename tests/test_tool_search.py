@@ -268,9 +268,12 @@ def test_tool_index_reads_every_tool_form_alike() -> None:
     )
     want = by_hand.search(query, 5)
     assert want[0] == "finance.getQuote"
+    every = by_hand.value_scores(query)  # each tool's BM25 score, the whole set scored
+    want_scores = [round(float(every[by_hand.values.index(n)]), 4) for n in want]
     for form in (openai_tools, anthropic, mcp, list(registry)):
         got = ToolIndex.build(form).search(query, 5)
         assert [n for n, _ in got] == want
+        assert [v for _, v in got] == want_scores
         assert [s for _, s in got] == sorted((s for _, s in got), reverse=True)
     assert ToolIndex.build(openai_tools).search("   ", 5) == []
     assert len(ToolIndex.build(mcp)) == len(fns)

@@ -304,20 +304,27 @@ class BM25Index(ValueOwners):
         check_k(k)
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of str; use search() for one query")
-        out = []
-        for q in queries:
-            s = self.scores(q, ngram_weight=ngram_weight)
-            hit = np.flatnonzero(s > 0)
-            fetch = min(len(hit), k if self.n_rows == len(self._values) else 4 * k + 16)
-            while True:
-                top = hit[np.argpartition(-s[hit], fetch - 1)[:fetch]] if fetch else hit[:0]
-                top = top[np.lexsort((top, -s[top]))]
-                ids, _ = best_per_owner(top, s[top].astype(np.float32), self._owner, k)
-                if len(ids) >= k or fetch >= len(hit):
-                    break
-                fetch = min(len(hit), fetch * 4)
-            out.append(ids)
-        return out
+        return [self._top(self.scores(q, ngram_weight=ngram_weight), k) for q in queries]
+
+    def search_scored(self, query: str, k: int = 64) -> tuple[I64, F64]:
+        """:meth:`search_ids` of one query and each value's score (its best row's), from one
+        scoring of the query."""
+        check_k(k)
+        s = self.scores(query)
+        ids = self._top(s, k)
+        return ids, self.best_per_value(s)[ids]
+
+    def _top(self, s: F64, k: int) -> I64:
+        """The (up to) ``k`` best value ids for row scores ``s``; values scoring 0 left out."""
+        hit = np.flatnonzero(s > 0)
+        fetch = min(len(hit), k if self.n_rows == len(self._values) else 4 * k + 16)
+        while True:
+            top = hit[np.argpartition(-s[hit], fetch - 1)[:fetch]] if fetch else hit[:0]
+            top = top[np.lexsort((top, -s[top]))]
+            ids, _ = best_per_owner(top, s[top].astype(np.float32), self._owner, k)
+            if len(ids) >= k or fetch >= len(hit):
+                return ids
+            fetch = min(len(hit), fetch * 4)
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -77,10 +77,10 @@ def tool_text(
 
 
 def _fields(tool: Any) -> tuple[str, str, Mapping[str, Any] | None]:
-    if isinstance(tool, Mapping):
-        fn = tool.get("function", tool)
-        params = fn.get("parameters", fn.get("input_schema", fn.get("inputSchema")))
-        return str(fn["name"]), str(fn.get("description") or ""), params
+    if isinstance(tool, Mapping):  # OpenAI, Anthropic, MCP, BFCL: read as the registry reads it
+        from trierouter.registry.forms import from_dict
+
+        tool = from_dict(tool)
     return str(tool.name), str(getattr(tool, "description", "") or ""), tool.parameters
 
 
@@ -122,7 +122,6 @@ class ToolIndex:
         word or character n-gram with ``query`` (never padded)."""
         if not query.strip():
             return []
-        ids = self._index.search_ids([query], k)[0]
-        scores = self._index.scores(query)
+        ids, scores = self._index.search_scored(query, k)
         values = self._index.values
-        return [(values[int(i)], round(float(scores[int(i)]), 4)) for i in ids]
+        return [(values[int(i)], round(float(v), 4)) for i, v in zip(ids, scores, strict=True)]
