@@ -694,7 +694,7 @@ def transformers_subset(
     import transformers
 
     from trierouter.registry.compiler import compile_tools
-    from trierouter.router.tool_calls.serving import native_plan
+    from trierouter.router.tool_calls.native import native_plan
     from trierouter.router.transformers import generate
 
     torch.set_num_threads(args.threads)

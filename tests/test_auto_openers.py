@@ -22,8 +22,8 @@ from trierouter.registry.call_text import auto_formats, envelope, first_trigger,
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.router.tool_calls.native import ToolCallStream
 from trierouter.router.tool_calls.plan import ToolCallPlan
-from trierouter.router.tool_calls.serving import ToolCallStream
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -187,3 +187,53 @@ def test_random_walks_are_native_and_valid(
 def test_unknown_format_is_refused(qwen2_index: TokenIndex) -> None:
     with pytest.raises(CompileError, match=r"unknown tool-call format.*hermes"):
         compile_tools(TOOLS, qwen2_index, format="harmony?")
+
+
+class _Tok:
+    """A tokenizer as the detectors see one: a chat template and a vocabulary view."""
+
+    def __init__(self, template: Any, vocab: dict[str, int] | None) -> None:
+        self.chat_template = template
+        self._vocab = vocab
+
+    def get_vocab(self) -> dict[str, int]:
+        if self._vocab is None:
+            raise NotImplementedError("no vocabulary view")
+        return self._vocab
+
+
+@pytest.mark.parametrize(
+    ("template", "vocab", "expected"),
+    [
+        ("{% for t in tools %}<tool_call>{{ t }}</tool_call>{% endfor %}", {}, "hermes"),
+        ("{{ '<|python_tag|>' }}{{ messages }}", {}, "llama3_json"),
+        ({"default": "plain", "tool_use": "[TOOL_CALLS] {{ tools }}"}, {}, "mistral"),
+        (None, {"hello": 0, "[TOOL_CALLS]": 5}, "mistral"),
+        ("plain {{ messages }}", {"<tool_call>": 7}, "hermes"),
+        ("plain {{ messages }}", {"hello": 0}, None),
+        (None, None, None),
+    ],
+)
+def test_one_detector_tells_a_models_call_format(
+    template: Any, vocab: dict[str, int] | None, expected: str | None, monkeypatch: Any
+) -> None:
+    """The vLLM tool parser and the LangChain adapter both ask registry.call_formats: same
+    answer, the template before the vocabulary, a clear error naming the fix when neither tells."""
+    from trierouter.registry.call_formats import model_call_format
+    from trierouter.router.langchain import ChatTrieRouter
+    from trierouter.router.vllm.tool_parser import detect_format
+
+    monkeypatch.delenv("TRIEROUTER_TOOL_FORMAT", raising=False)
+    tok = _Tok(template, vocab)
+    assert model_call_format(tok) == expected
+    chat = ChatTrieRouter(tokenizer=tok)
+    if expected is None:
+        with pytest.raises(ValueError, match="TRIEROUTER_TOOL_FORMAT"):
+            detect_format(tok)
+        with pytest.raises(ValueError, match="tool_format="):
+            chat._format()
+    else:
+        assert detect_format(tok) == expected
+        assert chat._format() == expected
+    monkeypatch.setenv("TRIEROUTER_TOOL_FORMAT", "llama3_json")
+    assert detect_format(tok) == "llama3_json"

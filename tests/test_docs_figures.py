@@ -307,7 +307,7 @@ DEFAULTS: dict[str, Row] = {
     "serving: inline tools": (
         "docs/serving.md",
         r"`TRIEROUTER_MAX_INLINE_TOOLS`, default ([\d,]+) tools",
-        _const("trierouter.router.vllm.openai", "_DEFAULT_MAX_INLINE_TOOLS"),
+        _const("trierouter.router.vllm.tool_parser", "_DEFAULT_MAX_INLINE_TOOLS"),
     ),
     "scale: trie threshold": (
         "docs/scale.md",

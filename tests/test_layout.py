@@ -249,8 +249,8 @@ CALL_TEXT_USERS = (
     "trierouter.router.tool_calls.call",
     "trierouter.router.tool_calls.free_text",
     "trierouter.router.tool_calls.plan",
-    "trierouter.router.tool_calls.serving",
-    "trierouter.router.vllm.openai",
+    "trierouter.router.tool_calls.native",
+    "trierouter.router.vllm.tool_parser",
 )
 """The places that used to scan call text themselves: each calls the one module now."""
 SEARCHES = {"find", "rfind", "index", "rindex", "count", "split", "rsplit", "partition"}
@@ -359,3 +359,32 @@ def f(text, fmt, CALL_HEAD):
         "a regex over a call's keys",
         "a regex over a call's keys",
     ], found
+
+
+def _reads_template_markers(source: str) -> bool:
+    """Whether a module reads the markers that tell a call format, or a tokenizer's template."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and node.id == "TEMPLATE_MARKERS":
+            return True
+        if isinstance(node, ast.alias) and node.name == "TEMPLATE_MARKERS":
+            return True
+        if isinstance(node, ast.Constant) and node.value == "chat_template":
+            return True
+    return False
+
+
+def test_one_function_tells_a_models_call_format() -> None:
+    """registry.call_formats.model_call_format is the only reader of the format markers and of a
+    chat template's text (negative control: the detector the vLLM parser used to carry)."""
+    readers = {
+        name
+        for name, path in MODULES.items()
+        if _reads_template_markers(path.read_text(encoding="utf-8"))
+    }
+    assert readers == {"trierouter.registry.call_formats"}, readers
+    assert _reads_template_markers(
+        "from trierouter.registry.call_formats import TEMPLATE_MARKERS\n"
+        "def detect(tok):\n"
+        "    t = getattr(tok, 'chat_template', None)\n"
+        "    return [f for m, f in TEMPLATE_MARKERS if m in t]\n"
+    )

@@ -26,8 +26,8 @@ from trierouter.registry.inline_tools import compile_inline
 from trierouter.registry.trie import compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
+from trierouter.router.tool_calls.native import native_plan
 from trierouter.router.tool_calls.plan import ToolCallPlan
-from trierouter.router.tool_calls.serving import native_plan
 from trierouter.router.vllm.checks import inline_text, prepare_inline_tools
 from trierouter.router.vllm.prepare import prepare_names, prepare_values
 

@@ -208,7 +208,7 @@ def test_server_serves_the_request_and_reports_relaxations() -> None:
     from vllm.exceptions import VLLMValidationError
 
     from trierouter.router.vllm.checks import check_inline_tools
-    from trierouter.router.vllm.openai import TrieRouterHermesToolParser
+    from trierouter.router.vllm.tool_parser import TrieRouterHermesToolParser
 
     assert len(check_inline_tools(json.dumps(SIX))) == 6
     flagged = json.loads(json.dumps(SIX))

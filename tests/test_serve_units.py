@@ -16,7 +16,7 @@ import pytest
 
 from trierouter.registry.call_text import ParsedCall, envelope, scan_calls
 from trierouter.registry.tool_registry import ToolRegistry
-from trierouter.router.tool_calls.serving import ToolCallStream, call_problem
+from trierouter.router.tool_calls.native import ToolCallStream, call_problem
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -102,7 +102,7 @@ vllm = pytest.importorskip("vllm")
 
 
 def test_request_xargs_refuses_each_bad_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trierouter.router.vllm.openai import request_xargs
+    from trierouter.router.vllm.tool_parser import request_xargs
 
     monkeypatch.setenv("TRIEROUTER_MAX_INLINE_TOOLS", "4")
     good = request_xargs(TOOLS, "required", parallel=True, fmt="hermes", max_tokens=80)
@@ -126,7 +126,7 @@ def test_tool_search_rewrites_a_registry_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from trierouter.router.vllm.launch import serve_argv
-    from trierouter.router.vllm.server import BadRequest, rewrite_body
+    from trierouter.router.vllm.server import BadRequest, read_body
 
     reg = [*TOOLS, *({"type": "function", "function": {"name": f"sync_thing_{i}",
                                                       "description": f"sync thing {i}"}}
@@ -136,22 +136,22 @@ def test_tool_search_rewrites_a_registry_request(
     body = {"model": "m", "messages": [{"role": "user", "content": "weather in Oslo?"}],
             "tool_choice": "required",
             "vllm_xargs": {"trierouter_tools": "api", "trierouter_tool_search": 3}}  # fmt: skip
-    out = json.loads(rewrite_body(json.dumps(body).encode(), "hermes") or b"{}")
+    out = json.loads(read_body(json.dumps(body).encode(), "hermes")[0] or b"{}")
     names = [t["function"]["name"] for t in out["tools"]]
     assert names == ["get_weather"], names  # only what matches: never padded to k
     assert out["vllm_xargs"]["trierouter_allowed"] == names
     body["messages"] = [{"role": "user", "content": "zqxj vbnm"}]  # matches no tool
     with pytest.raises(BadRequest, match="no tool of registry 'api' matches") as err:
-        rewrite_body(json.dumps(body).encode(), "hermes")
+        read_body(json.dumps(body).encode(), "hermes")[0]
     assert err.value.param == "vllm_xargs"
     body["vllm_xargs"]["trierouter_tools"] = "secret_registry_name_probe"
     with pytest.raises(BadRequest, match="is not configured on this server") as err:
-        rewrite_body(json.dumps(body).encode(), "hermes")
+        read_body(json.dumps(body).encode(), "hermes")[0]
     assert "'api'" not in str(err.value)  # the configured names are not told to the caller
     body["vllm_xargs"]["trierouter_tools"] = "api"
     body["vllm_xargs"]["trierouter_tool_search"] = 0
     with pytest.raises(BadRequest, match="trierouter_tool_search"):
-        rewrite_body(json.dumps(body).encode(), "hermes")
+        read_body(json.dumps(body).encode(), "hermes")[0]
     mw = "trierouter.router.vllm.server.ToolSearchMiddleware"
     assert serve_argv(["M", "--tool-call-parser", "x"])[:6] == [
         "--middleware", mw, "--model", "M", "--tool-call-parser", "x"]  # fmt: skip
@@ -175,26 +175,26 @@ BAD_SHAPES = [  # (body fields, the field the 400 must name)
 def test_malformed_bodies_are_a_400_naming_the_field(
     fields: dict[str, object], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trierouter.router.vllm.server import BadRequest, rewrite_body
+    from trierouter.router.vllm.server import BadRequest, read_body
 
     (tmp_path / "api.json").write_text(json.dumps(TOOLS))
     monkeypatch.setenv("TRIEROUTER_TOOLS", str(tmp_path / "api.json"))
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
             "tools": TOOLS, "tool_choice": "none", **fields}  # fmt: skip
     with pytest.raises(BadRequest) as err:
-        rewrite_body(json.dumps(body).encode(), "hermes")
+        read_body(json.dumps(body).encode(), "hermes")[0]
     assert str(err.value).startswith(named + ":"), err.value
 
 
 def test_a_body_nested_past_the_parser_is_a_400_naming_the_field() -> None:
-    from trierouter.router.vllm.server import BadRequest, rewrite_body
+    from trierouter.router.vllm.server import BadRequest, read_body
 
     deep = b'{"model": "m", "tool_choice": "none", "messages": ' + b"[" * 100_000 + b"]" * 100_000
     with pytest.raises(BadRequest, match=r"^messages: JSON nested too deeply") as err:
-        rewrite_body(deep + b"}", "hermes")
+        read_body(deep + b"}", "hermes")[0]
     assert err.value.param == "messages"
     with pytest.raises(BadRequest, match=r"^request body: JSON nested too deeply"):
-        rewrite_body(b"[" * 100_000, "hermes")
+        read_body(b"[" * 100_000, "hermes")[0]
 
 
 def test_nothing_of_the_middleware_runs_before_vllms_authentication(
@@ -271,7 +271,7 @@ def _stream_all(parser: object, text: str, request: object, ids: list[int]) -> d
 def test_streamed_calls_are_validated_like_whole_ones() -> None:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
-    from trierouter.router.vllm.openai import TrieRouterHermesToolParser
+    from trierouter.router.vllm.tool_parser import TrieRouterHermesToolParser
 
     tok = SimpleNamespace(eos_token_id=0, all_special_ids=[0])
     req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],

@@ -27,6 +27,7 @@ A new format is one entry in :data:`CALL_FORMATS`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from trierouter.errors import TrieRouterError
 
@@ -37,6 +38,7 @@ __all__ = [
     "TEMPLATE_MARKERS",
     "CallFormat",
     "call_format",
+    "model_call_format",
 ]
 
 CALL_HEAD = '{"name": "'
@@ -234,6 +236,29 @@ TEMPLATE_MARKERS: tuple[tuple[str, str], ...] = (
 )
 """``(marker, format)``: text in a model's chat template (or a special token of its vocabulary)
 that names its native call syntax, in the order they are looked for."""
+
+
+def model_call_format(tokenizer: Any) -> str | None:
+    """The native call syntax of a model, told by its tokenizer: the first of
+    :data:`TEMPLATE_MARKERS` found in its chat template (a string, or a dict of named templates),
+    else among its vocabulary's tokens; ``None`` when neither names one. The one place a model's
+    call format is detected (the vLLM tool parser and the LangChain adapter both ask here)."""
+    template = getattr(tokenizer, "chat_template", None)
+    texts = [template] if isinstance(template, str) else []
+    if isinstance(template, dict):
+        texts = [t for t in template.values() if isinstance(t, str)]
+    for text in texts:
+        for marker, fmt in TEMPLATE_MARKERS:
+            if marker in text:
+                return fmt
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:  # a tokenizer without a vocabulary view cannot tell
+        return None
+    for marker, fmt in TEMPLATE_MARKERS:
+        if marker in vocab:
+            return fmt
+    return None
 
 
 AUTO_OPENERS: tuple[str, ...] = ("json_fence", "json_object", "json_object_braced")

@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from trierouter.errors import missing
-from trierouter.registry.call_formats import TEMPLATE_MARKERS
+from trierouter.registry.call_formats import model_call_format
 from trierouter.registry.call_text import envelope, scan_calls
 from trierouter.registry.tool_registry import ToolRegistry
-from trierouter.router.tool_calls.serving import native_plan
+from trierouter.router.tool_calls.native import native_plan
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -313,13 +313,13 @@ class ChatTrieRouter(BaseChatModel):
         return text
 
     def _format(self) -> str:
-        template = getattr(self.tokenizer, "chat_template", None) or ""
-        for marker, fmt in TEMPLATE_MARKERS:
-            if marker in template:
-                return fmt
-        raise ValueError(
-            "cannot tell the model's tool-call syntax from its chat template; pass tool_format="
-        )
+        fmt = model_call_format(self.tokenizer)
+        if fmt is None:
+            raise ValueError(
+                "cannot tell the model's tool-call syntax from its chat template or vocabulary; "
+                "pass tool_format="
+            )
+        return fmt
 
     def _compile(self, tools: list[dict[str, Any]], fmt: str) -> Any:
         from trierouter.registry.compiler import compile_tools

@@ -16,13 +16,13 @@ from trierouter.router.tool_calls.call import (
     parse_tool_call,
     tool_choice_name,
 )
-from trierouter.router.tool_calls.plan import ToolCallPlan, ToolState
-from trierouter.router.tool_calls.serving import (
+from trierouter.router.tool_calls.native import (
     StreamDelta,
     ToolCallStream,
     call_problem,
     native_plan,
 )
+from trierouter.router.tool_calls.plan import ToolCallPlan, ToolState
 
 __all__ = [
     "FunctionCall",

@@ -197,7 +197,7 @@ def relaxed_response(response: bytes, request: Mapping[str, Any]) -> bytes | Non
     relaxed tool. (vLLM rebuilds a non-streamed call from its id, name and arguments and drops
     the parser's field, so the server's middleware adds it here.)"""
     from trierouter.registry.call_text import ParsedCall
-    from trierouter.router.tool_calls.serving import call_problem
+    from trierouter.router.tool_calls.native import call_problem
 
     try:
         data = json.loads(response)

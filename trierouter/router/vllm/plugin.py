@@ -17,7 +17,7 @@ PARSERS: dict[str, str] = {
     "trierouter_mistral": "TrieRouterMistralToolParser",
     "trierouter_json_array": "TrieRouterJsonArrayToolParser",
 }
-"""``--tool-call-parser`` name -> class in :mod:`trierouter.router.vllm.openai`."""
+"""``--tool-call-parser`` name -> class in :mod:`trierouter.router.vllm.tool_parser`."""
 
 
 def register() -> None:
@@ -27,4 +27,4 @@ def register() -> None:
     except ImportError:  # a vLLM without tool parsers: nothing to register
         return
     for name, cls in PARSERS.items():
-        ToolParserManager.register_lazy_module(name, "trierouter.router.vllm.openai", cls)
+        ToolParserManager.register_lazy_module(name, "trierouter.router.vllm.tool_parser", cls)

@@ -108,7 +108,7 @@ def prepare_body(raw: bytes, syntax: Syntax = None) -> tuple[str, tuple[str, ...
     tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])]
     if not tools:
         return None
-    from trierouter.router.vllm.openai import _DEFAULT_MAX_INLINE_TOOLS, ENV_MAX_INLINE_TOOLS
+    from trierouter.router.vllm.tool_parser import _DEFAULT_MAX_INLINE_TOOLS, ENV_MAX_INLINE_TOOLS
 
     text = inline_text(tools)
     limit = _env_int(ENV_MAX_INLINE_TOOLS, _DEFAULT_MAX_INLINE_TOOLS)
@@ -170,7 +170,7 @@ def prepare_names(text: str, key: str, syntax: Syntax, choice: str, parallel: bo
         return 0
     from trierouter.registry.inline_tools import compile_inline
     from trierouter.router.tool_calls.closing import plan_tables
-    from trierouter.router.tool_calls.serving import native_plan
+    from trierouter.router.tool_calls.native import native_plan
 
     fmt, openers = syntax
     tools = compile_inline(text, index, format=fmt, store=store)

@@ -70,7 +70,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 def _none_xargs(body: dict[str, Any], fmt: str) -> None:
     """``tool_choice: "none"`` with tools: the constraint vLLM would not ask the parser for."""
-    from trierouter.router.vllm.openai import request_xargs
+    from trierouter.router.vllm.tool_parser import request_xargs
 
     xargs = body.get("vllm_xargs") if isinstance(body.get("vllm_xargs"), dict) else None
     try:
@@ -175,11 +175,6 @@ def _too_deep(raw: bytes) -> BadRequest:
 
 
 Read = tuple[bytes | None, dict[str, Any] | None, dict[str, Any] | None]
-
-
-def rewrite_body(raw: bytes, fmt: str | None, ctx: PromptContext | None = None) -> bytes | None:
-    """The rewritten body, or ``None`` to pass it on unchanged (``BadRequest`` to refuse)."""
-    return read_body(raw, fmt, ctx)[0]
 
 
 def read_body(raw: bytes, fmt: str | None, ctx: PromptContext | None = None) -> Read:

@@ -24,7 +24,7 @@ from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.inline_tools import compile_inline
 from trierouter.router.tool_calls.closing import plan_tables
-from trierouter.router.tool_calls.serving import native_plan
+from trierouter.router.tool_calls.native import native_plan
 from trierouter.router.vllm.args import ARG_TOOLS, RequestSpec, logger
 
 __all__ = ["EngineToolSets"]

@@ -26,10 +26,10 @@ def _tokenizer(model_config: Any) -> Any:
 
 def model_syntax(model_config: Any) -> tuple[str | None, tuple[str, ...]]:
     """The served model's call format and ``auto`` openers, found as the tool parser finds
-    them (:func:`~trierouter.router.vllm.openai.detect_format`, the openers learned beside the
+    them (:func:`~trierouter.router.vllm.tool_parser.detect_format`, the openers learned beside the
     model); ``(None, ...)`` when its format cannot be told (the parser then needs its own)."""
     from trierouter.router.openers import model_openers
-    from trierouter.router.vllm.openai import detect_format
+    from trierouter.router.vllm.tool_parser import detect_format
 
     tok = _tokenizer(model_config)
     try:

@@ -1,6 +1,6 @@
-"""What a server needs of tool calls besides decoding: the plan with budgets
-(:func:`native_plan`), streaming deltas (:class:`ToolCallStream`) and a parsed call checked
-against a request's schemas (:func:`call_problem`).
+"""A tool call in the model's native syntax, as a server needs it besides decoding: the plan
+with budgets (:func:`native_plan`), streaming deltas (:class:`ToolCallStream`) and a parsed call
+checked against a request's schemas (:func:`call_problem`).
 
 The call text is read by :mod:`trierouter.registry.call_text` (partial mode: every call so far,
 the last one possibly unfinished). The streaming parser re-reads the text it is given (calls are

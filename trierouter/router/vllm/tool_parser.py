@@ -35,10 +35,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trierouter.errors import missing
-from trierouter.registry.call_formats import TEMPLATE_MARKERS
+from trierouter.registry.call_formats import model_call_format
 from trierouter.registry.call_text import ParsedCall, envelope, scan_calls
 from trierouter.router.openers import model_openers
-from trierouter.router.tool_calls.serving import FORMAT_NAMES, ToolCallStream, call_problem
+from trierouter.router.tool_calls.native import FORMAT_NAMES, ToolCallStream, call_problem
 from trierouter.router.vllm.args import (
     ARG_ALLOWED,
     ARG_AUTO_OPENERS,
@@ -112,21 +112,9 @@ def detect_format(tokenizer: Any) -> str:
         if env not in FORMAT_NAMES:
             raise ValueError(f"${ENV_TOOL_FORMAT}={env!r}: expected one of {list(FORMAT_NAMES)}")
         return env
-    template = getattr(tokenizer, "chat_template", None)
-    texts = [template] if isinstance(template, str) else []
-    if isinstance(template, dict):
-        texts = [t for t in template.values() if isinstance(t, str)]
-    for text in texts:
-        for marker, fmt in TEMPLATE_MARKERS:
-            if marker in text:
-                return fmt
-    try:
-        vocab = tokenizer.get_vocab()
-    except Exception:  # a tokenizer without a vocabulary view: only the variable can tell
-        vocab = {}
-    for marker, fmt in TEMPLATE_MARKERS:
-        if marker in vocab:
-            return fmt
+    fmt = model_call_format(tokenizer)
+    if fmt is not None:
+        return fmt
     raise ValueError(
         "cannot tell the model's tool-call syntax from its chat template or vocabulary; set "
         f"${ENV_TOOL_FORMAT} to one of {list(FORMAT_NAMES)} or use --tool-call-parser "
