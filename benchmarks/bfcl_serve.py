@@ -22,7 +22,9 @@ reader who parses the text would find it, the first JSON call object in ``conten
 ``called_attempt`` (also a call begun in ``content``, ``{"name": ..., "arguments":``, that does
 not parse: cut at ``max_tokens`` or closed wrongly; ``--rescore`` recounts it from the committed
 answers), HTTP errors, and seconds per request (each request's own wall time; 8 requests in
-flight). On irrelevance, ``vllm_auto``'s ``called_lenient`` and ``called_attempt`` are the free
+flight). The two servers run one after the other; each server's two arms run interleaved by
+question through one pool (q1 in one arm, q1 in the other, q2, ...), one run record for both.
+On irrelevance, ``vllm_auto``'s ``called_lenient`` and ``called_attempt`` are the free
 model read leniently: the rate ``tr_auto`` must not exceed. Writes
 ``benchmarks/results/bfcl_serve.json`` (+ ``_texts.json``); ``--arms tr_auto --keep`` reruns
 one arm and keeps the others; ``runs`` holds each arm's own record (``benchmarks/_provenance.py``:
@@ -123,48 +125,68 @@ def rescore(out: Path) -> None:
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 
-def run_arm(url: str, arm: str, data: dict[str, list[Any]], judge: Any, args: Any) -> Any:
+def run_arms(
+    url: str, arms: list[str], data: dict[str, list[Any]], judge: Any, args: Any
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Every question of a category asked once per arm of one server, the arms interleaved by
+    question (q1 arm a, q1 arm b, q2 arm a, ...) through one pool of ``--concurrency`` requests
+    in flight, so the arms share the server's load and the hour alike."""
     import openai
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=900)
-    required = arm.endswith("required")
-    rows: dict[str, Any] = {}
+    rows: dict[str, dict[str, Any]] = {arm: {} for arm in arms}
     texts: dict[str, Any] = {}
     for cat, entries in data.items():
+        jobs = [(e, arm) for e in entries for arm in arms]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as pool:
             answers = list(
                 pool.map(
-                    lambda e: ask(client, e, required=required, max_tokens=args.max_tokens),
-                    entries,
+                    lambda job: ask(
+                        client, job[0], required=job[1].endswith("required"),
+                        max_tokens=args.max_tokens,
+                    ),
+                    jobs,
                 )
-            )
+            )  # fmt: skip
         wall = time.perf_counter() - t0
-        agg = {"n": len(entries), "called": 0, "correct": 0, "valid": 0, "called_lenient": 0}
-        agg["called_attempt"] = 0
-        agg["errors"] = 0
-        secs = []
-        for e, a in zip(entries, answers, strict=True):
-            texts[e.id + ":" + arm] = a
-            secs.append(a["s"])
-            if "error" in a:
-                agg["errors"] += 1
-                continue
-            calls = a["calls"]
-            row = judge_row(judge, e, calls, tools_of(e), text_allowed=not required)
-            agg["called"] += bool(calls)
-            agg["correct"] += row["correct"]
-            agg["valid"] += row["valid"]
-            lenient, attempt = _read(a)
-            agg["called_lenient"] += lenient
-            agg["called_attempt"] += attempt
-        secs.sort()
-        agg["s_per_request_median"] = round(secs[len(secs) // 2], 3)
-        agg["s_per_request_mean"] = round(sum(secs) / len(secs), 3)
-        agg["wall_s"] = round(wall, 1)
-        rows[cat] = agg
-        print(f"{arm:14s} {cat:14s} " + " ".join(f"{k}={v}" for k, v in agg.items()), flush=True)
+        for arm in arms:
+            mine = [(e, a) for (e, job_arm), a in zip(jobs, answers, strict=True) if job_arm == arm]
+            rows[arm][cat] = _aggregate(judge, arm, mine, texts, wall)
+            agg = rows[arm][cat]
+            line = " ".join(f"{k}={v}" for k, v in agg.items())
+            print(f"{arm:14s} {cat:14s} {line}", flush=True)
     return rows, texts
+
+
+def _aggregate(
+    judge: Any, arm: str, answered: list[tuple[Any, Any]], texts: dict[str, Any], wall: float
+) -> dict[str, Any]:
+    """One arm's counts over one category's answers (``wall_s``: the interleaved batch's wall)."""
+    required = arm.endswith("required")
+    agg = {"n": len(answered), "called": 0, "correct": 0, "valid": 0, "called_lenient": 0}
+    agg["called_attempt"] = 0
+    agg["errors"] = 0
+    secs = []
+    for e, a in answered:
+        texts[e.id + ":" + arm] = a
+        secs.append(a["s"])
+        if "error" in a:
+            agg["errors"] += 1
+            continue
+        calls = a["calls"]
+        row = judge_row(judge, e, calls, tools_of(e), text_allowed=not required)
+        agg["called"] += bool(calls)
+        agg["correct"] += row["correct"]
+        agg["valid"] += row["valid"]
+        lenient, attempt = _read(a)
+        agg["called_lenient"] += lenient
+        agg["called_attempt"] += attempt
+    secs.sort()
+    agg["s_per_request_median"] = round(secs[len(secs) // 2], 3)
+    agg["s_per_request_mean"] = round(sum(secs) / len(secs), 3)
+    agg["wall_s"] = round(wall, 1)
+    return agg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,13 +269,14 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         with start() as url:
             print(f"{key} server up in {time.perf_counter() - t0:.0f} s", flush=True)
-            for arm in mine:
-                run = arm_run(settings)
-                rows, t = run_arm(url, arm, data, judge, args)
-                result.setdefault("runs", {})[arm] = finish_run(run)
-                result["arms"][arm] = rows
-                texts.update(t)
-                write_result(args.out, result, texts)  # each arm as it finishes
+            run = arm_run(settings)
+            rows, t = run_arms(url, mine, data, judge, args)
+            done = finish_run(run)
+            for arm in mine:  # the server's arms ran together: one run record each
+                result.setdefault("runs", {})[arm] = dict(done, interleaved_with=mine)
+                result["arms"][arm] = rows[arm]
+            texts.update(t)
+            write_result(args.out, result, texts)  # each server's arms as they finish
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")
     return 0
