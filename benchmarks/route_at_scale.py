@@ -17,11 +17,15 @@ outcome is seen (``bfcl_offline.sample``). Registries (named, ``$TRIEROUTER_TOOL
   over name and description: ``trierouter_search_text="name_description"``).
 
 Per arm: BFCL's official ``ast_checker`` accuracy (from the pinned wheel) on the returned
-``tool_calls``; right-tool rate (the called names are the gold names); schema-valid calls
-(jsonschema with its format checker, against the called tool's own schema); for the registry
-arms search recall@1/5/16 and the gold tool in the prompt (from the response's
-``trierouter_routing`` field); HTTP errors, refusals for context length among them; seconds
-per request (each request's wall time, ``--concurrency`` in flight, after one untimed warm-up
+``tool_calls``; right-tool rate (the called names are the gold names); ``right_tool_or_twin``
+(each called name is a gold name or its twin: the same
+:func:`~trierouter.shortlist.tool_text.twin_key`, e.g. ``number_theory.gcd`` for ``math.gcd``:
+what the question alone cannot tell apart; a secondary count, BFCL's checker stays the judge)
+and ``gold_has_twin`` (questions whose gold tool has a twin among the arm's tools); schema-valid
+calls (jsonschema with its format checker, against the called tool's own schema); for the
+registry arms search recall@1/5/16 and the gold tool in the prompt (from the response's
+``trierouter_routing`` field); HTTP errors, refusals for context length among them; seconds per
+request (each request's wall time, ``--concurrency`` in flight, after one untimed warm-up
 request per arm) and the server's search milliseconds.
 Writes ``benchmarks/results/route_at_scale.json``.
 """
@@ -122,8 +126,11 @@ def gold_names(entry: Any) -> set[str]:
 def summarize(
     entries: list[Any], answers: list[dict[str, Any]], judge: Any, by_name: dict[str, Any]
 ) -> dict[str, Any]:
+    from trierouter.shortlist.tool_text import twin_key
+
     agg: dict[str, Any] = {"n": len(entries), "correct": 0, "right_tool": 0, "called": 0,
-                           "valid": 0, "errors": 0, "refused_context": 0}  # fmt: skip
+                           "right_tool_or_twin": 0, "valid": 0, "errors": 0,
+                           "refused_context": 0}  # fmt: skip
     hits = {1: 0, 5: 0, 16: 0, "prompt": 0}
     routed = 0
     secs, search_ms, prompt_tokens = [], [], []
@@ -140,6 +147,9 @@ def summarize(
             tools = [by_name[c["name"]] for c in calls if c["name"] in by_name]
             agg["valid"] += schema_valid(calls, tools)
             agg["right_tool"] += {c["name"] for c in calls} == gold
+            agg["right_tool_or_twin"] += {twin_key(c["name"]) for c in calls} == {
+                twin_key(g) for g in gold
+            }
         agg["correct"] += judge_row(judge, e, calls, tools_of(e), text_allowed=True)["correct"]
         if a.get("prompt_tokens"):
             prompt_tokens.append(a["prompt_tokens"])
@@ -163,6 +173,39 @@ def summarize(
     return agg
 
 
+def twin_counts(out: Path) -> None:
+    """Add ``right_tool_or_twin`` and ``gold_has_twin`` to every arm of ``out`` from its
+    committed answers (``_texts.json``) and the registries' names, without asking again; the
+    recount is recorded in ``rescored``."""
+    from trierouter.shortlist.tool_text import twin_key
+
+    result = json.loads(out.read_text())
+    texts = json.loads(out.with_name(out.stem + "_texts.json").read_text())
+    entries = [
+        e for c in result["categories"] for e in sample(c, result["n_per_category"], result["seed"])
+    ]
+    own = [t for e in entries for t in tools_of(e)]
+    pool = [t["function"]["name"] for t in pools([max(SIZES.values())], own)]
+    for arm, agg in result["arms"].items():
+        size = SIZES.get(arm.removesuffix("_name_desc"))
+        right = has_twin = 0
+        for e in entries:
+            gold = gold_names(e)
+            names = pool[:size] if size else [t["function"]["name"] for t in tools_of(e)]
+            keys = {twin_key(g) for g in gold}
+            has_twin += any(twin_key(n) in keys and n not in gold for n in names)
+            a = texts[f"{e.id}:{arm}"]
+            calls = a.get("calls") or []
+            right += bool(calls) and {twin_key(c["name"]) for c in calls} == keys
+        agg["right_tool_or_twin"], agg["gold_has_twin"] = right, has_twin
+    result["rescored"] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "what": "right_tool_or_twin and gold_has_twin added from the committed answers and the "
+        "pool rule's names; nothing asked again",
+    }
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=60, help="questions per category")
@@ -171,7 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument(
+        "--twins", action="store_true",
+        help="only add the twin counts to --out from its committed answers",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.twins:
+        twin_counts(args.out)
+        return 0
 
     import openai
 

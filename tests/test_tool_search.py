@@ -277,3 +277,44 @@ def test_tool_index_reads_every_tool_form_alike() -> None:
         assert [s for _, s in got] == sorted((s for _, s in got), reverse=True)
     assert ToolIndex.build(openai_tools).search("   ", 5) == []
     assert len(ToolIndex.build(mcp)) == len(fns)
+
+
+def test_twins_are_the_tools_a_question_alone_cannot_tell_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twins (one API in several namespaces or spellings) against a brute-force pairwise rule,
+    and named per candidate in the routing record, so a user sees why a near-duplicate won."""
+    from trierouter.shortlist import ToolIndex
+    from trierouter.shortlist.tool_text import twin_key
+
+    names = ["math.gcd", "number_theory.gcd", "gcd", "lcm", "calculate_BMI", "calculate_bmi",
+             "health.calculateBmi", "calc_bmi", "get_user_v2", "get_user_v_2",
+             "weather.get"]  # fmt: skip
+    index = ToolIndex.build([_tool(n, f"Tool {n}.", {"x": {"type": "string"}}) for n in names])
+
+    def same(a: str, b: str) -> bool:  # the rule spelt out: last segment, letters and digits
+        last = [n.split(".")[-1].lower() for n in (a, b)]
+        return ["".join(ch for ch in s if ch.isalnum()) for s in last] == [
+            "".join(ch for ch in s if ch.isalnum()) for s in last[::-1]
+        ]
+
+    for n in names:
+        assert index.twins(n) == [m for m in names if m != n and same(n, m)], n
+    assert twin_key("number_theory.gcd") == "gcd" and index.twins("lcm") == []
+    assert sorted(index.twins("calculate_bmi")) == ["calculate_BMI", "health.calculateBmi"]
+
+    pytest.importorskip("vllm")
+    from trierouter.router.vllm.server import read_body
+
+    reg = [_tool(n, f"Compute the {n.split('.')[-1]} of numbers.", {"a": {"type": "integer"}})
+           for n in names]  # fmt: skip
+    (tmp_path / "api.json").write_text(json.dumps(reg))
+    monkeypatch.setenv("TRIEROUTER_TOOLS", str(tmp_path / "api.json"))
+    body = {"model": "m", "messages": [{"role": "user", "content": "gcd of 12 and 18"}],
+            "vllm_xargs": {"trierouter_tools": "api", "trierouter_tool_search": 4}}  # fmt: skip
+    _, _, routing = read_body(json.dumps(body).encode(), "hermes")
+    assert routing is not None
+    by_name = {c["name"]: c for c in routing["candidates"]}
+    assert {"math.gcd", "number_theory.gcd", "gcd"} <= set(by_name)
+    for n, c in by_name.items():
+        assert c.get("twins", []) == [m for m in names if m != n and same(n, m)]

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["TOOL_TEXT_MAX_CHARS", "ToolIndex", "name_words", "tool_text"]
+__all__ = ["TOOL_TEXT_MAX_CHARS", "ToolIndex", "name_words", "tool_text", "twin_key"]
 
 TOOL_TEXT_MAX_CHARS = 1_500
 """Default bound on :func:`tool_text` (characters): name and description first, then the
@@ -84,6 +84,18 @@ def _fields(tool: Any) -> tuple[str, str, Mapping[str, Any] | None]:
     return str(tool.name), str(getattr(tool, "description", "") or ""), tool.parameters
 
 
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def twin_key(name: str) -> str:
+    """What near-duplicate tools share: the name's last dotted segment, lower case, letters and
+    digits only (``"number_theory.gcd"``, ``"math.gcd"`` and ``"gcd"`` -> ``"gcd"``;
+    ``"calculate_BMI"`` and ``"calculateBmi"`` -> ``"calculatebmi"``). Tools with one key are
+    *twins*: one API in several namespaces or spellings, which a question alone often cannot
+    tell apart; a search shows them together and the routing record names them."""
+    return _NOT_ALNUM.sub("", name.rsplit(".", 1)[-1].lower())
+
+
 class ToolIndex:
     """The server's default tool search in the library: BM25 over each tool's
     :func:`tool_text`. Tools: a :class:`~trierouter.ToolRegistry`, its tools, or OpenAI /
@@ -95,6 +107,7 @@ class ToolIndex:
 
     def __init__(self, index: Any) -> None:
         self._index = index
+        self._twins: dict[str, list[str]] | None = None
 
     @classmethod
     def build(
@@ -116,6 +129,15 @@ class ToolIndex:
 
     def __len__(self) -> int:
         return len(self._index.values)
+
+    def twins(self, name: str) -> list[str]:
+        """The other tools of the index with ``name``'s :func:`twin_key` (in index order)."""
+        if self._twins is None:
+            groups: dict[str, list[str]] = {}
+            for value in self._index.values:
+                groups.setdefault(twin_key(value), []).append(value)
+            self._twins = {k: g for k, g in groups.items() if len(g) > 1}
+        return [n for n in self._twins.get(twin_key(name), ()) if n != name]
 
     def search(self, query: str, k: int = 16) -> list[tuple[str, float]]:
         """Up to ``k`` ``(tool name, BM25 score)`` pairs, best first: only tools that share a

@@ -55,6 +55,8 @@ ARG_CONSTRAIN = "trierouter_constrain"
 ARG_SEARCH_TEXT = "trierouter_search_text"
 DEFAULT_K = 16
 MAX_K = 256
+MAX_TWINS_SHOWN = 8
+"""Twins (:func:`~trierouter.shortlist.tool_text.twin_key`) named per candidate, at most."""
 DEFAULT_OUTPUT_RESERVE = 1024
 """Tokens kept for the answer when a request sends no ``max_tokens``."""
 _SHARE = 4
@@ -116,6 +118,7 @@ class ToolSearch:
             index = ToolIndex.build(tools)
         else:  # names and descriptions only: the search before parameters were indexed
             index = ToolIndex.build(tools, document=lambda name, desc, _: f"{name} {desc}")
+        index.twins("")  # the registry's twin groups, built with its index
         self.build_seconds[text] = round(time.perf_counter() - t0, 3)
         return index
 
@@ -349,6 +352,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
     search_ms = (time.perf_counter() - t1) * 1000
     wait_ms = (t1 - t0) * 1000
     score = dict(found)
+    twins_of = search.ready(text).twins
     names = list(dict.fromkeys([*pinned, *(n for n, _ in found)]))
     if not names:
         raise BadRequest(
@@ -392,6 +396,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
                 "search_score": score.get(n),
                 "pinned": n in pinned,
                 "prompt": fate,
+                **({"twins": tw[:MAX_TWINS_SHOWN]} if (tw := twins_of(n)) else {}),
             }
             for i, (n, fate) in enumerate(zip(names, fates, strict=True))
         ],
