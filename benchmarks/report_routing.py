@@ -88,9 +88,10 @@ def route_at_scale(load: Load) -> list[str]:
     if d is None:
         return []
     out = [
-        "| arm | n | correct (BFCL checker) | right tool | schema-valid calls | R@5 | R@16 "
-        "| gold tool in the prompt | refused (context) | other errors | s / request (median) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| arm | n | correct (BFCL checker) | right tool | right tool or its twin | gold has a "
+        "twin | schema-valid calls | R@5 | R@16 | gold tool in the prompt | refused (context) "
+        "| other errors | s / request (median) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for arm, a in d["arms"].items():
         rec = a.get("recall_at", {})
@@ -101,7 +102,8 @@ def route_at_scale(load: Load) -> list[str]:
 
         out.append(
             f"| {ARM_NAMES.get(arm, arm)} | {a['n']} | {a['correct']} ({a['correct'] / a['n']:.0%})"
-            f" | {a['right_tool']} | {a['valid']} of {called} | {pct(rec.get('5'))} | "
+            f" | {a['right_tool']} | {a.get('right_tool_or_twin', '—')} | "
+            f"{a.get('gold_has_twin', '—')} | {a['valid']} of {called} | {pct(rec.get('5'))} | "
             f"{pct(rec.get('16'))} | {pct(a.get('gold_in_prompt'))} | {a['refused_context']} | "
             f"{a['errors'] - a['refused_context']} | {a['s_per_request_median']:.1f} |"
         )
@@ -117,8 +119,12 @@ def route_at_scale(load: Load) -> list[str]:
         f"{d['model']}, `trierouter serve` with {' '.join(d['server_args'])}, temperature 0, "
         f"`tool_choice` not sent, {d['concurrency']} requests in flight, {d['n_per_category']} "
         f"questions of each of {', '.join(d['categories'])} (seed {d['seed']}). "
-        f"Pool: {d['pool_rule']}. Right tool: the called names are the gold names; R@k and "
-        "gold in the prompt: from each answer's `trierouter_routing` field.",
+        f"Pool: {d['pool_rule']}. Right tool: the called names are the gold names; its twin: a "
+        "tool with the same last name segment up to case and punctuation (`math.gcd`, "
+        "`number_theory.gcd`, `gcd`), which the question alone cannot tell apart (a secondary "
+        "count, recounted from the committed answers; BFCL's checker stays the judge); gold has "
+        "a twin: among the arm's tools. R@k and gold in the prompt: from each answer's "
+        "`trierouter_routing` field.",
     ]
 
 
