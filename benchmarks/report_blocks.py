@@ -12,6 +12,7 @@ from typing import Any
 
 from _provenance import RUN_NOTE, arm_runs, check_table, is_mixed, run_cell
 from report import _cell, source
+from report_calls import serving_headline
 from report_routing import BLOCKS as ROUTING_BLOCKS
 
 Load = Callable[[str], dict[str, Any] | None]
@@ -555,6 +556,7 @@ BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "refusals": refusals,
     "schema-coverage": schema_coverage,
     "serve-itl": serve_itl,
+    "serving-headline": serving_headline,
     "shortlist-gap": shortlist_gap,
     **ROUTING_BLOCKS,
 }

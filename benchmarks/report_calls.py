@@ -9,7 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 import plot_bfcl
-from _provenance import RUN_NOTE, arm_runs, check_table, is_mixed, run_cell, run_label
+from _provenance import (
+    RUN_NOTE,
+    MixedRuns,
+    arm_runs,
+    check_table,
+    is_mixed,
+    run_cell,
+    run_label,
+    run_labels,
+)
 from tool_calls import readme_table
 
 Load = Callable[[str], dict[str, Any] | None]
@@ -371,6 +380,41 @@ def serve_throughput(load: Load, source: Source) -> list[str]:
         "",
         "![serve throughput](../benchmarks/results/serve_throughput.png)",
         "",
+    ]
+
+
+def serving_headline(load: Load) -> list[str]:
+    """README: what constrained tool calls cost a serving engine (serve_throughput.json)."""
+    d = load("serve_throughput.json")
+    if d is None:
+        return []
+    summary, ratios = d["summary"], d["ratios"]
+    runs = arm_runs(d)
+    if is_mixed(runs, summary):  # one sentence cannot name each arm's run: refused
+        found = sorted({x for a in summary for x in run_labels(runs.get(a))})
+        raise MixedRuns(
+            f"serve_throughput.json: the serving headline puts arms of {len(found)} runs in "
+            f"one sentence ({', '.join(found)}); rerun the arms together (one run, one commit)"
+        )
+    conc = sorted(summary.get("tr_required", {}), key=int)
+    parts = []
+    for c in conc:
+        tr = summary["tr_required"][c]
+        cell = f"{c} in flight: {tr['tokens_per_s']:.1f} output tokens/s"
+        share = ratios.get("tr_required", {}).get(c)
+        if share is not None:
+            cell += f", {share:.0%} of vLLM's free text"
+        vr = summary.get("vllm_required", {}).get(c, {}).get("tokens_per_s")
+        if vr:
+            cell += f", {tr['tokens_per_s'] / vr:.1f}x vLLM's own `required` (XGrammar)"
+        parts.append(cell)
+    t = d["target"]
+    verdict = t["verdict"] if t["verdict"] != "undecided" else "undecided (the rounds' spread)"
+    return [
+        "Serving tool calls: through `trierouter serve` with the real Qwen2.5-Coder-0.5B, "
+        'constrained calls (`tool_choice="required"`) run at ' + "; ".join(parts) + " (one "
+        f"run, medians of {d['settings']['rounds']} rounds; target ≥ 95% of free text: "
+        f"{verdict}; [throughput](docs/benchmarks.md#tool-calls-through-a-server-throughput)).",
     ]
 
 

@@ -674,3 +674,25 @@ def test_the_routing_table_refuses_arms_of_two_runs() -> None:
     two = _route_fixture({"own": A, "r100k": B})
     with pytest.raises(p.MixedRuns):
         blocks.BLOCKS["route-at-scale"](lambda name: two)
+
+
+def test_the_serving_headline_reads_the_throughput_summary() -> None:
+    """README's serving line against the fixture's own summary (shares and the factor over
+    vLLM's structured outputs), and refused when the arms come from two runs."""
+    p = _prov()
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report_calls
+    finally:
+        sys.path.remove(str(BENCH))
+    one = _fixture(("aaaaaaa",))
+    (line,) = report_calls.serving_headline(lambda n: one)
+    s = one["summary"]
+    for c in ("1", "8"):
+        tr = s["tr_required"][c]["tokens_per_s"]
+        assert f"{c} in flight: {tr:.1f} output tokens/s" in line
+        assert f"{one['ratios']['tr_required'][c]:.0%} of vLLM's free text" in line
+        assert f"{tr / s['vllm_required'][c]['tokens_per_s']:.1f}x vLLM's own" in line
+    assert "undecided" in line
+    with pytest.raises(p.MixedRuns, match=r"serve_throughput\.json"):
+        report_calls.serving_headline(lambda n: _fixture(("aaaaaaa", "bbbbbbb")))
