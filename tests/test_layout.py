@@ -24,9 +24,7 @@ MAX_LINES = 560
 ONE_CONCEPT = {
     "trierouter.registry.loaders": "one reader per tokenizer format, sharing the byte maps",
     "trierouter.registry.slots.dispatch": "JSON Schema keyword → engine, one recursive walk",
-    "trierouter.classify": "Classifier: exact label scores by best-first search, and evaluate()",
     "trierouter.cli": "the command line, one subcommand per function",
-    "trierouter.registry.trie": "compile_choices and the ChoiceSet it returns",
     "trierouter.registry.openapi": "OpenAPI / Swagger parameters and bodies → JSON Schema",
 }
 

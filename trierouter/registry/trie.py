@@ -10,9 +10,10 @@ the state after an end id, ``DEAD = n_nodes + 1`` the state after a token the se
 (both allow only the end ids, so a stray request is steered to stop rather than left with an
 all-masked row).
 
-Two backends (:mod:`trierouter.registry.core`) compile and serve with identical results: the C++
-core (default) and the numpy reference (``backend="numpy"`` or ``TRIEROUTER_BACKEND=numpy``).
-Both build the same arrays, bit for bit, so a saved set serves under either.
+Two backends (:mod:`trierouter.registry.backends`, one file each) compile and serve with
+identical results: the C++ core (default) and the numpy reference (``backend="numpy"`` or
+``TRIEROUTER_BACKEND=numpy``). Both build the same arrays, bit for bit, so a saved set serves
+under either.
 """
 
 from __future__ import annotations
