@@ -359,8 +359,9 @@ def f(text, fmt, CALL_HEAD):
     ], found
 
 
-BACKEND_NAMES = {"native", "numpy"}
-"""The names of the set backends (trierouter/registry/backends/, one file each)."""
+BACKEND_NAMES = {"native", "numpy", "torch", "onnx", "onnx-int8"}
+"""The names of the set backends (trierouter/registry/backends/, one file each) and of the
+embedder's (a table of encoders in trierouter/shortlist/embedder.py)."""
 BACKEND_HOMES = ("trierouter.registry.backends", "trierouter.registry.core")
 """Where a backend name may be compared: the backends themselves, and the module that reads
 ``$TRIEROUTER_BACKEND`` and resolves a name (and says whether the default runs on the core)."""
@@ -406,7 +407,8 @@ if backend == "native": ...
 if cs.backend != "numpy": ...
 if default_backend() == "native": ...
 if self.backend in ("native",): ...
-ok = layout == "compact" or mode == "numpy" or backend_count == 3
+if self.backend != "torch" and device != "cpu": ...
+ok = layout == "compact" or mode == "numpy" or backend_count == 3 or backend == "auto"
 """
     found = backend_branches(source, BACKEND_NAMES)
-    assert [int(f.split()[1].rstrip(":")) for f in found] == [2, 3, 4, 5], found
+    assert [int(f.split()[1].rstrip(":")) for f in found] == [2, 3, 4, 5, 6], found
