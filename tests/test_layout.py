@@ -24,9 +24,7 @@ MAX_LINES = 560
 ONE_CONCEPT = {
     "trierouter.registry.loaders": "one reader per tokenizer format, sharing the byte maps",
     "trierouter.registry.slots.dispatch": "JSON Schema keyword → engine, one recursive walk",
-    "trierouter.classify": "Classifier: exact label scores by best-first search, and evaluate()",
     "trierouter.cli": "the command line, one subcommand per function",
-    "trierouter.registry.trie": "compile_choices and the ChoiceSet it returns",
     "trierouter.registry.openapi": "OpenAPI / Swagger parameters and bodies → JSON Schema",
 }
 
@@ -388,3 +386,58 @@ def test_one_function_tells_a_models_call_format() -> None:
         "    t = getattr(tok, 'chat_template', None)\n"
         "    return [f for m, f in TEMPLATE_MARKERS if m in t]\n"
     )
+
+
+BACKEND_NAMES = {"native", "numpy", "torch", "onnx", "onnx-int8"}
+"""The names of the set backends (trierouter/registry/backends/, one file each) and of the
+embedder's (a table of encoders in trierouter/shortlist/embedder.py)."""
+BACKEND_HOMES = ("trierouter.registry.backends", "trierouter.registry.core")
+"""Where a backend name may be compared: the backends themselves, and the module that reads
+``$TRIEROUTER_BACKEND`` and resolves a name (and says whether the default runs on the core)."""
+
+
+def backend_branches(source: str, names: set[str]) -> list[str]:
+    """Comparisons in ``source`` of something named ``*backend*`` (a variable, an attribute, a
+    call such as ``default_backend()``) with one of the backend ``names`` (``==``, ``!=``,
+    ``in``, ``not in`` a literal collection)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        literals = {
+            n.value
+            for side in sides
+            for n in ast.walk(side)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
+        if literals & names and any("backend" in s.lower() for s in _names_in(sides)):
+            found.append(f"line {node.lineno}: compares a backend with {sorted(literals & names)}")
+    return found
+
+
+def test_no_backend_branch_in_library_modules() -> None:
+    """Library modules call the backend they were given; only the backends package (and the
+    module that resolves a name) compares backend names."""
+    for name, path in MODULES.items():
+        if not name.startswith(LIBRARY) or name.startswith(BACKEND_HOMES):
+            continue
+        found = backend_branches(path.read_text(encoding="utf-8"), BACKEND_NAMES)
+        assert not found, f"{name} branches on a backend name ({found}): call its Backend"
+    homes = [n for n in MODULES if n.startswith(BACKEND_HOMES[0] + ".")]
+    assert {n.rpartition(".")[2] for n in homes} >= {"native", "numpy_reference"}
+
+
+def test_the_backend_check_finds_each_form() -> None:
+    """The check above is not vacuous: each form of a backend branch is found, and a
+    comparison of something else with the same words is not."""
+    source = """
+if backend == "native": ...
+if cs.backend != "numpy": ...
+if default_backend() == "native": ...
+if self.backend in ("native",): ...
+if self.backend != "torch" and device != "cpu": ...
+ok = layout == "compact" or mode == "numpy" or backend_count == 3 or backend == "auto"
+"""
+    found = backend_branches(source, BACKEND_NAMES)
+    assert [int(f.split()[1].rstrip(":")) for f in found] == [2, 3, 4, 5, 6], found

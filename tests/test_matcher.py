@@ -183,11 +183,11 @@ def test_node_ids_that_would_overflow_int32_are_refused(
     numpy reference; the core refuses on the byte total before it builds anything)."""
     import types
 
-    from trierouter.registry import trie as trie_mod
+    from trierouter.registry.backends import numpy_reference
 
     def huge(*args: object) -> types.SimpleNamespace:
         return types.SimpleNamespace(size=2**31 - 2, ends=np.zeros(1, dtype=np.int64))
 
-    monkeypatch.setattr(trie_mod, "build_trie", huge)
+    monkeypatch.setattr(numpy_reference, "build_trie", huge)
     with pytest.raises(OverflowError, match="int32"):
         compile_choices(["a"], toy_index, backend="numpy")

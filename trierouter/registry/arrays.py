@@ -75,6 +75,15 @@ def common_prefix_lengths(buf: U8, starts: I64, lengths: I64) -> I64:
 
 
 @dataclass(frozen=True, slots=True)
+class TriePairs:
+    """Every distinct (node, token) pair of a trie: ``token[i]`` at ``node[i]`` -> ``child[i]``."""
+
+    node: I64
+    token: I64
+    child: I64
+
+
+@dataclass(frozen=True, slots=True)
 class Trie:
     """A byte trie in preorder: node 0 is the root, children follow their parent."""
 

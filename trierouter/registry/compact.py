@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from trierouter.registry import core as _backend
-from trierouter.registry.index import TokenIndex
+from trierouter.registry.backends.interface import Backend, TokenForms
+from trierouter.registry.core import native_core
 from trierouter.registry.validate import Checker
 
 __all__ = ["COMPACT_ARRAYS", "COMPACT_KEYS", "LAYOUTS", "compact_arrays", "compact_spec"]
@@ -39,26 +39,27 @@ COMPACT_ARRAYS = frozenset({"demand_bits", "demand_rank", "key_first", "key_lcp"
 """The arrays a compact set holds besides the full layout's names (its rows, fewer of them)."""
 
 
-def check_layout(layout: object, backend: str) -> None:
-    """Refuse an unknown layout, and the compact one on the numpy backend."""
+def check_layout(layout: object, backend: Backend) -> None:
+    """Refuse an unknown layout, and one ``backend`` does not serve."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {', '.join(map(repr, LAYOUTS))}")
-    if layout == "compact" and backend != "native":
+    if layout not in backend.layouts:
         raise ValueError(
-            "layout='compact' walks rows in the C++ core; the numpy backend serves the full "
-            "layout only: use backend='native' (the default), or layout='full'"
+            f"layout={layout!r} walks rows in the C++ core; the {backend.name} backend serves "
+            f"the {' and '.join(backend.layouts)} layout only: use "
+            f"backend='native' (the default), or layout='full'"
         )
 
 
 def compact_arrays(
     arrays: dict[str, npt.NDArray[Any]],
-    index: TokenIndex,
+    index: TokenForms,
     terminator: str | None,
     end_ids: tuple[int, ...],
     allow_end: bool,
 ) -> dict[str, npt.NDArray[Any]]:
     """The compact layout of a full set's ``arrays`` (compiled with these arguments)."""
-    core = _backend.native_core()
+    core = native_core()
     term = terminator.encode("utf-8") if terminator else b""
     # with the trie, the core compares each dropped row with its walk where some byte of the
     # values has no single-byte token (the compile may have pruned rows there)
@@ -84,7 +85,7 @@ def compact_arrays(
 
 def compact_spec(
     arrays: dict[str, npt.NDArray[Any]],
-    index: TokenIndex,
+    index: TokenForms,
     terminator: str | None,
     end_ids: tuple[int, ...],
     check: bool,

@@ -9,7 +9,8 @@ of :class:`~trierouter.registry.trie.ChoiceSet` with identical results:
   nothing is built lazily, and a step or a bitmask fill is one call into C++.
 * ``"numpy"``: the whole-array reference implementation; the tests compare the two.
 
-Choose per call (``compile_choices(..., backend="numpy")``, ``ChoiceSet.load(..., backend=...)``)
+Each backend is one file of :mod:`trierouter.registry.backends`, behind one interface. Choose per
+call (``compile_choices(..., backend="numpy")``, ``ChoiceSet.load(..., backend=...)``)
 or for the process with ``TRIEROUTER_BACKEND=numpy``. When the extension is missing or was built
 from other sources, the native backend refuses with :class:`CoreBuildError` saying how to
 rebuild; it never falls back to numpy silently.
@@ -29,7 +30,14 @@ from trierouter.errors import CoreBuildError
 if TYPE_CHECKING:  # the compiled matcher base, for type checkers (router/matcher.py)
     from trierouter.registry._core import MatcherBase as MatcherBase
 
-__all__ = ["BACKENDS", "Backend", "default_backend", "native_core", "resolve_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "default_backend",
+    "default_core",
+    "native_core",
+    "resolve_backend",
+]
 
 Backend = Literal["native", "numpy"]
 BACKENDS: tuple[Backend, ...] = ("native", "numpy")
@@ -88,3 +96,10 @@ def native_core() -> ModuleType:
             f"other sources than {_SOURCES}/ (stale build); " + _REBUILD
         )
     return _core
+
+
+def default_core() -> ModuleType | None:
+    """The compiled core when the default backend runs on it, else ``None`` (the numpy
+    reference): modules with a Python and a C++ path of their own (the slot automata, the
+    vocabulary's byte layout) take the C++ one exactly when this is not ``None``."""
+    return native_core() if default_backend() == "native" else None

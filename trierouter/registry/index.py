@@ -22,7 +22,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,9 +29,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError, VocabularyMismatchError
-from trierouter.registry import core as _backend
 from trierouter.registry._hashmap import HashMap
-from trierouter.registry.arrays import Trie, build_trie, pack_strings, ranges
+from trierouter.registry.arrays import Trie, TriePairs, build_trie, pack_strings, ranges
+from trierouter.registry.backends import get_backend
+from trierouter.registry.core import native_core
 from trierouter.registry.store import load_arrays, save_arrays
 from trierouter.registry.validate import Checker
 from trierouter.registry.vocabulary import Vocabulary
@@ -75,15 +75,6 @@ def _file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-@dataclass(frozen=True, slots=True)
-class TriePairs:
-    """Every distinct (node, token) pair of a trie: ``token[i]`` at ``node[i]`` -> ``child[i]``."""
-
-    node: I64
-    token: I64
-    child: I64
-
-
 class TokenIndex:
     """Reversed-token trie of a vocabulary, with O(1) child lookups for the backward walk."""
 
@@ -102,16 +93,14 @@ class TokenIndex:
     ) -> None:
         t0 = time.perf_counter()
         self.vocabulary = vocabulary
-        self.backend = _backend.resolve_backend(backend)
+        impl = get_backend(backend)
+        self.backend = impl.name
         self._form_lock = threading.Lock()
         self._arrays: dict[str, npt.NDArray[Any]] | None = None
         self._native: Any = None
         if arrays is not None:
             self._set_reverse(arrays)
-        if self.backend == "native":
-            _ = self.native_trie
-        elif arrays is None:
-            self._set_reverse(self._build_reverse(vocabulary))
+        impl.warm_index(self)
         _ = vocabulary.hash, vocabulary.content_hash  # once here, not on the first compile
         self.build_seconds = time.perf_counter() - t0
         self.source = "built"
@@ -132,7 +121,7 @@ class TokenIndex:
         self._token_at = token_at
         self._arrays = arrays
 
-    def _reverse(self) -> dict[str, npt.NDArray[Any]]:
+    def reverse_tables(self) -> dict[str, npt.NDArray[Any]]:
         """The numpy reference's reversed-token tables (built here on first use)."""
         if self._arrays is None:
             with self._form_lock:
@@ -146,7 +135,7 @@ class TokenIndex:
         """The native backend's forward token trie (``_core.TokenTrie``; built on first use
         when the index was built for the numpy backend)."""
         if self._native is None:
-            core = _backend.native_core()
+            core = native_core()
             with self._form_lock:
                 if self._native is None:
                     matchable = np.ascontiguousarray(self.vocabulary.matchable, dtype=np.uint8)
@@ -225,7 +214,7 @@ class TokenIndex:
         C++ instead (faster than reading and verifying a cache file), so with
         ``backend="native"`` (the default) nothing is read from or written to disk.
         """
-        which = _backend.resolve_backend(backend)
+        impl = get_backend(backend)
         key = vocabulary.hash
         with cls._lock:
             hit = cls._memory.get(key)
@@ -239,10 +228,10 @@ class TokenIndex:
                 hit = cls._memory.get(key)
             if hit is not None:
                 return hit
-            if which == "native":
-                index = cls.build(vocabulary, backend="native")
-            else:
+            if impl.index_on_disk:
                 index = cls._from_disk_or_build(vocabulary, cache_dir, disk_cache)
+            else:
+                index = cls.build(vocabulary, backend=impl.name)
             with cls._lock:
                 index = cls._memory.setdefault(key, index)
                 cls._building.pop(key, None)
@@ -290,7 +279,7 @@ class TokenIndex:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index to ``path`` (atomically)."""
         meta = {"format": _FORMAT, "vocabulary": self.vocabulary.hash}
-        save_arrays(path, _KIND, self._reverse(), meta)
+        save_arrays(path, _KIND, self.reverse_tables(), meta)
 
     @classmethod
     def load(
@@ -330,7 +319,7 @@ class TokenIndex:
 
         ``extra`` pairs are appended to the result (saves a copy of the large arrays).
         """
-        self._reverse()
+        self.reverse_tables()
         parent = trie.parent.copy()
         parent[0] = 0
         byte = trie.byte.astype(np.int32)

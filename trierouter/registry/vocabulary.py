@@ -30,7 +30,7 @@ __all__ = ["Vocabulary", "xgrammar_tokenizer_info"]
 def _native() -> ModuleType | None:
     """The compiled core when it is the default backend: it builds the byte layout of the
     tokens in one pass (the same arrays as the numpy code below, which the numpy backend keeps)."""
-    return _backend.native_core() if _backend.default_backend() == "native" else None
+    return _backend.default_core()
 
 
 class Vocabulary:

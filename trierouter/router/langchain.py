@@ -324,7 +324,7 @@ class ChatTrieRouter(BaseChatModel):
     def _compile(self, tools: list[dict[str, Any]], fmt: str) -> Any:
         from trierouter.registry.compiler import compile_tools
         from trierouter.registry.index import TokenIndex
-        from trierouter.router.transformers import _model_width, _vocabulary_for
+        from trierouter.router.transformers import _vocabulary_for, model_width
 
         key = hashlib.sha256(
             (fmt + json.dumps(tools, sort_keys=True)).encode("utf-8", "surrogatepass")
@@ -332,7 +332,7 @@ class ChatTrieRouter(BaseChatModel):
         hit = self._compiled.get(key)
         if hit is None:
             if self._index is None:
-                width = _model_width(self.model)
+                width = model_width(self.model)
                 self._index = TokenIndex.get(_vocabulary_for(self.tokenizer, width))
             hit = compile_tools(tools, self._index, format=fmt)
             if len(self._compiled) >= 16:

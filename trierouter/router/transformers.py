@@ -42,7 +42,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise missing("transformers", "transformers") from exc
 
-__all__ = ["Result", "TrieLogitsProcessor", "generate"]
+__all__ = ["Result", "TrieLogitsProcessor", "generate", "model_width"]
 
 Constraint = Plan | ChoiceSet | ToolCallPlan
 """What drives one row: a compiled plan (a :class:`ToolCallPlan` too), or a bare set (values
@@ -288,7 +288,8 @@ def _vocabulary_for(tokenizer: Any, width: int) -> Vocabulary:
     return Vocabulary.from_tokenizer(tokenizer, width=width)
 
 
-def _model_width(model: Any) -> int:
+def model_width(model: Any) -> int:
+    """The width of ``model``'s logits (its output embeddings' rows, else ``vocab_size``)."""
     emb = model.get_output_embeddings()
     if emb is not None and hasattr(emb, "weight"):
         return int(emb.weight.shape[0])
@@ -376,7 +377,7 @@ def generate(
         raise ValueError(f"temperature={temperature}: sampling needs temperature > 0")
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of prompts; wrap a single prompt in a list")
-    width = _model_width(model)
+    width = model_width(model)
     plans = _as_plans(plan_or_plans, len(prompts), tokenizer, width)
     for p in plans:
         if p.width > width:

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import IndexMismatchError
-from trierouter.registry.core import default_backend, native_core
+from trierouter.registry.core import default_core
 
 __all__ = [
     "THREADS_LOCK",
@@ -37,7 +37,7 @@ def native_kernels() -> Any | None:
     """The compiled core when the backend is ``native`` (the default; it refuses with
     :class:`~trierouter.errors.CoreBuildError` when the extension is missing or stale), None
     under ``TRIEROUTER_BACKEND=numpy``, which selects the numpy reference of each kernel."""
-    return native_core() if default_backend() == "native" else None
+    return default_core()
 
 
 def top_positive(scores: F64, k: int) -> I64:

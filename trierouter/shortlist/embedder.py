@@ -18,10 +18,11 @@ import importlib
 import logging
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +34,7 @@ from trierouter.shortlist.onnx import _EXPORT_VERSION, Backend, OnnxEncoder
 
 F32 = npt.NDArray[np.float32]
 
-__all__ = ["Embedder", "default_backend", "default_model_path"]
+__all__ = ["Embedder", "Encoder", "TorchEncoder", "default_backend", "default_model_path"]
 
 
 logger = logging.getLogger(__name__)
@@ -107,6 +108,72 @@ def default_backend() -> Backend:
     return "onnx-int8"
 
 
+class Encoder(Protocol):
+    """What an embedder runs its texts through: a torch model, or an exported ONNX graph."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> F32: ...
+
+
+class TorchEncoder:
+    """The ``SentenceTransformer`` of an :class:`Embedder` (its :attr:`Embedder.model`)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+
+    @property
+    def dim(self) -> int:
+        model = self._embedder.model
+        get = getattr(model, "get_embedding_dimension", None)
+        if get is None:
+            get = model.get_sentence_embedding_dimension
+        return int(get())
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> F32:
+        out = self._embedder.model.encode(
+            list(texts),
+            batch_size=self._embedder.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=progress,
+        )
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _onnx_encoder(int8: bool) -> Callable[[Embedder], Encoder]:
+    def make(embedder: Embedder) -> Encoder:
+        return OnnxEncoder(
+            embedder.path,
+            embedder.weights_fingerprint,
+            int8=int8,
+            cache_dir=default_cache_dir(),
+            threads=embedder.threads,
+        )
+
+    return make
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One backend of the embedder: how its encoder is made, and what sets it apart."""
+
+    make: Callable[[Embedder], Encoder]
+    """Called on first use."""
+    cpu_only: bool
+    own_vectors: bool
+    """Its vectors differ from torch's: cached vectors and indexes get a fingerprint of its own."""
+
+
+_KINDS: dict[str, _Kind] = {
+    "torch": _Kind(TorchEncoder, cpu_only=False, own_vectors=False),
+    "onnx": _Kind(_onnx_encoder(False), cpu_only=True, own_vectors=True),
+    "onnx-int8": _Kind(_onnx_encoder(True), cpu_only=True, own_vectors=True),
+}
+"""The embedder's backends by name, chosen once in :class:`Embedder`."""
+
+
 class Embedder:
     """A local sentence-transformers model (default: the shipped all-MiniLM-L6-v2).
 
@@ -126,9 +193,9 @@ class Embedder:
         cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
         threads: int | None = None,
     ) -> None:
-        if backend not in ("auto", "torch", "onnx", "onnx-int8"):
+        if backend != "auto" and backend not in _KINDS:
             raise ValueError(
-                f"backend={backend!r}; expected 'auto', 'torch', 'onnx' or 'onnx-int8'"
+                f"backend={backend!r}; expected 'auto', {', '.join(map(repr, _KINDS))}"
             )
         self.path = Path(model) if model is not None else default_model_path()
         if not self.path.is_dir():
@@ -139,13 +206,14 @@ class Embedder:
         # the shipped model lives in a folder called "model": name it after its package
         self.name = self.path.name if self.path.name != "model" else self.path.parent.name
         self.backend: Backend = default_backend() if backend == "auto" else backend
-        if self.backend != "torch" and device != "cpu":
+        self._kind = _KINDS[self.backend]
+        if self._kind.cpu_only and device != "cpu":
             raise ValueError(f"backend={self.backend!r} runs on the CPU; device={device!r}")
         self.weights_fingerprint = model_fingerprint(self.path)
         self.fingerprint = (
-            self.weights_fingerprint
-            if self.backend == "torch"
-            else _tagged(self.weights_fingerprint, self.backend)
+            _tagged(self.weights_fingerprint, self.backend)
+            if self._kind.own_vectors
+            else self.weights_fingerprint
         )
         self.device = device
         self.batch_size = batch_size
@@ -157,7 +225,7 @@ class Embedder:
                 Path(cache_dir) if cache_dir is not None else default_cache_dir() / "embeddings"
             )
         self._model: Any = None
-        self._onnx: OnnxEncoder | None = None
+        self._encoder: Encoder | None = None
         self._cache: EmbeddingCache | None = None
 
     def __repr__(self) -> str:
@@ -167,19 +235,22 @@ class Embedder:
         )
 
     @property
+    def encoder(self) -> Encoder:
+        """What the texts run through (made on first use: an ONNX graph is exported from the
+        weights then, into the cache)."""
+        if self._encoder is None:
+            self._encoder = self._kind.make(self)
+        return self._encoder
+
+    @property
     def onnx(self) -> OnnxEncoder:
         """The onnxruntime encoder (exported from the weights on first use, into the cache)."""
-        if self.backend == "torch":
-            raise ValueError("this Embedder runs in torch (backend='torch'): it has no ONNX graph")
-        if self._onnx is None:
-            self._onnx = OnnxEncoder(
-                self.path,
-                self.weights_fingerprint,
-                self.backend,
-                cache_dir=default_cache_dir(),
-                threads=self.threads,
+        enc = self.encoder
+        if not isinstance(enc, OnnxEncoder):
+            raise ValueError(
+                f"this Embedder runs in torch (backend={self.backend!r}): it has no ONNX graph"
             )
-        return self._onnx
+        return enc
 
     @property
     def model(self) -> Any:
@@ -197,24 +268,10 @@ class Embedder:
     @property
     def dim(self) -> int:
         """Embedding width."""
-        if self.backend != "torch":
-            return self.onnx.dim
-        get = getattr(self.model, "get_embedding_dimension", None)
-        if get is None:
-            get = self.model.get_sentence_embedding_dimension
-        return int(get())
+        return self.encoder.dim
 
     def _encode(self, texts: Sequence[str], progress: bool) -> F32:
-        if self.backend != "torch":
-            return self.onnx.encode(texts, progress=progress)
-        out = self.model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=progress,
-        )
-        return np.ascontiguousarray(out, dtype=np.float32)
+        return self.encoder.encode(texts, progress=progress)
 
     def encode_queries(self, texts: Sequence[str]) -> F32:
         """Unit vectors for search queries, never read from or written to the cache."""

@@ -85,11 +85,11 @@ def _model_config(path: Path) -> tuple[int, str]:
     return max_len, "mean"
 
 
-def onnx_model_path(model_path: Path, fingerprint: str, backend: Backend, cache_dir: Path) -> Path:
-    """The exported (and for ``onnx-int8`` quantized) graph of a model, built on first use."""
+def onnx_model_path(model_path: Path, fingerprint: str, int8: bool, cache_dir: Path) -> Path:
+    """The exported (and with ``int8``, quantized) graph of a model, built on first use."""
     folder = cache_dir / "onnx" / f"{fingerprint[:16]}-v{_EXPORT_VERSION}"
     f32 = folder / "model.onnx"
-    target = folder / ("model.int8.onnx" if backend == "onnx-int8" else "model.onnx")
+    target = folder / ("model.int8.onnx" if int8 else "model.onnx")
     if target.is_file():
         return target
     with _file_lock(folder.parent / f".{folder.name}.lock"):
@@ -105,7 +105,7 @@ def onnx_model_path(model_path: Path, fingerprint: str, backend: Backend, cache_
             logger.info(
                 "exported %s to ONNX in %.1f s: %s", model_path, time.perf_counter() - t, f32
             )
-        if backend == "onnx-int8":
+        if int8:
             t = time.perf_counter()
             _quantize(f32, target)
             logger.info("quantized %s to int8 in %.1f s", f32, time.perf_counter() - t)
@@ -230,16 +230,14 @@ class OnnxEncoder:
         self,
         model_path: Path,
         fingerprint: str,
-        backend: Backend,
         *,
+        int8: bool,
         cache_dir: Path,
         batch_size: int = 32,
         threads: int | None = None,
     ) -> None:
-        if backend not in ("onnx", "onnx-int8"):
-            raise ValueError(f"backend={backend!r}: expected 'onnx' or 'onnx-int8'")
         self.max_length, _ = _model_config(model_path)
-        self.path = onnx_model_path(model_path, fingerprint, backend, cache_dir)
+        self.path = onnx_model_path(model_path, fingerprint, int8, cache_dir)
         tokenizers = _need("tokenizers", "tokenizers")
         tok_file = model_path / "tokenizer.json"
         if not tok_file.is_file():

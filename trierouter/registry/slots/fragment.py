@@ -459,7 +459,7 @@ class NativeBuilder(Builder):
 
 def builder() -> Builder:
     """A :class:`NativeBuilder` with the native backend, else the numpy :class:`Builder`."""
-    return NativeBuilder() if _backend.default_backend() == "native" else Builder()
+    return NativeBuilder() if _backend.default_core() is not None else Builder()
 
 
 # -- per-vocabulary tables -------------------------------------------------------------------

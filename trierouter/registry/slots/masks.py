@@ -91,7 +91,7 @@ class VocabTables:
         self._count_order: dict[int, tuple[npt.NDArray[np.int64], I32]] = {}
         self.words = (self.width + 31) // 32
         self.offsets = np.ascontiguousarray(off, dtype=np.int64)
-        self.native = _backend.default_backend() == "native"
+        self.native = _backend.default_core() is not None
         self._trie: Any = None
         self._quote_trie: Any = None
         self._pieces: OrderedDict[int, MaskTable] = OrderedDict()

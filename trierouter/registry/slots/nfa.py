@@ -155,7 +155,7 @@ def nfa_fragment(
     start = nfa.state()
     final = nfa.build(node, start)
     if native is None:
-        native = _backend.default_backend() == "native"
+        native = _backend.default_core() is not None
     if native:
         return _native_subsets(nfa, start, final, max_states)
     first = nfa.closure([start])

@@ -55,7 +55,7 @@ def _key_automaton(
 ) -> tuple[Fragment, tuple[int, ...]]:
     # json.dumps(k, ensure_ascii=False) of a string is this encoder's result
     texts = [encode_basestring(k).encode() + b": " for k in keys]
-    if _backend.default_backend() == "native":  # the same fragment, built in one core call
+    if _backend.default_core() is not None:  # the same fragment, built in one core call
         src, byte, dst, count, at, key = _backend.native_core().key_automaton(
             texts, bytes(required)
         )

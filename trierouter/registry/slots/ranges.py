@@ -135,7 +135,7 @@ def integer_range_fragment(
     compiled core with the native backend, the same states in the same order)."""
     zero = (lo is None or lo <= 0) and (hi is None or hi >= 0)
     if native is None:
-        native = _backend.default_backend() == "native"
+        native = _backend.default_core() is not None
     if native:
         return _native_range(lo, hi, zero)
     pos = _digits_start(max(lo, 0) if lo is not None else 0, hi) if hi is None or hi > 0 else None

@@ -234,7 +234,7 @@ def pattern_fragment(
     state for state (a test and the tool fuzzer compare them). Other text takes that reference
     path (a non-ASCII character is in the subset only inside a negated class)."""
     if native is None:
-        native = _backend.default_backend() == "native"
+        native = _backend.default_core() is not None
     if native and pattern.isascii():
         core = _backend.native_core()
         out = core.regex_dfa(
