@@ -313,7 +313,7 @@ def serve_throughput(load: Load, source: Source) -> list[str]:
     arms = [a for a in THROUGHPUT_ARMS if a in d["summary"]]
     conc = sorted({c for a in arms for c in d["summary"][a]}, key=int)
     rows = [
-        "| server, `tool_choice` | "
+        "| throughput arm: server, `tool_choice` | "
         + " | ".join(
             f"{c} in flight: output tokens/s (range; share of free text) / p50 / p99 s / "
             "schema-valid calls"
