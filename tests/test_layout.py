@@ -27,7 +27,6 @@ ONE_CONCEPT = {
     "trierouter.classify": "Classifier: exact label scores by best-first search, and evaluate()",
     "trierouter.cli": "the command line, one subcommand per function",
     "trierouter.registry.trie": "compile_choices and the ChoiceSet it returns",
-    "trierouter.registry.openapi": "OpenAPI / Swagger parameters and bodies → JSON Schema",
 }
 
 
