@@ -22,7 +22,6 @@ HEAVY = ("torch", "transformers", "vllm", "faiss", "sentence_transformers")
 MAX_LINES = 560
 """About 500 lines; a longer module must be one concept, listed below with the reason."""
 ONE_CONCEPT = {
-    "trierouter.registry.loaders": "one reader per tokenizer format, sharing the byte maps",
     "trierouter.registry.slots.dispatch": "JSON Schema keyword → engine, one recursive walk",
     "trierouter.classify": "Classifier: exact label scores by best-first search, and evaluate()",
     "trierouter.cli": "the command line, one subcommand per function",
