@@ -24,7 +24,6 @@ MAX_LINES = 560
 ONE_CONCEPT = {
     "trierouter.registry.slots.dispatch": "JSON Schema keyword → engine, one recursive walk",
     "trierouter.classify": "Classifier: exact label scores by best-first search, and evaluate()",
-    "trierouter.cli": "the command line, one subcommand per function",
     "trierouter.registry.trie": "compile_choices and the ChoiceSet it returns",
 }
 
