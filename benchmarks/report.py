@@ -761,6 +761,11 @@ RERUN = [
         "about 45 min per set of arms (its docstring)",
     ),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
+    (
+        "serve_throughput.json",
+        "python benchmarks/serve_throughput.py --n 16 --rounds 2",
+        "78 min, contended (its runs: start and end of each arm)",
+    ),
     *(
         (
             f"agent_turns_{m}.json",

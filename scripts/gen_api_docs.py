@@ -7,6 +7,8 @@ import inspect
 import sys
 from pathlib import Path
 
+from generated_doc import write_or_check
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "api.md"
 MODULES = [
@@ -77,15 +79,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if "--check" in argv:
-        if not OUT.is_file() or OUT.read_text(encoding="utf-8") != text:
-            print(f"{OUT} is stale: run python scripts/gen_api_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT}")
-    return 0
+    return write_or_check(OUT, render, argv, "scripts/gen_api_docs.py")
 
 
 if __name__ == "__main__":

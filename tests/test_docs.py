@@ -56,7 +56,7 @@ def test_every_doc_has_code_and_no_unknown_fences() -> None:
         for kind, info, _ in FENCE.findall(path.read_text(encoding="utf-8")):
             assert kind in ("python", "sh", "text"), f"{path.name}: fence {kind!r}"
             assert info.strip() in ("", "no-run"), f"{path.name}: fence info {info!r}"
-    generated = ("api.md", "benchmarks.md")  # written by scripts, checked below
+    generated = ("api.md", "benchmarks.md", "settings.md")  # written by scripts, checked below
     assert all(blocks(p, "python") or blocks(p, "sh") for p in DOCS if p.name not in generated)
 
 
@@ -102,6 +102,11 @@ def _generator_check(script: Path) -> None:
 def test_api_reference_is_current() -> None:
     pytest.importorskip("torch")
     _generator_check(ROOT / "scripts" / "gen_api_docs.py")
+
+
+def test_settings_reference_is_current() -> None:
+    """docs/settings.md is what scripts/gen_settings_docs.py writes from trierouter/settings.py."""
+    _generator_check(ROOT / "scripts" / "gen_settings_docs.py")
 
 
 def test_benchmark_figures_match_their_results() -> None:

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from trierouter import settings
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -307,7 +309,7 @@ DEFAULTS: dict[str, Row] = {
     "serving: inline tools": (
         "docs/serving.md",
         r"`TRIEROUTER_MAX_INLINE_TOOLS`, default ([\d,]+) tools",
-        _const("trierouter.router.vllm.tool_parser", "_DEFAULT_MAX_INLINE_TOOLS"),
+        lambda: [f"{settings.MAX_INLINE_TOOLS.default:,}"],
     ),
     "scale: trie threshold": (
         "docs/scale.md",

@@ -22,10 +22,7 @@ HEAVY = ("torch", "transformers", "vllm", "faiss", "sentence_transformers")
 MAX_LINES = 560
 """About 500 lines; a longer module must be one concept, listed below with the reason."""
 ONE_CONCEPT = {
-    "trierouter.registry.loaders": "one reader per tokenizer format, sharing the byte maps",
     "trierouter.registry.slots.dispatch": "JSON Schema keyword → engine, one recursive walk",
-    "trierouter.cli": "the command line, one subcommand per function",
-    "trierouter.registry.openapi": "OpenAPI / Swagger parameters and bodies → JSON Schema",
 }
 
 
@@ -441,3 +438,92 @@ ok = layout == "compact" or mode == "numpy" or backend_count == 3 or backend == 
 """
     found = backend_branches(source, BACKEND_NAMES)
     assert [int(f.split()[1].rstrip(":")) for f in found] == [2, 3, 4, 5, 6], found
+
+
+SETTINGS = "trierouter.settings"
+"""The one module that reads and writes ``TRIEROUTER_*`` environment variables."""
+
+
+def _is_environ(node: ast.expr) -> bool:
+    """``os.environ`` (or ``environ`` imported from os)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "environ" and isinstance(node.value, ast.Name) and node.value.id == "os"
+    return isinstance(node, ast.Name) and node.id == "environ"
+
+
+def _is_os_env_function(node: ast.expr) -> bool:
+    """``os.getenv`` / ``os.putenv`` / ``os.unsetenv`` (or the bare names imported from os)."""
+    names = ("getenv", "putenv", "unsetenv")
+    if isinstance(node, ast.Attribute):
+        return node.attr in names and isinstance(node.value, ast.Name) and node.value.id == "os"
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def environment_uses(source: str) -> list[str]:
+    """Each access to one environment variable in ``source`` whose name is a ``TRIEROUTER_*``
+    string or is not a literal (a constant or a parameter may hold a ``TRIEROUTER_*`` name):
+    ``os.environ[k]`` (read, write or ``del``), ``os.environ.get / pop / setdefault (k)``,
+    ``k in os.environ``, ``os.getenv / putenv / unsetenv (k)``. A copy of the whole environment
+    (``{**os.environ}``) names no variable and is not one."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            if _is_os_env_function(func) or (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "pop", "setdefault")
+                and _is_environ(func.value)
+            ):
+                key = node.args[0]
+        elif isinstance(node, ast.Subscript) and _is_environ(node.value):
+            key = node.slice
+        elif isinstance(node, ast.Compare) and any(
+            isinstance(op, (ast.In, ast.NotIn)) and _is_environ(c)
+            for op, c in zip(node.ops, node.comparators, strict=True)
+        ):
+            key = node.left
+        if key is None:
+            continue
+        text = key.value if isinstance(key, ast.Constant) else None
+        if isinstance(text, str) and not text.startswith("TRIEROUTER_"):
+            continue  # another program's variable (VLLM_API_KEY, XDG_CACHE_HOME)
+        found.append(f"line {getattr(node, 'lineno', 0)}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_only_the_settings_module_reads_trierouter_variables() -> None:
+    """Every ``TRIEROUTER_*`` variable is read (and written) through trierouter/settings.py,
+    where it is declared with its type, default and doc: no other module touches it in
+    ``os.environ``."""
+    assert environment_uses(MODULES[SETTINGS].read_text(encoding="utf-8")), (
+        f"{SETTINGS} no longer reads the environment"
+    )
+    for name, path in MODULES.items():
+        if name == SETTINGS:
+            continue
+        found = environment_uses(path.read_text(encoding="utf-8"))
+        assert not found, f"{name} touches a TRIEROUTER_* variable itself ({found}): use {SETTINGS}"
+
+
+def test_the_environment_check_finds_each_access() -> None:
+    """The check above is not vacuous: each way to read or write one variable is found, and
+    what is allowed (another program's variable, a copy of the environment) is not."""
+    source = """
+import os
+from os import environ, getenv
+ENV = "TRIEROUTER_X"
+a = os.environ.get("TRIEROUTER_CACHE_DIR")
+b = os.environ["TRIEROUTER_SETS"]
+os.environ[ENV] = "1"
+del os.environ[name]
+c = os.getenv("TRIEROUTER_TOOLS", "")
+d = "TRIEROUTER_BACKEND" in os.environ
+e = environ.pop(ENV, None)
+f = getenv(name)
+os.environ.setdefault("TRIEROUTER_BACKEND", "numpy")
+ok = os.environ.get("XDG_CACHE_HOME"), os.environ["VLLM_API_KEY"], "HOME" in os.environ
+copy = {**os.environ, "PYTHONPATH": "."}
+"""
+    found = environment_uses(source)
+    assert sorted(int(f.split()[1].rstrip(":")) for f in found) == list(range(5, 14)), found

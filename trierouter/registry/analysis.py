@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from trierouter import settings
 from trierouter.errors import CorruptFileError
 from trierouter.registry.slots.dispatch import Slot, SlotCompiler, kept_analysis
 from trierouter.registry.slots.normalize import Problem
@@ -62,9 +63,9 @@ __all__ = [
 
 logger = logging.getLogger("trierouter")
 
-ENV_ANALYSIS_DIR = "TRIEROUTER_ANALYSIS_DIR"
+ENV_ANALYSIS_DIR = settings.ANALYSIS_DIR.name
 """The folder an API process writes analyses to and the engine reads them from."""
-ENV_ANALYSIS_BYTES = "TRIEROUTER_ANALYSIS_BYTES"
+ENV_ANALYSIS_BYTES = settings.ANALYSIS_BYTES.name
 _FORMAT = "trierouter-tools-analysis"
 _VERSION = 1
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -305,21 +306,17 @@ class AnalysisStore:
     """Analyses by key in one folder, written atomically (a temporary file, then a rename) and
     bounded in bytes (the oldest files go first)."""
 
-    def __init__(self, root: str | os.PathLike[str], max_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], max_bytes: int = settings.ANALYSIS_BYTES.default
+    ) -> None:
         self.root = Path(root)
         self.max_bytes = max_bytes
 
     @classmethod
     def from_env(cls) -> AnalysisStore | None:
         """The store ``$TRIEROUTER_ANALYSIS_DIR`` names (``None`` when unset)."""
-        root = os.environ.get(ENV_ANALYSIS_DIR, "")
-        if not root:
-            return None
-        try:
-            cap = int(os.environ.get(ENV_ANALYSIS_BYTES, "") or 256 << 20)
-        except ValueError:
-            cap = 256 << 20
-        return cls(root, cap)
+        root = settings.ANALYSIS_DIR.get()
+        return None if root is None else cls(root, settings.ANALYSIS_BYTES.get())
 
     def _path(self, key: str) -> Path:
         if not _KEY.fullmatch(key):

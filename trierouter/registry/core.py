@@ -19,12 +19,12 @@ rebuild; it never falls back to numpy silently.
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
+from trierouter import settings
 from trierouter.errors import CoreBuildError
 
 if TYPE_CHECKING:  # the compiled matcher base, for type checkers (router/matcher.py)
@@ -52,10 +52,7 @@ _REBUILD = (
 
 def default_backend() -> Backend:
     """``$TRIEROUTER_BACKEND`` if set (``native`` or ``numpy``), else ``native``."""
-    value = os.environ.get(ENV, "").strip().lower() or "native"
-    if value not in BACKENDS:
-        raise ValueError(f"{ENV}={value!r}: expected one of {', '.join(BACKENDS)}")
-    return value
+    return cast(Backend, settings.BACKEND.get())  # the setting accepts BACKENDS alone
 
 
 def resolve_backend(backend: str | None) -> Backend:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from trierouter import settings
 from trierouter.errors import CorruptFileError, VocabularyMismatchError
 from trierouter.registry._hashmap import HashMap
 from trierouter.registry.arrays import Trie, TriePairs, build_trie, pack_strings, ranges
@@ -49,9 +50,9 @@ I64 = npt.NDArray[np.int64]
 
 def default_cache_dir() -> Path:
     """``$TRIEROUTER_CACHE_DIR``, else ``$XDG_CACHE_HOME/trierouter``, else ``~/.cache/...``."""
-    env = os.environ.get("TRIEROUTER_CACHE_DIR")
-    if env:
-        return Path(env)
+    env = settings.CACHE_DIR.get()
+    if env is not None:
+        return env
     xdg = os.environ.get("XDG_CACHE_HOME")
     return Path(xdg) / "trierouter" if xdg else Path.home() / ".cache" / "trierouter"
 

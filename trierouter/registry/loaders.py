@@ -12,22 +12,39 @@ Three ways a tokenizer spells bytes, detected from the tokenizer's own descripti
 - *plain* (WordPiece, word-level): the token string's UTF-8, an approximation.
 
 Added and special tokens keep their ids and literal text but are special: never part of a value.
-Every reader runs one comprehension over the tokens; no per-token Python beyond that.
+Every reader runs one comprehension over the tokens; no per-token Python beyond that. The byte
+maps and the assembly the readers share are in :mod:`~trierouter.registry.token_bytes`; the
+tiktoken, SentencePiece and Tekken readers in :mod:`~trierouter.registry.tokenizer_files`
+(exported here with the others).
 """
 
 from __future__ import annotations
 
-import binascii
-import gzip
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-from trierouter.errors import VocabularyError, missing
+from trierouter.errors import VocabularyError
+from trierouter.registry.token_bytes import (
+    END_TOKEN_NAMES,
+    SPIECE_SPACE,
+    Scheme,
+    VocabularyParts,
+    build_parts,
+    guess_end_ids,
+    input_path,
+    need_end_ids,
+    piece_bytes,
+    read_json,
+)
+from trierouter.registry.tokenizer_files import (
+    from_sentencepiece,
+    from_sp_processor,
+    from_tekken,
+    from_tiktoken,
+)
 
 __all__ = [
     "END_TOKEN_NAMES",
@@ -39,191 +56,6 @@ __all__ = [
     "from_transformers",
     "from_vocab_json",
 ]
-
-
-class VocabularyParts(NamedTuple):
-    """What a reader found: the arguments of ``Vocabulary(...)`` and where they came from."""
-
-    tokens: list[bytes]
-    """The exact bytes of each token id."""
-    special_ids: tuple[int, ...]
-    """Control, added and special tokens: never part of a value."""
-    end_ids: tuple[int, ...]
-    """End-of-sequence / end-of-turn ids."""
-    width: int
-    """The model's logits width (at least ``len(tokens)``)."""
-    name: str
-    """A label for messages."""
-    source: str
-    """The file or object read, for error messages."""
-
-
-Scheme = Literal["byte_level", "sentencepiece", "plain"]
-
-END_TOKEN_NAMES: tuple[str, ...] = (
-    "<|endoftext|>",
-    "</s>",
-    "<｜end▁of▁sentence｜>",
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|eom_id|>",
-    "<|end_of_text|>",
-    "<eos>",
-    "<end_of_turn>",
-    "<|end|>",
-    "<|return|>",
-)
-"""Names of end-of-sequence / end-of-turn tokens, used when no ``end_ids`` are given."""
-
-_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-_SPIECE_SPACE = "▁"
-
-# Mistral's Tekken files before v7 carry no special-token list; mistral-common uses these names.
-_TEKKEN_DEFAULT_SPECIALS: tuple[str, ...] = (
-    "<unk>",
-    "<s>",
-    "</s>",
-    "[INST]",
-    "[/INST]",
-    "[AVAILABLE_TOOLS]",
-    "[/AVAILABLE_TOOLS]",
-    "[TOOL_RESULTS]",
-    "[/TOOL_RESULTS]",
-    "[TOOL_CALLS]",
-    "[IMG]",
-    "<pad>",
-    "[IMG_BREAK]",
-    "[IMG_END]",
-    "[PREFIX]",
-    "[MIDDLE]",
-    "[SUFFIX]",
-    "[SYSTEM_PROMPT]",
-    "[/SYSTEM_PROMPT]",
-    "[TOOL_CONTENT]",
-)
-
-
-# -- byte-level map ------------------------------------------------------------------------------
-@lru_cache(maxsize=1)
-def _byte_level_table() -> dict[int, int]:
-    """``str.translate`` table from GPT-2's byte-to-unicode characters back to latin-1 bytes.
-
-    Printable latin-1 characters stand for themselves; the 68 others are shifted to 256+. The
-    raw, unprintable ones are mapped to U+FFFF so that ``encode("latin-1")`` rejects them.
-    """
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    kept = set(printable)
-    table = {b: b for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in kept:
-            table[256 + shifted] = b
-            table[b] = 0xFFFF
-            shifted += 1
-    return table
-
-
-def _byte_level_bytes(piece: str, table: Mapping[int, int]) -> bytes | None:
-    try:
-        return piece.translate(table).encode("latin-1")
-    except UnicodeEncodeError:
-        return None
-
-
-def _spiece_bytes(piece: str, space: str, byte_fallback: bool) -> bytes:
-    if byte_fallback and len(piece) == 6 and piece.startswith("<0x"):
-        m = _BYTE_PIECE.fullmatch(piece)
-        if m is not None:
-            return bytes((int(m.group(1), 16),))
-    return piece.replace(space, " ").encode("utf-8")
-
-
-def _piece_bytes(
-    pieces: Sequence[str | None],
-    scheme: Scheme,
-    *,
-    space: str = _SPIECE_SPACE,
-    byte_fallback: bool = True,
-    strip_prefix: str = "",
-) -> tuple[list[bytes], set[int]]:
-    """Bytes of every piece under ``scheme``; ids without bytes of their own come back special.
-
-    ``None`` pieces are gaps in the id space (b"", special). Under byte-level a piece that is not
-    in the byte alphabet (a special token stored in the vocabulary) keeps its UTF-8 and is special.
-    """
-    special = {i for i, p in enumerate(pieces) if p is None}
-    if scheme == "byte_level":
-        table = _byte_level_table()
-        decoded = [None if p is None else _byte_level_bytes(p, table) for p in pieces]
-        for i, d in enumerate(decoded):
-            if d is None:
-                special.add(i)
-        out = [
-            d if d is not None else (p or "").encode("utf-8")
-            for d, p in zip(decoded, pieces, strict=True)
-        ]
-        return out, special
-    if scheme == "sentencepiece":
-        return [
-            b"" if p is None else _spiece_bytes(p, space, byte_fallback) for p in pieces
-        ], special
-    n = len(strip_prefix)
-    return [
-        b""
-        if p is None
-        else (p[n:] if n and p.startswith(strip_prefix) and len(p) > n else p).encode("utf-8")
-        for p in pieces
-    ], special
-
-
-# -- shared assembly -----------------------------------------------------------------------------
-def _guess_end_ids(named: Mapping[str, int]) -> list[int]:
-    return [named[n] for n in END_TOKEN_NAMES if n in named]
-
-
-def _need_end_ids(source: str) -> VocabularyError:
-    return VocabularyError(
-        f"{source}: no end-of-sequence token found (looked for {', '.join(END_TOKEN_NAMES[:6])}, "
-        "...); pass end_ids= explicitly"
-    )
-
-
-def _build(
-    tokens: list[bytes],
-    *,
-    special: Iterable[int],
-    end_ids: Iterable[int],
-    width: int | None,
-    source: str,
-    name: str = "",
-) -> VocabularyParts:
-    return VocabularyParts(
-        tokens,
-        tuple(int(i) for i in special),
-        tuple(int(i) for i in end_ids),
-        len(tokens) if width is None else int(width),
-        name,
-        source,
-    )
-
-
-def _path(path: str | os.PathLike[str], what: str) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise VocabularyError(f"{p}: no such file; expected {what}")
-    return p
-
-
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        with path.open("rb") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise VocabularyError(f"{path}: not a readable JSON file ({exc}); expected {what}") from exc
 
 
 # -- tokenizer.json (and fast transformers tokenizers) -------------------------------------------
@@ -243,22 +75,22 @@ def _detect_scheme(data: Mapping[str, Any]) -> tuple[Scheme, str]:
     norm = list(_components(data.get("normalizer")))
     model = data.get("model") or {}
     if any(c.get("type") == "ByteLevel" for c in decoder + pre):
-        return "byte_level", _SPIECE_SPACE
+        return "byte_level", SPIECE_SPACE
     for c in decoder + pre:
         if c.get("type") == "Metaspace":
-            return "sentencepiece", str(c.get("replacement") or _SPIECE_SPACE)
+            return "sentencepiece", str(c.get("replacement") or SPIECE_SPACE)
     for c in decoder + norm:
-        if c.get("type") == "Replace" and (c.get("pattern") or {}).get("String") == _SPIECE_SPACE:
-            return "sentencepiece", _SPIECE_SPACE
-        if c.get("type") == "Replace" and c.get("content") == _SPIECE_SPACE:
-            return "sentencepiece", _SPIECE_SPACE
-        if c.get("type") == "Prepend" and c.get("prepend") == _SPIECE_SPACE:
-            return "sentencepiece", _SPIECE_SPACE
+        if c.get("type") == "Replace" and (c.get("pattern") or {}).get("String") == SPIECE_SPACE:
+            return "sentencepiece", SPIECE_SPACE
+        if c.get("type") == "Replace" and c.get("content") == SPIECE_SPACE:
+            return "sentencepiece", SPIECE_SPACE
+        if c.get("type") == "Prepend" and c.get("prepend") == SPIECE_SPACE:
+            return "sentencepiece", SPIECE_SPACE
     if any(c.get("type") == "ByteFallback" for c in decoder):
-        return "sentencepiece", _SPIECE_SPACE
+        return "sentencepiece", SPIECE_SPACE
     if model.get("type") == "Unigram" or model.get("byte_fallback"):
-        return "sentencepiece", _SPIECE_SPACE
-    return "plain", _SPIECE_SPACE
+        return "sentencepiece", SPIECE_SPACE
+    return "plain", SPIECE_SPACE
 
 
 def _from_tokenizer_data(
@@ -311,7 +143,7 @@ def _from_tokenizer_data(
     for i in added:
         pieces[i] = None  # spelled below as literal text
     prefix = str(model.get("continuing_subword_prefix") or "") if kind == "WordPiece" else ""
-    tokens, special = _piece_bytes(
+    tokens, special = piece_bytes(
         pieces,
         scheme,
         space=space,
@@ -331,14 +163,14 @@ def _from_tokenizer_data(
 
     if end_ids is None:
         named = {content: i for i, content in added.items()}
-        ends = list(extra_end_ids) or _guess_end_ids(named)
+        ends = list(extra_end_ids) or guess_end_ids(named)
         if not ends:
-            ends = _guess_end_ids({p: i for i, p in by_id.items() if p in END_TOKEN_NAMES})
+            ends = guess_end_ids({p: i for i, p in by_id.items() if p in END_TOKEN_NAMES})
         if not ends:
-            raise _need_end_ids(source)
+            raise need_end_ids(source)
     else:
         ends = list(end_ids)
-    return _build(tokens, special=special, end_ids=ends, width=width, source=source, name=name)
+    return build_parts(tokens, special=special, end_ids=ends, width=width, source=source, name=name)
 
 
 def _sibling_end_ids(directory: Path, named: Mapping[str, int]) -> list[int]:
@@ -386,8 +218,8 @@ def from_tokenizer_json(
     ``eos_token_id`` of a ``generation_config.json`` next to the file, else added tokens named
     like :data:`END_TOKEN_NAMES`.
     """
-    p = _path(path, "a Hugging Face tokenizer.json")
-    data = _read_json(p, "a Hugging Face tokenizer.json")
+    p = input_path(path, "a Hugging Face tokenizer.json")
+    data = read_json(p, "a Hugging Face tokenizer.json")
     extra: list[int] = []
     if end_ids is None and isinstance(data, Mapping):
         named = {
@@ -414,8 +246,8 @@ def from_vocab_json(
     ``special_tokens`` names the entries that are special; by default those named like
     :data:`END_TOKEN_NAMES` (GPT-2's ``<|endoftext|>``), which are also the default end ids.
     """
-    p = _path(path, "a byte-level vocab.json (token string -> id)")
-    data = _read_json(p, "a byte-level vocab.json (token string -> id)")
+    p = input_path(path, "a byte-level vocab.json (token string -> id)")
+    data = read_json(p, "a byte-level vocab.json (token string -> id)")
     if not isinstance(data, Mapping) or not all(isinstance(v, int) for v in data.values()):
         raise VocabularyError(f"{p}: expected a JSON object mapping token strings to integer ids")
     names = (
@@ -508,7 +340,7 @@ def from_transformers(
             name=name,
         )
     elif getattr(tok, "sp_model", None) is not None:
-        vocab = _from_sp_processor(
+        vocab = from_sp_processor(
             tok.sp_model,
             source=source,
             width=None,
@@ -526,8 +358,8 @@ def from_transformers(
             any("Ġ" in t for t in pieces) and not any(" " in t for t in pieces)
         ):
             decoder: dict[str, Any] = {"type": "ByteLevel"}
-        elif any(_SPIECE_SPACE in t for t in pieces):
-            decoder = {"type": "Metaspace", "replacement": _SPIECE_SPACE}
+        elif any(SPIECE_SPACE in t for t in pieces):
+            decoder = {"type": "Metaspace", "replacement": SPIECE_SPACE}
         else:
             decoder = {}
         doc = {"model": {"type": "BPE", "vocab": pieces}, "decoder": decoder}
@@ -547,203 +379,3 @@ def from_transformers(
         )
     w = max(n_tok, len(vocab.tokens)) if width is None else int(width)
     return vocab._replace(width=w, source=source)
-
-
-# -- tiktoken ------------------------------------------------------------------------------------
-def _read_tiktoken(path: Path) -> tuple[list[bytes], list[int]]:
-    what = "a tiktoken file ('base64-bytes rank' per line, optionally gzipped)"
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise VocabularyError(f"{path}: cannot read ({exc}); expected {what}") from exc
-    try:
-        pairs = [line.split() for line in raw.splitlines() if line.strip()]
-        toks = [binascii.a2b_base64(t) for t, _ in pairs]
-        ranks = [int(r) for _, r in pairs]
-    except (ValueError, binascii.Error) as exc:
-        raise VocabularyError(f"{path}: malformed line ({exc}); expected {what}") from exc
-    if not toks:
-        raise VocabularyError(f"{path}: no tokens; expected {what}")
-    return toks, ranks
-
-
-def from_tiktoken(
-    path: str | os.PathLike[str],
-    *,
-    special_tokens: Mapping[str, int] | None = None,
-    end_ids: Iterable[int] | None = None,
-    width: int | None = None,
-    name: str = "",
-) -> VocabularyParts:
-    """Read a tiktoken file (``base64-bytes rank`` per line; ``.gz`` read transparently).
-
-    The rank is the token id; ids not covered by a rank or a special token are empty specials.
-    ``special_tokens`` (name -> id) are special with their name's UTF-8 as bytes; the default end
-    ids are those among them named like :data:`END_TOKEN_NAMES`.
-    """
-    p = _path(path, "a tiktoken file ('base64-bytes rank' per line)")
-    toks, ranks = _read_tiktoken(p)
-    specials = dict(special_tokens or {})
-    if min(ranks) < 0 or min(specials.values(), default=0) < 0:
-        raise VocabularyError(f"{p}: negative token id")
-    size = max(max(ranks), max(specials.values(), default=-1)) + 1
-    if ranks[-1] == len(ranks) - 1 and ranks == list(range(len(ranks))):
-        tokens = toks + [b""] * (size - len(toks))
-        special = set(range(len(toks), size))
-    else:
-        if len(set(ranks)) != len(ranks):
-            raise VocabularyError(f"{p}: a rank appears twice; expected one line per token id")
-        tokens = [b""] * size
-        for t, r in zip(toks, ranks, strict=True):
-            tokens[r] = t
-        special = set(range(size)).difference(ranks)
-    for tname, i in specials.items():
-        if i not in special or tokens[i]:
-            raise VocabularyError(
-                f"{p}: special token {tname!r} has id {i}, which is already taken"
-            )
-        tokens[i] = tname.encode("utf-8")
-    if end_ids is None:
-        ends = _guess_end_ids(specials)
-        if not ends:
-            raise _need_end_ids(str(p))
-    else:
-        ends = list(end_ids)
-    return _build(tokens, special=special, end_ids=ends, width=width, source=str(p), name=name)
-
-
-# -- SentencePiece -------------------------------------------------------------------------------
-def _from_sp_processor(
-    sp: Any,
-    *,
-    source: str,
-    width: int | None,
-    end_ids: Iterable[int] | None,
-    extra_special: Mapping[int, str] | None = None,
-    name: str = "",
-) -> VocabularyParts:
-    n = int(sp.get_piece_size())
-    if n <= 0:
-        raise VocabularyError(f"{source}: the SentencePiece model has no pieces")
-    ids = list(range(n))
-    pieces: list[str] = sp.id_to_piece(ids)
-    silent = [
-        c or u or x
-        for c, u, x in zip(sp.is_control(ids), sp.is_unknown(ids), sp.is_unused(ids), strict=True)
-    ]
-    is_byte: list[bool] = sp.is_byte(ids)
-    tokens = [
-        b""
-        if s
-        else (bytes((int(p[3:5], 16),)) if b else p.replace(_SPIECE_SPACE, " ").encode("utf-8"))
-        for p, s, b in zip(pieces, silent, is_byte, strict=True)
-    ]
-    special = {i for i, s in enumerate(silent) if s}
-    extra = dict(extra_special or {})
-    if extra:
-        top = max(extra) + 1
-        if top > n:
-            tokens.extend([b""] * (top - n))
-            special.update(range(n, top))
-        for i, content in extra.items():
-            if i >= n:
-                tokens[i] = content.encode("utf-8")
-            special.add(i)
-    if end_ids is None:
-        eos = int(sp.eos_id())
-        if eos < 0:
-            raise _need_end_ids(source)
-        ends = [eos]
-    else:
-        ends = list(end_ids)
-    return _build(tokens, special=special, end_ids=ends, width=width, source=source, name=name)
-
-
-def from_sentencepiece(
-    path: str | os.PathLike[str],
-    *,
-    width: int | None = None,
-    end_ids: Iterable[int] | None = None,
-    name: str = "",
-) -> VocabularyParts:
-    """Read a SentencePiece ``.model`` with the ``sentencepiece`` package.
-
-    ``▁`` is a space, ``<0xNN>`` byte pieces are one byte, control / unknown / unused pieces are
-    special and spell nothing. The default end id is the model's ``eos_id()``.
-    """
-    p = _path(path, "a SentencePiece .model file")
-    try:
-        import sentencepiece as spm
-    except ImportError as exc:
-        raise missing("sentencepiece", "tokenizers") from exc
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.Load(str(p))
-    except (OSError, RuntimeError) as exc:
-        raise VocabularyError(
-            f"{p}: not a SentencePiece model ({exc}); expected a SentencePiece .model file"
-        ) from exc
-    return _from_sp_processor(sp, source=str(p), width=width, end_ids=end_ids, name=name)
-
-
-# -- Mistral Tekken ------------------------------------------------------------------------------
-def from_tekken(
-    path: str | os.PathLike[str],
-    *,
-    width: int | None = None,
-    end_ids: Iterable[int] | None = None,
-    name: str = "",
-) -> VocabularyParts:
-    """Read a Mistral Tekken ``tekken*.json`` with the ``json`` module.
-
-    Ids ``0..num_special-1`` are special tokens (named ones spell their name, the rest nothing);
-    regular token ``rank`` has id ``rank + num_special``. Size and width default to the file's
-    ``default_vocab_size``; the default end id is ``</s>``.
-    """
-    what = "a Mistral Tekken JSON file (config, vocab of token_bytes/rank)"
-    p = _path(path, what)
-    data = _read_json(p, what)
-    try:
-        config = data["config"]
-        vocab = data["vocab"]
-        num_special = int(config["default_num_special_tokens"])
-        size = int(config.get("default_vocab_size") or num_special + len(vocab))
-        inner = size - num_special
-        if not 0 <= inner <= len(vocab):
-            raise VocabularyError(
-                f"{p}: default_vocab_size {size} does not fit {len(vocab)} tokens and "
-                f"{num_special} special tokens"
-            )
-        entries = vocab[:inner]
-        if any(e["rank"] != i for i, e in enumerate(entries)):
-            raise VocabularyError(f"{p}: vocab ranks are not 0, 1, 2, ... in order")
-        regular = [binascii.a2b_base64(e["token_bytes"]) for e in entries]
-        listed = data.get("special_tokens")
-        if listed is None:
-            named = dict(enumerate(_TEKKEN_DEFAULT_SPECIALS))
-        else:
-            named = {int(s["rank"]): str(s["token_str"]) for s in listed}
-    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-        if isinstance(exc, VocabularyError):
-            raise
-        raise VocabularyError(f"{p}: malformed ({exc!r}); expected {what}") from exc
-    if any(not 0 <= i < num_special for i in named):
-        raise VocabularyError(f"{p}: a special token rank is outside 0..{num_special - 1}")
-    head = [named[i].encode("utf-8") if i in named else b"" for i in range(num_special)]
-    if end_ids is None:
-        by_name = {s: i for i, s in named.items()}
-        if "</s>" not in by_name:
-            raise _need_end_ids(str(p))
-        ends = [by_name["</s>"]]
-    else:
-        ends = list(end_ids)
-    return _build(
-        head + regular,
-        special=range(num_special),
-        end_ids=ends,
-        width=width,
-        source=str(p),
-        name=name,
-    )

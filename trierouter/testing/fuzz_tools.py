@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
+from trierouter import settings
 from trierouter.registry.slots import dispatch, formats, nfa, objects, ranges, regex
 from trierouter.registry.slots.dispatch import SchemaRefused, SlotCompiler
 from trierouter.registry.slots.fragment import Fragment
@@ -73,17 +73,12 @@ class ToolOutcome:
 def _backend(name: str) -> Iterator[None]:
     """Every slot-compiler code path on one backend, with its module caches emptied before and
     after (a cached fragment of the other backend would hide a difference)."""
-    old = os.environ.get("TRIEROUTER_BACKEND")
-    os.environ["TRIEROUTER_BACKEND"] = name
-    _clear_caches()
-    try:
-        yield
-    finally:
+    with settings.BACKEND.scoped(name):
         _clear_caches()
-        if old is None:
-            del os.environ["TRIEROUTER_BACKEND"]
-        else:
-            os.environ["TRIEROUTER_BACKEND"] = old
+        try:
+            yield
+        finally:
+            _clear_caches()
 
 
 def _clear_caches() -> None:

@@ -46,19 +46,9 @@ Request arguments (every key starts with ``trierouter_``; unknown keys are refus
     (6x) are steered to their end: keeps sampled calls finite.
 
 Request limits (:class:`RequestLimits`, read from the environment at each check, so one
-request cannot exhaust the worker's memory or stall a batch with a huge compile):
-
-========================================  ==========  ========================================
-variable                                  default     bounds
-========================================  ==========  ========================================
-``TRIEROUTER_MAX_INLINE_VALUES``          100,000     values in ``trierouter_choices``
-``TRIEROUTER_MAX_VALUE_BYTES``            4,096       UTF-8 bytes of one inline value
-``TRIEROUTER_MAX_TOTAL_BYTES``            8,388,608   UTF-8 bytes of all inline values together
-``TRIEROUTER_MAX_TEXT_BYTES``             4,096       ``trierouter_prefix``, ``_think``, ``_set``
-``TRIEROUTER_MAX_THINK_TOKENS``           32,768      ``trierouter_think_max_tokens``
-========================================  ==========  ========================================
-
-(``TRIEROUTER_MAX_INLINE``, the older name of the first, is still read.) A new inline set is
+request cannot exhaust the worker's memory or stall a batch with a huge compile): the
+``TRIEROUTER_MAX_*`` variables of :mod:`trierouter.settings`, whose defaults and meanings
+``docs/settings.md`` lists (generated from that module). A new inline set is
 compiled in the worker, between two engine steps: the total bounds that pause. At the defaults
 the worst case (8 MB of random values, no shared prefixes: 100,000 x 83 B or 2,047 x 4 KB over
 Qwen2's 151K tokens) compiles in about 6 s into about 112 MB on a busy 2-core machine, while

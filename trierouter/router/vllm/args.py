@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trierouter import settings
 from trierouter.registry.call_formats import CALL_FORMATS
 
 __all__ = [
@@ -64,17 +64,18 @@ _ARGS = (
 TOOL_FORMATS = tuple(CALL_FORMATS)
 """Native call syntaxes ``trierouter_tool_format`` accepts (:mod:`trierouter.registry.call_formats`;
 ``json``: the bare call object)."""
-ENV_TOOLS = "TRIEROUTER_TOOLS"
-
-ENV_SETS = "TRIEROUTER_SETS"
-ENV_INLINE_CACHE = "TRIEROUTER_INLINE_CACHE"
-ENV_INLINE_CACHE_BYTES = "TRIEROUTER_INLINE_CACHE_BYTES"
+# the variables' names, as errors cite them (declared in trierouter.settings)
+ENV_TOOLS = settings.TOOLS.name
+ENV_SETS = settings.SETS.name
+ENV_INLINE_CACHE = settings.INLINE_CACHE.name
+ENV_INLINE_CACHE_BYTES = settings.INLINE_CACHE_BYTES.name
 ENV_MAX_INLINE = "TRIEROUTER_MAX_INLINE"
-ENV_MAX_INLINE_VALUES = "TRIEROUTER_MAX_INLINE_VALUES"
-ENV_MAX_VALUE_BYTES = "TRIEROUTER_MAX_VALUE_BYTES"
-ENV_MAX_TOTAL_BYTES = "TRIEROUTER_MAX_TOTAL_BYTES"
-ENV_MAX_TEXT_BYTES = "TRIEROUTER_MAX_TEXT_BYTES"
-ENV_MAX_THINK_TOKENS = "TRIEROUTER_MAX_THINK_TOKENS"
+"""The older name of :data:`ENV_MAX_INLINE_VALUES`, still read."""
+ENV_MAX_INLINE_VALUES = settings.MAX_INLINE_VALUES.name
+ENV_MAX_VALUE_BYTES = settings.MAX_VALUE_BYTES.name
+ENV_MAX_TOTAL_BYTES = settings.MAX_TOTAL_BYTES.name
+ENV_MAX_TEXT_BYTES = settings.MAX_TEXT_BYTES.name
+ENV_MAX_THINK_TOKENS = settings.MAX_THINK_TOKENS.name
 _SET_SUFFIXES = (".trt", ".txt", ".json")
 _DEFAULT_THINK_MAX = 256
 
@@ -82,41 +83,31 @@ I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "")
-    try:
-        return int(raw) if raw.strip() else default
-    except ValueError as exc:
-        raise ValueError(f"${name}={raw!r}: expected an integer") from exc
-
-
 # -- request arguments --------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
     """Bounds on one request's ``trierouter_*`` arguments (module docstring: the variables)."""
 
-    max_inline_values: int = 100_000
+    max_inline_values: int = settings.MAX_INLINE_VALUES.default
     """Values in ``trierouter_choices``."""
-    max_value_bytes: int = 4096
+    max_value_bytes: int = settings.MAX_VALUE_BYTES.default
     """UTF-8 bytes of one inline value."""
-    max_total_bytes: int = 8 << 20
+    max_total_bytes: int = settings.MAX_TOTAL_BYTES.default
     """UTF-8 bytes of all inline values together (bounds the trie and its compile time)."""
-    max_text_bytes: int = 4096
+    max_text_bytes: int = settings.MAX_TEXT_BYTES.default
     """UTF-8 bytes of ``trierouter_prefix``, ``trierouter_think`` and ``trierouter_set``."""
-    max_think_tokens: int = 32_768
+    max_think_tokens: int = settings.MAX_THINK_TOKENS.default
     """Largest ``trierouter_think_max_tokens``."""
 
     @classmethod
     def from_env(cls) -> RequestLimits:
         """The limits set by the ``TRIEROUTER_MAX_*`` variables, defaults elsewhere."""
-        d = cls()
-        values = _env_int(ENV_MAX_INLINE, d.max_inline_values)
         return cls(
-            max_inline_values=_env_int(ENV_MAX_INLINE_VALUES, values),
-            max_value_bytes=_env_int(ENV_MAX_VALUE_BYTES, d.max_value_bytes),
-            max_total_bytes=_env_int(ENV_MAX_TOTAL_BYTES, d.max_total_bytes),
-            max_text_bytes=_env_int(ENV_MAX_TEXT_BYTES, d.max_text_bytes),
-            max_think_tokens=_env_int(ENV_MAX_THINK_TOKENS, d.max_think_tokens),
+            max_inline_values=settings.MAX_INLINE_VALUES.get(),
+            max_value_bytes=settings.MAX_VALUE_BYTES.get(),
+            max_total_bytes=settings.MAX_TOTAL_BYTES.get(),
+            max_text_bytes=settings.MAX_TEXT_BYTES.get(),
+            max_think_tokens=settings.MAX_THINK_TOKENS.get(),
         )
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trierouter import settings
 from trierouter.errors import TrieRouterError
 from trierouter.registry.analysis import AnalysisStore, ToolsAnalysis, tools_key
 from trierouter.registry.compiler import check_tools
@@ -27,7 +27,7 @@ from trierouter.registry.inline_tools import analyze_specs
 from trierouter.registry.slots.dispatch import analyses_kept, unserved_problems
 from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.tool_registry import ToolRegistry
-from trierouter.router.vllm.args import ARG_TOOLS, ENV_TOOLS
+from trierouter.router.vllm.args import ARG_TOOLS
 from trierouter.router.vllm.named import list_tool_registries, load_tool_registries
 
 __all__ = [
@@ -306,7 +306,7 @@ _registries: dict[tuple[str, str], RegistrySpecs] = {}
 def registry_specs(name: str) -> RegistrySpecs:
     """Registry ``name`` from ``$TRIEROUTER_TOOLS`` (loaded once per process), or
     ``ValueError`` (which does not list the configured names: the server log does)."""
-    cfg = os.environ.get(ENV_TOOLS, "")
+    cfg = settings.TOOLS.get()
     key = (cfg, name)
     with _lock:
         hit = _registries.get(key)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.util
-import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 
-from trierouter.registry.analysis import ENV_ANALYSIS_DIR
+from trierouter import settings
 
 __all__ = ["SERVE_FLAGS", "TORCH_COMPANIONS", "broken_torch_companions", "main", "serve_argv"]
 
@@ -105,9 +104,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from trierouter.router.vllm.plugin import register
 
     register()
-    if not os.environ.get(ENV_ANALYSIS_DIR):  # shared with the engine core (prepare.py)
+    if not settings.ANALYSIS_DIR.is_set():  # shared with the engine core (prepare.py)
         folder = tempfile.mkdtemp(prefix="trierouter-analysis-")  # mode 0700
-        os.environ[ENV_ANALYSIS_DIR] = folder
+        settings.ANALYSIS_DIR.export(folder)
         atexit.register(shutil.rmtree, folder, True)
     sys.argv = ["trierouter serve", *serve_argv(sys.argv[1:] if argv is None else argv)]
     from vllm.entrypoints.launchers.api_server.entry import main as vllm_main

@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from trierouter import settings
 from trierouter.errors import TrieRouterError
 from trierouter.registry.analysis import STEP_WORK
 from trierouter.registry.index import TokenIndex
@@ -55,7 +55,7 @@ _registry_names: dict[tuple[str, int, int], frozenset[str]] = {}
 def list_tool_registries(config: str | None = None) -> frozenset[str]:
     """Registry names configured by ``config`` (default ``$TRIEROUTER_TOOLS``): the file is read
     again only when it changes (a request naming an unknown registry costs a ``stat``)."""
-    cfg = os.environ.get(ENV_TOOLS, "") if config is None else config
+    cfg = settings.TOOLS.get() if config is None else config
     if not cfg:
         return frozenset()
     path = Path(cfg).expanduser()
@@ -115,7 +115,7 @@ _names_cache: dict[str, frozenset[str]] = {}
 
 def list_named_sets(config: str | None = None) -> frozenset[str]:
     """Names configured by ``config`` (default ``$TRIEROUTER_SETS``), without loading them."""
-    cfg = os.environ.get(ENV_SETS, "") if config is None else config
+    cfg = settings.SETS.get() if config is None else config
     if not cfg:
         return frozenset()
     names = _names_cache.get(cfg)

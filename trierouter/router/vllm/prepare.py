@@ -34,6 +34,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from trierouter import settings
 from trierouter.registry.analysis import AnalysisStore, tools_key
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import compile_choices
@@ -42,7 +43,6 @@ from trierouter.router.vllm.args import (
     ARG_CHOICES,
     ARG_TOOLS,
     RequestLimits,
-    _env_int,
     parse_request,
 )
 from trierouter.router.vllm.checks import (
@@ -108,10 +108,8 @@ def prepare_body(raw: bytes, syntax: Syntax = None) -> tuple[str, tuple[str, ...
     tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])]
     if not tools:
         return None
-    from trierouter.router.vllm.tool_parser import _DEFAULT_MAX_INLINE_TOOLS, ENV_MAX_INLINE_TOOLS
-
     text = inline_text(tools)
-    limit = _env_int(ENV_MAX_INLINE_TOOLS, _DEFAULT_MAX_INLINE_TOOLS)
+    limit = settings.MAX_INLINE_TOOLS.get()
     if len(tools) > limit or len(text) > RequestLimits.from_env().max_total_bytes:
         return None  # refused by its size in the parser, unanalysed
     key, verdict = tools_key(text), prepare_inline_tools(text)

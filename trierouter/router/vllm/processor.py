@@ -16,7 +16,6 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without vllm
     raise missing("vllm", "vllm") from exc
 
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from trierouter import settings
 from trierouter.registry.analysis import STEP_WORK, AnalysisStore
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
@@ -36,14 +36,10 @@ from trierouter.router.vllm.args import (
     ARG_SET,
     ARG_TOOLS,
     ARG_TOOLS_INLINE,
-    ENV_INLINE_CACHE,
-    ENV_INLINE_CACHE_BYTES,
     ENV_SETS,
-    ENV_TOOLS,
     I32,
     I64,
     RequestSpec,
-    _env_int,
     logger,
     parse_request,
 )
@@ -148,8 +144,8 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._named: dict[str, ChoiceSet] = {}
         self._inline: OrderedDict[str, ChoiceSet] = OrderedDict()
         self._plans: OrderedDict[tuple[str, str | None, int, str], Plan] = OrderedDict()
-        self._cache_size = max(1, _env_int(ENV_INLINE_CACHE, 64))
-        self._cache_bytes = max(0, _env_int(ENV_INLINE_CACHE_BYTES, 256 << 20))
+        self._cache_size = max(1, settings.INLINE_CACHE.get())
+        self._cache_bytes = max(0, settings.INLINE_CACHE_BYTES.get())
         self._groups: list[tuple[ChoiceSet, list[_Req], I64]] = []
         self._plan_rows: list[tuple[int, _Req]] = []
         self._failed_rows: I64 = np.zeros(0, dtype=np.int64)
@@ -169,7 +165,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._swap_full: I64 = np.zeros(0, dtype=np.int64)
         self._store = AnalysisStore.from_env()
         registries: dict[str, CompiledTools] = {}
-        tools_cfg = os.environ.get(ENV_TOOLS, "")
+        tools_cfg = settings.TOOLS.get()
         if tools_cfg:
             for name, tools in load_tool_registries(tools_cfg).items():
                 registries[name] = compile_tools(tools, self._ensure_index())
@@ -177,7 +173,7 @@ class TrieRouterLogitsProcessor(LogitsProcessor):  # type: ignore[misc,unused-ig
         self._tool_sets = EngineToolSets(
             self._ensure_index, self._store, registries, self._cache_size, self._cache_bytes
         )
-        config = os.environ.get(ENV_SETS, "")
+        config = settings.SETS.get()
         if config:
             self._named = load_named_sets(config, self._ensure_index())
             logger.info(

@@ -35,8 +35,8 @@ import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from trierouter.registry.analysis import ENV_ANALYSIS_DIR
-from trierouter.router.vllm.args import ARG_TOOLS, ENV_TOOLS, _env_int
+from trierouter import settings
+from trierouter.router.vllm.args import ARG_TOOLS, ENV_TOOLS
 from trierouter.router.vllm.checks import count_work, relaxed_response
 from trierouter.router.vllm.named import list_tool_registries
 from trierouter.router.vllm.prepare import needs_preparation, prepare_request, start_worker
@@ -59,7 +59,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ENV_MAX_BODY_BYTES = "TRIEROUTER_MAX_BODY_BYTES"
+ENV_MAX_BODY_BYTES = settings.MAX_BODY_BYTES.name
 ROUTING_FIELD = "trierouter_routing"
 
 Scope = MutableMapping[str, Any]
@@ -274,7 +274,7 @@ class ToolSearchMiddleware:
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
         self._accepted = _vllm_auth(app)
-        if os.environ.get(ENV_TOOLS):  # load now (a bad registry stops the server with its
+        if settings.TOOLS.is_set():  # load now (a bad registry stops the server with its
             names = sorted(list_tool_registries())  # problems), build the searches
             logger.info("trierouter: tool registries %s from $%s", names, ENV_TOOLS)
             for name in names:
@@ -282,7 +282,7 @@ class ToolSearchMiddleware:
                     search_for(name)
                 except (ValueError, OSError) as exc:
                     raise RuntimeError(f"${ENV_TOOLS}: registry {name!r}: {exc}") from exc
-        if os.environ.get(ENV_ANALYSIS_DIR):  # under trierouter serve: the worker, warmed now
+        if settings.ANALYSIS_DIR.is_set():  # under trierouter serve: the worker, warmed now
             start_worker()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -295,7 +295,7 @@ class ToolSearchMiddleware:
             await self.app(scope, receive, send)
             return
         count_work("middleware")
-        limit = _env_int(ENV_MAX_BODY_BYTES, 16 << 20)
+        limit = settings.MAX_BODY_BYTES.get()
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:

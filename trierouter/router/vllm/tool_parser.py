@@ -30,10 +30,10 @@ this parser too, instead of its JSON-list convention.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trierouter import settings
 from trierouter.errors import missing
 from trierouter.registry.call_formats import model_call_format
 from trierouter.registry.call_text import ParsedCall, envelope, scan_calls
@@ -50,7 +50,6 @@ from trierouter.router.vllm.args import (
     ARG_TOOLS_INLINE,
     ENV_MAX_TOTAL_BYTES,
     RequestLimits,
-    _env_int,
 )
 from trierouter.router.vllm.checks import (
     check_inline_tools,
@@ -99,18 +98,15 @@ logger = logging.getLogger(__name__)
 
 ARG_TOOL_SEARCH = "trierouter_tool_search"
 ARG_CONSTRAIN = "trierouter_constrain"
-ENV_TOOL_FORMAT = "TRIEROUTER_TOOL_FORMAT"
-ENV_MAX_INLINE_TOOLS = "TRIEROUTER_MAX_INLINE_TOOLS"
-_DEFAULT_MAX_INLINE_TOOLS = 4096
+ENV_TOOL_FORMAT = settings.TOOL_FORMAT.name
+ENV_MAX_INLINE_TOOLS = settings.MAX_INLINE_TOOLS.name
 
 
 def detect_format(tokenizer: Any) -> str:
     """The native call syntax of the served model: ``$TRIEROUTER_TOOL_FORMAT``, else the first
     marker found in its chat template, else in its vocabulary; ``ValueError`` when none is."""
-    env = os.environ.get(ENV_TOOL_FORMAT, "").strip()
+    env = settings.TOOL_FORMAT.get()
     if env:
-        if env not in FORMAT_NAMES:
-            raise ValueError(f"${ENV_TOOL_FORMAT}={env!r}: expected one of {list(FORMAT_NAMES)}")
         return env
     fmt = model_call_format(tokenizer)
     if fmt is not None:
@@ -158,11 +154,11 @@ def request_xargs(
         if not tools:
             raise ValueError("tools: give at least one tool (or a registry in vllm_xargs)")
         lim = RequestLimits.from_env()
-        max_tools = _env_int(ENV_MAX_INLINE_TOOLS, _DEFAULT_MAX_INLINE_TOOLS)
+        max_tools = settings.MAX_INLINE_TOOLS.get()
         if len(tools) > max_tools:
             raise ValueError(
                 f"tools: {len(tools)} tools, more than ${ENV_MAX_INLINE_TOOLS}={max_tools}; "
-                f"serve large sets as a named registry (${'TRIEROUTER_TOOLS'})"
+                f"serve large sets as a named registry (${settings.TOOLS.name})"
             )
         text = inline_text(tools)
         if len(text) > lim.max_total_bytes:
