@@ -45,7 +45,7 @@ $(VENV)/.dev: $(VENV)/.test
 
 # setuptools rebuilds only when csrc/ changed; the import refuses a build from other sources
 ext: $(PY)
-	@$(PY) -c "import numpy, setuptools" 2>/dev/null || $(PIP) install --quiet 'numpy>=2,<3' setuptools
+	@$(PY) -c "import nanobind, setuptools" 2>/dev/null || $(PIP) install --quiet 'nanobind==3.1.0' setuptools
 	$(PY) setup.py -q build_ext --inplace
 
 ext-debug: ext

@@ -1,239 +1,183 @@
-// Tool automata's entry points: dfa_wire, dfa_compress, dfa_masks(_many), dfa_list_masks, the CSR
-// helpers of fixed formats and shared pieces, spelled_count, walk_counts.
-#include "bindings/common.h"
+// Tool automata's entry points: dfa_wire, dfa_compress, dfa_masks(_many), dfa_list_masks,
+// spelled_count, walk_counts.
+#include <memory>
+
 #include "automata.h"
+#include "bindings/common.h"
 #include "token_trie.h"
 
 namespace trierouter {
 
-// The buffers of one dfa_wire call, held while ``Wire``'s spans point into them.
-struct WireArgs {
-    std::vector<I32View> fs, fb, fd;
-    I64Seq offs, lstate, lfrom, extra;
-    int64_t n = 0;
-};
+namespace {
 
-// False with a Python error set when ``args`` is not a tuple of dfa_wire's arguments; else the
-// buffers opened into ``w`` and ``wire``'s spans set over them. The edges' ranges are checked by
-// wire_run.
-bool wire_open(WireArgs& w, Wire& wire, PyObject* args) {
-    PyObject *srcs_o, *bytes_o, *dsts_o, *offs_o, *lstate_o, *lfrom_o, *extra_o;
-    long long n_ll;
-    if (!PyArg_ParseTuple(args, "O!O!O!OLOOO", &PyList_Type, &srcs_o, &PyList_Type, &bytes_o,
-                          &PyList_Type, &dsts_o, &offs_o, &n_ll, &lstate_o, &lfrom_o, &extra_o))
-        return false;
-    const Py_ssize_t nf = PyList_GET_SIZE(srcs_o);
-    if (!w.offs.open(offs_o, "offsets") || !w.lstate.open(lstate_o, "link_state") ||
-        !w.lfrom.open(lfrom_o, "link_from") || !w.extra.open(extra_o, "extra"))
-        return false;
-    if (PyList_GET_SIZE(bytes_o) != nf || PyList_GET_SIZE(dsts_o) != nf || w.offs.n != nf ||
-        w.lstate.n != w.lfrom.n || w.extra.n % 3 || n_ll < 0 || n_ll > (int64_t{1} << 31) - 1) {
-        PyErr_SetString(PyExc_ValueError, "dfa_wire: bad sizes");
-        return false;
-    }
-    w.n = n_ll;
-    try {
-        w.fs = std::vector<I32View>(static_cast<size_t>(nf));
-        w.fb = std::vector<I32View>(static_cast<size_t>(nf));
-        w.fd = std::vector<I32View>(static_cast<size_t>(nf));
-    } catch (const std::bad_alloc&) {
-        PyErr_NoMemory();
-        return false;
-    }
-    for (Py_ssize_t i = 0; i < nf; ++i) {
-        const size_t k = static_cast<size_t>(i);
-        if (!w.fs[k].open(PyList_GET_ITEM(srcs_o, i), "src") || !w.fb[k].open(PyList_GET_ITEM(bytes_o, i), "byte") ||
-            !w.fd[k].open(PyList_GET_ITEM(dsts_o, i), "dst"))
-            return false;
-        if (w.fb[k].n != w.fs[k].n || w.fd[k].n != w.fs[k].n) {
-            PyErr_SetString(PyExc_ValueError, "dfa_wire: a fragment's edge arrays differ in length");
-            return false;
-        }
-    }
-    try {
-        wire.n = w.n;
-        wire.fs.resize(static_cast<size_t>(nf));
-        wire.fb.resize(static_cast<size_t>(nf));
-        wire.fd.resize(static_cast<size_t>(nf));
-        for (size_t k = 0; k < static_cast<size_t>(nf); ++k) {
-            wire.fs[k] = {w.fs[k].p, w.fs[k].n};
-            wire.fb[k] = {w.fb[k].p, w.fb[k].n};
-            wire.fd[k] = {w.fd[k].p, w.fd[k].n};
-        }
-    } catch (const std::bad_alloc&) {
-        PyErr_NoMemory();
-        return false;
-    }
-    wire.offs = {w.offs.p, w.offs.n};
-    wire.lstate = {w.lstate.p, w.lstate.n};
-    wire.lfrom = {w.lfrom.p, w.lfrom.n};
-    wire.extra = {w.extra.p, w.extra.n};
-    return true;
+template <class A>
+A array_arg(nb::handle h, const char* what, const char* expected) {
+    A a;
+    if (!nb::try_cast(h, a, false)) throw nb::type_error((std::string(what) + ": expected " + expected).c_str());
+    return a;
 }
 
+// The arrays of one dfa_wire call, held while ``Wire``'s spans point into them.
+struct WireArgs {
+    std::vector<In1<int32_t>> fs, fb, fd;
+    std::unique_ptr<I64Seq> offs, lstate, lfrom, extra;
+};
+
+// dfa_wire's arguments (srcs, bytes, dsts, offsets, n, link_state, link_from, extra) opened into
+// ``w`` and ``wire``'s spans set over them; TypeError / ValueError when they are not. The edges'
+// ranges are checked by wire_run.
+void wire_open(WireArgs& w, Wire& wire, const nb::tuple& args) {
+    if (args.size() != 8) throw nb::type_error("dfa_wire: expected 8 arguments");
+    for (size_t i = 0; i < 3; ++i)
+        if (!nb::isinstance<nb::list>(args[i])) throw nb::type_error("dfa_wire: srcs, bytes and dsts must be lists");
+    const nb::list srcs = nb::borrow<nb::list>(args[0]), bytes = nb::borrow<nb::list>(args[1]),
+                   dsts = nb::borrow<nb::list>(args[2]);
+    const int64_t n = nb::cast<int64_t>(args[4]);
+    const size_t nf = srcs.size();
+    w.offs = std::make_unique<I64Seq>(args[3], "offsets");
+    w.lstate = std::make_unique<I64Seq>(args[5], "link_state");
+    w.lfrom = std::make_unique<I64Seq>(args[6], "link_from");
+    w.extra = std::make_unique<I64Seq>(args[7], "extra");
+    if (bytes.size() != nf || dsts.size() != nf || static_cast<size_t>(w.offs->n) != nf ||
+        w.lstate->n != w.lfrom->n || w.extra->n % 3 || n < 0 || n > (int64_t{1} << 31) - 1)
+        throw nb::value_error("dfa_wire: bad sizes");
+    const char* i32 = "a contiguous 1-D int32 array";
+    for (size_t i = 0; i < nf; ++i) {
+        w.fs.push_back(array_arg<In1<int32_t>>(srcs[i], "src", i32));
+        w.fb.push_back(array_arg<In1<int32_t>>(bytes[i], "byte", i32));
+        w.fd.push_back(array_arg<In1<int32_t>>(dsts[i], "dst", i32));
+        if (w.fb[i].shape(0) != w.fs[i].shape(0) || w.fd[i].shape(0) != w.fs[i].shape(0))
+            throw nb::value_error("dfa_wire: a fragment's edge arrays differ in length");
+    }
+    wire.n = n;
+    auto span = [](const In1<int32_t>& a) { return Span<int32_t>{a.data(), static_cast<int64_t>(a.shape(0))}; };
+    for (size_t k = 0; k < nf; ++k) {
+        wire.fs.push_back(span(w.fs[k]));
+        wire.fb.push_back(span(w.fb[k]));
+        wire.fd.push_back(span(w.fd[k]));
+    }
+    wire.offs = {w.offs->p, w.offs->n};
+    wire.lstate = {w.lstate->p, w.lstate->n};
+    wire.lfrom = {w.lfrom->p, w.lfrom->n};
+    wire.extra = {w.extra->p, w.extra->n};
+}
 
 // dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst): the
 //   edges of fragments wired into one automaton of n states (what slots/fragment.py's
 //   Builder.finish computes). Fragment i's edges (lists of int32 arrays) are shifted by
-//   offsets[i]; link j (link_from[j] = i << 32 | local) copies fragment
-//   i's own edges leaving its state ``local`` to state link_state[j]; extra (flat triples src,
-//   byte, dst) are single edges. offsets, link_state, link_from and extra: lists of ints or
-//   int64 arrays. The result is sorted by (src, byte), a repeated identical
-//   edge kept once; ValueError ("ambiguous continuation on byte B at state S", the first such
-//   (S, B)) when two edges leave S on B to different states.
-//   A fragment whose edges are already strictly sorted by (src, byte), above the previous such
-//   fragment's, is copied as a run (the common case: fragments come out of this function
-//   sorted); the other edges (links, extra, unsorted fragments) are grouped by source and
-//   merged in state by state. Runs under the GIL (short calls on the compiling thread: a
-//   release would hand the GIL to the masks' worker for a switch interval).
-PyObject* py_dfa_wire(PyObject*, PyObject* args) {
+//   offsets[i]; link j (link_from[j] = i << 32 | local) copies fragment i's own edges leaving
+//   its state ``local`` to state link_state[j]; extra (flat triples src, byte, dst) are single
+//   edges. offsets, link_state, link_from and extra: lists of ints or int64 arrays. The result
+//   is sorted by (src, byte), a repeated identical edge kept once; ValueError ("ambiguous
+//   continuation on byte B at state S", the first such (S, B)) when two edges leave S on B to
+//   different states. Runs under the GIL (short calls on the compiling thread: a release would
+//   hand the GIL to the masks' worker for a switch interval).
+nb::tuple dfa_wire(nb::handle srcs, nb::handle bytes, nb::handle dsts, nb::handle offsets, int64_t n,
+                   nb::handle link_state, nb::handle link_from, nb::handle extra) {
     WireArgs wa;
     Wire w;
-    if (!wire_open(wa, w, args)) return nullptr;
+    wire_open(wa, w, nb::make_tuple(srcs, bytes, dsts, offsets, n, link_state, link_from, extra));
     Buf<int32_t> os, ob, od;
-    if (!wire_run(w, os, ob, od)) return raise_run_error(w.err);
-    PyObject* a = to_numpy(os, NPY_INT32);
-    PyObject* b = to_numpy(ob, NPY_INT32);
-    return tuple_result({a, b, to_numpy(od, NPY_INT32)});
+    if (!wire_run(w, os, ob, od)) raise_run_error(w.err);
+    nb::object a = to_numpy(os), b = to_numpy(ob);
+    return nb::make_tuple(a, b, to_numpy(od));
 }
 
-
-// dfa_compress(src: int32[], byte: int32[], dst: int32[], n: int) -> (table int32 (n, classes),
-//   byte_class int32[256]): an automaton given as edges (src --byte--> dst, at most one per
-//   (src, byte); a repeated edge must be identical) as a dense table over byte classes; bytes
-//   whose edges are the same at every state share a class, numbered in order of their smallest
-//   byte.
-PyObject* py_dfa_compress(PyObject*, PyObject* args) {
-    PyObject *src_o, *byte_o, *dst_o;
-    long long n_ll;
-    if (!PyArg_ParseTuple(args, "OOOL", &src_o, &byte_o, &dst_o, &n_ll)) return nullptr;
-    I32View src, byte, dst;
-    if (!src.open(src_o, "src") || !byte.open(byte_o, "byte") || !dst.open(dst_o, "dst")) return nullptr;
-    if (n_ll < 0 || n_ll > (int64_t{1} << 31) - 1 || src.n != byte.n || src.n != dst.n) {
-        PyErr_SetString(PyExc_ValueError, "dfa_compress: bad sizes");
-        return nullptr;
-    }
-    const int64_t n = n_ll;
-    for (int64_t i = 0; i < src.n; ++i)
-        if (src.p[i] < 0 || src.p[i] >= n || byte.p[i] < 0 || byte.p[i] > 255 || dst.p[i] < -1 || dst.p[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "dfa_compress: an edge out of range");
-            return nullptr;
-        }
+// dfa_compress(src, byte, dst, n) -> (table int32 (n, classes), byte_class int32[256]): an
+//   automaton given as edges (src --byte--> dst, at most one per (src, byte); a repeated edge
+//   must be identical) as a dense table over byte classes; bytes whose edges are the same at
+//   every state share a class, numbered in order of their smallest byte.
+nb::tuple dfa_compress(const In1<int32_t>& src, const In1<int32_t>& byte, const In1<int32_t>& dst, int64_t n) {
+    const int64_t m = static_cast<int64_t>(src.shape(0));
+    if (n < 0 || n > (int64_t{1} << 31) - 1 || byte.shape(0) != src.shape(0) || dst.shape(0) != src.shape(0))
+        throw nb::value_error("dfa_compress: bad sizes");
+    const int32_t *s = src.data(), *b = byte.data(), *d = dst.data();
+    for (int64_t i = 0; i < m; ++i)
+        if (s[i] < 0 || s[i] >= n || b[i] < 0 || b[i] > 255 || d[i] < -1 || d[i] >= n)
+            throw nb::value_error("dfa_compress: an edge out of range");
     Buf<int32_t> table, cls;
     int64_t nk = 0;
-    try {
-        if (!cls.resize(256) || !compress_run(src.p, byte.p, dst.p, src.n, n, table, cls.p, nk)) return PyErr_NoMemory();
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    PyObject* tab = to_numpy(table, NPY_INT32, nk);
-    return tuple_result({tab, tab ? to_numpy(cls, NPY_INT32) : nullptr});
+    if (!cls.resize(256) || !compress_run(s, b, d, m, n, table, cls.p, nk)) throw std::bad_alloc();
+    nb::object tab = to_numpy(table, nk);
+    return nb::make_tuple(tab, to_numpy(cls));
 }
 
-
-// One dfa_masks call's Python side: the buffers its job's spans point into, and the packed rows'
-// array (words > 0) until handed out. Destroyed under the GIL.
+// One dfa_masks call: the arrays its job's spans point into, and the packed rows' array
+// (words > 0) until handed out. Destroyed under the GIL.
 struct MasksCall {
     MasksJob j;
-    TableView tab;
-    I32View cls;
-    I64View st;
-    ByteView altv;
+    std::unique_ptr<Table> tab;
+    In1<int32_t> cls;
+    In1<int64_t> st;
+    Bytes altv;
     WireArgs wire;
     std::vector<int64_t> states;  // the states checked here, read by the run (GIL released)
-    PyObject* rows_o = nullptr;
-    MasksCall() = default;
-    MasksCall(const MasksCall&) = delete;
-    MasksCall& operator=(const MasksCall&) = delete;
-    ~MasksCall() { Py_XDECREF(rows_o); }
+    nb::object rows_o;
 };
 
-// False with a Python error set when the arguments are not a valid dfa_masks call.
-bool masks_open(MasksCall& c, PyObject* args) {
+// Opens the arguments of a dfa_masks call: (table, byte_class, states, trie, words=0,
+// alt_trie=None, alt=None, share=True), or (wire, states, trie, ...) with the tuple of
+// dfa_wire's arguments in place of the table and byte classes. TypeError / ValueError /
+// RuntimeError (a TokenTrie not built) when they are not a valid call.
+void masks_open(MasksCall& c, const nb::tuple& args) {
     MasksJob& j = c.j;
-    TokenTrieObject* tri_o = nullptr;
-    PyObject *tab_o = nullptr, *cls_o = nullptr, *st_o, *alt_o = nullptr, *wire_o = nullptr;
-    PyObject* alt_tri_o = nullptr;
-    if (PyTuple_GET_SIZE(args) > 0 && PyTuple_Check(PyTuple_GET_ITEM(args, 0))) {  // a wire
-        if (!PyArg_ParseTuple(args, "O!OO!|nOOp", &PyTuple_Type, &wire_o, &st_o, &TokenTrieType, &tri_o, &j.words,
-                              &alt_tri_o, &alt_o, &j.share_rows))
-            return false;
-        try {
-            j.wire.reset(new Wire);
-        } catch (const std::bad_alloc&) {
-            PyErr_NoMemory();
-            return false;
-        }
-        if (!wire_open(c.wire, *j.wire, wire_o)) return false;
-    } else if (!PyArg_ParseTuple(args, "OOOO!|nOOp", &tab_o, &cls_o, &st_o, &TokenTrieType, &tri_o, &j.words,
-                                 &alt_tri_o, &alt_o, &j.share_rows)) {
-        return false;
+    const size_t n = args.size();
+    const bool wired = n > 0 && nb::isinstance<nb::tuple>(args[0]);
+    const size_t at = wired ? 1 : 2;  // the position of states
+    if (n < at + 2 || n > at + 6) throw nb::type_error("dfa_masks: expected (table, byte_class | wire), states, trie[, words, alt_trie, alt, share]");
+    nb::handle st_o = args[at], tri_o = args[at + 1];
+    j.words = n > at + 2 ? nb::cast<int64_t>(args[at + 2]) : 0;
+    nb::handle alt_tri_o = n > at + 3 ? args[at + 3] : nb::none();
+    nb::handle alt_o = n > at + 4 ? args[at + 4] : nb::none();
+    j.share_rows = n > at + 5 ? static_cast<bool>(nb::cast<Truthy>(args[at + 5])) : 1;
+    if (!is_instance<TokenTrieObj>(tri_o)) throw nb::type_error("dfa_masks: trie must be a TokenTrie");
+    if (!alt_tri_o.is_none() && !is_instance<TokenTrieObj>(alt_tri_o))
+        throw nb::type_error("alt_trie must be a TokenTrie or None");
+    j.tri = const_cast<TokenTrie*>(&ready_trie(tri_o, "dfa_masks"));
+    j.alt_tri = alt_tri_o.is_none() ? nullptr : const_cast<TokenTrie*>(&ready_trie(alt_tri_o, "dfa_masks (alt_trie)"));
+    if (wired) {
+        j.wire = std::make_unique<Wire>();
+        wire_open(c.wire, *j.wire, nb::borrow<nb::tuple>(args[0]));
     }
-    if (alt_tri_o == Py_None) alt_tri_o = nullptr;
-    if (alt_tri_o && !PyObject_TypeCheck(alt_tri_o, &TokenTrieType)) {
-        PyErr_SetString(PyExc_TypeError, "alt_trie must be a TokenTrie or None");
-        return false;
+    c.st = array_arg<In1<int64_t>>(st_o, "states", "a contiguous 1-D int64 array");
+    const int64_t n_st = static_cast<int64_t>(c.st.shape(0));
+    if (!wired) {
+        c.tab = std::make_unique<Table>(array_arg<Bytes>(args[0], "table", "a contiguous int32, int16 or int8 array"),
+                                        "table");
+        c.cls = array_arg<In1<int32_t>>(args[1], "byte_class", "a contiguous 1-D int32 array");
     }
-    if (!trie_ready(tri_o, "dfa_masks") ||
-        (alt_tri_o && !trie_ready(reinterpret_cast<TokenTrieObject*>(alt_tri_o), "dfa_masks (alt_trie)")))
-        return false;
-    j.tri = &tri_o->trie;
-    j.alt_tri = alt_tri_o ? &reinterpret_cast<TokenTrieObject*>(alt_tri_o)->trie : nullptr;
-    if (!c.st.open(st_o, "states")) return false;
-    if (!j.wire && (!c.tab.open(tab_o, "table") || !c.cls.open(cls_o, "byte_class"))) return false;
     if (j.alt_tri) {
-        if (!alt_o || j.words != 0) {
-            PyErr_SetString(PyExc_ValueError, "alt_trie needs alt (one flag per state) and words=0");
-            return false;
-        }
-        if (!c.altv.open(alt_o)) return false;
-        if (c.altv.n != c.st.n || c.altv.b.itemsize != 1) {
-            PyErr_SetString(PyExc_ValueError, "alt: one byte per state");
-            return false;
-        }
-        j.alt = c.altv.p;
+        if (alt_o.is_none() || j.words != 0) throw nb::value_error("alt_trie needs alt (one flag per state) and words=0");
+        c.altv = array_arg<Bytes>(alt_o, "alt", "a contiguous buffer");
+        if (static_cast<int64_t>(c.altv.nbytes()) != n_st || c.altv.itemsize() != 1)
+            throw nb::value_error("alt: one byte per state");
+        j.alt = static_cast<const uint8_t*>(c.altv.data());
     }
-    if (j.wire) {  // the table is made by the run: the states checked against its size here
-        for (int64_t i = 0; i < c.st.n; ++i)
-            if (c.st.p[i] < -1 || c.st.p[i] >= j.wire->n) {
-                PyErr_SetString(PyExc_ValueError, "states: out of range");
-                return false;
-            }
+    const int64_t* sp = c.st.data();
+    if (wired) {  // the table is made by the run: the states checked against its size here
+        for (int64_t i = 0; i < n_st; ++i)
+            if (sp[i] < -1 || sp[i] >= j.wire->n) throw nb::value_error("states: out of range");
         j.ns = j.wire->n;
     } else {
-        if (!check_dfa(c.tab, c.cls, c.st, -1)) return false;
-        j.ns = c.tab.b.shape[0];
-        j.nc = c.tab.b.shape[1];
+        const Table& t = *c.tab;
+        check_dfa(t.p, t.rows, t.ndim == 2 ? t.cols : -1, c.cls, c.st, -1);
+        j.ns = t.rows;
+        j.nc = t.cols;
     }
-    if (!j.ptr.resize(static_cast<size_t>(c.st.n) + 1)) {
-        PyErr_NoMemory();
-        return false;
-    }
-    if (j.words < 0) {
-        PyErr_SetString(PyExc_ValueError, "words must be >= 0");
-        return false;
-    }
+    if (!j.ptr.resize(static_cast<size_t>(n_st) + 1)) throw std::bad_alloc();
+    if (j.words < 0) throw nb::value_error("words must be >= 0");
     if (j.words > 0) {
         for (int32_t t : *j.tri->tok_ids)
-            if (static_cast<int64_t>(t) >= static_cast<int64_t>(j.words) * 32) {
-                PyErr_SetString(PyExc_ValueError, "words: a token id past the row");
-                return false;
-            }
-        npy_intp dims[2] = {static_cast<npy_intp>(c.st.n), static_cast<npy_intp>(j.words)};
-        c.rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
-        if (!c.rows_o) return false;
-        j.rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(c.rows_o)));
+            if (static_cast<int64_t>(t) >= j.words * 32) throw nb::value_error("words: a token id past the row");
+        int32_t* rows;
+        c.rows_o = new_array<int32_t>({static_cast<size_t>(n_st), static_cast<size_t>(j.words)}, &rows, true);
+        j.rows = reinterpret_cast<uint32_t*>(rows);
     }
-    try {  // a copy: the caller's array could change once the GIL is released
-        c.states.assign(c.st.p, c.st.p + c.st.n);
-    } catch (const std::bad_alloc&) {
-        PyErr_NoMemory();
-        return false;
-    }
-    j.st = {c.states.data(), c.st.n};
-    if (!j.wire) {
-        j.tab = {c.tab.p, c.tab.n};
-        j.cls = {c.cls.p, c.cls.n};
+    c.states.assign(sp, sp + n_st);  // a copy: the caller's array could change once the GIL is released
+    j.st = {c.states.data(), n_st};
+    if (!wired) {
+        j.tab = {c.tab->p, c.tab->n};
+        j.cls = {c.cls.data(), static_cast<int64_t>(c.cls.shape(0))};
     }
     // Row sharing (ids mode; the states walking ``tri``): the row of automaton state q is
     // the set of tokens whose bytes are all defined from q. Two states q, q' that agree on the
@@ -243,61 +187,52 @@ bool masks_open(MasksCall& c, PyObject* args) {
     // that enters only trie nodes holding a token longer than L below them. Past the longest
     // token (or once the partition is stable) the rows are equal: copied. Exact by
     // construction; the levels are built only when two such states have >= 16 live bytes.
-    if (j.share_rows && j.words == 0 && c.st.n >= 2) {
-        try {
-            j.shape = trie_shape(j.tri);
-        } catch (const std::bad_alloc&) {
-            PyErr_NoMemory();
-            return false;
-        }
+    if (j.share_rows && j.words == 0 && n_st >= 2) {
+        j.shape = trie_shape(j.tri);
         if (!j.shape->ok) j.shape = nullptr;
     }
-    return true;
 }
-
 
 // The result of a job run: the packed rows (words > 0), else (ptr, ids); with a wire,
 // (table, byte_class, that).
-PyObject* masks_result(MasksCall& c) {
+nb::object masks_result(MasksCall& c) {
     MasksJob& j = c.j;
-    PyObject* r;
-    if (c.rows_o) {
-        r = c.rows_o;
-        c.rows_o = nullptr;
+    nb::object r;
+    if (c.rows_o.is_valid()) {
+        r = std::move(c.rows_o);
     } else {
         r = csr_result(j.ptr, j.reordered ? j.out : j.ids);
     }
-    if (!j.wire || !r) return r;
-    PyObject* tab = j.ns <= 128     ? to_numpy(j.tab8, NPY_INT8, j.nc)
-                    : j.ns <= 32768 ? to_numpy(j.tab16, NPY_INT16, j.nc)
-                                    : to_numpy(j.wide, NPY_INT32, j.nc);
-    PyObject* cls = tab ? to_numpy(j.own_cls, NPY_INT32) : nullptr;
-    return tuple_result({tab, cls, r});
+    if (!j.wire) return r;
+    nb::object tab = j.ns <= 128 ? to_numpy(j.tab8, j.nc) : j.ns <= 32768 ? to_numpy(j.tab16, j.nc) : to_numpy(j.wide, j.nc);
+    nb::object cls = to_numpy(j.own_cls);
+    return nb::make_tuple(tab, cls, r);
 }
 
-// dfa_masks(table: int32, int16 or int8 (n_states, n_classes), byte_class: int32[256], states: int64[], trie)
-//   -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted matchable tokens whose
-//   bytes all have edges from it (a walk of the token trie in lockstep with the automaton, so
-//   tokens sharing a prefix share its steps).
+// dfa_masks(table: int32, int16 or int8 (n_states, n_classes), byte_class: int32[256],
+//   states: int64[], trie) -> (ptr int64[len(states) + 1], ids int32[]): per state, the sorted
+//   matchable tokens whose bytes all have edges from it (a walk of the token trie in lockstep with
+//   the automaton, so tokens sharing a prefix share its steps).
 //   With words > 0: instead, one packed row per state (int32 (len(states), words), bit t of a
 //   row = token t allowed), written straight from the walk. A state of -1 gets an empty row.
 //   With alt_trie and alt (uint8, one flag per entry of states): the flagged states walk
 //   alt_trie instead (for the tool automata: the trie of the tokens holding a quote; None:
-//   none). share=False: every row walked over the token trie (no row sharing nor class trie,
-//   below; the same result).
+//   none). share=False: every row walked over the token trie (no row sharing nor class trie;
+//   the same result).
 // dfa_masks(wire, states, trie, ...) (wire: the tuple of dfa_wire's arguments, in place of the
 //   table and byte classes) -> (table, byte_class, masks): the automaton wired (dfa_wire),
 //   compressed to byte classes (dfa_compress; its table int8, int16 or int32, the narrowest
 //   its states fit) and walked as above, all with the GIL released; dfa_wire's ValueError if
 //   it cannot be wired.
-PyObject* py_dfa_masks(PyObject*, PyObject* args) {
+nb::object dfa_masks(const nb::args& args) {
     MasksCall c;
-    if (!masks_open(c, args)) return nullptr;
+    masks_open(c, args);
     bool ok;
-    Py_BEGIN_ALLOW_THREADS;
-    ok = masks_run(c.j);
-    Py_END_ALLOW_THREADS;
-    if (!ok) return raise_run_error(c.j.err);
+    {
+        nb::gil_scoped_release nogil;
+        ok = masks_run(c.j);
+    }
+    if (!ok) raise_run_error(c.j.err);
     return masks_result(c);
 }
 
@@ -305,264 +240,65 @@ PyObject* py_dfa_masks(PyObject*, PyObject* args) {
 // ``calls`` (a sequence), in order, in one release of the GIL. For a thread computing many
 // automata's masks beside Python work on another (an eager registry): one GIL handoff per
 // list, not per automaton. A call that is not valid raises before any walk runs.
-PyObject* py_dfa_masks_many(PyObject*, PyObject* arg) {
-    PyObject* calls = PySequence_Tuple(arg);  // held: the arguments stay alive while released
-    if (!calls) return nullptr;
-    const Py_ssize_t n = PyTuple_GET_SIZE(calls);
-    PyObject* res = nullptr;
+nb::list dfa_masks_many(nb::handle calls_o) {
+    if (!nb::isinstance<nb::sequence>(calls_o)) throw nb::type_error("dfa_masks_many: calls must be a sequence");
+    const nb::tuple calls = nb::tuple(nb::borrow(calls_o));  // held: the arguments stay alive while released
+    std::vector<std::unique_ptr<MasksCall>> jobs;
+    for (size_t i = 0; i < calls.size(); ++i) {
+        if (!nb::isinstance<nb::tuple>(calls[i]))
+            throw nb::type_error(("dfa_masks_many: call " + std::to_string(i) + " is not a tuple of dfa_masks' arguments").c_str());
+        jobs.emplace_back(new MasksCall);
+        masks_open(*jobs.back(), nb::borrow<nb::tuple>(calls[i]));
+    }
+    bool ok = true;
+    size_t failed = 0;
     {
-        std::vector<std::unique_ptr<MasksCall>> jobs;
-        bool ok = true;
-        try {
-            jobs.reserve(static_cast<size_t>(n));
-            for (Py_ssize_t i = 0; i < n; ++i) jobs.emplace_back(new MasksCall);
-        } catch (const std::bad_alloc&) {
-            ok = false;
-            PyErr_NoMemory();
+        nb::gil_scoped_release nogil;
+        for (size_t i = 0; i < jobs.size() && ok; ++i) {
+            ok = masks_run(jobs[i]->j);
+            failed = i;
         }
-        for (Py_ssize_t i = 0; i < n && ok; ++i) {
-            PyObject* a = PyTuple_GET_ITEM(calls, i);
-            if (!PyTuple_Check(a)) {
-                PyErr_Format(PyExc_TypeError, "dfa_masks_many: call %zd is not a tuple of dfa_masks' arguments", i);
-                ok = false;
-            } else {
-                ok = masks_open(*jobs[static_cast<size_t>(i)], a);
-            }
-        }
-        if (ok) {
-            size_t failed = 0;
-            Py_BEGIN_ALLOW_THREADS;
-            for (size_t i = 0; i < jobs.size() && ok; ++i) {
-                ok = masks_run(jobs[i]->j);
-                failed = i;
-            }
-            Py_END_ALLOW_THREADS;
-            if (!ok) raise_run_error(jobs[failed]->j.err);
-        }
-        if (ok) res = PyList_New(n);
-        for (Py_ssize_t i = 0; i < n && res; ++i) {
-            PyObject* r = masks_result(*jobs[static_cast<size_t>(i)]);
-            if (!r) Py_CLEAR(res);
-            else PyList_SET_ITEM(res, i, r);
-        }
-    }  // the jobs go here, under the GIL
-    Py_DECREF(calls);
+    }
+    if (!ok) raise_run_error(jobs[failed]->j.err);
+    nb::list res;
+    for (auto& job : jobs) res.append(masks_result(*job));
     return res;
 }
 
 // dfa_list_masks(table, byte_class, states, cand: int32[], buffer: uint8[], offsets: int64[])
 //   -> (ptr, ids): per state, the tokens of ``cand`` (ids into offsets) whose bytes
 //   buffer[offsets[t]:offsets[t + 1]] all have edges from it; sorted.
-PyObject* py_dfa_list_masks(PyObject*, PyObject* args) {
-    PyObject *tab_o, *cls_o, *st_o, *cand_o, *buf_o, *off_o;
-    if (!PyArg_ParseTuple(args, "OOOOOO", &tab_o, &cls_o, &st_o, &cand_o, &buf_o, &off_o)) return nullptr;
-    TableView tab;
-    I32View cls, cand;
-    I64View st, off;
-    ByteView buf;
-    if (!tab.open(tab_o, "table") || !cls.open(cls_o, "byte_class") || !st.open(st_o, "states") ||
-        !cand.open(cand_o, "cand") || !off.open(off_o, "offsets") || !buf.open(buf_o))
-        return nullptr;
-    if (!check_dfa(tab, cls, st, 0)) return nullptr;
-    const int64_t nc = tab.b.shape[1];
-    const uint8_t* bytes = buf.p;
-    if (!check_token_spans(cand, off, buf.n, "cand / offsets: out of range")) return nullptr;
+nb::tuple dfa_list_masks(const Bytes& table, const In1<int32_t>& byte_class, const In1<int64_t>& states,
+                         const In1<int32_t>& cand, const Bytes& buffer, const In1<int64_t>& offsets) {
+    const Table tab(table, "table");
+    check_dfa(tab.p, tab.rows, tab.ndim == 2 ? tab.cols : -1, byte_class, states, 0);
+    check_token_spans(cand, offsets, static_cast<int64_t>(buffer.nbytes()), "cand / offsets: out of range");
     Buf<int64_t> ptr;
     Buf<int32_t> ids;
     // the ids checked above, copied: the caller's arrays could change once the GIL is released
-    const std::vector<int64_t> states(st.p, st.p + st.n);
-    const std::vector<int32_t> cands(cand.p, cand.p + cand.n);
+    const std::vector<int64_t> st(states.data(), states.data() + states.shape(0));
+    const std::vector<int32_t> cands(cand.data(), cand.data() + cand.shape(0));
     bool ok;
-    Py_BEGIN_ALLOW_THREADS;
-    ok = list_masks(tab.p, nc, cls.p, states.data(), st.n, cands.data(), cand.n, bytes, off.p, ptr, ids);
-    Py_END_ALLOW_THREADS;
-    if (!ok) return PyErr_NoMemory();
+    {
+        nb::gil_scoped_release nogil;
+        ok = list_masks(tab.p, tab.cols, byte_class.data(), st.data(), static_cast<int64_t>(st.size()), cands.data(),
+                        static_cast<int64_t>(cands.size()), static_cast<const uint8_t*>(buffer.data()),
+                        offsets.data(), ptr, ids);
+    }
+    if (!ok) throw std::bad_alloc();
     return csr_result(ptr, ids);
-}
-
-// -- fixed formats and shared pieces (branch fmt): CSR lists extended and packed -----------------
-
-
-// csr_extend(ptr: int64[n + 1], ids: int32[], states: int64[m], lo: int64[m], hi: int64[m],
-//   pool: int32[]) -> (ptr, ids): the lists ids[ptr[s]:ptr[s + 1]], each followed by
-//   pool[lo[j]:hi[j]] for every j with states[j] == s (in order of j); no sorting.
-PyObject* py_csr_extend(PyObject*, PyObject* args) {
-    PyObject *ptr_o, *ids_o, *st_o, *lo_o, *hi_o, *pool_o;
-    if (!PyArg_ParseTuple(args, "OOOOOO", &ptr_o, &ids_o, &st_o, &lo_o, &hi_o, &pool_o)) return nullptr;
-    I64View ptr, st, lo, hi;
-    I32View ids, pool;
-    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !st.open(st_o, "states") ||
-        !lo.open(lo_o, "lo") || !hi.open(hi_o, "hi") || !pool.open(pool_o, "pool"))
-        return nullptr;
-    if (!check_csr(ptr, ids.n, "csr_extend")) return nullptr;
-    const int64_t n = ptr.n - 1;
-    if (lo.n != st.n || hi.n != st.n) {
-        PyErr_SetString(PyExc_ValueError, "csr_extend: states, lo and hi differ in length");
-        return nullptr;
-    }
-    for (int64_t j = 0; j < st.n; ++j)
-        if (st.p[j] < 0 || st.p[j] >= n || lo.p[j] < 0 || lo.p[j] > hi.p[j] || hi.p[j] > pool.n) {
-            PyErr_SetString(PyExc_ValueError, "csr_extend: a state or span out of range");
-            return nullptr;
-        }
-    Buf<int64_t> out_ptr;
-    Buf<int32_t> out;
-    std::vector<int64_t> add(static_cast<size_t>(n) + 1, 0), at(static_cast<size_t>(n), 0);
-    for (int64_t j = 0; j < st.n; ++j) add[static_cast<size_t>(st.p[j])] += hi.p[j] - lo.p[j];
-    if (!out_ptr.resize(static_cast<size_t>(n) + 1)) return PyErr_NoMemory();
-    out_ptr[0] = 0;
-    for (int64_t s = 0; s < n; ++s)
-        out_ptr[static_cast<size_t>(s) + 1] =
-            out_ptr[static_cast<size_t>(s)] + (ptr.p[s + 1] - ptr.p[s]) + add[static_cast<size_t>(s)];
-    if (!out.resize(static_cast<size_t>(out_ptr[static_cast<size_t>(n)]) + 1)) return PyErr_NoMemory();
-    out.n -= 1;
-    for (int64_t s = 0; s < n; ++s) {
-        const int64_t k = ptr.p[s + 1] - ptr.p[s];
-        if (k) std::memcpy(out.p + out_ptr[static_cast<size_t>(s)], ids.p + ptr.p[s], static_cast<size_t>(k) * 4);
-        at[static_cast<size_t>(s)] = out_ptr[static_cast<size_t>(s)] + k;
-    }
-    for (int64_t j = 0; j < st.n; ++j) {
-        const int64_t k = hi.p[j] - lo.p[j];
-        int64_t& a = at[static_cast<size_t>(st.p[j])];
-        if (k) std::memcpy(out.p + a, pool.p + lo.p[j], static_cast<size_t>(k) * 4);
-        a += k;
-    }
-    return csr_result(out_ptr, out);
-}
-
-// csr_pack(ptr: int64[n + 1], ids: int32[], which: int64[m], words: int) -> int32 (m, words):
-//   row j packs the list of entry which[j] (bit t of a row = id t, XGrammar's layout).
-PyObject* py_csr_pack(PyObject*, PyObject* args) {
-    PyObject *ptr_o, *ids_o, *wh_o;
-    Py_ssize_t words;
-    if (!PyArg_ParseTuple(args, "OOOn", &ptr_o, &ids_o, &wh_o, &words)) return nullptr;
-    I64View ptr, wh;
-    I32View ids;
-    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !wh.open(wh_o, "which")) return nullptr;
-    if (!check_csr(ptr, ids.n, "csr_pack")) return nullptr;
-    if (words < 0) {
-        PyErr_SetString(PyExc_ValueError, "csr_pack: words must be >= 0");
-        return nullptr;
-    }
-    for (int64_t j = 0; j < wh.n; ++j) {
-        if (wh.p[j] < 0 || wh.p[j] >= ptr.n - 1) {
-            PyErr_SetString(PyExc_ValueError, "csr_pack: which out of range");
-            return nullptr;
-        }
-        for (int64_t k = ptr.p[wh.p[j]]; k < ptr.p[wh.p[j] + 1]; ++k)
-            if (ids.p[k] < 0 || static_cast<int64_t>(ids.p[k]) >= static_cast<int64_t>(words) * 32) {
-                PyErr_SetString(PyExc_ValueError, "csr_pack: an id past the row");
-                return nullptr;
-            }
-    }
-    npy_intp dims[2] = {static_cast<npy_intp>(wh.n), static_cast<npy_intp>(words)};
-    PyObject* rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
-    if (!rows_o) return nullptr;
-    uint32_t* rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
-    for (int64_t j = 0; j < wh.n; ++j) {
-        uint32_t* r = rows + static_cast<size_t>(j) * static_cast<size_t>(words);
-        for (int64_t k = ptr.p[wh.p[j]]; k < ptr.p[wh.p[j] + 1]; ++k)
-            r[static_cast<uint32_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
-    }
-    return rows_o;
-}
-
-// csr_split(ptr: int64[m + 1], ids: int32[], at: int64[m], n: int, wide: int, drop: bytes-like
-//   (one flag per id), words: int) -> (where int32[n], rows int32 (w, words), lptr int64[n + 1],
-//   lids int32[]): a shared piece's standalone masks (list j: local state at[j], ascending) split
-//   in one pass: each list of ``wide`` ids or more packed into the next row (where[at[j]] = its
-//   row, -1 elsewhere), every other list kept at its state without the ids flagged in ``drop``
-//   (the quote tokens, walked per tool); what pieces.rows did with some twenty numpy calls.
-PyObject* py_csr_split(PyObject*, PyObject* args) {
-    PyObject *ptr_o, *ids_o, *at_o, *drop_o;
-    Py_ssize_t n, wide, words;
-    if (!PyArg_ParseTuple(args, "OOOnnOn", &ptr_o, &ids_o, &at_o, &n, &wide, &drop_o, &words)) return nullptr;
-    I64View ptr, at;
-    I32View ids;
-    ByteView drop;
-    if (!ptr.open(ptr_o, "ptr") || !ids.open(ids_o, "ids") || !at.open(at_o, "at") || !drop.open(drop_o))
-        return nullptr;
-    if (!check_csr(ptr, ids.n, "csr_split")) return nullptr;
-    if (at.n != ptr.n - 1 || n < 0 || words < 0) {
-        PyErr_SetString(PyExc_ValueError, "csr_split: at must have one state per list, n and words >= 0");
-        return nullptr;
-    }
-    for (int64_t j = 0; j < at.n; ++j)
-        if (at.p[j] < 0 || at.p[j] >= n || (j > 0 && at.p[j] <= at.p[j - 1])) {
-            PyErr_SetString(PyExc_ValueError, "csr_split: at must be ascending states below n");
-            return nullptr;
-        }
-    for (int64_t k = 0; k < ids.n; ++k)
-        if (ids.p[k] < 0 || ids.p[k] >= drop.n || static_cast<int64_t>(ids.p[k]) >= static_cast<int64_t>(words) * 32) {
-            PyErr_SetString(PyExc_ValueError, "csr_split: an id past drop or the row");
-            return nullptr;
-        }
-    npy_intp nd[1] = {static_cast<npy_intp>(n)};
-    PyObject* where_o = PyArray_SimpleNew(1, nd, NPY_INT32);
-    if (!where_o) return nullptr;
-    int32_t* where = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(where_o)));
-    std::fill(where, where + n, -1);
-    int32_t n_wide = 0;
-    for (int64_t j = 0; j < at.n; ++j)
-        if (ptr.p[j + 1] - ptr.p[j] >= wide) where[at.p[j]] = n_wide++;
-    npy_intp dims[2] = {static_cast<npy_intp>(n_wide), static_cast<npy_intp>(words)};
-    PyObject* rows_o = PyArray_ZEROS(2, dims, NPY_INT32, 0);
-    Buf<int64_t> lptr;
-    Buf<int32_t> lids;
-    if (!rows_o || !lptr.resize(static_cast<size_t>(n) + 1)) {
-        Py_DECREF(where_o);
-        Py_XDECREF(rows_o);
-        return rows_o ? PyErr_NoMemory() : nullptr;
-    }
-    uint32_t* rows = static_cast<uint32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(rows_o)));
-    std::fill(lptr.p, lptr.p + n + 1, 0);
-    bool ok = true;
-    int64_t s = 0;  // the next local state whose lptr entry is to be written
-    for (int64_t j = 0; j < at.n && ok; ++j) {
-        for (; s <= at.p[j]; ++s) lptr[static_cast<size_t>(s)] = static_cast<int64_t>(lids.n);
-        const int32_t r = where[at.p[j]];
-        if (r >= 0) {
-            uint32_t* row = rows + static_cast<size_t>(r) * static_cast<size_t>(words);
-            for (int64_t k = ptr.p[j]; k < ptr.p[j + 1]; ++k)
-                row[static_cast<uint32_t>(ids.p[k]) >> 5] |= uint32_t{1} << (ids.p[k] & 31);
-        } else {
-            for (int64_t k = ptr.p[j]; k < ptr.p[j + 1] && ok; ++k)
-                if (!drop.p[ids.p[k]]) ok = lids.push(ids.p[k]);
-        }
-    }
-    for (; ok && s <= n; ++s) lptr[static_cast<size_t>(s)] = static_cast<int64_t>(lids.n);
-    if (!ok) {
-        Py_DECREF(where_o);
-        Py_DECREF(rows_o);
-        return PyErr_NoMemory();
-    }
-    PyObject* a = to_numpy(lptr, NPY_INT64);
-    return tuple_result({where_o, rows_o, a, to_numpy(lids, NPY_INT32)});
 }
 
 // spelled_count(trie, allowed: 32 bytes (a 256-bit set, bit b of byte b >> 3), limit) -> int:
 //   how many tokens of ``trie`` have all their bytes in ``allowed``, counted up to ``limit``
 //   (the walk stops there). A state of an automaton over these bytes allows at most that many
 //   tokens: pieces.shared_rows tells with it that no state of a piece alone has a wide mask.
-PyObject* py_spelled_count(PyObject*, PyObject* args) {
-    TokenTrieObject* tri_o;
-    Py_buffer allowed;
-    Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "O!y*n", &TokenTrieType, &tri_o, &allowed, &limit)) return nullptr;
-    if (!trie_ready(tri_o, "spelled_count")) {
-        PyBuffer_Release(&allowed);
-        return nullptr;
-    }
-    const TokenTrie* tri = &tri_o->trie;
+int64_t spelled_count(nb::handle trie, const Bytes& allowed, int64_t limit) {
+    const TokenTrie* tri = &ready_trie(trie, "spelled_count");
+    if (allowed.nbytes() != 32) throw nb::value_error("spelled_count: allowed must be 32 bytes (256 bits)");
     uint8_t in[256];
-    const bool ok = allowed.len == 32;
-    if (ok)
-        for (int b = 0; b < 256; ++b) in[b] = (static_cast<const uint8_t*>(allowed.buf)[b >> 3] >> (b & 7)) & 1;
-    PyBuffer_Release(&allowed);
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "spelled_count: allowed must be 32 bytes (256 bits)");
-        return nullptr;
-    }
+    const uint8_t* a = static_cast<const uint8_t*>(allowed.data());
+    for (int b = 0; b < 256; ++b) in[b] = (a[b >> 3] >> (b & 7)) & 1;
     const TT tt(tri);
     int64_t count = 0;
     std::vector<int32_t> stack;
@@ -575,71 +311,74 @@ PyObject* py_spelled_count(PyObject*, PyObject* args) {
         for (int32_t j = tt.si[u].clo; j < tt.si[u].chi; ++j)
             if (in[tt.clab[j]]) stack.push_back(tt.cnode[j]);
     }
-    return PyLong_FromLongLong(std::min<int64_t>(count, std::max<Py_ssize_t>(limit, 0)));
+    return std::min<int64_t>(count, std::max<int64_t>(limit, 0));
 }
-
 
 // walk_counts(table: int32 (n_states, 256), starts: int64[], count_state: int, ids: int32[],
 //             buffer: uint8[], offsets: int64[]) -> (final int32[len(starts) * len(ids)],
 //             counts int16[...]): for every start state and token, the state after the token's
 //   bytes (-1 once an edge is missing) and how many steps landed on count_state (for JSON
 //   strings: characters completed).
-PyObject* py_walk_counts(PyObject*, PyObject* args) {
-    PyObject *tab_o, *st_o, *ids_o, *buf_o, *off_o;
-    long long count_state;
-    if (!PyArg_ParseTuple(args, "OOLOOO", &tab_o, &st_o, &count_state, &ids_o, &buf_o, &off_o))
-        return nullptr;
-    I32View tab, ids;
-    I64View st, off;
-    ByteView buf;
-    if (!tab.open(tab_o, "table") || !st.open(st_o, "starts") || !ids.open(ids_o, "ids") ||
-        !off.open(off_o, "offsets") || !buf.open(buf_o))
-        return nullptr;
-    if (tab.b.ndim != 2 || tab.b.shape[1] != 256) {
-        PyErr_SetString(PyExc_ValueError, "table must be (n_states, 256)");
-        return nullptr;
-    }
-    const int64_t ns = tab.b.shape[0];
-    const uint8_t* bytes = buf.p;
-    for (int64_t i = 0; i < st.n; ++i)
-        if (st.p[i] < 0 || st.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "starts: out of range");
-            return nullptr;
-        }
+nb::tuple walk_counts(const In<int32_t>& table, const In1<int64_t>& starts, int64_t count_state,
+                      const In1<int32_t>& ids, const Bytes& buffer, const In1<int64_t>& offsets) {
+    if (table.ndim() != 2 || table.shape(1) != 256) throw nb::value_error("table must be (n_states, 256)");
+    const int64_t ns = static_cast<int64_t>(table.shape(0));
+    const int32_t* tab = table.data();
+    for (size_t i = 0; i < starts.shape(0); ++i)
+        if (starts.data()[i] < 0 || starts.data()[i] >= ns) throw nb::value_error("starts: out of range");
     for (int64_t i = 0; i < ns * 256; ++i)
-        if (tab.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
-            return nullptr;
-        }
-    if (!check_token_spans(ids, off, buf.n, "ids / offsets: out of range")) return nullptr;
+        if (tab[i] >= ns) throw nb::value_error("table: a target past the last state");
+    check_token_spans(ids, offsets, static_cast<int64_t>(buffer.nbytes()), "ids / offsets: out of range");
+    const size_t n_st = starts.shape(0), n_ids = ids.shape(0);
     Buf<int32_t> fin;
     Buf<int16_t> cnt;
-    const size_t total = static_cast<size_t>(st.n) * static_cast<size_t>(ids.n);
-    if (!fin.resize(total) || !cnt.resize(total)) return PyErr_NoMemory();
+    if (!fin.resize(n_st * n_ids) || !cnt.resize(n_st * n_ids)) throw std::bad_alloc();
     // the ids checked above, copied: the caller's arrays could change once the GIL is released
-    const std::vector<int64_t> starts(st.p, st.p + st.n);
-    const std::vector<int32_t> toks(ids.p, ids.p + ids.n);
-    Py_BEGIN_ALLOW_THREADS;
-    for (int64_t k = 0; k < st.n; ++k) {
-        for (int64_t i = 0; i < ids.n; ++i) {
-            const int32_t t = toks[static_cast<size_t>(i)];
-            int32_t q = static_cast<int32_t>(starts[static_cast<size_t>(k)]);
-            int32_t c = 0;
-            for (int64_t j = off.p[t]; j < off.p[t + 1]; ++j) {
-                q = tab.p[static_cast<int64_t>(q) * 256 + bytes[j]];
-                if (q < 0) break;
-                c += q == count_state;
+    const std::vector<int64_t> st(starts.data(), starts.data() + n_st);
+    const std::vector<int32_t> toks(ids.data(), ids.data() + n_ids);
+    const uint8_t* bytes = static_cast<const uint8_t*>(buffer.data());
+    const int64_t* off = offsets.data();
+    {
+        nb::gil_scoped_release nogil;
+        for (size_t k = 0; k < n_st; ++k) {
+            for (size_t i = 0; i < n_ids; ++i) {
+                const int32_t t = toks[i];
+                int32_t q = static_cast<int32_t>(st[k]);
+                int32_t c = 0;
+                for (int64_t j = off[t]; j < off[t + 1]; ++j) {
+                    q = tab[static_cast<int64_t>(q) * 256 + bytes[j]];
+                    if (q < 0) break;
+                    c += q == count_state;
+                }
+                fin[k * n_ids + i] = q;
+                cnt[k * n_ids + i] = static_cast<int16_t>(std::min(c, 32767));
             }
-            const size_t at = static_cast<size_t>(k) * static_cast<size_t>(ids.n) + static_cast<size_t>(i);
-            fin[at] = q;
-            cnt[at] = static_cast<int16_t>(std::min(c, 32767));
         }
     }
-    Py_END_ALLOW_THREADS;
-    PyObject* a = to_numpy(fin, NPY_INT32);
-    return tuple_result({a, to_numpy(cnt, NPY_INT16)});
+    nb::object a = to_numpy(fin);
+    return nb::make_tuple(a, to_numpy(cnt));
 }
 
+}  // namespace
 
+void bind_automata(nb::module_& m) {
+    m.def("dfa_wire", &dfa_wire, "srcs"_a, "bytes"_a, "dsts"_a, "offsets"_a, "n"_a, "link_state"_a, "link_from"_a,
+          "extra"_a, "dfa_wire(srcs, bytes, dsts, offsets, n, link_state, link_from, extra) -> (src, byte, dst)");
+    m.def("dfa_compress", &dfa_compress, "src"_a.noconvert(), "byte"_a.noconvert(), "dst"_a.noconvert(), "n"_a,
+          "dfa_compress(src, byte, dst, n) -> (table, byte_class)");
+    m.def("dfa_masks", &dfa_masks,
+          "dfa_masks(table, byte_class, states, trie, words=0, alt_trie=None, alt=None, share=True) -> (ptr, ids), "
+          "or packed rows; dfa_masks(wire, states, trie, ...) -> (table, byte_class, that)");
+    m.def("dfa_masks_many", &dfa_masks_many, "calls"_a,
+          "dfa_masks_many(calls) -> [dfa_masks(*call) for call in calls], in one release of the GIL");
+    m.def("dfa_list_masks", &dfa_list_masks, "table"_a.noconvert(), "byte_class"_a.noconvert(),
+          "states"_a.noconvert(), "cand"_a.noconvert(), "buffer"_a.noconvert(), "offsets"_a.noconvert(),
+          "dfa_list_masks(table, byte_class, states, cand, buffer, offsets) -> (ptr, ids)");
+    m.def("spelled_count", &spelled_count, "trie"_a, "allowed"_a.noconvert(), "limit"_a,
+          "spelled_count(trie, allowed, limit) -> tokens spelled with the allowed bytes alone, up to limit");
+    m.def("walk_counts", &walk_counts, "table"_a.noconvert(), "starts"_a.noconvert(), "count_state"_a,
+          "ids"_a.noconvert(), "buffer"_a.noconvert(), "offsets"_a.noconvert(),
+          "walk_counts(table, starts, count_state, ids, buffer, offsets) -> (final, counts)");
+}
 
 }  // namespace trierouter

@@ -4,20 +4,21 @@
 
 namespace trierouter {
 
-PyObject* py_memset_bandwidth(PyObject*, PyObject* args) {
+void bind_bench(nb::module_& m) {
     // memset_bandwidth(buffer, repeats) -> seconds for ``repeats`` memsets of the whole buffer
-    Py_buffer b;
-    long long reps;
-    if (!PyArg_ParseTuple(args, "w*L", &b, &reps)) return nullptr;
-    double t0 = now_seconds();
-    for (long long i = 0; i < reps; ++i) {
-        std::memset(b.buf, static_cast<int>(i & 1), static_cast<size_t>(b.len));
-        asm volatile("" ::: "memory");
-    }
-    double dt = now_seconds() - t0;
-    PyBuffer_Release(&b);
-    return PyFloat_FromDouble(dt);
+    m.def(
+        "memset_bandwidth",
+        [](const nb::ndarray<nb::c_contig, nb::device::cpu>& buffer, int64_t repeats) {
+            void* p = buffer.data();
+            const size_t n = buffer.nbytes();
+            const double t0 = now_seconds();
+            for (int64_t i = 0; i < repeats; ++i) {
+                std::memset(p, static_cast<int>(i & 1), n);
+                asm volatile("" ::: "memory");
+            }
+            return now_seconds() - t0;
+        },
+        "buffer"_a.noconvert(), "repeats"_a, "memset_bandwidth(buffer, repeats) -> seconds");
 }
-
 
 }  // namespace trierouter

@@ -1,145 +1,140 @@
 // The binding layer's shared pieces (see common.h).
 #include "bindings/common.h"
 
+#include <algorithm>
+
 namespace trierouter {
 
-void free_capsule(PyObject* cap) {
-    big_free(PyCapsule_GetPointer(cap, "trierouter.buf"),
-             reinterpret_cast<size_t>(PyCapsule_GetContext(cap)));
+const TokenTrie& ready_trie(nb::handle h, const char* what) {
+    if (!is_instance<TokenTrieObj>(h)) throw nb::type_error((std::string(what) + ": trie must be a TokenTrie").c_str());
+    const TokenTrieObj* t = built_or_null<TokenTrieObj>(h);
+    if (!t)
+        throw std::runtime_error(std::string(what) +
+                                 ": the TokenTrie is not initialised (made without a successful __init__)");
+    return t->trie;
 }
 
-bool trie_ready(const TokenTrieObject* t, const char* what) {
-    if (t->ready) return true;
-    PyErr_Format(PyExc_RuntimeError, "%s: the TokenTrie is not initialised (made without a successful __init__)",
-                 what);
-    return false;
+namespace {
+struct Owned {
+    void* p;
+    size_t mapped;
+};
+}  // namespace
+
+nb::object hand_over(void* p, size_t mapped, size_t ndim, const size_t* shape, nb::dlpack::dtype dt) {
+    nb::capsule owner(new Owned{p, mapped}, [](void* o) noexcept {
+        auto* x = static_cast<Owned*>(o);
+        big_free(x->p, x->mapped);
+        delete x;
+    });
+    return nb::cast(Numpy(p, ndim, shape, owner, nullptr, dt));
 }
 
-bool get_view(PyObject* obj, View& v, char kind, int itemsize, const char* name) {
-    if (PyObject_GetBuffer(obj, &v.b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return false;
-    v.held = true;
-    const char* f = v.b.format ? v.b.format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') ++f;
-    bool kind_ok = false;
-    if (kind == 'i') kind_ok = (*f == 'i' || *f == 'l' || *f == 'q' || *f == 'h');
-    if (kind == 'u') kind_ok = (*f == 'H' || *f == 'I' || *f == 'B' || *f == 'L' || *f == 'Q');
-    if (!kind_ok || v.b.itemsize != itemsize || v.b.ndim > 1) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-D array of %s%d", name,
-                     kind == 'i' ? "int" : "uint", itemsize * 8);
-        return false;
-    }
-    return true;
-}
-
-bool check_dfa(const TableView& tab, const I32View& cls, const I64View& st, int64_t min_state) {
-    if (cls.n != 256 || tab.b.ndim != 2) {
-        PyErr_SetString(PyExc_ValueError, "table must be 2-D and byte_class hold 256 entries");
-        return false;
-    }
-    const int64_t ns = tab.b.shape[0], nc = tab.b.shape[1];
+void check_dfa(const int32_t* tab, int64_t ns, int64_t nc, const In1<int32_t>& cls, const In1<int64_t>& st,
+               int64_t min_state) {
+    if (cls.shape(0) != 256 || nc < 0) throw nb::value_error("table must be 2-D and byte_class hold 256 entries");
+    const int32_t* c = cls.data();
     for (int64_t i = 0; i < 256; ++i)
-        if (cls.p[i] < 0 || cls.p[i] >= nc) {
-            PyErr_SetString(PyExc_ValueError, "byte_class names a column past the table");
-            return false;
-        }
-    for (int64_t i = 0; i < st.n; ++i)
-        if (st.p[i] < min_state || st.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "states: out of range");
-            return false;
-        }
+        if (c[i] < 0 || c[i] >= nc) throw nb::value_error("byte_class names a column past the table");
+    const int64_t* s = st.data();
+    for (size_t i = 0; i < st.shape(0); ++i)
+        if (s[i] < min_state || s[i] >= ns) throw nb::value_error("states: out of range");
     for (int64_t i = 0; i < ns * nc; ++i)
-        if (tab.p[i] >= ns) {
-            PyErr_SetString(PyExc_ValueError, "table: a target past the last state");
-            return false;
-        }
-    return true;
+        if (tab[i] >= ns) throw nb::value_error("table: a target past the last state");
 }
 
-bool check_token_spans(const I32View& ids, const I64View& off, int64_t n_buf, const char* what) {
-    for (int64_t i = 0; i < ids.n; ++i) {
-        const int32_t t = ids.p[i];
-        if (t < 0 || t + 1 >= off.n || off.p[t] < 0 || off.p[t] > off.p[t + 1] || off.p[t + 1] > n_buf) {
-            PyErr_SetString(PyExc_ValueError, what);
-            return false;
-        }
+void check_token_spans(const In1<int32_t>& ids, const In1<int64_t>& off, int64_t n_buf, const char* what) {
+    const int32_t* p = ids.data();
+    const int64_t* o = off.data();
+    const int64_t n_off = static_cast<int64_t>(off.shape(0));
+    for (size_t i = 0; i < ids.shape(0); ++i) {
+        const int32_t t = p[i];
+        if (t < 0 || t + 1 >= n_off || o[t] < 0 || o[t] > o[t + 1] || o[t + 1] > n_buf) throw nb::value_error(what);
     }
-    return true;
 }
 
-PyObject* tuple_result(std::initializer_list<PyObject*> items) {
-    bool ok = true;
-    for (PyObject* o : items) ok = ok && o != nullptr;
-    PyObject* t = ok ? PyTuple_New(static_cast<Py_ssize_t>(items.size())) : nullptr;
-    Py_ssize_t i = 0;
-    for (PyObject* o : items) {
-        if (t) {
-            PyTuple_SET_ITEM(t, i++, o);  // steals the reference
-        } else {
-            Py_XDECREF(o);
-        }
-    }
-    return t;
+void check_csr(const In1<int64_t>& ptr, int64_t n_ids, const char* what) {
+    const int64_t* p = ptr.data();
+    const size_t n = ptr.shape(0);
+    if (n < 1 || p[0] != 0 || p[n - 1] > n_ids) throw nb::value_error((std::string(what) + ": ptr out of range").c_str());
+    for (size_t i = 1; i < n; ++i)
+        if (p[i] < p[i - 1]) throw nb::value_error((std::string(what) + ": ptr not ascending").c_str());
 }
 
-PyObject* csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
-    PyObject* a = to_numpy(ptr, NPY_INT64);
-    return tuple_result({a, to_numpy(ids, NPY_INT32)});
+nb::tuple csr_result(Buf<int64_t>& ptr, Buf<int32_t>& ids) {
+    nb::object a = to_numpy(ptr);
+    return nb::make_tuple(a, to_numpy(ids));
 }
 
-bool check_csr(const I64View& ptr, int64_t n_ids, const char* what) {
-    if (ptr.n < 1 || ptr.p[0] != 0 || ptr.p[ptr.n - 1] > n_ids) {
-        PyErr_Format(PyExc_ValueError, "%s: ptr out of range", what);
-        return false;
-    }
-    for (int64_t i = 1; i < ptr.n; ++i)
-        if (ptr.p[i] < ptr.p[i - 1]) {
-            PyErr_Format(PyExc_ValueError, "%s: ptr not ascending", what);
-            return false;
-        }
-    return true;
-}
-
-PyObject* dfa_result(const Dfa& d, bool edges) {
-    const npy_intp m = static_cast<npy_intp>(d.accept.size());
-    npy_intp d1[1] = {m};
-    PyObject* ac = PyArray_SimpleNew(1, d1, NPY_BOOL);
-    if (!ac) return nullptr;
-    if (m) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ac)), d.accept.data(), d.accept.size());
+nb::tuple dfa_result(const Dfa& d, bool edges) {
+    const size_t m = d.accept.size();
+    bool* acc;
+    nb::object ac = new_array<bool>({m}, &acc);
+    if (m) std::memcpy(acc, d.accept.data(), m);
     if (edges) {
-        auto arr = [](const std::vector<int32_t>& v) -> PyObject* {
-            npy_intp dims[1] = {static_cast<npy_intp>(v.size())};
-            PyObject* a = PyArray_SimpleNew(1, dims, NPY_INT32);
-            if (a && !v.empty()) std::memcpy(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)), v.data(), v.size() * 4);
-            return a;
-        };
-        PyObject *a = arr(d.src), *b = arr(d.byte);
-        return tuple_result({a, b, arr(d.dst), ac});
+        nb::object a = copy_numpy(d.src.data(), d.src.size()), b = copy_numpy(d.byte.data(), d.byte.size());
+        return nb::make_tuple(a, b, copy_numpy(d.dst.data(), d.dst.size()), ac);
     }
-    npy_intp dims[2] = {m, 256};
-    PyObject* tab = PyArray_SimpleNew(2, dims, NPY_INT32);
-    if (!tab) {
-        Py_DECREF(ac);
-        return nullptr;
-    }
-    int32_t* t = static_cast<int32_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(tab)));
-    std::fill_n(t, static_cast<size_t>(m) * 256, -1);
+    int32_t* t;
+    nb::object tab = new_array<int32_t>({m, 256}, &t);
+    std::fill_n(t, m * 256, -1);
     for (size_t k = 0; k < d.src.size(); ++k) t[static_cast<size_t>(d.src[k]) * 256 + static_cast<size_t>(d.byte[k])] = d.dst[k];
-    return tuple_result({tab, ac});
+    return nb::make_tuple(tab, ac);
 }
 
-PyObject* raise_run_error(const RunError& e) {
+Table::Table(const Bytes& a, const char* what) {
+    const nb::dlpack::dtype dt = a.dtype();
+    const bool is_int = dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int) && dt.lanes == 1;
+    ndim = a.ndim();
+    n = static_cast<int64_t>(a.size());
+    rows = ndim >= 1 ? static_cast<int64_t>(a.shape(0)) : 0;
+    cols = ndim == 2 ? static_cast<int64_t>(a.shape(1)) : -1;
+    if (is_int && dt.bits == 32) {
+        p = static_cast<const int32_t*>(a.data());
+        return;
+    }
+    if (!is_int || (dt.bits != 16 && dt.bits != 8))
+        throw nb::type_error((std::string(what) + ": expected a contiguous int32, int16 or int8 array").c_str());
+    if (dt.bits == 16)
+        wide.assign(static_cast<const int16_t*>(a.data()), static_cast<const int16_t*>(a.data()) + n);
+    else
+        wide.assign(static_cast<const int8_t*>(a.data()), static_cast<const int8_t*>(a.data()) + n);
+    p = wide.data();
+}
+
+I64Seq::I64Seq(nb::handle o, const char* what) {
+    if (nb::isinstance<nb::list>(o)) {
+        nb::list l = nb::borrow<nb::list>(o);
+        own.resize(l.size());
+        for (size_t i = 0; i < own.size(); ++i) own[i] = nb::cast<int64_t>(l[i]);
+        p = own.data();
+        n = static_cast<int64_t>(own.size());
+        return;
+    }
+    if (!nb::try_cast(o, arr, false))
+        throw nb::type_error((std::string(what) + ": expected a list of ints or a contiguous 1-D int64 array").c_str());
+    p = arr.data();
+    n = static_cast<int64_t>(arr.shape(0));
+}
+
+std::vector<int32_t> sorted_ids(nb::handle seq) {
+    std::vector<int32_t> ids;
+    for (nb::handle v : seq) ids.push_back(static_cast<int32_t>(nb::cast<long>(v)));
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+void raise_run_error(const RunError& e) {
     switch (e.kind) {
         case RunError::kRange:
-            PyErr_Format(PyExc_ValueError, "dfa_wire: %s out of range", e.what);
-            break;
+            throw nb::value_error((std::string("dfa_wire: ") + e.what + " out of range").c_str());
         case RunError::kAmbiguous:
-            PyErr_Format(PyExc_ValueError, "ambiguous continuation on byte %d at state %lld",
-                         static_cast<int>(e.byte), static_cast<long long>(e.src));
-            break;
+            throw nb::value_error(("ambiguous continuation on byte " + std::to_string(static_cast<int>(e.byte)) +
+                                   " at state " + std::to_string(static_cast<long long>(e.src)))
+                                      .c_str());
         default:
-            PyErr_NoMemory();
+            throw std::bad_alloc();
     }
-    return nullptr;
 }
 
 }  // namespace trierouter

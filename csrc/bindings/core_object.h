@@ -1,54 +1,47 @@
-// Core's object: the serving arrays (serving.h) read through Python buffers, so that a
+// Core's C++ object: the step arrays (steps.h) read through the arrays it was given, so that a
 // memory-mapped file serves as well as a fresh compile.
 #pragma once
 
+#include <memory>
+
 #include "bindings/common.h"
-#include "serving.h"
+#include "steps.h"
+
+#pragma GCC visibility push(hidden)
 
 namespace trierouter {
 
-// Core(..., compact=...): the walk's data (CompactWalk) and the Python buffers it reads.
+// Core(..., compact=...): the walk's data (CompactWalk) and the arrays it reads.
 struct Compact : CompactWalk {
-    View v_bits, v_rank, v_first, v_lcp, v_vb, v_voff, v_tbuf, v_toff, v_match;
-    PyObject* trie = nullptr;
-    explicit Compact(TokenTrieObject* t) : CompactWalk(&t->trie), trie(Py_NewRef(reinterpret_cast<PyObject*>(t))) {}
-    ~Compact() {
-        for (View* v : {&v_bits, &v_rank, &v_first, &v_lcp, &v_vb, &v_voff, &v_tbuf, &v_toff, &v_match})
-            if (v->held) PyBuffer_Release(&v->b);
-        Py_XDECREF(trie);
-    }
+    In1<uint64_t> bits_a;
+    In1<int32_t> rank_a, first_a, lcp_a;
+    In1<uint8_t> vb_a, tbuf_a, match_a;
+    In1<int64_t> voff_a, toff_a;
+    nb::object trie_obj;  // the TokenTrie ``tt`` reads
+    Compact(const TokenTrie* t, nb::handle trie) : CompactWalk(t), trie_obj(nb::borrow(trie)) {}
 };
 
-struct CoreObject {
-    PyObject_HEAD
-    View v_row_ptr, v_tokens, v_children, v_far_pos, v_far_child, v_ends;
-    PyObject* tokens_obj;  // for mask views
-    Serving s;    // the arrays, as the step reads them
-    Compact* cx;  // the compact layout's buffers (s.cx points to it); null: every row stored
-    bool ready;   // __init__ succeeded (false in the zeroed storage of Core.__new__)
+struct CoreObj {
+    In1<int32_t> row_ptr, tokens, far_pos, far_child, ends;
+    In1<uint16_t> children;
+    nb::object tokens_obj;        // the owner of mask views
+    Serving s{};                  // the arrays, as a step reads them
+    std::unique_ptr<Compact> cx;  // the compact layout (s.cx points to it); null: every row stored
+    bool ready = false;           // __init__ succeeded
 };
 
-// False with a RuntimeError set unless ``self`` was initialised (a Core made by ``Core.__new__``
+// The Core of ``self`` once initialised; RuntimeError otherwise (a Core made by ``Core.__new__``
 // alone, or whose __init__ failed, has no arrays: every entry point refuses it).
-inline bool core_ready(const CoreObject* self) {
-    if (self->ready) return true;
-    PyErr_SetString(PyExc_RuntimeError, "Core is not initialised (made without a successful __init__)");
-    return false;
+inline CoreObj& core_of(nb::handle self) {
+    CoreObj* c = built_or_null<CoreObj>(self);
+    if (!c) throw std::runtime_error("Core is not initialised (made without a successful __init__)");
+    return *c;
 }
 
-
-
-
-inline bool as_i64(PyObject* o, int64_t* out) {
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred()) return false;
-    *out = overflow ? (overflow > 0 ? INT64_MAX : INT64_MIN) : v;
-    return true;
-}
-
-
-// The mask of state s as a new array (valid or not: an invalid state gets the dead state's).
-PyObject* make_mask(CoreObject* self, int64_t s);
+// The mask of state s as a new array (a read-only view of the stored row, or a walked row's copy);
+// ValueError for a state out of range.
+nb::object make_mask(const CoreObj& c, int64_t s);
 
 }  // namespace trierouter
+
+#pragma GCC visibility pop

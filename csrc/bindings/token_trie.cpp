@@ -1,208 +1,166 @@
 // TokenTrie (Python type): construction from a sequence of bytes, sizes, tables; the vocabulary's
 // packing helpers (pack_tokens, join_tokens).
 #include "bindings/common.h"
-#include "token_trie.h"
 #include "support/sort.h"
 #include "support/threads.h"
+#include "token_trie.h"
 
 namespace trierouter {
 
-void TokenTrie_dealloc(TokenTrieObject* self) {
-    destroy_token_trie(self->trie);
-    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
-}
-// TokenTrie(tokens: sequence of bytes, matchable: bool buffer of len(tokens))
-int TokenTrie_init(TokenTrieObject* self, PyObject* args, PyObject* kwds) {
-    static const char* kwlist[] = {"tokens", "matchable", nullptr};
-    PyObject* tokens;
-    Py_buffer mview;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oy*", const_cast<char**>(kwlist), &tokens,
-                                     &mview))
-        return -1;
-    if (self->ready) {  // a Core or a compile may read the arrays with the GIL released
-        PyBuffer_Release(&mview);
-        PyErr_SetString(PyExc_RuntimeError, "TokenTrie is already built: make a new one");
-        return -1;
+namespace {
+
+// The bytes of a tuple's items, TypeError naming the first one that is not bytes.
+std::vector<nb::bytes> all_bytes(const nb::tuple& tokens) {
+    std::vector<nb::bytes> out;
+    out.reserve(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        nb::handle o = tokens[i];
+        if (!nb::isinstance<nb::bytes>(o)) throw nb::type_error(("tokens[" + std::to_string(i) + "] is not bytes").c_str());
+        out.push_back(nb::borrow<nb::bytes>(o));
     }
-    destroy_token_trie(self->trie);  // what a failed __init__ left
-    double t0 = now_seconds();
-    Lap lap;
-    PyObject* seq = PySequence_Tuple(tokens);
-    if (!seq) {
-        PyBuffer_Release(&mview);
-        return -1;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    self->trie.n_ids = static_cast<int32_t>(std::min<Py_ssize_t>(n, INT32_MAX));
-    if (mview.len != n) {
-        PyErr_Format(PyExc_ValueError, "matchable has %zd entries for %zd tokens", mview.len, n);
-        PyBuffer_Release(&mview);
-        Py_DECREF(seq);
-        return -1;
-    }
-    const uint8_t* match = static_cast<const uint8_t*>(mview.buf);
-    BigVec<Ent> ents;
-    ents.reserve(static_cast<size_t>(n));
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        if (!match[i]) continue;
-        PyObject* o = PyTuple_GET_ITEM(seq, i);
-        if (!PyBytes_Check(o)) {
-            PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
-            PyBuffer_Release(&mview);
-            Py_DECREF(seq);
-            return -1;
-        }
-        Py_ssize_t len = PyBytes_GET_SIZE(o);
-        if (len == 0) continue;
-        ents.push_back(
-            {{reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(o)), len}, static_cast<int32_t>(i)});
-    }
-    PyBuffer_Release(&mview);
-    lap.mark("collect");
-    try {
-        build_token_trie(self->trie, ents, self->trie.n_ids);
-    } catch (const std::bad_alloc&) {
-        Py_DECREF(seq);
-        destroy_token_trie(self->trie);
-        PyErr_NoMemory();
-        return -1;
-    }
-    Py_DECREF(seq);  // the token bytes are not used past this point
-    self->trie.build_seconds = now_seconds() - t0;
-    self->ready = true;
-    return 0;
+    return out;
 }
 
-PyObject* TokenTrie_nbytes(TokenTrieObject* self, void*) {
-    if (!self->ready) return PyLong_FromSize_t(sizeof(TokenTrieObject));
-    return PyLong_FromSize_t(token_trie_nbytes(self->trie) + sizeof(TokenTrieObject));
+// TokenTrie(tokens: sequence of bytes, matchable: one byte per token). Builds once: a Core or a
+// compile may read the arrays with the GIL released.
+void token_trie_init(nb::handle self, nb::handle tokens, const Bytes& matchable) {
+    TokenTrieObj& t = constructed<TokenTrieObj>(self);
+    if (t.ready) throw std::runtime_error("TokenTrie is already built: make a new one");
+    destroy_token_trie(t.trie);  // what a failed __init__ left
+    t.trie = TokenTrie{};
+    const double t0 = now_seconds();
+    Lap lap;
+    nb::tuple seq = nb::tuple(nb::borrow(tokens));  // held: the token bytes stay alive
+    const size_t n = seq.size();
+    if (matchable.nbytes() != n)
+        throw nb::value_error(("matchable has " + std::to_string(matchable.nbytes()) + " entries for " +
+                               std::to_string(n) + " tokens")
+                                  .c_str());
+    t.trie.n_ids = static_cast<int32_t>(std::min<size_t>(n, INT32_MAX));
+    const uint8_t* match = static_cast<const uint8_t*>(matchable.data());
+    BigVec<Ent> ents;
+    ents.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        if (!match[i]) continue;
+        nb::handle o = seq[i];
+        if (!nb::isinstance<nb::bytes>(o)) throw nb::type_error(("tokens[" + std::to_string(i) + "] is not bytes").c_str());
+        nb::bytes b = nb::borrow<nb::bytes>(o);
+        if (b.size() == 0) continue;
+        ents.push_back({{reinterpret_cast<const uint8_t*>(b.c_str()), static_cast<int64_t>(b.size())}, static_cast<int32_t>(i)});
+    }
+    lap.mark("collect");
+    try {
+        build_token_trie(t.trie, ents, t.trie.n_ids);
+    } catch (...) {
+        destroy_token_trie(t.trie);
+        t.trie = TokenTrie{};
+        throw;
+    }
+    t.trie.build_seconds = now_seconds() - t0;
+    t.ready = true;
 }
-PyObject* TokenTrie_n_nodes(TokenTrieObject* self, void*) { return PyLong_FromLong(self->trie.n_nodes); }
-PyObject* TokenTrie_build_seconds(TokenTrieObject* self, void*) {
-    return PyFloat_FromDouble(self->trie.build_seconds);
-}
-PyObject* TokenTrie_single(TokenTrieObject* self, void*) {
-    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->trie.single), 256);
+
+template <class V>
+nb::bytes vec_bytes(const V* v) {
+    if (!v) return nb::bytes("", 0);
+    return nb::bytes(reinterpret_cast<const char*>(v->data()), v->size() * sizeof((*v)[0]));
 }
 
 // tables() -> dict[str, bytes]: every array of the trie (native byte order), for tests that
 // check the structure against an independent construction
-PyObject* TokenTrie_tables(TokenTrieObject* self, PyObject*) {
-    Named items[] = {
-        {"child_ptr", vec_bytes(self->trie.child_ptr)}, {"child_node", vec_bytes(self->trie.child_node)},
-        {"child_label", vec_bytes(self->trie.child_label)}, {"tok_ptr", vec_bytes(self->trie.tok_ptr)},
-        {"tok_ids", vec_bytes(self->trie.tok_ids)},       {"fail", vec_bytes(self->trie.fail)},
-        {"dict", vec_bytes(self->trie.dict)},             {"depth", vec_bytes(self->trie.depth)},
-        {"d1row", vec_bytes(self->trie.d1row)},           {"goto1", vec_bytes(self->trie.goto1)},
-        {"info", vec_bytes(self->trie.info)},             {"outs", vec_bytes(self->trie.outs)},
-        {"root_child", PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->trie.root_child),
-                                                 sizeof(self->trie.root_child))},
-        {"single", PyBytes_FromStringAndSize(reinterpret_cast<const char*>(self->trie.single), 256)},
-    };
-    return dict_of(items);
+// The trie of ``self``, or an empty one before a successful __init__ (its sizes read as zero).
+const TokenTrie& trie_or_empty(nb::handle self) {
+    static const TokenTrie empty{};
+    const TokenTrieObj* t = built_or_null<TokenTrieObj>(self);
+    return t ? t->trie : empty;
 }
 
-PyMethodDef TokenTrie_methods[] = {
-    {"tables", reinterpret_cast<PyCFunction>(TokenTrie_tables), METH_NOARGS,
-     "every array of the trie as bytes (native byte order), by name"},
-    {nullptr, nullptr, 0, nullptr}};
+nb::dict token_trie_tables(nb::handle self) {
+    const TokenTrie& r = trie_or_empty(self);
+    nb::dict d;
+    d["child_ptr"] = vec_bytes(r.child_ptr);
+    d["child_node"] = vec_bytes(r.child_node);
+    d["child_label"] = vec_bytes(r.child_label);
+    d["tok_ptr"] = vec_bytes(r.tok_ptr);
+    d["tok_ids"] = vec_bytes(r.tok_ids);
+    d["fail"] = vec_bytes(r.fail);
+    d["dict"] = vec_bytes(r.dict);
+    d["depth"] = vec_bytes(r.depth);
+    d["d1row"] = vec_bytes(r.d1row);
+    d["goto1"] = vec_bytes(r.goto1);
+    d["info"] = vec_bytes(r.info);
+    d["outs"] = vec_bytes(r.outs);
+    d["root_child"] = nb::bytes(reinterpret_cast<const char*>(r.root_child), sizeof(r.root_child));
+    d["single"] = nb::bytes(reinterpret_cast<const char*>(r.single), 256);
+    return d;
+}
 
-PyGetSetDef TokenTrie_getset[] = {
-    {"nbytes", reinterpret_cast<getter>(TokenTrie_nbytes), nullptr, "bytes held", nullptr},
-    {"n_nodes", reinterpret_cast<getter>(TokenTrie_n_nodes), nullptr, "trie nodes", nullptr},
-    {"build_seconds", reinterpret_cast<getter>(TokenTrie_build_seconds), nullptr, "build time",
-     nullptr},
-    {"single_byte", reinterpret_cast<getter>(TokenTrie_single), nullptr,
-     "256 bytes: 1 where a matchable token is exactly that byte", nullptr},
-    {nullptr, nullptr, nullptr, nullptr, nullptr}};
-
-PyTypeObject TokenTrieType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-// pack_tokens(tokens: tuple[bytes, ...]) -> (buffer: uint8 array, offsets: int64 array): every
-// token's bytes concatenated and where each starts (Vocabulary.buffer / offsets)
-PyObject* py_pack_tokens(PyObject*, PyObject* args) {
-    PyObject* tokens;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &tokens)) return nullptr;
-    const Py_ssize_t n = PyTuple_GET_SIZE(tokens);
+// pack_tokens(tokens) -> (buffer: uint8 array, offsets: int64 array): every token's bytes
+// concatenated and where each starts (Vocabulary.buffer / offsets)
+nb::tuple pack_tokens(const nb::tuple& tokens) {
+    const std::vector<nb::bytes> items = all_bytes(tokens);
+    const size_t n = items.size();
     Buf<int64_t> off;
-    if (!off.resize(static_cast<size_t>(n) + 1)) return PyErr_NoMemory();
+    if (!off.resize(n + 1)) throw std::bad_alloc();
     off[0] = 0;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* o = PyTuple_GET_ITEM(tokens, i);
-        if (!PyBytes_Check(o)) return PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
-        off[static_cast<size_t>(i) + 1] = off[static_cast<size_t>(i)] + PyBytes_GET_SIZE(o);
-    }
+    for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + static_cast<int64_t>(items[i].size());
     Buf<uint8_t> buf;
-    if (!buf.resize(static_cast<size_t>(off[static_cast<size_t>(n)]))) return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* o = PyTuple_GET_ITEM(tokens, i);
-        const size_t at = static_cast<size_t>(off[static_cast<size_t>(i)]);
-        const size_t len = static_cast<size_t>(PyBytes_GET_SIZE(o));
-        if (len) std::memcpy(buf.p + at, PyBytes_AS_STRING(o), len);  // (buf.p is null when all are empty)
-    }
-    PyObject* b = to_numpy(buf, NPY_UINT8);
-    if (!b) return nullptr;
-    PyObject* f = to_numpy(off, NPY_INT64);
-    if (!f) {
-        Py_DECREF(b);
-        return nullptr;
-    }
-    return Py_BuildValue("(NN)", b, f);
+    if (!buf.resize(static_cast<size_t>(off[n]))) throw std::bad_alloc();
+    for (size_t i = 0; i < n; ++i)
+        if (items[i].size()) std::memcpy(buf.p + off[i], items[i].c_str(), items[i].size());
+    nb::object b = to_numpy(buf);
+    return nb::make_tuple(b, to_numpy(off));
 }
 
-// join_tokens(tokens: tuple[bytes, ...], selected: bool buffer) -> bytes: the selected tokens'
-// bytes joined by b"\0" (Vocabulary.content_hash)
-PyObject* py_join_tokens(PyObject*, PyObject* args) {
-    PyObject* tokens;
-    Py_buffer sel;
-    if (!PyArg_ParseTuple(args, "O!y*", &PyTuple_Type, &tokens, &sel)) return nullptr;
-    const Py_ssize_t n = PyTuple_GET_SIZE(tokens);
-    if (sel.len != n) {
-        PyBuffer_Release(&sel);
-        return PyErr_Format(PyExc_ValueError, "selected has %zd entries for %zd tokens", sel.len, n);
-    }
-    const uint8_t* m = static_cast<const uint8_t*>(sel.buf);
-    Py_ssize_t total = 0, count = 0;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* o = PyTuple_GET_ITEM(tokens, i);
-        if (!PyBytes_Check(o)) {
-            PyBuffer_Release(&sel);
-            return PyErr_Format(PyExc_TypeError, "tokens[%zd] is not bytes", i);
-        }
-        if (m[i]) {
-            total += PyBytes_GET_SIZE(o);
-            ++count;
-        }
-    }
-    PyObject* out = PyBytes_FromStringAndSize(nullptr, count ? total + count - 1 : 0);
-    if (!out) {
-        PyBuffer_Release(&sel);
-        return nullptr;
-    }
-    char* w = PyBytes_AS_STRING(out);
+// join_tokens(tokens, selected: one byte per token) -> bytes: the selected tokens' bytes joined
+// by b"\0" (Vocabulary.content_hash)
+nb::bytes join_tokens(const nb::tuple& tokens, const Bytes& selected) {
+    const size_t n = tokens.size();
+    if (selected.nbytes() != n)
+        throw nb::value_error(("selected has " + std::to_string(selected.nbytes()) + " entries for " +
+                               std::to_string(n) + " tokens")
+                                  .c_str());
+    const std::vector<nb::bytes> items = all_bytes(tokens);
+    const uint8_t* m = static_cast<const uint8_t*>(selected.data());
+    std::string out;
     bool first = true;
-    for (Py_ssize_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n; ++i) {
         if (!m[i]) continue;
-        if (!first) *w++ = '\0';
+        if (!first) out.push_back('\0');
         first = false;
-        PyObject* o = PyTuple_GET_ITEM(tokens, i);
-        if (PyBytes_GET_SIZE(o)) std::memcpy(w, PyBytes_AS_STRING(o), static_cast<size_t>(PyBytes_GET_SIZE(o)));
-        w += PyBytes_GET_SIZE(o);
+        out.append(items[i].c_str(), items[i].size());
     }
-    PyBuffer_Release(&sel);
-    return out;
+    return nb::bytes(out.data(), out.size());
 }
 
-// Fills in the TokenTrie type (made ready by the module's init).
-void setup_tokentrie_type() {
-    TokenTrieType.tp_name = "trierouter.registry._core.TokenTrie";
-    TokenTrieType.tp_basicsize = sizeof(TokenTrieObject);
-    TokenTrieType.tp_flags = Py_TPFLAGS_DEFAULT;
-    TokenTrieType.tp_new = PyType_GenericNew;
-    TokenTrieType.tp_init = reinterpret_cast<initproc>(TokenTrie_init);
-    TokenTrieType.tp_dealloc = reinterpret_cast<destructor>(TokenTrie_dealloc);
-    TokenTrieType.tp_getset = TokenTrie_getset;
-    TokenTrieType.tp_methods = TokenTrie_methods;
-    TokenTrieType.tp_doc = "Forward trie of a vocabulary's matchable token bytes.";
+}  // namespace
+
+void bind_token_trie(nb::module_& m) {
+    nb::class_<TokenTrieObj>(m, "TokenTrie", "Forward trie of a vocabulary's matchable token bytes.")
+        .def("__init__", &token_trie_init, "tokens"_a, "matchable"_a.noconvert())
+        .def_prop_ro(
+            "nbytes",
+            [](nb::handle self) {
+                const TokenTrieObj* t = built_or_null<TokenTrieObj>(self);
+                return (t ? token_trie_nbytes(t->trie) : 0) + sizeof(TokenTrieObj);
+            },
+            "bytes held")
+        .def_prop_ro(
+            "n_nodes", [](nb::handle self) { return trie_or_empty(self).n_nodes; }, "trie nodes")
+        .def_prop_ro(
+            "build_seconds", [](nb::handle self) { return trie_or_empty(self).build_seconds; },
+            "build time")
+        .def_prop_ro(
+            "single_byte",
+            [](nb::handle self) {
+                return nb::bytes(reinterpret_cast<const char*>(trie_or_empty(self).single), 256);
+            },
+            "256 bytes: 1 where a matchable token is exactly that byte")
+        .def("tables", &token_trie_tables, "every array of the trie as bytes (native byte order), by name");
+    m.def("pack_tokens", &pack_tokens, "tokens"_a,
+          "pack_tokens(tokens) -> (buffer, offsets): the tokens' bytes concatenated, and where each starts");
+    m.def("join_tokens", &join_tokens, "tokens"_a, "selected"_a.noconvert(),
+          "join_tokens(tokens, selected) -> bytes: the selected tokens joined by NUL bytes");
 }
 
 }  // namespace trierouter

@@ -1,4 +1,4 @@
-"""Type stubs of the C++ extension (csrc/core.cpp)."""
+"""Type stubs of the C++ extension (csrc/bindings/, nanobind): arguments by position or by name."""
 
 from collections.abc import Callable, Sequence
 from typing import Any, overload
@@ -22,9 +22,11 @@ def compile(
     terminator: bytes,
     end_ids: Sequence[int],
     allow_end: bool,
-    /,
+    max_keys: int = 0,
+    threads: int = 1,
+    split_min: int = 2048,
 ) -> tuple[dict[str, npt.NDArray[Any]], list[int] | None]: ...
-def memset_bandwidth(buffer: Any, repeats: int, /) -> float: ...
+def memset_bandwidth(buffer: Any, repeats: int) -> float: ...
 def bm25_accumulate(
     ptr: npt.NDArray[np.int64],
     docs: npt.NDArray[np.int64],
@@ -32,20 +34,18 @@ def bm25_accumulate(
     terms: npt.NDArray[np.int64],
     coefs: npt.NDArray[np.float64],
     out: npt.NDArray[np.float64],
-    /,
 ) -> None: ...
 def scatter_max(
     out: npt.NDArray[np.float64],
     values: npt.NDArray[np.float64],
     rows: npt.NDArray[np.int64],
     owners: npt.NDArray[np.int64],
-    /,
 ) -> None: ...
-def top_positive(scores: npt.NDArray[np.float64], k: int, /) -> npt.NDArray[np.int64]: ...
+def top_positive(scores: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.int64]: ...
 def pack_tokens(
-    tokens: tuple[bytes, ...], /
+    tokens: tuple[bytes, ...]
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]: ...
-def join_tokens(tokens: tuple[bytes, ...], selected: bytes | npt.NDArray[Any], /) -> bytes: ...
+def join_tokens(tokens: tuple[bytes, ...], selected: bytes | npt.NDArray[Any]) -> bytes: ...
 
 class Core:
     END: int
@@ -59,26 +59,25 @@ class Core:
         far_child: npt.NDArray[np.int32],
         ends: npt.NDArray[np.int32],
         width: int,
-        /,
+        compact: tuple[Any, ...] | None = None,
     ) -> None: ...
-    def advance(self, state: int, token: int, /) -> int: ...
-    def mask(self, state: int, /) -> npt.NDArray[np.int32]: ...
-    def is_terminal(self, state: int, /) -> bool: ...
-    def fill(self, state: int, bitmask: Any, index: int = 0, /) -> None: ...
+    def advance(self, state: int, token: int) -> int: ...
+    def mask(self, state: int) -> npt.NDArray[np.int32]: ...
+    def is_terminal(self, state: int) -> bool: ...
+    def fill(self, state: int, bitmask: Any, index: int = 0) -> None: ...
     @overload
     def advance_batch(
         self,
         states: npt.NDArray[np.int64],
         tokens: npt.NDArray[np.int64],
         out: npt.NDArray[np.int64],
-        /,
     ) -> None: ...
     @overload
     def advance_batch(
-        self, states: npt.NDArray[np.int64], tokens: npt.NDArray[np.int64], /
+        self, states: npt.NDArray[np.int64], tokens: npt.NDArray[np.int64], out: None = None
     ) -> npt.NDArray[np.int64]: ...
     def fill_batch(
-        self, states: npt.NDArray[np.int64], bitmask: Any, rows: npt.NDArray[np.int64] | None, /
+        self, states: npt.NDArray[np.int64], bitmask: Any, rows: npt.NDArray[np.int64] | None
     ) -> None: ...
     def apply_sparse(
         self,
@@ -87,7 +86,6 @@ class Core:
         rows: npt.NDArray[np.int64] | None,
         neg_inf_bits: int,
         itemsize: int,
-        /,
     ) -> None: ...
     def copy_sparse(
         self,
@@ -97,7 +95,6 @@ class Core:
         rows: npt.NDArray[np.int64] | None,
         neg_inf_bits: int,
         itemsize: int,
-        /,
     ) -> None: ...
 
 class MatcherBase:
@@ -115,11 +112,10 @@ class MatcherBase:
         end: int,
         dead: int,
         max_rollback: int,
-        /,
     ) -> None: ...
-    def accept_token(self, token_id: int, /) -> bool: ...
-    def accept_tokens(self, token_ids: Sequence[int], /) -> bool: ...
-    def rollback(self, num_tokens: int, /) -> None: ...
+    def accept_token(self, token_id: int) -> bool: ...
+    def accept_tokens(self, token_ids: Sequence[int]) -> bool: ...
+    def rollback(self, num_tokens: int) -> None: ...
     def reset(self) -> None: ...
     def is_terminated(self) -> bool: ...
     def allowed_token_ids(self) -> npt.NDArray[np.int32]: ...
@@ -131,14 +127,12 @@ def csr_extend(
     lo: npt.NDArray[np.int64],
     hi: npt.NDArray[np.int64],
     pool: npt.NDArray[np.int32],
-    /,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]: ...
 def csr_pack(
     ptr: npt.NDArray[np.int64],
     ids: npt.NDArray[np.int32],
     which: npt.NDArray[np.int64],
     words: int,
-    /,
 ) -> npt.NDArray[np.int32]: ...
 def csr_split(
     ptr: npt.NDArray[np.int64],
@@ -148,13 +142,12 @@ def csr_split(
     wide: int,
     drop: npt.NDArray[np.bool_] | npt.NDArray[np.uint8] | bytes,
     words: int,
-    /,
 ) -> tuple[
     npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int32]
 ]: ...
-def spelled_count(trie: TokenTrie, allowed: bytes, limit: int, /) -> int: ...
+def spelled_count(trie: TokenTrie, allowed: bytes, limit: int) -> int: ...
 def int_range_dfa(
-    zero: bool, pos_lo: str, pos_hi: str, neg_lo: str, neg_hi: str, /
+    zero: bool, pos_lo: str, pos_hi: str, neg_lo: str, neg_hi: str
 ) -> tuple[
     npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.bool_]
 ]: ...

@@ -1,11 +1,11 @@
-// Serving (serving.h) over a set compiled from a toy vocabulary: steps along the values'
+// Serving (steps.h) over a set compiled from a toy vocabulary: steps along the values'
 // tokens, refusals, packed rows and batches, against the rows the compile wrote.
 #include <string>
 #include <vector>
 
 #include "check.h"
 #include "compile.h"
-#include "serving.h"
+#include "steps.h"
 #include "token_trie.h"
 #include "toy.h"
 

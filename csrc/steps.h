@@ -1,4 +1,4 @@
-// Serving over a ChoiceSet's arrays: a step (state, token) -> state, the allowed ids of a state,
+// Steps over a ChoiceSet's arrays: a step (state, token) -> state, the allowed ids of a state,
 // a packed bitmask row, a batch of steps. Inline where a step must stay one call from Python
 // (Core.advance, MatcherBase); a compact layout's rows are walked on demand (compact.h).
 #pragma once

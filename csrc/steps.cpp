@@ -1,5 +1,5 @@
-// Serving: walked rows (compact layout) and batches of steps (see serving.h).
-#include "serving.h"
+// Steps over a set's arrays: walked rows (compact layout) and batches of steps (see steps.h).
+#include "steps.h"
 
 namespace trierouter {
 
