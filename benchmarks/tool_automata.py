@@ -75,7 +75,6 @@ from trierouter.registry.analysis import normalized as _normalized
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots import (
-    dispatch,
     format_tables,
     formats,
     fragment,
@@ -83,6 +82,7 @@ from trierouter.registry.slots import (
     objects,
     pieces,
     regex,
+    schema_fragments,
 )
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
@@ -144,7 +144,8 @@ def _best(fn: Any, n: int = 3) -> tuple[float, float]:
 
 def _cold(tables: VocabTables, fragments: bool = True) -> None:
     """Empty the vocabulary's shared piece rows and (``fragments``) every fragment cache."""
-    for mod in (dispatch, formats, fragment, nfa, objects, regex, pieces) if fragments else ():
+    mods = (schema_fragments, formats, fragment, nfa, objects, regex, pieces)
+    for mod in mods if fragments else ():
         for v in vars(mod).values():
             if isinstance(v, functools._lru_cache_wrapper):
                 v.cache_clear()

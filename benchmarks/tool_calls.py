@@ -408,7 +408,7 @@ def work_fixed(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> 
     import xgrammar as xgr
 
     from trierouter.registry.compiler import xgrammar_tokenizer_info
-    from trierouter.registry.slots import dispatch as S
+    from trierouter.registry.slots import formats, schema_fragments
     from trierouter.registry.slots.dispatch import SlotCompiler
     from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 
@@ -428,9 +428,9 @@ def work_fixed(args: argparse.Namespace, res: dict[str, Any], part: Partial) -> 
         theirs: list[float] = []
         engine = states = None
         for _ in range(FIXED_RUNS):
-            S._format_fragment.cache_clear()
-            S._pattern_fragment.cache_clear()
-            S._integer_fragment.cache_clear()
+            formats._format_fragment.cache_clear()
+            schema_fragments._pattern_fragment.cache_clear()
+            formats._integer_fragment.cache_clear()
             gc.collect()
             t = time.perf_counter()
             frag, engine, _ = SlotCompiler()._piece(schema, schema, "", [], 0)

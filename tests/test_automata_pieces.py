@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from trierouter.registry.core import native_core
 from trierouter.registry.shipped import shipped_vocabulary
-from trierouter.registry.slots import dispatch
+from trierouter.registry.slots import dispatch, schema_fragments, slot_records
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.format_tables import TABLES
 from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes, quoted_pattern_fragment
@@ -214,7 +214,8 @@ def _both_ways(monkeypatch: pytest.MonkeyPatch, schema: Any) -> tuple[Fragment, 
     out = []
     for make in (Builder, builder):
         with monkeypatch.context() as m:
-            m.setattr(dispatch, "builder", make)
+            m.setattr(dispatch, "builder", make)  # objects, arrays, a tool's frame
+            m.setattr(schema_fragments, "builder", make)  # unions
             out.append(SlotCompiler(strict=False).tool(schema, b"}", b'{"f": ')[0])
     return out[0], out[1]
 
@@ -330,11 +331,11 @@ def _wrapped(schema: dict[str, Any], tail: bytes, head: bytes) -> Fragment:
         root["$defs"] = norm.defs
     frag = sc._piece(root, root, "", [], depth=0)[0]
     b = builder()
-    lead = dispatch._literal(head)
+    lead = schema_fragments._literal(head)
     b.add(lead)
     at = b.add(frag)
     b.link(b.accepting(0, lead), at)
-    end = b.add(dispatch._literal(tail))
+    end = b.add(schema_fragments._literal(tail))
     b.link(b.accepting(at, frag), end)
     return b.finish()
 
@@ -392,8 +393,8 @@ def test_leaf_cache_key_is_exact() -> None:
     ]  # fmt: skip
     for a in leaves:
         for b in leaves:
-            same = dispatch.canonical(a) == dispatch.canonical(b)
-            assert (dispatch._leaf_key(a) == dispatch._leaf_key(b)) == same, (a, b)
+            same = slot_records.canonical(a) == slot_records.canonical(b)
+            assert (slot_records._leaf_key(a) == slot_records._leaf_key(b)) == same, (a, b)
 
 
 def test_eager_automata_equal_lazy_ones_on_registry_tools() -> None:

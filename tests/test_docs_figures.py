@@ -294,12 +294,12 @@ DEFAULTS: dict[str, Row] = {
     "reliability: pattern states": (
         "docs/reliability.md",
         r"\(now served by XGrammar past ([\d,]+) states\)",
-        _const("trierouter.registry.slots.dispatch", "MAX_PATTERN_STATES"),
+        _const("trierouter.registry.slots.schema_fragments", "MAX_PATTERN_STATES"),
     ),
     "tools: pattern states": (
         "docs/tools.md",
         r"whose automaton has at most ([\d,]+) states \(`MAX_PATTERN_STATES`\)",
-        _const("trierouter.registry.slots.dispatch", "MAX_PATTERN_STATES"),
+        _const("trierouter.registry.slots.schema_fragments", "MAX_PATTERN_STATES"),
     ),
     "tools: arrays unrolled": (
         "docs/tools.md",

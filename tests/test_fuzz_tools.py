@@ -22,10 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trierouter.registry.slots.dispatch import MAX_PATTERN_STATES, SchemaRefused, SlotCompiler
+from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.masks import ToolAutomaton
 from trierouter.registry.slots.nfa import TooManyStates, nfa_fragment
 from trierouter.registry.slots.regex import pattern_node
+from trierouter.registry.slots.schema_fragments import MAX_PATTERN_STATES
+from trierouter.registry.slots.slot_records import SchemaRefused
 from trierouter.testing import fuzz_tools
 from trierouter.testing.fuzz import atheris_run
 from trierouter.testing.fuzz_tools import HEAD, TAIL, ToolCase, check_tool_case, tool_case

@@ -18,9 +18,10 @@ import pytest
 from trierouter.errors import UnservedSchemaError
 from trierouter.registry.compiler import CompiledTools, compile_tools
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.slots.dispatch import SchemaRefused, SlotCompiler
+from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.normalize import MAX_MIN_ITEMS, normalize_schema
+from trierouter.registry.slots.slot_records import SchemaRefused
 from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.tool_calls.plan import ToolCallPlan

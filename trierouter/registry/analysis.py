@@ -41,8 +41,9 @@ import numpy.typing as npt
 
 from trierouter import settings
 from trierouter.errors import CorruptFileError
-from trierouter.registry.slots.dispatch import Slot, SlotCompiler, kept_analysis
+from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.normalize import Problem
+from trierouter.registry.slots.slot_records import Slot, kept_analysis
 from trierouter.registry.store import load_arrays, save_arrays
 
 if TYPE_CHECKING:

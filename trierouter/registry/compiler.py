@@ -41,10 +41,11 @@ from trierouter.registry.analysis import normalized as _normalized
 from trierouter.registry.call_formats import CALL_HEAD, CallFormat, call_format
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.relax import log_relaxed, relaxed_table, strict_for, unserved_error
-from trierouter.registry.slots.dispatch import Slot, SlotCompiler, slot_table
+from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.eager import MaskPipeline
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.normalize import Problem
+from trierouter.registry.slots.slot_records import Slot, slot_table
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary, xgrammar_tokenizer_info
 

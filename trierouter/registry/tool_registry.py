@@ -481,7 +481,7 @@ class ToolRegistry:
         """Which engine serves each slot of tool ``name`` (no tokenizer needed): the same
         analysis the compiler runs, so it always agrees with what a call is served by."""
         from trierouter.registry.analysis import normalized as _normalized
-        from trierouter.registry.slots.dispatch import slot_table
+        from trierouter.registry.slots.slot_records import slot_table
 
         slots, _ = SlotCompiler(dry=True, strict=False).analyze(_normalized(self[name].parameters))
         return slot_table(slots, len(self)) + relaxed_table(self.relaxed(name))

@@ -35,10 +35,11 @@ import jsonschema
 import numpy as np
 
 from trierouter import settings
-from trierouter.registry.slots import dispatch, formats, nfa, objects, ranges, regex
-from trierouter.registry.slots.dispatch import SchemaRefused, SlotCompiler
+from trierouter.registry.slots import formats, nfa, objects, ranges, regex, schema_fragments
+from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.slot_records import SchemaRefused
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
 
@@ -82,7 +83,7 @@ def _backend(name: str) -> Iterator[None]:
 
 
 def _clear_caches() -> None:
-    for mod in (dispatch, formats, nfa, objects, ranges, regex):
+    for mod in (schema_fragments, formats, nfa, objects, ranges, regex):
         for obj in vars(mod).values():
             if isinstance(obj, functools._lru_cache_wrapper):
                 obj.cache_clear()

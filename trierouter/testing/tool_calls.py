@@ -93,7 +93,7 @@ class CallCheck:
 
 def slot_path(path: Any) -> str:
     """A ``jsonschema`` error's ``absolute_path`` as a slot path (``a.b[]``), the form
-    ``explain()`` and :class:`~trierouter.registry.slots.dispatch.Slot` use."""
+    ``explain()`` and :class:`~trierouter.registry.slots.slot_records.Slot` use."""
     out = ""
     for part in path:
         if isinstance(part, int):

@@ -6,10 +6,13 @@
 - :mod:`.regex`: the ``pattern`` subset served exactly;
 - :mod:`.objects`: the keys of an object, one automaton for every window of skippable keys;
 - :mod:`.dispatch`: JSON Schema → engine per slot (trie, format, automaton, xgrammar);
+- :mod:`.schema_fragments`: the shared pieces it wires and its verdicts on sub-schemas;
+- :mod:`.slot_records`: the slots it finds, the refusal, and the analyses a registry keeps;
 - :mod:`.masks`: the per-state token masks of a tool's automaton over a vocabulary.
 """
 
-from trierouter.registry.slots.dispatch import Slot, SlotCompiler
+from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
+from trierouter.registry.slots.slot_records import Slot
 
 __all__ = ["Slot", "SlotCompiler", "ToolAutomaton", "VocabTables"]

@@ -20,17 +20,9 @@ properties in schema order, optional ones skippable.
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from trierouter.registry.slots.anchors import xgrammar_pattern
 from trierouter.registry.slots.formats import (
     _DUMMY,
     FORMAT_PATTERNS,
@@ -39,132 +31,56 @@ from trierouter.registry.slots.formats import (
     _integer_fragment,
     _length_limited,
     _number_fragment,
-    format_and_pattern,
     format_and_pattern_fragment,
     format_node,
     format_pattern,
-    pattern_lengths,
     quoted_pattern_fragment,
 )
-from trierouter.registry.slots.fragment import (
-    MAX_COUNTED,
-    Fragment,
-    builder,
-    exit_fragment,
-    string_fragment,
-    trie_fragment,
-)
-from trierouter.registry.slots.nfa import TooManyStates, lit, nfa_fragment
-from trierouter.registry.slots.normalize import Problem, normalize_schema, regex_problem
+from trierouter.registry.slots.fragment import MAX_COUNTED, Fragment, builder, trie_fragment
+from trierouter.registry.slots.normalize import Problem, normalize_schema
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
-from trierouter.registry.slots.regex import pattern_fragment, pattern_node
+from trierouter.registry.slots.schema_fragments import (
+    _accepting,
+    _bound,
+    _exit,
+    _first_bytes,
+    _free_string,
+    _literal,
+    _pattern_fragment,
+    _pattern_served,
+    _resolve,
+    _served,
+    _union,
+    _why,
+    for_xgrammar,
+)
+from trierouter.registry.slots.slot_records import (
+    SchemaRefused,
+    Slot,
+    _leaf_key,
+    canonical,
+    keep_analysis,
+    keeping_analyses,
+)
 
-__all__ = [
-    "SchemaRefused",
-    "Slot",
-    "SlotCompiler",
-    "analyses_kept",
-    "canonical",
-    "kept_analysis",
-    "slot_table",
-    "unserved_problems",
-]
+__all__ = ["MAX_UNROLL", "SlotCompiler", "unserved_problems"]
 
 
 MAX_UNROLL = 8
 """Arrays with ``maxItems`` up to this are unrolled; larger bounded arrays go to XGrammar."""
 
 
-def canonical(schema: Any) -> str:
-    """A key for a sub-schema: its JSON with sorted keys."""
-    return json.dumps(schema, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-_SCALARS = (str, int, bool, type(None))
-"""Exact scalars (no float: ``0.0 == -0.0`` while their JSON differs)."""
-
-
-def _leaf_key(schema: dict[str, Any]) -> str:
-    """A cache key for a sub-schema, equal exactly when :func:`canonical` is: for a flat
-    schema of strings, integers, booleans and nulls, the ``repr`` of its items with each
-    value's type (``1`` and ``true`` stay apart), sorted; else its canonical JSON (slower)."""
-    items = []
-    for k, v in schema.items():
-        if v.__class__ not in _SCALARS:
-            return canonical(schema)
-        items.append((k, v.__class__.__name__, v))
-    items.sort()
-    return repr(items)
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """One slot of a tool's arguments and the engine that serves it."""
-
-    path: str
-    engine: str
-    detail: str
-    key: str = ""
-    """The XGrammar slot key (``xgrammar`` engine only)."""
-
-
-def slot_table(slots: list[Slot], n_tools: int) -> str:
-    """The aligned table ``explain`` prints: the name slot, then each argument slot."""
-    rows = [("slot", "engine", "what"), ("(name)", "trie", f"one of {n_tools} tool names")]
-    rows += [(s.path, s.engine, s.detail) for s in slots]
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
-    return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
-
-
-# -- slots -----------------------------------------------------------------------------------
-
-
-class SchemaRefused(ValueError):
-    """A tool's schema holds constructs no engine serves exactly (``problems``)."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        super().__init__("; ".join(str(p) for p in problems))
-        self.problems = list(problems)
-
-
 def unserved_problems(parameters: dict[str, Any]) -> list[Problem]:
     """What no engine serves exactly in an argument schema (the same analysis as
     ``explain()`` and the compiler: normalization, then the engine of every slot). Inside
-    :func:`analyses_kept`, the whole analysis is kept for :func:`kept_analysis`."""
-    memo = _kept.get()
-    if memo is None:
-        return SlotCompiler(dry=True, strict=False).analyze(parameters)[1]
+    :func:`~trierouter.registry.slots.slot_records.analyses_kept`, the whole analysis is kept
+    for :func:`~trierouter.registry.slots.slot_records.kept_analysis`."""
     dry = SlotCompiler(dry=True, strict=False)
     slots, problems = dry.analyze(parameters)
-    memo[canonical(parameters)] = (slots, list(problems), dict(dry.xgrammar_slots))
+    if keeping_analyses():
+        keep_analysis(parameters, (slots, list(problems), dict(dry.xgrammar_slots)))
     return problems
-
-
-Analysis = tuple[list["Slot"], list[Problem], dict[str, dict[str, Any]]]
-_kept: ContextVar[dict[str, Analysis] | None] = ContextVar("trierouter_kept", default=None)
-
-
-@contextmanager
-def analyses_kept() -> Iterator[None]:
-    """Within it, each schema :func:`unserved_problems` analyses (a registry adding tools) is
-    kept, so that the slot analysis of the same tools that follows (:func:`kept_analysis`)
-    does not walk them again: one walk per tool instead of two."""
-    token = _kept.set({})
-    try:
-        yield
-    finally:
-        _kept.reset(token)
-
-
-def kept_analysis(schema: dict[str, Any]) -> Analysis | None:
-    """The analysis of ``schema`` kept by :func:`unserved_problems` inside
-    :func:`analyses_kept` (copies), or ``None``: slots, problems and the XGrammar
-    sub-schemas of its slots, as a fresh dry :class:`SlotCompiler` finds them."""
-    memo = _kept.get()
-    kept = None if not memo else memo.get(canonical(schema))
-    return None if kept is None else (list(kept[0]), list(kept[1]), dict(kept[2]))
 
 
 class SlotCompiler:
@@ -283,75 +199,16 @@ class SlotCompiler:
         self, schema: Any, root: dict[str, Any], path: str, slots: list[Slot], why: str
     ) -> tuple[Fragment, str, str]:
         sub = {k: v for k, v in schema.items() if k != "$defs"} if isinstance(schema, dict) else {}
-        sub = self._for_xgrammar(sub, path)
+        sub = for_xgrammar(sub, path, self._problems)
         if "$defs" in root and '"$ref"' in canonical(sub):  # local references need the defs
             sub["$defs"] = {
-                k: self._for_xgrammar(v, f"{path}$defs.{k}") for k, v in root["$defs"].items()
+                k: for_xgrammar(v, f"{path}$defs.{k}", self._problems)
+                for k, v in root["$defs"].items()
             }
         key = canonical(sub)
         self.xgrammar_slots.setdefault(key, sub)
         slots.append(Slot(path or "$", "xgrammar", why, key))
         return (_DUMMY if self.dry else _exit(key)), "xgrammar", why
-
-    def _for_xgrammar(self, schema: Any, path: str) -> Any:
-        """``schema`` as XGrammar 0.2.8 serves it exactly: exact formats become their patterns;
-        what XGrammar would serve loosely is a problem (and, relaxed, removed)."""
-        if isinstance(schema, list):
-            return [self._for_xgrammar(v, path) for v in schema]
-        if not isinstance(schema, dict):
-            return schema
-        out: dict[str, Any] = {}
-        for k, v in schema.items():
-            if k in ("properties", "$defs") and isinstance(v, dict):
-                out[k] = {
-                    n: self._for_xgrammar(s, f"{path}.{n}" if path else n) for n, s in v.items()
-                }
-            elif k in ("items", "additionalProperties", "anyOf"):
-                out[k] = self._for_xgrammar(v, path + ("[]" if k == "items" else ""))
-            else:
-                out[k] = v
-        lengths = "minLength" in out or "maxLength" in out
-        fmt = out.get("format")
-        where = path or "$"
-        exact = None
-        if isinstance(fmt, str) and "pattern" not in out:
-            exact = format_pattern(fmt, out.get("minLength", 0), out.get("maxLength"))
-        elif isinstance(fmt, str) and not lengths:
-            exact = format_and_pattern(fmt, str(out["pattern"]))
-        if exact is not None:  # the format's language, lengths folded in
-            out["pattern"] = "^" + exact + "$"
-            for k in ("format", "minLength", "maxLength"):
-                out.pop(k, None)
-        elif isinstance(fmt, str) and ("pattern" in out or lengths):
-            what = f"format {fmt} beside a pattern or a length bound is not served"
-            self._problems.append(Problem(where, "format", what, "drop the pattern or the bounds"))
-            out.pop("format")
-        elif "pattern" in out:
-            why = regex_problem(str(out["pattern"]))
-            if why is None and lengths and _lengths_hold(out):
-                for k in ("minLength", "maxLength"):  # every full match already fits them
-                    out.pop(k, None)
-                lengths = False
-            if why is None and lengths:  # relaxed: the pattern alone (the nearer of the two)
-                why = "XGrammar 0.2.8 ignores minLength / maxLength beside a pattern"
-                for k in ("minLength", "maxLength"):
-                    if out.pop(k, None) is not None:
-                        fix = "drop the bound, or fold it into the pattern"
-                        self._problems.append(Problem(where, k, why, fix))
-            elif why is not None:
-                fix = "rewrite the pattern in the supported subset, or drop it"
-                text = str(out["pattern"])
-                if pattern_node(text) is not None and not _pattern_served(text):  # too large
-                    why = (
-                        f"its automaton here has more than {MAX_PATTERN_STATES:,} states "
-                        f"(MAX_PATTERN_STATES), and XGrammar would serve it inexactly: {why}"
-                    )
-                    fix = "write a pattern with fewer states (no star before a counted repeat)"
-                self._problems.append(Problem(where, "pattern", why, fix))
-                out.pop("pattern")
-        if isinstance(out.get("pattern"), str):  # what XGrammar ignores, it also prints
-            out["pattern"] = xgrammar_pattern(out["pattern"])
-        return out
 
     def _make(
         self, schema: dict[str, Any], root: dict[str, Any], path: str, slots: list[Slot], depth: int
@@ -637,191 +494,3 @@ class SlotCompiler:
             b.link([*closing, close], b.add(_literal(tail) if tail else _accepting()))
         frag = b.finish(defer)
         return frag, "automaton", f"object of {n} properties"
-
-
-def _lengths_hold(schema: dict[str, Any]) -> bool:
-    """Every full match of the schema's pattern has a length its bounds allow."""
-    span = pattern_lengths(str(schema["pattern"]))
-    if span is None:
-        return False
-    lo, hi = span
-    top = schema.get("maxLength")
-    return bool(
-        schema.get("minLength", 0) <= lo and (top is None or (hi is not None and hi <= top))
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def _free_string() -> Fragment:
-    """The free JSON string (shared: fragments are copied when wired, never changed)."""
-    return string_fragment()
-
-
-@functools.lru_cache(maxsize=4096)
-def _exit(key: str) -> Fragment:
-    """The hand-over to XGrammar slot ``key`` (shared: fragments are copied when wired)."""
-    return exit_fragment(key)
-
-
-@functools.lru_cache(maxsize=256)
-def _literal(text: bytes) -> Fragment:
-    """The automaton of one literal (shared: fragments are copied when wired)."""
-    return nfa_fragment(lit(text))
-
-
-MAX_PATTERN_STATES = 20_000
-"""A pattern whose quoted automaton would have more states goes to XGrammar (exact, built
-lazily): determinizing can grow exponentially (``(a|b)*a(a|b){19}``: 2**20 states, 43 s here;
-a pattern past this budget costs at most ~0.5 s to find out, once per process)."""
-
-
-KEPT_EDGES = 1024
-"""A served pattern's quoted automaton with at most this many edges (~12 KB) is kept with its
-verdict, and the slot's build takes it instead of determinizing the pattern a second time."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _served(pattern: str) -> tuple[Fragment | None] | None:
-    """``(its quoted automaton,)`` (None past :data:`KEPT_EDGES`) when the automaton of
-    ``pattern`` is built here: in the supported subset and within :data:`MAX_PATTERN_STATES`
-    (the same verdict whether or not automata are built); else None."""
-    try:
-        frag = pattern_fragment(pattern, max_states=MAX_PATTERN_STATES)
-    except TooManyStates:
-        return None
-    if frag is None:
-        return None
-    return (frag if len(frag.src) <= KEPT_EDGES else None,)
-
-
-def _pattern_served(pattern: str) -> bool:
-    """Whether the automaton of ``pattern`` is built here (see :func:`_served`)."""
-    return _served(pattern) is not None
-
-
-@functools.lru_cache(maxsize=1024)
-def _pattern_fragment(pattern: str) -> Fragment:
-    """The quoted full matches of ``pattern`` (one in the supported subset; a fixed format's
-    from its constant table)."""
-    return quoted_pattern_fragment(pattern)
-
-
-def _first_bytes(schema: Any, root: dict[str, Any], depth: int = 0) -> set[int] | None:
-    """The bytes a value of ``schema`` can start with (None: unknown or anything)."""
-    if not isinstance(schema, dict) or depth > 8:
-        return None
-    if "$ref" in schema:
-        target = _resolve(schema["$ref"], root)
-        return None if target is None else _first_bytes(target, root, depth + 1)
-    if "const" in schema or "enum" in schema:
-        values = [schema["const"]] if "const" in schema else list(schema["enum"])
-        return {json.dumps(v, ensure_ascii=False).encode()[0] for v in values} or None
-    branches = schema.get("anyOf")
-    if isinstance(branches, list):
-        out: set[int] = set()
-        for br in branches:
-            fb = _first_bytes(br, root, depth + 1)
-            if fb is None or fb & out:
-                return None
-            out |= fb
-        return out
-    t = schema.get("type")
-    if t is None and "properties" in schema:
-        t = "object"
-    types = t if isinstance(t, list) else [t]
-    out = set()
-    for one in types:
-        fb = _TYPE_FIRST.get(one) if isinstance(one, str) else None
-        if fb is None:
-            return None
-        if fb & out:
-            return None
-        out |= fb
-    return out
-
-
-_TYPE_FIRST: dict[str, set[int]] = {
-    "string": {ord('"')},
-    "integer": set(b"-0123456789"),
-    "number": set(b"-0123456789"),
-    "boolean": set(b"tf"),
-    "null": set(b"n"),
-    "object": {ord("{")},
-    "array": {ord("[")},
-}
-
-
-@functools.lru_cache(maxsize=1)
-def _accepting() -> Fragment:
-    """One accepting state (shared: fragments are copied when wired, never changed)."""
-    return Fragment.empty([True])
-
-
-def _union(frags: list[Fragment]) -> Fragment | None:
-    """One fragment accepting any of ``frags`` if their first bytes are disjoint, else None."""
-    b = builder()
-    start = b.add(Fragment.empty([False]))
-    seen: set[int] = set()
-    for f in frags:
-        if f.accept[0] or 0 in f.exits:
-            return None
-        first = set(f.start_edges()[0].tolist())
-        if first & seen:
-            return None
-        seen |= first
-        b.link([start], b.add(f))
-    return b.finish()
-
-
-def _bound(schema: dict[str, Any], inc: str, exc: str, step: int) -> int | bool | None:
-    """An inclusive integer bound from ``inc`` / ``exc`` (False when not an integer bound)."""
-    out: int | None = None
-    for key, shift in ((inc, 0), (exc, step)):
-        if key not in schema:
-            continue
-        v = schema[key]
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            return False
-        if isinstance(v, float) and not v.is_integer():
-            if key == exc:
-                return False
-            v = int(np.ceil(v)) if step > 0 else int(np.floor(v))
-        cand = int(v) + shift
-        if out is not None:
-            cand = max(out, cand) if step > 0 else min(out, cand)
-        out = cand
-    return out
-
-
-def _resolve(ref: Any, root: dict[str, Any]) -> dict[str, Any] | None:
-    if not isinstance(ref, str) or not ref.startswith("#/"):
-        return None
-    node: Any = root
-    for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node if isinstance(node, dict) else None
-
-
-def _why(schema: dict[str, Any]) -> str:
-    if "anyOf" in schema:
-        return "anyOf with branches that share first bytes or need XGrammar"
-    for k in ("minLength", "maxLength", "multipleOf"):
-        if k in schema:
-            return k
-    t = schema.get("type")
-    if t == "object":
-        return "free-form object"
-    if t == "string" and "format" in schema:
-        return f"format {schema['format']}"
-    if t == "string" and "pattern" in schema:
-        return "pattern outside the regex subset"
-    if t == "number":
-        return "number with bounds"
-    if t == "array":
-        return "array bounds / items"
-    if t is None:
-        return "no type"
-    return str(t)

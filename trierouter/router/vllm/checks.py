@@ -24,8 +24,9 @@ from trierouter.errors import TrieRouterError
 from trierouter.registry.analysis import AnalysisStore, ToolsAnalysis, tools_key
 from trierouter.registry.compiler import check_tools
 from trierouter.registry.inline_tools import analyze_specs
-from trierouter.registry.slots.dispatch import analyses_kept, unserved_problems
+from trierouter.registry.slots.dispatch import unserved_problems
 from trierouter.registry.slots.normalize import Problem
+from trierouter.registry.slots.slot_records import analyses_kept
 from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.router.vllm.args import ARG_TOOLS
 from trierouter.router.vllm.named import list_tool_registries, load_tool_registries
