@@ -762,6 +762,11 @@ RERUN = [
     ),
     ("bfcl_serve.json", "python benchmarks/bfcl_serve.py", "68 min, contended (its JSON)"),
     (
+        "bindings_overhead.json",
+        "python benchmarks/bindings_overhead.py --old-ref 207c195",
+        "about 5 min (its docstring)",
+    ),
+    (
         "serve_throughput.json",
         "python benchmarks/serve_throughput.py --n 16 --rounds 2",
         "78 min, contended (its runs: start and end of each arm)",

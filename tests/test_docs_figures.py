@@ -433,16 +433,6 @@ def test_an_arm_rerun_on_some_categories_keeps_their_run() -> None:
 
 
 MIXED_TABLES = {
-    "bfcl_serve.json": (
-        "docs/benchmarks.md",
-        "| server, `tool_choice` |",
-        {
-            "tr_auto": "trierouter serve, `tool_choice` not set (auto)",
-            "tr_required": 'trierouter serve, `tool_choice="required"`',
-            "vllm_required": 'vLLM, `tool_choice="required"` (its structured outputs)',
-        },
-        _drop_last_column,
-    ),
     "bfcl.json": (
         "docs/benchmarks.md",
         "| arm | simple_python |",
