@@ -18,7 +18,8 @@ the server (the API server with trierouter's middleware, vLLM's engine core, its
 at ``--rate`` Hz for ``--seconds``, all at once. Per process: samples, the share of samples
 whose stack is in trierouter's code (per function: the innermost trierouter frame), and the
 innermost frames that take the most samples. py-spy samples only threads running Python or
-native code (not idle), so a process's ``samples`` over ``rate x seconds`` is its busy share.
+native code (not idle), so a process's ``samples`` over ``rate x seconds`` is its busy share
+(``busy_share``), and its trierouter samples over the same its ``trierouter_share_of_wall``.
 Writes ``benchmarks/results/serve_profile.json``.
 """
 
@@ -51,13 +52,17 @@ MODEL = "qwen2.5-coder-0.5b-instruct"
 CATEGORIES = ("simple_python", "multiple")
 OUT = ROOT / "benchmarks" / "results" / "serve_profile.json"
 TOP = 12
+LAUNCHER = "trierouter/router/vllm/launch.py"
+"""``trierouter serve``'s entry point: it runs vLLM's server, so it is under every sample."""
 VLLM_TOOLS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 
 
 def summarize_raw(path: Path) -> dict[str, Any]:
     """One py-spy ``--format raw`` file (``frame;frame;... count`` per line, outermost first):
     samples, trierouter's share (by innermost trierouter function) and the top innermost
-    frames."""
+    frames. A sample is trierouter's work where a trierouter frame is on its stack (the logits
+    processor in vLLM's worker, the middleware and tool parser in the API server), except the
+    launcher's (:data:`LAUNCHER`), at the bottom of every API-server stack."""
     total = 0
     ours: Counter[str] = Counter()
     leaf: Counter[str] = Counter()
@@ -68,7 +73,7 @@ def summarize_raw(path: Path) -> dict[str, Any]:
         n = int(count)
         total += n
         frames = stack.split(";")  # "function (file:line)", outermost first
-        mine = [f for f in frames if "trierouter" in f]
+        mine = [f for f in frames if "trierouter" in f and LAUNCHER not in f]
         if mine:
             ours[mine[-1].split(" (")[0]] += n
         leaf[frames[-1].split(" (")[0]] += n
@@ -115,7 +120,9 @@ def sample(py_spy: str, pids: dict[str, int], seconds: int, rate: int, tmp: Path
         if proc.returncode != 0 or not raw.exists():
             raise SystemExit(f"py-spy on {key} failed ({proc.returncode}): {err.decode()[-500:]}")
         out[key] = summarize_raw(raw) | {"pid": pids[key]}
-        out[key]["busy_share"] = round(out[key]["samples"] / (seconds * rate), 4)
+        capacity = seconds * rate  # the samples of a thread busy all the time
+        out[key]["busy_share"] = round(out[key]["samples"] / capacity, 4)
+        out[key]["trierouter_share_of_wall"] = round(out[key]["trierouter_samples"] / capacity, 4)
     return out
 
 
