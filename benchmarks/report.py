@@ -767,6 +767,11 @@ RERUN = [
         "about 5 min (its docstring)",
     ),
     (
+        "serve_profile.json",
+        "python benchmarks/serve_profile.py",
+        "about 12 min, two server starts (needs py-spy)",
+    ),
+    (
         "serve_throughput.json",
         "python benchmarks/serve_throughput.py --n 16 --rounds 2",
         "78 min, contended (its runs: start and end of each arm)",

@@ -376,6 +376,7 @@ def serve_throughput(load: Load, source: Source) -> list[str]:
         *rows,
         "",
         *_first_sight(d),
+        *_profile(load),
         f"Target (issue 47): {THROUGHPUT_ARMS[t['arm']]} at ≥ {100 * t['share']:.0f}% of "
         f"{THROUGHPUT_ARMS[t['of']]}'s output tokens/s at every concurrency: {verdict}.",
         "",
@@ -400,6 +401,35 @@ def _first_sight(d: dict[str, Any]) -> list[str]:
         f"Not in the table: the warm pass before it, each question's tool set met for the first "
         f"time (its compile included; {c} in flight; the arms in this order, so a server's "
         f"second arm finds the sets its first compiled): {'; '.join(parts)}.",
+        "",
+    ]
+
+
+def _profile(load: Load) -> list[str]:
+    """Where a constrained call's serving time goes (serve_profile.json), if it was run."""
+    d = load("serve_profile.json")
+    if d is None or "tr_required" not in d.get("windows", {}):
+        return []
+    w = d["windows"]["tr_required"]["processes"]
+    worker, api = w["model_worker"], w["api_server"]
+    top = ", ".join(f"`{f}` {n}" for f, n in list(worker["trierouter_by_function"].items())[:3])
+    core = {
+        arm: win["processes"]["engine_core"]["top_innermost"].get("sched_yield", 0)
+        / max(1, win["processes"]["engine_core"]["samples"])
+        for arm, win in d["windows"].items()
+    }
+    s0 = d["settings"]
+    return [
+        f"Where the time goes (`benchmarks/results/serve_profile.json`, run at "
+        f"{run_label(d['runs']['tr_required'])}: py-spy samples of every server process, "
+        f"{s0['concurrency']} in flight, {s0['seconds']} s at {s0['rate']} Hz): in "
+        f"`trierouter serve` with `required`, trierouter's code is "
+        f"{worker['trierouter_share']:.1%} of the model worker's samples ({top}) and "
+        f"{api['trierouter_share_of_wall']:.1%} of the API server's wall time; most of the "
+        "rest of the worker is the model's forward. vLLM's engine core polls its queue "
+        "(`sched_yield`) in "
+        + " and ".join(f"{v:.0%} of its samples ({k})" for k, v in core.items())
+        + ": a core's worth of CPU on a 2-core host, the same for both servers.",
         "",
     ]
 
