@@ -123,11 +123,16 @@ def gold_names(entry: Any) -> set[str]:
     return {name for call in entry.answer or [] for name in call}
 
 
+def called_up_to_twins(calls: list[dict[str, Any]], gold: set[str]) -> bool:
+    """Each called name is a gold name or its twin, and each gold name is called so."""
+    from trierouter.shortlist.tool_text import twin_key
+
+    return bool(calls) and {twin_key(c["name"]) for c in calls} == {twin_key(g) for g in gold}
+
+
 def summarize(
     entries: list[Any], answers: list[dict[str, Any]], judge: Any, by_name: dict[str, Any]
 ) -> dict[str, Any]:
-    from trierouter.shortlist.tool_text import twin_key
-
     agg: dict[str, Any] = {"n": len(entries), "correct": 0, "right_tool": 0, "called": 0,
                            "right_tool_or_twin": 0, "valid": 0, "errors": 0,
                            "refused_context": 0}  # fmt: skip
@@ -147,9 +152,7 @@ def summarize(
             tools = [by_name[c["name"]] for c in calls if c["name"] in by_name]
             agg["valid"] += schema_valid(calls, tools)
             agg["right_tool"] += {c["name"] for c in calls} == gold
-            agg["right_tool_or_twin"] += {twin_key(c["name"]) for c in calls} == {
-                twin_key(g) for g in gold
-            }
+            agg["right_tool_or_twin"] += called_up_to_twins(calls, gold)
         agg["correct"] += judge_row(judge, e, calls, tools_of(e), text_allowed=True)["correct"]
         if a.get("prompt_tokens"):
             prompt_tokens.append(a["prompt_tokens"])
@@ -196,7 +199,7 @@ def twin_counts(out: Path) -> None:
             has_twin += any(twin_key(n) in keys and n not in gold for n in names)
             a = texts[f"{e.id}:{arm}"]
             calls = a.get("calls") or []
-            right += bool(calls) and {twin_key(c["name"]) for c in calls} == keys
+            right += called_up_to_twins(calls, gold)
         agg["right_tool_or_twin"], agg["gold_has_twin"] = right, has_twin
     result["rescored"] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -141,12 +141,6 @@ class ToolSearch:
                 index = self._indexes[text] = self._index(text)
         return index
 
-    def search(self, query: str, k: int, *, text: str = SEARCH_TEXTS[0]) -> list[tuple[str, float]]:
-        """Up to ``k`` ``(tool name, score)`` pairs, best first; only tools that match (never
-        padded with unrelated ones)."""
-        found: list[tuple[str, float]] = self.ready(text).search(query, k)
-        return found
-
 
 _searches: dict[RegistrySpecs, ToolSearch] = {}
 _search_lock = threading.Lock()
@@ -346,13 +340,12 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
     search = search_for(name)
     query = conversation_query(body.get("messages"))
     t0 = time.perf_counter()
-    search.ready(text)  # the first requests after start wait for the index (reported apart)
+    index = search.ready(text)  # the first requests after start wait for it (reported apart)
     t1 = time.perf_counter()
-    found = search.search(query, k, text=text)
+    found: list[tuple[str, float]] = index.search(query, k)
     search_ms = (time.perf_counter() - t1) * 1000
     wait_ms = (t1 - t0) * 1000
     score = dict(found)
-    twins_of = search.ready(text).twins
     names = list(dict.fromkeys([*pinned, *(n for n, _ in found)]))
     if not names:
         raise BadRequest(
@@ -396,7 +389,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
                 "search_score": score.get(n),
                 "pinned": n in pinned,
                 "prompt": fate,
-                **({"twins": tw[:MAX_TWINS_SHOWN]} if (tw := twins_of(n)) else {}),
+                **({"twins": tw[:MAX_TWINS_SHOWN]} if (tw := index.twins(n)) else {}),
             }
             for i, (n, fate) in enumerate(zip(names, fates, strict=True))
         ],
