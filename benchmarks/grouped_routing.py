@@ -1,0 +1,264 @@
+"""√K grouped routing against the flat search at 100,000 tools (BFCL questions, the real model).
+
+    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 1
+    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 159
+    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split test --n 200 --part 0/2
+    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split test --n 200 --part 1/2
+
+Pool: :mod:`benchmarks.tool_search`'s rule (:data:`POOL_RULE`), its first 100,000 tools.
+Groups: :class:`trierouter.shortlist.tool_groups.ToolGroups` (OpenAPI operations by API, BFCL
+functions by dotted prefix, the rest by k-means over the shipped MiniLM's embeddings of their
+``tool_text``; ≈√K groups). Questions: a fixed seeded sample (``--seed``) of the split (dev:
+``live_simple`` + ``live_multiple``; test: ``simple_python`` + ``multiple``); the query is the
+server's (:func:`~trierouter.router.vllm.server.conversation_query`); gold: the functions its
+ground truth calls (any counts).
+
+Arms, all over the same pool and sample in one run:
+- ``flat``: BM25 over ``tool_text`` (:class:`~trierouter.shortlist.tool_text.ToolIndex`, the
+  server's default), its top 16;
+- ``grouped_gG_tT``: :class:`~trierouter.router.grouped_tools.GroupedRouter` with
+  ``keep_groups=G``, ``keep_tools=T`` (``1``: the search's own choice, no model), the model
+  Qwen2.5-Coder-0.5B-Instruct (CPU, canonical-path scores, one tree per step).
+Per arm: right tool @1, recall@5/16 of the tools reached (the grouped arms reach only the
+chosen group's), group accuracy (the chosen group holds a gold tool) and the gold group's
+presence among the candidates, ms per question of the search and of the model apart, forward
+calls. Each run is a section of ``benchmarks/results/grouped_routing.json`` (``dev_prefix1``,
+``dev_prefix159``: the dev choices; ``test``), whose plan (sample, pool rule, grouping, arms,
+choice rule) is written before any outcome. ``--part i/n`` runs the i-th of n slices of the
+sample and merges into its section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from _provenance import arm_run, finish_run
+from bfcl_offline import pools
+from tool_search import DEV, POOL_RULE, TEST, questions, texts_of
+
+OUT = ROOT / "benchmarks" / "results" / "grouped_routing.json"
+CACHE = ROOT / ".cache" / "grouped_routing"
+SIZE = 100_000
+MODEL = Path.home() / ".cache" / "trierouter" / "models" / "qwen2.5-coder-0.5b-instruct"
+RERUN = (
+    "python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 1; "
+    "python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 159; "
+    "python benchmarks/grouped_routing.py --split test --n 200 --part 0/2; "
+    "python benchmarks/grouped_routing.py --split test --n 200 --part 1/2 "
+    "(each under flock /tmp/heavy.lock, under 15 min each on 2 cores)"
+)
+DEV_ARMS = "g1_t1,g8_t1,g8_t8,g1_t8"
+
+
+def parse_arm(arm: str) -> tuple[int, int, float]:
+    """``gG_tT`` or ``gG_tT_wW``: keep_groups G, keep_tools T, combine W (default 0)."""
+    g, t, *w = arm.split("_")
+    return int(g[1:]), int(t[1:]), float(w[0][1:]) if w else 0.0
+
+
+def sample(split: str, n: int, seed: int) -> list[tuple[str, str, set[str], list[Any]]]:
+    qs = questions(TEST if split == "test" else DEV)
+    if n >= len(qs):
+        return qs
+    return sorted(random.Random(seed).sample(qs, n), key=lambda q: q[0])
+
+
+def build(all_own: list[Any], min_prefix: int) -> tuple[Any, Any, dict[str, str], dict[str, Any]]:
+    """The pool's ToolIndex, ToolGroups, descriptions and build facts."""
+    from trierouter.shortlist import BM25Index, Embedder
+    from trierouter.shortlist.tool_groups import ToolGroups, tool_namespace
+    from trierouter.shortlist.tool_text import ToolIndex
+
+    t0 = time.perf_counter()
+    pool = pools([SIZE], all_own)[:SIZE]
+    _, tt = texts_of(pool)
+    names = [t["function"]["name"] for t in pool]
+    descs = {t["function"]["name"]: t["function"].get("description") or "" for t in pool}
+    index = ToolIndex(BM25Index.build(names, tt))
+    index.search("warm up", 1)
+    t1 = time.perf_counter()
+    heads = Counter(p[0] for n in names if ":" not in n and (p := tool_namespace(n)))
+    bare = [
+        i
+        for i, n in enumerate(names)
+        if not (p := tool_namespace(n)) or (":" not in n and heads[p[0]] < min_prefix)
+    ]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256("\n".join(tt[i] for i in bare).encode()).hexdigest()[:16]
+    key = CACHE / f"bare_{len(bare)}_{digest}.npy"
+    if key.is_file():
+        vecs = np.load(key)
+    else:
+        vecs = Embedder().encode([tt[i] for i in bare])
+        np.save(key, vecs)
+    t2 = time.perf_counter()
+    groups = ToolGroups.build(names, vectors=vecs, texts=tt, min_prefix=min_prefix)
+    facts = {
+        "tools": len(names),
+        "groups": len(groups),
+        "group_sizes": [
+            int(min(map(len, (g.members for g in groups.groups)))),
+            int(max(map(len, (g.members for g in groups.groups)))),
+        ],
+        "learned_groups": sum(g.learned for g in groups.groups),
+        "tools_without_namespace": len(bare),
+        "min_prefix": min_prefix,
+        "index_build_s": round(t1 - t0, 1),
+        "embed_s": round(t2 - t1, 1),
+        "groups_build_s": round(time.perf_counter() - t2, 1),
+    }
+    return index, groups, descs, facts
+
+
+def score_row(ranking: list[str], gold: set[str]) -> dict[str, bool]:
+    return {
+        "right@1": bool(ranking[:1] and ranking[0] in gold),
+        "r@5": bool(set(ranking[:5]) & gold),
+        "r@16": bool(set(ranking[:16]) & gold),
+    }
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if not rows:
+        return {}
+    keys = [k for k in rows[0] if isinstance(rows[0][k], bool)]
+    out: dict[str, Any] = {"n": len(rows)}
+    out |= {k: round(float(np.mean([r[k] for r in rows])), 4) for k in keys}
+    for k in ("search_ms", "model_ms", "forward_calls"):
+        if k in rows[0]:
+            out[k] = round(float(np.mean([r[k] for r in rows])), 2)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split", choices=("dev", "test"), default="test")
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arms", default=None, help=f"grouped arms (dev default: {DEV_ARMS})")
+    ap.add_argument("--part", default="0/1")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-prefix", type=int, default=None)
+    ap.add_argument("--section", default=None, help="default: test, or dev_prefix<min-prefix>")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import torch
+
+    from trierouter.router.grouped_tools import GroupedRouter
+    from trierouter.router.label_scorer import TransformersScorer
+
+    torch.set_num_threads(args.threads)
+    out_path = Path(args.out or OUT)
+    arms = (args.arms or (DEV_ARMS if args.split == "dev" else CHOSEN)).split(",")
+    part, parts = (int(x) for x in args.part.split("/"))
+    qs = sample(args.split, args.n, args.seed)
+    mine = qs[part::parts]
+    all_own = [t for s in (TEST, DEV) for q in questions(s) for t in q[3]]
+    min_prefix = MIN_PREFIX if args.min_prefix is None else args.min_prefix
+    index, groups, descs, facts = build(all_own, min_prefix)
+    doc: dict[str, Any] = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    doc |= {"benchmark": "grouped_routing", "rerun": RERUN}
+    name = args.section or (f"dev_prefix{min_prefix}" if args.split == "dev" else "test")
+    result: dict[str, Any] = doc.setdefault("sections", {}).setdefault(name, {})
+    plan = {
+        "split": args.split,
+        "categories": list(TEST if args.split == "test" else DEV),
+        "sample": f"{len(qs)} questions, random.Random({args.seed}).sample of the split",
+        "question_ids": [q[0] for q in qs],
+        "pool_rule": POOL_RULE,
+        "pool_size": SIZE,
+        "arms": ["flat", *(f"grouped_{a}" for a in arms)],
+        "choice": CHOICE_NOTE,
+        "model": MODEL.name,
+        "grouping": facts,
+    }
+    if result.get("plan", {}).get("question_ids") not in (None, plan["question_ids"]):
+        raise SystemExit(f"{out_path} section {name!r} holds another sample; rename it first")
+    result["plan"] = plan
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")  # the plan before any outcome
+    scorer = TransformersScorer(MODEL)
+    routers = {
+        a: GroupedRouter(
+            groups,
+            index,
+            scorer,
+            descriptions=descs,
+            keep_groups=parse_arm(a)[0],
+            keep_tools=parse_arm(a)[1],
+            combine=parse_arm(a)[2],
+        )
+        for a in arms
+    }
+    known = set(groups.names)
+    per_q: dict[str, dict[str, Any]] = result.setdefault("per_question", {})
+    runs = result.setdefault("runs", {})
+    run = arm_run({"split": args.split, "part": args.part, "arms": arms, "threads": args.threads})
+    for j, (qid, query, gold, _) in enumerate(mine):
+        t0 = time.perf_counter()
+        found = index.search(query, 16)
+        row: dict[str, Any] = {
+            "flat": score_row([n for n, _ in found], gold)
+            | {"search_ms": (time.perf_counter() - t0) * 1000, "model_ms": 0.0, "forward_calls": 0}
+        }
+        gold_groups = {groups.group_of(g) for g in gold if g in known}
+        step1: dict[tuple[int | None, float], Any] = {}
+        for a, router in routers.items():
+            key = (router.keep_groups, router.combine)
+            if key not in step1:
+                step1[key] = router.choose_group(query)
+            choice = step1[key]
+            route = router.choose_tool(choice)
+            row[a] = score_row(route.ranking, gold) | {
+                "group_right": bool(choice.group in gold_groups),
+                "gold_group_listed": bool(
+                    {c.name for c in route.groups} & {groups.groups[g].label for g in gold_groups}
+                ),
+                "search_ms": route.search_ms,
+                "model_ms": route.model_ms,
+                "forward_calls": route.forward_calls,
+                "group": route.group,
+                "tool": route.tool,
+                "groups": [
+                    (c.name, round(c.search, 3), c.model and round(c.model, 3))
+                    for c in route.groups
+                ],
+                "tools": [
+                    (c.name, round(c.search, 3), c.model and round(c.model, 3)) for c in route.tools
+                ],
+            }
+        row["gold"] = sorted(gold)
+        per_q[qid] = row
+        if (j + 1) % 10 == 0 or j + 1 == len(mine):
+            runs[f"part {args.part}"] = finish_run(run)
+            result["summary"] = {
+                a: summary([per_q[q[0]][a] for q in qs if q[0] in per_q and a in per_q[q[0]]])
+                for a in ["flat", *arms]
+            }
+            out_path.write_text(json.dumps(doc, indent=1) + "\n")
+            print(j + 1, len(mine), json.dumps(result["summary"]), flush=True)
+    print("wrote", out_path)
+
+
+CHOICE_NOTE = "chosen on the dev sample before the test split was run: (not yet)"
+CHOSEN = "g8_t8"
+MIN_PREFIX = 1
+
+if __name__ == "__main__":
+    main()
