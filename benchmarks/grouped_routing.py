@@ -244,6 +244,7 @@ def main() -> None:
                 ],
             }
         row["gold"] = sorted(gold)
+        row["gold_groups"] = sorted(groups.groups[g].label for g in gold_groups)
         per_q[qid] = row
         if (j + 1) % 10 == 0 or j + 1 == len(mine):
             runs[f"part {args.part}"] = finish_run(run)
