@@ -147,6 +147,49 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, float("inf"))  # inf: the search's order
+
+
+def _pick(cands: list[list[Any]], w: float) -> str:
+    """The candidate (``[name, search, model]``, in search order) maximising
+    ``model - w * log(1 + rank)``; ties: the search's order (as the router)."""
+    if w == float("inf"):
+        return str(cands[0][0])
+    return str(max(enumerate(cands), key=lambda jc: (jc[1][2] - w * np.log1p(jc[0]), -jc[0]))[1][0])
+
+
+def choose(doc: dict[str, Any]) -> dict[str, Any]:
+    """The dev choices, from the dev sections' recorded scores alone: per grouping and combine
+    weight, group accuracy of step 1 (the ``g8`` candidates) and right tool of step 2 given
+    the group (the ``t8`` candidates of the search's top group, arm ``g1_t8``)."""
+    out: dict[str, Any] = {"weights": list(WEIGHTS), "by_section": {}}
+    for name, sec in doc.get("sections", {}).items():
+        if not name.startswith("dev"):
+            continue
+        rows = list(sec.get("per_question", {}).values())
+        got: dict[str, Any] = {"n": len(rows), "summary": sec.get("summary", {})}
+        g_acc, t_acc = {}, {}
+        for w in WEIGHTS:
+            ok = [
+                _pick(r["g8_t1"]["groups"], w) in r["gold_groups"]
+                for r in rows
+                if len(r["g8_t1"]["groups"]) > 1
+            ]
+            one = [r["g8_t1"]["group_right"] for r in rows if len(r["g8_t1"]["groups"]) <= 1]
+            g_acc[str(w)] = round(float(np.mean(ok + one)), 4)
+            tk = [
+                _pick(r["g1_t8"]["tools"], w) in r["gold"]
+                for r in rows
+                if len(r["g1_t8"]["tools"]) > 1
+            ]
+            tone = [r["g1_t8"]["right@1"] for r in rows if len(r["g1_t8"]["tools"]) <= 1]
+            t_acc[str(w)] = round(float(np.mean(tk + tone)), 4)
+        got["group_accuracy_by_weight"] = g_acc
+        got["tool_right_in_search_top_group_by_weight"] = t_acc
+        out["by_section"][name] = got
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--split", choices=("dev", "test"), default="test")
@@ -156,9 +199,17 @@ def main() -> None:
     ap.add_argument("--part", default="0/1")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-prefix", type=int, default=None)
+    ap.add_argument("--choose", action="store_true", help="write the dev choices (no model)")
     ap.add_argument("--section", default=None, help="default: test, or dev_prefix<min-prefix>")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.choose:
+        path = Path(args.out or OUT)
+        doc = json.loads(path.read_text())
+        doc["dev_choice"] = choose(doc) | {"rule": CHOICE_RULE}
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(json.dumps(doc["dev_choice"], indent=1))
+        return
     import torch
 
     from trierouter.router.grouped_tools import GroupedRouter
@@ -257,6 +308,12 @@ def main() -> None:
     print("wrote", out_path)
 
 
+CHOICE_RULE = (
+    "fixed before the dev rows were read: the grouping (min_prefix 1 or 159) and step 1's "
+    "combine weight with the best dev group accuracy of the g8 candidates; step 2's weight "
+    "with the best dev right tool among the t8 candidates of the search's top group; ties: "
+    "the smaller weight, then min_prefix 1"
+)
 CHOICE_NOTE = "chosen on the dev sample before the test split was run: (not yet)"
 CHOSEN = "g8_t8"
 MIN_PREFIX = 1
