@@ -1,7 +1,7 @@
 """√K grouped routing against the flat search at 100,000 tools (BFCL questions, the real model).
 
-    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 1
-    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 159
+    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split dev --n 60 --min-prefix 1,159
+    python benchmarks/grouped_routing.py --choose
     flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split test --n 200 --part 0/2
     flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split test --n 200 --part 1/2
 
@@ -31,6 +31,7 @@ sample and merges into its section.
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -58,8 +59,8 @@ CACHE = ROOT / ".cache" / "grouped_routing"
 SIZE = 100_000
 MODEL = Path.home() / ".cache" / "trierouter" / "models" / "qwen2.5-coder-0.5b-instruct"
 RERUN = (
-    "python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 1; "
-    "python benchmarks/grouped_routing.py --split dev --n 80 --min-prefix 159; "
+    "python benchmarks/grouped_routing.py --split dev --n 60 --min-prefix 1,159; "
+    "python benchmarks/grouped_routing.py --choose; "
     "python benchmarks/grouped_routing.py --split test --n 200 --part 0/2; "
     "python benchmarks/grouped_routing.py --split test --n 200 --part 1/2 "
     "(each under flock /tmp/heavy.lock, under 15 min each on 2 cores)"
@@ -80,7 +81,9 @@ def sample(split: str, n: int, seed: int) -> list[tuple[str, str, set[str], list
     return sorted(random.Random(seed).sample(qs, n), key=lambda q: q[0])
 
 
-def build(all_own: list[Any], min_prefix: int) -> tuple[Any, Any, dict[str, str], dict[str, Any]]:
+def build(
+    all_own: list[Any], min_prefix: int, index: Any = None
+) -> tuple[Any, Any, dict[str, str], dict[str, Any]]:
     """The pool's ToolIndex, ToolGroups, descriptions and build facts."""
     from trierouter.shortlist import BM25Index, Embedder
     from trierouter.shortlist.tool_groups import ToolGroups, tool_namespace
@@ -91,8 +94,9 @@ def build(all_own: list[Any], min_prefix: int) -> tuple[Any, Any, dict[str, str]
     _, tt = texts_of(pool)
     names = [t["function"]["name"] for t in pool]
     descs = {t["function"]["name"]: t["function"].get("description") or "" for t in pool}
-    index = ToolIndex(BM25Index.build(names, tt))
-    index.search("warm up", 1)
+    if index is None:
+        index = ToolIndex(BM25Index.build(names, tt))
+        index.search("warm up", 1)
     t1 = time.perf_counter()
     heads = Counter(p[0] for n in names if ":" not in n and (p := tool_namespace(n)))
     bare = [
@@ -198,7 +202,7 @@ def main() -> None:
     ap.add_argument("--arms", default=None, help=f"grouped arms (dev default: {DEV_ARMS})")
     ap.add_argument("--part", default="0/1")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--min-prefix", type=int, default=None)
+    ap.add_argument("--min-prefix", default=None, help="one or several, e.g. 1,159")
     ap.add_argument("--choose", action="store_true", help="write the dev choices (no model)")
     ap.add_argument("--section", default=None, help="default: test, or dev_prefix<min-prefix>")
     ap.add_argument("--out", default=None)
@@ -212,21 +216,41 @@ def main() -> None:
         return
     import torch
 
-    from trierouter.router.grouped_tools import GroupedRouter
     from trierouter.router.label_scorer import TransformersScorer
 
     torch.set_num_threads(args.threads)
     out_path = Path(args.out or OUT)
     arms = (args.arms or (DEV_ARMS if args.split == "dev" else CHOSEN)).split(",")
-    part, parts = (int(x) for x in args.part.split("/"))
     qs = sample(args.split, args.n, args.seed)
-    mine = qs[part::parts]
     all_own = [t for s in (TEST, DEV) for q in questions(s) for t in q[3]]
-    min_prefix = MIN_PREFIX if args.min_prefix is None else args.min_prefix
-    index, groups, descs, facts = build(all_own, min_prefix)
+    prefixes = [int(x) for x in (args.min_prefix or str(MIN_PREFIX)).split(",")]
+    scorer = TransformersScorer(MODEL)
+    index = None
+    for min_prefix in prefixes:
+        index, groups, descs, facts = build(all_own, min_prefix, index)
+        name = args.section or (f"dev_prefix{min_prefix}" if args.split == "dev" else "test")
+        run_section(args, out_path, name, qs, arms, scorer, index, groups, descs, facts)
+
+
+def run_section(
+    args: Any,
+    out_path: Path,
+    name: str,
+    qs: list[tuple[str, str, set[str], list[Any]]],
+    arms: list[str],
+    scorer: Any,
+    index: Any,
+    groups: Any,
+    descs: dict[str, str],
+    facts: dict[str, Any],
+) -> None:
+    """One section: the plan first, then every question of this part, written every 10."""
+    from trierouter.router.grouped_tools import GroupChoice, GroupedRouter
+
+    part, parts = (int(x) for x in args.part.split("/"))
+    mine = qs[part::parts]
     doc: dict[str, Any] = json.loads(out_path.read_text()) if out_path.is_file() else {}
     doc |= {"benchmark": "grouped_routing", "rerun": RERUN}
-    name = args.section or (f"dev_prefix{min_prefix}" if args.split == "dev" else "test")
     result: dict[str, Any] = doc.setdefault("sections", {}).setdefault(name, {})
     plan = {
         "split": args.split,
@@ -235,8 +259,9 @@ def main() -> None:
         "question_ids": [q[0] for q in qs],
         "pool_rule": POOL_RULE,
         "pool_size": SIZE,
-        "arms": ["flat", *(f"grouped_{a}" for a in arms)],
-        "choice": CHOICE_NOTE,
+        "arms": ["flat", *arms],
+        "arm_names": "gG_tT_wW: keep_groups G, keep_tools T, combine weight W (default 0)",
+        "choice": CHOICE_NOTE if args.split == "test" else "dev: choices are made from it",
         "model": MODEL.name,
         "grouping": facts,
     }
@@ -244,19 +269,14 @@ def main() -> None:
         raise SystemExit(f"{out_path} section {name!r} holds another sample; rename it first")
     result["plan"] = plan
     out_path.write_text(json.dumps(doc, indent=1) + "\n")  # the plan before any outcome
-    scorer = TransformersScorer(MODEL)
-    routers = {
-        a: GroupedRouter(
-            groups,
-            index,
-            scorer,
-            descriptions=descs,
-            keep_groups=parse_arm(a)[0],
-            keep_tools=parse_arm(a)[1],
-            combine=parse_arm(a)[2],
+    specs = {a: parse_arm(a) for a in arms}
+    routers = {  # combine 0: the model's scores; each arm's weight re-picks from them
+        (g, t): GroupedRouter(
+            groups, index, scorer, descriptions=descs, keep_groups=g, keep_tools=t
         )
-        for a in arms
+        for g, t, _ in specs.values()
     }
+    label_id = {grp.label: i for i, grp in enumerate(groups.groups)}
     known = set(groups.names)
     per_q: dict[str, dict[str, Any]] = result.setdefault("per_question", {})
     runs = result.setdefault("runs", {})
@@ -269,13 +289,35 @@ def main() -> None:
             | {"search_ms": (time.perf_counter() - t0) * 1000, "model_ms": 0.0, "forward_calls": 0}
         }
         gold_groups = {groups.group_of(g) for g in gold if g in known}
-        step1: dict[tuple[int | None, float], Any] = {}
-        for a, router in routers.items():
-            key = (router.keep_groups, router.combine)
-            if key not in step1:
-                step1[key] = router.choose_group(query)
-            choice = step1[key]
-            route = router.choose_tool(choice)
+        step1: dict[int, Any] = {}
+        step2: dict[tuple[int, int], Any] = {}
+        for a, (g, t, w) in specs.items():
+            if g not in step1:
+                step1[g] = routers[(g, t)].choose_group(query)
+            choice = step1[g]
+            if choice.group >= 0 and choice.route.groups[0].model is not None:
+                label = _pick(_cands(choice.route.groups), w)
+                route1 = copy.deepcopy(choice.route)
+                route1.group = label
+                choice = GroupChoice(query, choice.scores, label_id[label], route1)
+            if (choice.group, t) not in step2:
+                step2[(choice.group, t)] = routers[(g, t)].choose_tool(choice)
+            route = copy.deepcopy(step2[(choice.group, t)])
+            route.groups, route.group = choice.route.groups, choice.route.group
+            if len(route.tools) > 1 and route.tools[0].model is not None:
+                tool = _pick(_cands(route.tools), w)
+                order = sorted(
+                    range(len(route.tools)),
+                    key=lambda k: (
+                        (-(route.tools[k].model - w * np.log1p(k)), k)
+                        if w != float("inf")
+                        else (0.0, k)
+                    ),
+                )
+                head = [route.tools[k].name for k in order]
+                assert head[0] == tool
+                route.ranking = head + route.ranking[len(head) :]
+                route.tool = tool
             row[a] = score_row(route.ranking, gold) | {
                 "group_right": bool(choice.group in gold_groups),
                 "gold_group_listed": bool(
@@ -286,13 +328,8 @@ def main() -> None:
                 "forward_calls": route.forward_calls,
                 "group": route.group,
                 "tool": route.tool,
-                "groups": [
-                    (c.name, round(c.search, 3), c.model and round(c.model, 3))
-                    for c in route.groups
-                ],
-                "tools": [
-                    (c.name, round(c.search, 3), c.model and round(c.model, 3)) for c in route.tools
-                ],
+                "groups": _cands(route.groups),
+                "tools": _cands(route.tools),
             }
         row["gold"] = sorted(gold)
         row["gold_groups"] = sorted(groups.groups[g].label for g in gold_groups)
@@ -304,8 +341,15 @@ def main() -> None:
                 for a in ["flat", *arms]
             }
             out_path.write_text(json.dumps(doc, indent=1) + "\n")
-            print(j + 1, len(mine), json.dumps(result["summary"]), flush=True)
+            print(name, j + 1, len(mine), json.dumps(result["summary"]), flush=True)
     print("wrote", out_path)
+
+
+def _cands(cands: Any) -> list[list[Any]]:
+    """Candidates as ``[name, search score, model score]`` (rounded; JSON-ready)."""
+    return [
+        [c.name, round(c.search, 3), None if c.model is None else round(c.model, 4)] for c in cands
+    ]
 
 
 CHOICE_RULE = (
