@@ -68,10 +68,13 @@ RERUN = (
 DEV_ARMS = "g1_t1,g8_t1,g8_t8,g1_t8"
 
 
-def parse_arm(arm: str) -> tuple[int, int, float]:
-    """``gG_tT`` or ``gG_tT_wW``: keep_groups G, keep_tools T, combine W (default 0)."""
-    g, t, *w = arm.split("_")
-    return int(g[1:]), int(t[1:]), float(w[0][1:]) if w else 0.0
+def parse_arm(arm: str) -> tuple[int, int, float, float]:
+    """``gG_tT``, ``gG_tT_wW`` or ``gG_tT_wW_vV``: keep_groups G, keep_tools T, the combine
+    weight W of step 1 (default 0) and V of step 2 (default W)."""
+    g, t, *rest = arm.split("_")
+    w = float(rest[0][1:]) if rest else 0.0
+    v = float(rest[1][1:]) if len(rest) > 1 else w
+    return int(g[1:]), int(t[1:]), w, v
 
 
 def sample(split: str, n: int, seed: int) -> list[tuple[str, str, set[str], list[Any]]]:
@@ -194,6 +197,24 @@ def choose(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def chosen(dev_choice: dict[str, Any]) -> dict[str, Any]:
+    """The test run's grouping and arms by :data:`CHOICE_RULE` from ``dev_choice``."""
+    secs = dev_choice["by_section"]
+
+    def best(scores: dict[str, float]) -> tuple[float, float]:  # (accuracy, weight)
+        return max(((v, -float(w)) for w, v in scores.items()), key=lambda x: x)
+
+    name = max(
+        sorted(secs),
+        key=lambda n: (best(secs[n]["group_accuracy_by_weight"])[0], n == "dev_prefix1"),
+    )
+    w1 = -best(secs[name]["group_accuracy_by_weight"])[1]
+    w2 = -best(secs[name]["tool_right_in_search_top_group_by_weight"])[1]
+    tuned = f"g1_t8_v{w2:g}" if w1 == float("inf") else f"g8_t8_w{w1:g}_v{w2:g}"
+    arms = list(dict.fromkeys(["g1_t1", "g8_t1_w0", tuned]))
+    return {"min_prefix": int(name.removeprefix("dev_prefix")), "arms": arms, "section": name}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--split", choices=("dev", "test"), default="test")
@@ -211,6 +232,7 @@ def main() -> None:
         path = Path(args.out or OUT)
         doc = json.loads(path.read_text())
         doc["dev_choice"] = choose(doc) | {"rule": CHOICE_RULE}
+        doc["dev_choice"]["chosen"] = chosen(doc["dev_choice"])
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(json.dumps(doc["dev_choice"], indent=1))
         return
@@ -220,7 +242,11 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     out_path = Path(args.out or OUT)
-    arms = (args.arms or (DEV_ARMS if args.split == "dev" else CHOSEN)).split(",")
+    if args.split == "test" and not (args.arms and args.min_prefix):  # the dev choice
+        pick = json.loads(out_path.read_text())["dev_choice"]["chosen"]
+        args.arms = args.arms or ",".join(pick["arms"])
+        args.min_prefix = args.min_prefix or str(pick["min_prefix"])
+    arms = (args.arms or DEV_ARMS).split(",")
     qs = sample(args.split, args.n, args.seed)
     all_own = [t for s in (TEST, DEV) for q in questions(s) for t in q[3]]
     prefixes = [int(x) for x in (args.min_prefix or str(MIN_PREFIX)).split(",")]
@@ -260,7 +286,8 @@ def run_section(
         "pool_rule": POOL_RULE,
         "pool_size": SIZE,
         "arms": ["flat", *arms],
-        "arm_names": "gG_tT_wW: keep_groups G, keep_tools T, combine weight W (default 0)",
+        "arm_names": "gG_tT_wW_vV: keep_groups G, keep_tools T, combine weights W (step 1, "
+        "default 0) and V (step 2, default W); inf: the search's order",
         "choice": CHOICE_NOTE if args.split == "test" else "dev: choices are made from it",
         "model": MODEL.name,
         "grouping": facts,
@@ -274,7 +301,7 @@ def run_section(
         (g, t): GroupedRouter(
             groups, index, scorer, descriptions=descs, keep_groups=g, keep_tools=t
         )
-        for g, t, _ in specs.values()
+        for g, t, _, _ in specs.values()
     }
     label_id = {grp.label: i for i, grp in enumerate(groups.groups)}
     known = set(groups.names)
@@ -291,7 +318,7 @@ def run_section(
         gold_groups = {groups.group_of(g) for g in gold if g in known}
         step1: dict[int, Any] = {}
         step2: dict[tuple[int, int], Any] = {}
-        for a, (g, t, w) in specs.items():
+        for a, (g, t, w, v) in specs.items():
             if g not in step1:
                 step1[g] = routers[(g, t)].choose_group(query)
             choice = step1[g]
@@ -305,12 +332,12 @@ def run_section(
             route = copy.deepcopy(step2[(choice.group, t)])
             route.groups, route.group = choice.route.groups, choice.route.group
             if len(route.tools) > 1 and route.tools[0].model is not None:
-                tool = _pick(_cands(route.tools), w)
+                tool = _pick(_cands(route.tools), v)
                 order = sorted(
                     range(len(route.tools)),
                     key=lambda k: (
-                        (-(route.tools[k].model - w * np.log1p(k)), k)
-                        if w != float("inf")
+                        (-(route.tools[k].model - v * np.log1p(k)), k)
+                        if v != float("inf")
                         else (0.0, k)
                     ),
                 )
@@ -356,10 +383,11 @@ CHOICE_RULE = (
     "fixed before the dev rows were read: the grouping (min_prefix 1 or 159) and step 1's "
     "combine weight with the best dev group accuracy of the g8 candidates; step 2's weight "
     "with the best dev right tool among the t8 candidates of the search's top group; ties: "
-    "the smaller weight, then min_prefix 1"
+    "the smaller weight, then min_prefix 1. Test arms: flat, g1_t1 (groups and tools by the "
+    "search alone), g8_t1_w0 (the model alone picks the group) and the tuned arm (g8_t8 with "
+    "both weights, or g1_t8 with step 2's when step 1's is inf)"
 )
-CHOICE_NOTE = "chosen on the dev sample before the test split was run: (not yet)"
-CHOSEN = "g8_t8"
+CHOICE_NOTE = "the arms and grouping of dev_choice.chosen, by dev_choice.rule"
 MIN_PREFIX = 1
 
 if __name__ == "__main__":
