@@ -170,10 +170,11 @@ def choose(doc: dict[str, Any]) -> dict[str, Any]:
     weight, group accuracy of step 1 (the ``g8`` candidates) and right tool of step 2 given
     the group (the ``t8`` candidates of the search's top group, arm ``g1_t8``)."""
     out: dict[str, Any] = {"weights": list(WEIGHTS), "by_section": {}}
-    for name, sec in doc.get("sections", {}).items():
-        if not name.startswith("dev"):
-            continue
-        rows = list(sec.get("per_question", {}).values())
+    devs = {n: s for n, s in doc.get("sections", {}).items() if n.startswith("dev")}
+    common = set.intersection(*(set(s.get("per_question", {})) for s in devs.values()))
+    out["questions_compared"] = len(common)  # the questions every dev section answered
+    for name, sec in devs.items():
+        rows = [r for q, r in sec.get("per_question", {}).items() if q in common]
         got: dict[str, Any] = {"n": len(rows), "summary": sec.get("summary", {})}
         g_acc, t_acc = {}, {}
         for w in WEIGHTS:
