@@ -2,8 +2,7 @@
 
     flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split dev --n 60 --min-prefix 1,159
     python benchmarks/grouped_routing.py --choose
-    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split test --n 200 --part 0/2
-    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split test --n 200 --part 1/2
+    flock /tmp/heavy.lock python benchmarks/grouped_routing.py --split test --n 200 --resume
 
 Pool: :mod:`benchmarks.tool_search`'s rule (:data:`POOL_RULE`), its first 100,000 tools.
 Groups: :class:`trierouter.shortlist.tool_groups.ToolGroups` (OpenAPI operations by API, BFCL
@@ -25,7 +24,8 @@ presence among the candidates, ms per question of the search and of the model ap
 calls. Each run is a section of ``benchmarks/results/grouped_routing.json`` (``dev_prefix1``,
 ``dev_prefix159``: the dev choices; ``test``), whose plan (sample, pool rule, grouping, arms,
 choice rule) is written before any outcome. ``--part i/n`` runs the i-th of n slices of the
-sample and merges into its section.
+sample and merges into its section; ``--resume`` skips the questions already answered (a run
+cut short by its time limit is continued).
 """
 
 from __future__ import annotations
@@ -61,9 +61,8 @@ MODEL = Path.home() / ".cache" / "trierouter" / "models" / "qwen2.5-coder-0.5b-i
 RERUN = (
     "python benchmarks/grouped_routing.py --split dev --n 60 --min-prefix 1,159; "
     "python benchmarks/grouped_routing.py --choose; "
-    "python benchmarks/grouped_routing.py --split test --n 200 --part 0/2; "
-    "python benchmarks/grouped_routing.py --split test --n 200 --part 1/2 "
-    "(each under flock /tmp/heavy.lock, under 15 min each on 2 cores)"
+    "python benchmarks/grouped_routing.py --split test --n 200 --resume (repeated until "
+    "every question is answered; each under flock /tmp/heavy.lock and 15 min on 2 cores)"
 )
 DEV_ARMS = "g1_t1,g8_t1,g8_t8,g1_t8"
 
@@ -227,6 +226,7 @@ def main() -> None:
     ap.add_argument("--min-prefix", default=None, help="one or several, e.g. 1,159")
     ap.add_argument("--choose", action="store_true", help="write the dev choices (no model)")
     ap.add_argument("--section", default=None, help="default: test, or dev_prefix<min-prefix>")
+    ap.add_argument("--resume", action="store_true", help="skip questions already answered")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.choose:
@@ -307,8 +307,11 @@ def run_section(
     label_id = {grp.label: i for i, grp in enumerate(groups.groups)}
     known = set(groups.names)
     per_q: dict[str, dict[str, Any]] = result.setdefault("per_question", {})
+    if args.resume:  # the questions a run cut short by its time limit left
+        mine = [q for q in mine if q[0] not in per_q]
     runs = result.setdefault("runs", {})
     run = arm_run({"split": args.split, "part": args.part, "arms": arms, "threads": args.threads})
+    run_key = f"part {args.part}" + (f" resumed at {len(per_q)}" if args.resume and per_q else "")
     for j, (qid, query, gold, _) in enumerate(mine):
         t0 = time.perf_counter()
         found = index.search(query, 16)
@@ -363,7 +366,7 @@ def run_section(
         row["gold_groups"] = sorted(groups.groups[g].label for g in gold_groups)
         per_q[qid] = row
         if (j + 1) % 10 == 0 or j + 1 == len(mine):
-            runs[f"part {args.part}"] = finish_run(run)
+            runs[run_key] = finish_run(run)
             result["summary"] = {
                 a: summary([per_q[q[0]][a] for q in qs if q[0] in per_q and a in per_q[q[0]]])
                 for a in ["flat", *arms]
