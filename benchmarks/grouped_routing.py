@@ -332,9 +332,16 @@ def run_section(
                 route1.group = label
                 choice = GroupChoice(query, choice.scores, label_id[label], route1)
             if (choice.group, t) not in step2:
-                step2[(choice.group, t)] = routers[(g, t)].choose_tool(choice)
-            route = copy.deepcopy(step2[(choice.group, t)])
+                step2[(choice.group, t)] = (routers[(g, t)].choose_tool(choice), choice.route)
+            done, first = step2[(choice.group, t)]
+            route = copy.deepcopy(done)
             route.groups, route.group = choice.route.groups, choice.route.group
+            # this arm's cost: its own step 1, then the tool step (computed once, maybe after
+            # another arm's step 1)
+            own = choice.route
+            route.forward_calls = own.forward_calls + done.forward_calls - first.forward_calls
+            route.model_ms = own.model_ms + done.model_ms - first.model_ms
+            route.search_ms = own.search_ms + done.search_ms - first.search_ms
             if len(route.tools) > 1 and route.tools[0].model is not None:
                 tool = _pick(_cands(route.tools), v)
                 order = sorted(
