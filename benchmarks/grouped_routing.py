@@ -175,26 +175,23 @@ def choose(doc: dict[str, Any]) -> dict[str, Any]:
     for name, sec in devs.items():
         rows = [r for q, r in sec.get("per_question", {}).items() if q in common]
         got: dict[str, Any] = {"n": len(rows), "summary": sec.get("summary", {})}
-        g_acc, t_acc = {}, {}
-        for w in WEIGHTS:
-            ok = [
-                _pick(r["g8_t1"]["groups"], w) in r["gold_groups"]
-                for r in rows
-                if len(r["g8_t1"]["groups"]) > 1
-            ]
-            one = [r["g8_t1"]["group_right"] for r in rows if len(r["g8_t1"]["groups"]) <= 1]
-            g_acc[str(w)] = round(float(np.mean(ok + one)), 4)
-            tk = [
-                _pick(r["g1_t8"]["tools"], w) in r["gold"]
-                for r in rows
-                if len(r["g1_t8"]["tools"]) > 1
-            ]
-            tone = [r["g1_t8"]["right@1"] for r in rows if len(r["g1_t8"]["tools"]) <= 1]
-            t_acc[str(w)] = round(float(np.mean(tk + tone)), 4)
+        g_acc = {str(w): _accuracy(rows, "g8_t1", "groups", "gold_groups", w) for w in WEIGHTS}
+        t_acc = {str(w): _accuracy(rows, "g1_t8", "tools", "gold", w) for w in WEIGHTS}
         got["group_accuracy_by_weight"] = g_acc
         got["tool_right_in_search_top_group_by_weight"] = t_acc
         out["by_section"][name] = got
     return out
+
+
+def _accuracy(rows: list[dict[str, Any]], arm: str, cands: str, gold: str, w: float) -> float:
+    """The share of ``rows`` whose pick among ``arm``'s recorded ``cands`` at weight ``w`` is
+    in ``gold``; a row with one candidate counts as the arm recorded it."""
+    right = "group_right" if cands == "groups" else "right@1"
+    ok = [
+        _pick(r[arm][cands], w) in r[gold] if len(r[arm][cands]) > 1 else r[arm][right]
+        for r in rows
+    ]
+    return round(float(np.mean(ok)), 4)
 
 
 def chosen(dev_choice: dict[str, Any]) -> dict[str, Any]:
