@@ -790,6 +790,11 @@ RERUN = [
     ("livemcpbench_search.json", "python benchmarks/livemcpbench_search.py", "seconds"),
     ("tool_search.json", "python benchmarks/tool_search.py", "2 min (embeddings cached)"),
     (
+        "grouped_routing.json",
+        "python benchmarks/grouped_routing.py (dev, --choose, then test: its docstring)",
+        "about 12 min per section (its JSON's runs)",
+    ),
+    (
         "route_at_scale.json",
         "python benchmarks/route_at_scale.py --n 10",
         "see `wall_s` in its JSON",

@@ -167,8 +167,74 @@ def routing_headline(load: Load) -> list[str]:
     return lines
 
 
+GROUPED_NAMES = {
+    "flat": "flat: BM25 over tool_text, its first 16 (the server's default)",
+    "g1_t1": "grouped: the search's best group, its best tool",
+    "g8_t1_w0": "grouped: the model picks 1 of the search's 8 best groups",
+}
+
+
+def _grouped_arm(arm: str) -> str:
+    if arm in GROUPED_NAMES:
+        return GROUPED_NAMES[arm]
+    g, t, *w = arm.split("_")
+    weights = ", ".join(f"{x[0]} = {x[1:]}" for x in w)
+    return f"grouped, tuned on dev: {g[1:]} groups then {t[1:]} tools scored ({weights})"
+
+
+def grouped_routing(load: Load) -> list[str]:
+    """√K grouped routing against the flat search at 100,000 tools (the test section)."""
+    d = load("grouped_routing.json")
+    sec = (d or {}).get("sections", {}).get("test")
+    if d is None or not sec or not sec.get("summary"):
+        return []
+    plan, summ = sec["plan"], sec["summary"]
+    out = [
+        "| arm | right tool @1 | R@5 | R@16 | gold group chosen | gold group a candidate "
+        "| search ms | model ms | forward calls |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm in plan["arms"]:
+        r = summ.get(arm)
+        if not r:
+            continue
+        grp = (f"{r['group_right']:.3f} | {r['gold_group_listed']:.3f}"
+               if "group_right" in r else "— | —")  # fmt: skip
+        ms = r.get("model_ms_where_counted", r["model_ms"])
+        calls = r.get("forward_calls_recounted", r["forward_calls"])
+        out.append(
+            f"| {_grouped_arm(arm)} | {r['right@1']:.3f} | {r['r@5']:.3f} | {r['r@16']:.3f} | "
+            f"{grp} | {r['search_ms']:.1f} | {ms:.0f} | {calls:.2f} |"
+        )
+    runs = sec.get("runs", {})
+    cells = "; ".join(
+        f"{p}: {r.get('commit', '?')}{'+dirty' if r.get('dirty') else ''} ({r.get('date', '?')})"
+        for p, r in sorted(runs.items())
+    )
+    n = min(r.get("n", 0) for r in summ.values())
+    g = plan["grouping"]
+    choice = d.get("dev_choice", {})
+    return [
+        *out,
+        "",
+        f"`benchmarks/grouped_routing.py` → `benchmarks/results/grouped_routing.json`, section "
+        f"`test` ({n} of {len(plan['question_ids'])} sampled BFCL simple_python + multiple "
+        f"questions; {plan['sample']}; runs {cells}). Pool: {plan['pool_size']:,} tools, "
+        f"{plan['pool_rule']}. Groups: {g['groups']} (sizes {g['group_sizes'][0]}..."
+        f"{g['group_sizes'][1]}, {g['learned_groups']} learned by k-means over MiniLM "
+        f"embeddings; dotted prefixes shared by fewer than {g['min_prefix']} tools count as "
+        f"none). Model: {plan['model']} on this CPU, canonical-path scores, one tree per step. "
+        f"Chosen on the dev sample ({choice.get('questions_compared', '?')} live_simple + "
+        f"live_multiple questions): {choice.get('rule', '—')}. Right tool @1: the chosen tool "
+        "is a gold one; R@k: a gold tool among the first k reached (the grouped arms reach "
+        "only the chosen group's); ms per question, search and model apart. "
+        + sec.get("cost_note", ""),
+    ]
+
+
 BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "routing-headline": routing_headline,
     "route-at-scale": route_at_scale,
     "tool-search": tool_search,
+    "grouped-routing": grouped_routing,
 }

@@ -20,6 +20,7 @@ MODULES = [
     "trierouter.registry",
     "trierouter.router",
     "trierouter.router.vllm",
+    "trierouter.router.grouped_tools",
     "trierouter.shortlist",
     "trierouter.data",
     "trierouter.data.bfcl_eval",

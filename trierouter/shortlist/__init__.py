@@ -12,6 +12,9 @@
 - :func:`route_set` picks between the full trie, a shortlist and the hierarchy.
 - :class:`ToolIndex` searches tools by :func:`tool_text` (name, name in words, description,
   parameters): the tool search of ``trierouter serve``.
+- :class:`ToolGroups` partitions a tool registry into ≈√K labelled groups by namespace (an API,
+  a dotted prefix) or learned clusters; ``trierouter.router.grouped_tools.GroupedRouter`` has
+  the model pick a group, then a tool inside it.
 
 This package returns values and never decodes. sentence-transformers and faiss are imported
 only when used (``pip install 'trierouter[shortlist]'``).
@@ -34,6 +37,7 @@ from trierouter.shortlist.hierarchy import (
 )
 from trierouter.shortlist.hybrid import HybridIndex
 from trierouter.shortlist.policy import DEFAULT_THRESHOLD, RoutedSet, route_set
+from trierouter.shortlist.tool_groups import ToolGroup, ToolGroups, tool_namespace
 from trierouter.shortlist.tool_text import ToolIndex, tool_text
 
 __all__ = [
@@ -52,11 +56,14 @@ __all__ = [
     "Retriever",
     "RoutedSet",
     "Shortlist",
+    "ToolGroup",
+    "ToolGroups",
     "ToolIndex",
     "build_hierarchy",
     "fine_tune_embedder",
     "kmeans_paths",
     "namespace_path",
     "route_set",
+    "tool_namespace",
     "tool_text",
 ]

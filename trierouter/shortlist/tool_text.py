@@ -14,6 +14,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = ["TOOL_TEXT_MAX_CHARS", "ToolIndex", "name_words", "tool_text", "twin_key"]
 
 TOOL_TEXT_MAX_CHARS = 1_500
@@ -129,6 +132,16 @@ class ToolIndex:
 
     def __len__(self) -> int:
         return len(self._index.values)
+
+    @property
+    def names(self) -> list[str]:
+        """The indexed tools' names, in index order (the order of :meth:`scores`)."""
+        return list(self._index.values)
+
+    def scores(self, query: str) -> npt.NDArray[np.float64]:
+        """Every tool's BM25 score for ``query`` (a float array in :attr:`names` order; 0 for
+        a tool that shares nothing with it): what a search restricted to some tools ranks."""
+        return np.asarray(self._index.value_scores(query), np.float64)
 
     def twins(self, name: str) -> list[str]:
         """The other tools of the index with ``name``'s :func:`twin_key` (in index order)."""
