@@ -251,20 +251,18 @@ class CompiledTools:
         done: dict[str, tuple[list[Slot], list[Problem]]] = {}
         tail = self.format.tail().encode()
         head = self.format.ARGS_HEAD.encode()
-        native = self._tables.native  # wiring, classes, masks on a second thread (MaskPipeline)
-        with MaskPipeline() as masks:
+        with MaskPipeline() as masks:  # wiring, classes, masks on a second thread
             for i, s in enumerate(self.specs):
                 schema = _normalized(s.parameters)
                 skey = _schema_key(schema, i)
                 self._schema_keys[i] = skey
                 hit = done.get(skey)
                 if hit is None:
-                    # native: wired, compressed and masked by the core on the masks' thread
-                    frag, slots, problems = self._builder._tool(schema, tail, head, native)
+                    # wired, compressed and masked by the core on the masks' thread
+                    frag, slots, problems = self._builder._tool(schema, tail, head, True)
                     hit = done[skey] = (slots, problems)
-                    auto = ToolAutomaton(frag, self._tables, masks=not native)
-                    if native:
-                        masks.add(auto)
+                    auto = ToolAutomaton(frag, self._tables, masks=False)
+                    masks.add(auto)
                     self._keep((skey, False), auto)
                 self.slots.append(list(hit[0]))  # the eager pass: _slots is a list
                 if hit[1]:
@@ -483,12 +481,9 @@ class CompiledTools:
         self._lock.acquire()
         try:
             with MaskPipeline() as masks:
-                pipe = masks if self._tables.native else None
                 for i in range(len(self.specs)):
-                    a, key = self._automaton(i, False, pipe)
-                    if pipe is None:
-                        a.materialize()
-                    elif key is not None:
+                    a, key = self._automaton(i, False, masks)
+                    if key is not None:
                         built.append((key, a))
         except BaseException:
             for key, a in built:  # (mask_table: None until the masks are kept)
