@@ -9,7 +9,7 @@ engine of every slot of every schema (see :mod:`trierouter.registry.slots.dispat
 grammar of a slot that needs one is compiled the first time a call reaches it and kept, one per
 distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: about a second each). Each
 tool's automaton is wired from the shared slot automata the first time the tool is chosen (about a
-millisecond), and its token masks are filled in per state on first visit; both are kept
+millisecond), every state's token mask with it, in the core; both are kept
 (``materialize()`` builds all of them up front; ``eager_automata=True`` builds them while compiling,
 in the same pass over each distinct schema as the slot analysis)."""
 

@@ -107,7 +107,7 @@ class VocabTables:
 
     @property
     def trie(self) -> Any:
-        """The native backend's token trie of this vocabulary (shared with its TokenIndex)."""
+        """The core's token trie of this vocabulary (shared with its TokenIndex)."""
         if self._trie is None:
             from trierouter.registry.index import TokenIndex
 
