@@ -56,7 +56,7 @@ def render() -> str:
         if pattern in done:
             continue
         done.add(pattern)
-        frag = quoted_pattern_fragment(pattern, native=True, constant=False)
+        frag = quoted_pattern_fragment(pattern, constant=False)
         if frag.n > 256:  # email: one byte per state would not do; built from its text
             continue
         edges = np.stack([frag.src, frag.byte, frag.dst]).astype(np.uint8)

@@ -1,13 +1,15 @@
-"""Shared piece masks (tool automata, native backend) against the numpy reference.
+"""Shared piece masks (tool automata, compiled core) against the numpy reference.
 
 A tool's automaton serves the wide states of a quoted piece (a pattern like ``[a-z0-9-]{1,40}``,
 a format) from the piece's standalone masks, shared by every tool, OR'd with a walk of the
 tokens that hold a quote (:mod:`trierouter.registry.slots.pieces`). The oracle is the numpy
-reference (``VocabTables.native = False``): every token simulated from every state, lazily, with
-no sharing. Schemas are hypothesis-generated objects mixing wide patterns, formats, free and
-bounded strings, enums, integers, arrays and unions, on the Qwen2 and GPT-2 vocabularies. The
-compiled core's byte classes and subset construction are checked against the numpy / Python
-ones (the same table; the same language).
+reference (:mod:`trierouter.testing.masks_reference`): every token simulated from every state,
+lazily, with no sharing. Schemas are hypothesis-generated objects mixing wide patterns, formats,
+free and bounded strings, enums, integers, arrays and unions, on the Qwen2 and GPT-2
+vocabularies. The
+compiled core's byte classes, subset construction and wiring are checked against the numpy /
+Python ones (:mod:`trierouter.testing.slots_reference`: the same table; the same language; the
+same fragment).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from trierouter.registry.slots import dispatch, schema_fragments, slot_records
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.format_tables import TABLES
 from trierouter.registry.slots.formats import FORMAT_PATTERNS, _includes, quoted_pattern_fragment
-from trierouter.registry.slots.fragment import Builder, Fragment, NativeBuilder, builder
+from trierouter.registry.slots.fragment import Builder, Fragment
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.nfa import cls, lit, nfa_fragment, rep, seq
 from trierouter.registry.slots.packing import MaskTable, compress, pack_ids
 from trierouter.registry.slots.regex import pattern_node
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.testing import slots_reference as reference
+from trierouter.testing.masks_reference import ReferenceMasks, ReferenceTables
 
 FIXTURE = HealthCheck.function_scoped_fixture
 LEAVES: list[dict[str, Any]] = [
@@ -67,13 +71,11 @@ schemas = st.lists(
 )
 
 
-def _pair(schema: dict[str, Any], vocab: Vocabulary) -> tuple[ToolAutomaton, ToolAutomaton]:
+def _pair(schema: dict[str, Any], vocab: Vocabulary) -> tuple[ToolAutomaton, ReferenceMasks]:
     frag, _ = SlotCompiler().tool(schema, b"}", b" ")
     native = ToolAutomaton(frag, VocabTables.get(vocab))
-    assert native.t.native and native.ready == native.n_states - len(native.exits)
-    ref_tables = VocabTables(vocab)
-    ref_tables.native = False
-    return native, ToolAutomaton(frag, ref_tables)
+    assert native.ready == native.n_states - len(native.exits)
+    return native, ReferenceMasks(frag, ReferenceTables(vocab))
 
 
 def _table(auto: ToolAutomaton) -> MaskTable:
@@ -81,7 +83,7 @@ def _table(auto: ToolAutomaton) -> MaskTable:
     return auto.mask_table
 
 
-def _assert_same(native: ToolAutomaton, ref: ToolAutomaton, states: Any) -> None:
+def _assert_same(native: ToolAutomaton, ref: ReferenceMasks, states: Any) -> None:
     a = np.zeros(native.t.words, dtype=np.int32)
     b = a.copy()
     for s in states:
@@ -133,13 +135,13 @@ def test_tool_masks_equal_numpy_reference_gpt2(gpt2: Vocabulary, schema: Any, se
 @given(schema=schemas)
 def test_native_byte_classes_equal_numpy(schema: Any) -> None:
     frag, _ = SlotCompiler().tool(schema, b"}", b" ")
-    (ta, ca), (tb, cb) = compress(frag, native=True), compress(frag)
+    (ta, ca), (tb, cb) = compress(frag), reference.compress(frag)
     assert np.array_equal(ta[:, ca], tb[:, cb])  # the same dense [state, byte] table
     assert np.array_equal(ta[:, ca], frag.table)
     assert ta.shape == tb.shape  # the same partition of the bytes
     o = np.random.default_rng(len(frag.src)).permutation(len(frag.src))  # edges in any order
     shuffled = Fragment(frag.src[o], frag.byte[o], frag.dst[o], frag.n, frag.accept)
-    tc, cc = compress(shuffled, native=True)
+    tc, cc = compress(shuffled)
     assert np.array_equal(tc, ta) and np.array_equal(cc, ca)
 
 
@@ -180,7 +182,7 @@ def test_native_subset_construction_equals_python(pattern: str) -> None:
     node = pattern_node(pattern)
     if node is None:
         return
-    native, python = nfa_fragment(node, native=True), nfa_fragment(node, native=False)
+    native, python = nfa_fragment(node), reference.subset_fragment(node)
     assert native.n == python.n  # both are the subset automaton, numbered differently
     assert _includes(native, python) and _includes(python, native)  # the same language
 
@@ -194,7 +196,7 @@ def test_nfa_determinize_edge_list_is_its_table(monkeypatch: pytest.MonkeyPatch)
     high = seq(lit(b"\xc3"), cls(range(0x80, 0xC0)), rep(cls(b"\xff\x00a"), 0, 3))
     for node in [high, *(pattern_node(p) for p in PATTERNS)]:
         assert node is not None
-        got = nfa_fragment(node, native=True)
+        got = nfa_fragment(node)
         table, accept = real(*seen[-1][:-1], False)
         _same_fragment(got, Fragment.dense(table, accept))
 
@@ -209,15 +211,13 @@ def _same_fragment(a: Fragment, b: Fragment) -> None:
     assert a.exits == b.exits
 
 
-def _both_ways(monkeypatch: pytest.MonkeyPatch, schema: Any) -> tuple[Fragment, Fragment]:
-    """The tool automaton of ``schema`` wired by the reference Builder, then natively."""
-    out = []
-    for make in (Builder, builder):
-        with monkeypatch.context() as m:
-            m.setattr(dispatch, "builder", make)  # objects, arrays, a tool's frame
-            m.setattr(schema_fragments, "builder", make)  # unions
-            out.append(SlotCompiler(strict=False).tool(schema, b"}", b'{"f": ')[0])
-    return out[0], out[1]
+def _both_ways(schema: Any) -> tuple[Fragment, Fragment]:
+    """The tool automaton of ``schema`` wired by the reference Builder, then by the core."""
+    with reference.reference_slots(only=["Builder"]) as swapped:
+        ref = SlotCompiler(strict=False).tool(schema, b"}", b'{"f": ')[0]
+    assert swapped["Builder"] >= 2  # dispatch (objects, arrays, a tool's frame), unions
+    reference.clear_caches()
+    return ref, SlotCompiler(strict=False).tool(schema, b"}", b'{"f": ')[0]
 
 
 NESTED = st.recursive(
@@ -245,21 +245,17 @@ NESTED = st.recursive(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[FIXTURE])
 @given(schema=NESTED)
-def test_native_wiring_equals_reference_builder(
-    monkeypatch: pytest.MonkeyPatch, schema: Any
-) -> None:
+def test_native_wiring_equals_reference_builder(schema: Any) -> None:
     """Nested objects, arrays (looped, unrolled), unions, XGrammar exits: state for state."""
-    ref, nat = _both_ways(
-        monkeypatch, {"type": "object", "properties": {"a": schema, "b": {"type": "integer"}}}
-    )
+    ref, nat = _both_ways({"type": "object", "properties": {"a": schema, "b": {"type": "integer"}}})
     _same_fragment(ref, nat)
 
 
-def test_native_wiring_equals_reference_on_registry_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_native_wiring_equals_reference_on_registry_tools() -> None:
     from trierouter.testing.mcp_server import server_tools
 
     for tool in server_tools(150):
-        ref, nat = _both_ways(monkeypatch, tool.get("inputSchema") or {"type": "object"})
+        ref, nat = _both_ways(tool.get("inputSchema") or {"type": "object"})
         _same_fragment(ref, nat)
 
 
@@ -302,8 +298,8 @@ def test_native_builder_equals_reference_on_random_operations() -> None:
                 ops.append(("edge", int(rng.integers(0, off)), int(rng.choice([97, 98])),
                             int(rng.integers(0, off))))  # fmt: skip
         results: list[Fragment | str] = []
-        for make in (Builder, NativeBuilder):
-            b = make()
+        for make in (reference.Builder, Builder):
+            b: Any = make()
             for op in ops:
                 getattr(b, op[0])(*op[1:])
             try:
@@ -330,7 +326,7 @@ def _wrapped(schema: dict[str, Any], tail: bytes, head: bytes) -> Fragment:
     if norm.defs:
         root["$defs"] = norm.defs
     frag = sc._piece(root, root, "", [], depth=0)[0]
-    b = builder()
+    b = Builder()
     lead = schema_fragments._literal(head)
     b.add(lead)
     at = b.add(frag)
@@ -351,15 +347,43 @@ def test_root_object_framed_equals_wrapped(schema: Any) -> None:
     assert list(framed.exits) == list(_wrapped(tool, b"}", b'{"f": ').exits)
 
 
+def test_reference_slots_rebind_every_construction_and_restore_them() -> None:
+    """Within reference_slots the slot compiler's modules name the Python constructions (each
+    one in at least one module), and the core's again after; ``only`` narrows it and refuses
+    an unknown name."""
+    from trierouter.registry.slots import formats, nfa, ranges, regex
+
+    core_side = (dispatch.Builder, regex.pattern_fragment, ranges.integer_range_fragment)
+    with reference.reference_slots() as swapped:
+        assert all(swapped.values()) and set(swapped) == {
+            "Builder", "key_automaton", "integer_range_fragment", "pattern_fragment",
+            "nfa_fragment",
+        }  # fmt: skip
+        assert dispatch.Builder is reference.Builder is schema_fragments.Builder
+        assert dispatch.key_automaton is reference.key_automaton
+        assert formats.integer_range_fragment is reference.integer_range_fragment
+        assert schema_fragments.pattern_fragment is reference.pattern_fragment
+        assert nfa.nfa_fragment is reference._nfa_fragment  # subset_fragment, its signature
+        frag, _ = SlotCompiler().tool({"type": "object", "properties": {"n": {"type": "integer",
+                                       "minimum": 3, "maximum": 907}}}, b"}", b"")  # fmt: skip
+    assert (dispatch.Builder, regex.pattern_fragment, ranges.integer_range_fragment) == core_side
+    assert frag.matches(b'{"n": 907}}') and not frag.matches(b'{"n": 908}}')
+    with reference.reference_slots(only=["Builder"]) as swapped:
+        assert swapped["Builder"] >= 2 and formats.integer_range_fragment is core_side[2]
+    with pytest.raises(ValueError, match="not a construction"), reference.reference_slots(["x"]):
+        pass
+
+
 def test_native_key_automaton_equals_reference() -> None:
-    """The key automaton built in one core call equals the Python one (the numpy backend's)
-    state for state, exits in the same order, on random key lists (shared prefixes, the empty
-    key, escaped and multi-byte keys, any required subset)."""
+    """The key automaton built in one core call equals the Python one
+    (trierouter.testing.slots_reference) state for state, exits in the same order, on random
+    key lists (shared prefixes, the empty key, escaped and multi-byte keys, any required
+    subset)."""
     import json
     import random
 
     from trierouter.registry.core import native_core
-    from trierouter.registry.slots.objects import _reference
+    from trierouter.registry.slots.objects import key_automaton
 
     rng = random.Random(7)
     parts = ["a", "b", "ab", "x", "é", '"', "_", "aa", "\\"]
@@ -372,8 +396,10 @@ def test_native_key_automaton_equals_reference() -> None:
         )
         req = [rng.random() < 0.3 for _ in keys]
         texts = [json.dumps(k, ensure_ascii=False).encode() + b": " for k in keys]
-        ref, entries = _reference(texts, tuple(req))
+        ref, entries = reference._key_automaton(texts, tuple(req))
         src, byte, dst, count, at, key = native_core().key_automaton(texts, bytes(req))
+        lib, lib_entries = key_automaton(keys, [k for k, r in zip(keys, req, strict=True) if r])
+        assert lib_entries == entries and lib.src.tolist() == src.tolist()
         assert count == ref.n and entries == (0, *range(3, 3 + len(keys)))
         assert src.tolist() == ref.src.tolist() and byte.tolist() == ref.byte.tolist()
         assert dst.tolist() == ref.dst.tolist()
@@ -443,10 +469,11 @@ def test_format_tables_equal_the_construction_from_their_patterns() -> None:
     built = 0
     for fmt, pattern in FORMAT_PATTERNS.items():
         table = quoted_pattern_fragment(pattern)
-        made = quoted_pattern_fragment(pattern, native=True, constant=False)
+        made = quoted_pattern_fragment(pattern, constant=False)
         assert table.n == made.n and np.array_equal(table.table, made.table), fmt
         assert np.array_equal(table.accept, made.accept), fmt
-        python = quoted_pattern_fragment(pattern, native=False, constant=False)
+        python = reference.pattern_fragment(pattern)
+        assert python is not None
         assert _includes(table, python) and _includes(python, table), fmt
         built += made.n <= 256
     assert built == len(TABLES) == 5  # date, time, date-time, ipv4, uuid (email: 323 states)
@@ -594,7 +621,7 @@ def test_dfa_masks_shared_rows_equal_every_row_walked(qwen2: Vocabulary) -> None
     schemas.append({"type": "object", "properties": {str(i): s for i, s in enumerate(schemas)}})
     for schema in schemas:
         frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
-        table, bc = compress(frag, native=True)
+        table, bc = compress(frag)
         states = np.arange(len(table), dtype=np.int64)[::-1].copy()
         quoted = (np.arange(len(table)) % 3 == 0).astype(np.uint8)
         for extra in [(0, None, None), (0, tables.quote_trie, quoted), (tables.words, None, None)]:
@@ -761,7 +788,7 @@ def test_narrow_tables_read_as_their_int32_originals(qwen2: Vocabulary) -> None:
     ]:
         frag, _, _ = SlotCompiler()._piece(schema, schema, "", [], 0)
         auto = ToolAutomaton(frag, tables)
-        wide, bc = compress(frag, native=True)
+        wide, bc = compress(frag)
         want_type = np.int8 if len(wide) <= 128 else np.int16
         assert auto.table.dtype == want_type and np.array_equal(auto.table, wide), schema
         seen.add(auto.table.dtype)

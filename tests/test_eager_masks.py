@@ -21,7 +21,7 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.shipped import shipped_vocabulary
 from trierouter.registry.slots import eager
 from trierouter.registry.slots.dispatch import SlotCompiler
-from trierouter.registry.slots.fragment import builder
+from trierouter.registry.slots.fragment import Builder
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.packing import compress, narrow_table
 from trierouter.testing.mcp_server import server_tools
@@ -265,7 +265,7 @@ def test_a_fragment_not_wired_yet_is_refused_but_by_an_automaton() -> None:
     (table, classes, every mask)."""
     tools = [{"name": t["name"], "parameters": t.get("inputSchema") or {}} for t in server_tools(3)]
     frag = _deferred(tools)[2]
-    for refuse in (lambda: builder().add(frag), lambda: compress(frag), lambda: frag.table):
+    for refuse in (lambda: Builder().add(frag), lambda: compress(frag), lambda: frag.table):
         with pytest.raises(ValueError, match="not wired yet"):
             refuse()
     tables = VocabTables.get(shipped_vocabulary("qwen2"))

@@ -31,6 +31,7 @@ from trierouter.registry.slots.slot_records import SchemaRefused
 from trierouter.testing import fuzz_tools
 from trierouter.testing.fuzz import atheris_run
 from trierouter.testing.fuzz_tools import HEAD, TAIL, ToolCase, check_tool_case, tool_case
+from trierouter.testing.slots_reference import subset_fragment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +95,7 @@ def test_oracles_catch_a_wrong_mask_and_an_invalid_walk(monkeypatch: pytest.Monk
 
     def flipped(self: ToolAutomaton, state: int, row: np.ndarray[Any, Any]) -> None:
         real_fill(self, state, row)
-        if self.t.native and state == 0:
+        if state == 0:
             row[0] ^= 1
 
     monkeypatch.setattr(ToolAutomaton, "fill", flipped)
@@ -170,10 +171,10 @@ def test_found_by_fuzzing_patterns_past_the_state_budget() -> None:
         SlotCompiler().tool(obj("^(a|b)*a(a|b){19}$"), TAIL, HEAD)
     node = pattern_node(big)
     assert node is not None
-    for native in (True, False):
+    for determinize in (nfa_fragment, subset_fragment):
         with pytest.raises(TooManyStates):
-            nfa_fragment(node, native=native, max_states=MAX_PATTERN_STATES)
+            determinize(node, MAX_PATTERN_STATES)
     node = pattern_node(small)
     assert node is not None
-    under = [nfa_fragment(node, native=native, max_states=2**11 + 1) for native in (True, False)]
+    under = [f(node, 2**11 + 1) for f in (nfa_fragment, subset_fragment)]
     assert under[0].n == under[1].n == 2**11 + 1  # exactly at the budget: built

@@ -439,6 +439,105 @@ ok = layout == "compact" or mode == "numpy" or backend_count == 3 or backend == 
     assert [int(f.split()[1].rstrip(":")) for f in found] == [2, 3, 4, 5, 6], found
 
 
+CORE_CALLS = ("core", "kernels")
+"""How the name of a function that returns the compiled core (or, once, ``None`` for the numpy
+backend) ends: ``default_core``, ``native_core``, ``native_kernels``; or it is ``_native``."""
+
+
+def _core_call(node: ast.expr) -> bool:
+    """A call of a function whose name says it returns the compiled core."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+    return name.lower().endswith(CORE_CALLS) or name in ("native", "_native")
+
+
+def _tests_native(node: ast.expr) -> bool:
+    return any(
+        (isinstance(n, ast.Name) and n.id == "native")
+        or (isinstance(n, ast.Attribute) and n.attr == "native")
+        for n in ast.walk(node)
+    )
+
+
+def core_branches(source: str) -> list[str]:
+    """Places in ``source`` that choose between the compiled core and a Python path: a read of
+    ``default_core`` (the core, or ``None`` for the numpy backend); ``is None`` / ``is not
+    None`` of a call that returns the core, or of a name assigned one; a ``native`` switch (a
+    parameter of that name, or a test of a ``native`` name or attribute)."""
+    tree = ast.parse(source)
+    held = {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and _core_call(n.value)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    found: list[str] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if (isinstance(node, ast.Name) and node.id == "default_core") or (
+            isinstance(node, ast.Attribute) and node.attr == "default_core"
+        ):
+            found.append(f"line {line}: reads default_core")
+        elif isinstance(node, ast.Compare) and any(
+            isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops
+        ):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(x, ast.Constant) and x.value is None for x in sides) and any(
+                _core_call(x) or (isinstance(x, ast.Name) and x.id in held) for x in sides
+            ):
+                found.append(f"line {line}: tests whether the core is there")
+        elif isinstance(node, ast.arg) and node.arg == "native":
+            found.append(f"line {line}: a native= switch")
+        elif isinstance(node, (ast.If, ast.IfExp, ast.While)) and _tests_native(node.test):
+            found.append(f"line {line}: branches on a native flag")
+    return found
+
+
+def test_no_core_or_python_branch_in_library_modules() -> None:
+    """One code path per concept: a library module runs the compiled core (or, for value sets,
+    the Backend it was given); the Python forms of the core's work live in trierouter.testing
+    as the tests' oracles. Only the backends (and the module that imports the core) may ask
+    whether it is there."""
+    for name, path in MODULES.items():
+        if not name.startswith(LIBRARY) or name.startswith(BACKEND_HOMES):
+            continue
+        found = core_branches(path.read_text(encoding="utf-8"))
+        assert not found, f"{name} chooses between the core and Python ({found}): one path"
+    for oracle in ("kernels", "slots_reference", "masks_reference"):
+        assert f"trierouter.testing.{oracle}" in MODULES, f"the oracle {oracle} is gone"
+
+
+def test_the_core_branch_check_finds_each_form() -> None:
+    """The check above is not vacuous: each form the slot automata, the vocabulary and the
+    shortlist kernels used is found; a cache tested for ``None`` and a core used without a test
+    are not."""
+    source = """
+self.native = _backend.default_core() is not None
+if tables.native and masks: ...
+def nfa_fragment(node, native=None, max_states=None): ...
+core = native_kernels()
+if core is not None: ...
+def _native(): return _backend.default_core()
+core = _native()
+x = core.pack_tokens(t) if core is None else None
+builder = NativeBuilder() if _backend.default_core() is not None else Builder()
+while native: ...
+if self._trie is None: ...
+out = native_core().top_positive(scores, k)
+cached = self._cache.get(key)
+if cached is None: ...
+"""
+    found = core_branches(source)
+    found.sort(key=lambda f: int(f.split()[1].rstrip(":")))
+    assert [f.split(": ", 1)[0] for f in found] == [
+        "line 2", "line 2", "line 3", "line 4", "line 6", "line 7", "line 9", "line 10",
+        "line 10", "line 11",
+    ], found  # fmt: skip
+
+
 SETTINGS = "trierouter.settings"
 """The one module that reads and writes ``TRIEROUTER_*`` environment variables."""
 

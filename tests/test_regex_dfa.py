@@ -24,6 +24,7 @@ from trierouter.registry.slots.formats import FORMAT_PATTERNS
 from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.nfa import TooManyStates, lit, nfa_fragment, seq
 from trierouter.registry.slots.regex import pattern_fragment, pattern_node
+from trierouter.testing import slots_reference
 
 EDGE_CASES = [
     "",
@@ -143,7 +144,7 @@ def _reference(pattern: str, max_states: int | None = None) -> Fragment | None:
     node = pattern_node(pattern)
     if node is None:
         return None
-    return nfa_fragment(seq(lit('"'), node, lit('"')), True, max_states)
+    return nfa_fragment(seq(lit('"'), node, lit('"')), max_states)
 
 
 def _same(pattern: str, max_states: int | None = None) -> Fragment | None:
@@ -152,9 +153,9 @@ def _same(pattern: str, max_states: int | None = None) -> Fragment | None:
         ref = _reference(pattern, max_states)
     except TooManyStates:
         with pytest.raises(TooManyStates):
-            pattern_fragment(pattern, max_states=max_states, native=True)
+            pattern_fragment(pattern, max_states=max_states)
         return None
-    got = pattern_fragment(pattern, max_states=max_states, native=True)
+    got = pattern_fragment(pattern, max_states=max_states)
     if ref is None:
         assert got is None, pattern
         return None
@@ -261,9 +262,9 @@ def test_too_many_states_alike() -> None:
     assert _same("((a*){64}){64}") is not None  # 8,258 NFA states: within MAX_NFA_STATES
     deep = "(((a*){64}){64}){16}"  # 132,114 NFA states
     with pytest.raises(TooManyStates, match="NFA"):
-        pattern_fragment(deep, native=True)
+        pattern_fragment(deep)
     with pytest.raises(TooManyStates, match="NFA"):
-        pattern_fragment(deep, native=False)
+        slots_reference.pattern_fragment(deep)
     assert nfa.MAX_NFA_STATES == 1 << 16
 
 
@@ -271,7 +272,7 @@ def test_non_ascii_takes_the_reference_path() -> None:
     # a non-ASCII character is in the subset only inside a negated class (removed from the
     # safe ASCII characters); the native call refuses non-ASCII text outright
     for pattern in ["[^é]{2}", "é", "[é]", "a{٣}"]:
-        got = pattern_fragment(pattern, native=True)
+        got = pattern_fragment(pattern)
         ref = _reference(pattern)
         assert (got is None) == (ref is None), pattern
         if got is not None and ref is not None:

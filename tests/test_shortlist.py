@@ -406,35 +406,40 @@ def test_bm25_scores_match_direct_formula(icd: tuple[list[str], list[str]]) -> N
         assert [want[i] for i in top] == pytest.approx([want[i] for i in order[:10]], rel=1e-5)
 
 
-def test_bm25_native_kernel_equals_numpy_reference(
-    icd: tuple[list[str], list[str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The compiled accumulation adds the numpy reference's products in its order: the same
-    float64 scores bit for bit (words and n-grams, repeated query terms, unknown terms)."""
+def test_bm25_native_kernel_equals_numpy_reference(icd: tuple[list[str], list[str]]) -> None:
+    """The compiled accumulation adds the numpy reference's products (trierouter.testing.kernels)
+    in its order: the same float64 scores bit for bit (words and n-grams, repeated query terms,
+    unknown terms); the per-value maximum too. Negative control: another weight differs."""
+    from trierouter.testing import kernels
+
     codes, descs = icd
     idx = BM25Index.build(codes, descs, ngram=4, ngram_weight=0.5)
     queries = ["fracture of femur femur", "Parkinson's disease", "zzqx", "typhoid fever heart"]
-    native = [idx.scores(q, ngram_weight=w) for q in queries for w in (0.0, 0.5, 2.0)]
-    monkeypatch.setenv("TRIEROUTER_BACKEND", "numpy")
-    ref = [idx.scores(q, ngram_weight=w) for q in queries for w in (0.0, 0.5, 2.0)]
+    weights = (0.0, 0.5, 2.0)
+    native = [idx.scores(q, ngram_weight=w) for q in queries for w in weights]
+    ref = [kernels.bm25_scores(idx, q, ngram_weight=w) for q in queries for w in weights]
     for a, b in zip(native, ref, strict=True):
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(idx.best_per_value(a), kernels.best_per_value(idx, b))
     assert sum(bool(a.any()) for a in native) >= 8  # "zzqx" scores nothing
+    assert not np.array_equal(native[1], kernels.bm25_scores(idx, queries[0], ngram_weight=0.6))
 
 
-@pytest.mark.parametrize("backend", ["native", "numpy"])
-def test_top_positive_is_the_sorted_top_k(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Oracle: sort by (-score, id), keep positive scores, take k, ids ascending."""
+@pytest.mark.parametrize("impl", ["native", "numpy"])
+def test_top_positive_is_the_sorted_top_k(impl: str) -> None:
+    """Oracle: sort by (-score, id), keep positive scores, take k, ids ascending (the core's
+    kernel and the numpy reference, trierouter.testing.kernels)."""
     from trierouter.shortlist._common import top_positive
+    from trierouter.testing import kernels
 
-    monkeypatch.setenv("TRIEROUTER_BACKEND", backend)
+    top = top_positive if impl == "native" else kernels.top_positive
     rng = np.random.default_rng(0)
     for trial in range(200):
         n = int(rng.integers(0, 300))
         s = rng.integers(-3, 6, n).astype(np.float64) * 0.5  # many ties and non-positives
         k = int(rng.integers(0, 40)) if trial % 7 else n + 1
         want = sorted(i for i in sorted(range(n), key=lambda i: (-s[i], i))[:k] if s[i] > 0)
-        assert top_positive(s, k).tolist() == want, (n, k)
+        assert top(s, k).tolist() == want, (n, k)
 
 
 def test_bm25_analyzer_splits_camel_case_and_stems() -> None:

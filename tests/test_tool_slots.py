@@ -30,6 +30,7 @@ from trierouter.registry.slots.masks import ToolAutomaton, VocabTables, pack_ids
 from trierouter.registry.slots.nfa import nfa_fragment
 from trierouter.registry.slots.regex import pattern_node
 from trierouter.registry.vocabulary import Vocabulary
+from trierouter.testing import slots_reference
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -227,8 +228,8 @@ def test_direct_integer_ranges_equal_their_subset_construction() -> None:
         assert _includes(made, direct) and _includes(direct, made), (lo, hi)
         assert direct.n <= made.n, (lo, hi)
         # the compiled core's construction and the Python one: the same states, same order
-        a = integer_range_fragment(lo, hi, native=True)
-        b = integer_range_fragment(lo, hi, native=False)
+        a = integer_range_fragment(lo, hi)
+        b = slots_reference.integer_range_fragment(lo, hi)
         assert a is not None and b is not None and a.n == b.n, (lo, hi)
         for x, y in ((a.src, b.src), (a.byte, b.byte), (a.dst, b.dst), (a.accept, b.accept)):
             assert np.array_equal(x, y), (lo, hi)

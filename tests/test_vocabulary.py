@@ -25,7 +25,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from trierouter.errors import MissingDependencyError, VocabularyError
-from trierouter.registry import shipped
+from trierouter.registry import core, shipped
 from trierouter.registry.shipped import SHIPPED, shipped_tokenizer_json, shipped_vocabulary
 from trierouter.registry.vocabulary import Vocabulary
 
@@ -599,23 +599,24 @@ def test_missing_package_names_the_extra() -> None:
 
 
 @pytest.mark.parametrize("name", ["qwen2", "mistral-v3", "tekken"])
-def test_native_byte_layout_and_hashes_equal_numpy(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The compiled core's pack_tokens / join_tokens give the numpy code's buffer, offsets and
-    hashes (a fresh Vocabulary per backend, so nothing cached is shared)."""
+def test_native_byte_layout_and_hashes_equal_numpy(name: str) -> None:
+    """The compiled core's pack_tokens / join_tokens give the numpy reference's buffer, offsets
+    and joined bytes (trierouter.testing.kernels), on the shipped vocabularies; a token's bytes
+    changed in the reference's input change its output (negative control)."""
+    from trierouter.testing import kernels
+
     base = shipped_vocabulary(name)
-
-    def fresh() -> Vocabulary:
-        return Vocabulary(
-            base.tokens, end_ids=base.end_ids, special_ids=base.special_ids, width=base.width
-        )
-
-    got = {}
-    for backend in ("native", "numpy"):
-        monkeypatch.setenv("TRIEROUTER_BACKEND", backend)
-        v = fresh()
-        got[backend] = (v.buffer.tobytes(), v.offsets.tolist(), v.hash, v.content_hash)
-        assert not v.buffer.flags.writeable and v.offsets.dtype == np.int64
-    assert got["native"] == got["numpy"]
-    assert got["numpy"][0] == b"".join(base.tokens)
+    v = Vocabulary(
+        base.tokens, end_ids=base.end_ids, special_ids=base.special_ids, width=base.width
+    )
+    buf, off = kernels.pack_tokens(v)
+    assert v.buffer.tobytes() == buf.tobytes() == b"".join(base.tokens)
+    assert v.offsets.tolist() == off.tolist()
+    assert not v.buffer.flags.writeable and v.offsets.dtype == np.int64
+    joined = core.native_core().join_tokens(v.tokens, v.matchable.view(np.uint8))
+    assert joined == kernels.join_tokens(v)
+    some = int(np.flatnonzero(v.matchable)[5])
+    toks = list(v.tokens)
+    toks[some] = toks[some] + b"x"
+    other = Vocabulary(toks, end_ids=base.end_ids, special_ids=base.special_ids, width=base.width)
+    assert kernels.join_tokens(other) != joined and other.content_hash != v.content_hash

@@ -184,8 +184,10 @@ BACKEND: Setting[str] = Setting(
     "TRIEROUTER_BACKEND",
     "a backend (any case)",
     "native",
-    "Where the kernels run: ``native``, the compiled core, or ``numpy``, the pure-numpy reference "
-    "the tests compare it with (slow; for debugging). A ``backend=`` argument overrides it.",
+    "Where value sets (ChoiceSet, TokenIndex) are compiled and served: ``native``, the compiled "
+    "core, or ``numpy``, the pure-numpy reference the tests compare it with (slow; for "
+    "debugging). Everything else runs in the core either way. A ``backend=`` argument "
+    "overrides it.",
     _one_of(_backends, fold_case=True),
     choices=_backends,
 )

@@ -9,7 +9,7 @@ engine of every slot of every schema (see :mod:`trierouter.registry.slots.dispat
 grammar of a slot that needs one is compiled the first time a call reaches it and kept, one per
 distinct sub-schema (``eager_xgrammar=True`` compiles them all up front: about a second each). Each
 tool's automaton is wired from the shared slot automata the first time the tool is chosen (about a
-millisecond), and its token masks are filled in per state on first visit; both are kept
+millisecond), every state's token mask with it, in the core; both are kept
 (``materialize()`` builds all of them up front; ``eager_automata=True`` builds them while compiling,
 in the same pass over each distinct schema as the slot analysis)."""
 
@@ -251,20 +251,18 @@ class CompiledTools:
         done: dict[str, tuple[list[Slot], list[Problem]]] = {}
         tail = self.format.tail().encode()
         head = self.format.ARGS_HEAD.encode()
-        native = self._tables.native  # wiring, classes, masks on a second thread (MaskPipeline)
-        with MaskPipeline() as masks:
+        with MaskPipeline() as masks:  # wiring, classes, masks on a second thread
             for i, s in enumerate(self.specs):
                 schema = _normalized(s.parameters)
                 skey = _schema_key(schema, i)
                 self._schema_keys[i] = skey
                 hit = done.get(skey)
                 if hit is None:
-                    # native: wired, compressed and masked by the core on the masks' thread
-                    frag, slots, problems = self._builder._tool(schema, tail, head, native)
+                    # wired, compressed and masked by the core on the masks' thread
+                    frag, slots, problems = self._builder._tool(schema, tail, head, True)
                     hit = done[skey] = (slots, problems)
-                    auto = ToolAutomaton(frag, self._tables, masks=not native)
-                    if native:
-                        masks.add(auto)
+                    auto = ToolAutomaton(frag, self._tables, masks=False)
+                    masks.add(auto)
                     self._keep((skey, False), auto)
                 self.slots.append(list(hit[0]))  # the eager pass: _slots is a list
                 if hit[1]:
@@ -483,12 +481,9 @@ class CompiledTools:
         self._lock.acquire()
         try:
             with MaskPipeline() as masks:
-                pipe = masks if self._tables.native else None
                 for i in range(len(self.specs)):
-                    a, key = self._automaton(i, False, pipe)
-                    if pipe is None:
-                        a.materialize()
-                    elif key is not None:
+                    a, key = self._automaton(i, False, masks)
+                    if key is not None:
                         built.append((key, a))
         except BaseException:
             for key, a in built:  # (mask_table: None until the masks are kept)

@@ -11,9 +11,12 @@ of :class:`~trierouter.registry.trie.ChoiceSet` with identical results:
 
 Each backend is one file of :mod:`trierouter.registry.backends`, behind one interface. Choose per
 call (``compile_choices(..., backend="numpy")``, ``ChoiceSet.load(..., backend=...)``)
-or for the process with ``TRIEROUTER_BACKEND=numpy``. When the extension is missing or was built
-from other sources, the native backend refuses with :class:`CoreBuildError` saying how to
-rebuild; it never falls back to numpy silently.
+or for the process with ``TRIEROUTER_BACKEND=numpy``. The backend is a choice for sets alone:
+everything else that runs in the core (the vocabulary's byte layout, the tool argument automata
+and their masks, the shortlist kernels) has that one path, and their Python forms live in
+:mod:`trierouter.testing` as the tests' oracles. When the extension is missing or was built from
+other sources, :func:`native_core` refuses with :class:`CoreBuildError` saying how to rebuild;
+nothing falls back to Python silently.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "default_backend",
-    "default_core",
     "native_core",
     "resolve_backend",
 ]
@@ -46,7 +48,7 @@ _SOURCES = "csrc"
 """The core's sources: every ``.cpp`` and ``.h`` under it (setup.py hashes the same files)."""
 _REBUILD = (
     "rebuild it with `pip install -e .` (or `make ext`, or `python setup.py build_ext --inplace`) "
-    "in the trierouter checkout; set TRIEROUTER_BACKEND=numpy to use the numpy reference instead"
+    "in the trierouter checkout (`pip install trierouter` builds it: every install has it)"
 )
 
 
@@ -93,10 +95,3 @@ def native_core() -> ModuleType:
             f"other sources than {_SOURCES}/ (stale build); " + _REBUILD
         )
     return _core
-
-
-def default_core() -> ModuleType | None:
-    """The compiled core when the default backend runs on it, else ``None`` (the numpy
-    reference): modules with a Python and a C++ path of their own (the slot automata, the
-    vocabulary's byte layout) take the C++ one exactly when this is not ``None``."""
-    return native_core() if default_backend() == "native" else None

@@ -14,23 +14,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import VocabularyError, missing
-from trierouter.registry import core as _backend
 from trierouter.registry import loaders
+from trierouter.registry.core import native_core
 
 __all__ = ["Vocabulary", "xgrammar_tokenizer_info"]
-
-
-def _native() -> ModuleType | None:
-    """The compiled core when it is the default backend: it builds the byte layout of the
-    tokens in one pass (the same arrays as the numpy code below, which the numpy backend keeps)."""
-    return _backend.default_core()
 
 
 class Vocabulary:
@@ -148,17 +141,8 @@ class Vocabulary:
         h.update(ids.tobytes())
         # the bytes of those tokens joined by b"\0"
         lengths = np.diff(self.offsets)
-        core = _native()
-        if core is not None:
-            h.update(core.join_tokens(self._tokens, self.matchable.view(np.uint8)))
-        else:  # with array operations
-            sel = lengths[ids]
-            joined = np.zeros(max(int(sel.sum()) + len(ids) - 1, 0), dtype=np.uint8)
-            before = np.repeat(np.arange(len(ids), dtype=np.int64), sel)  # separators before
-            joined[np.arange(len(before), dtype=np.int64) + before] = self.buffer[
-                np.repeat(self.matchable, lengths)
-            ]
-            h.update(joined.tobytes())
+        # (trierouter.testing.kernels.join_tokens: the numpy reference)
+        h.update(native_core().join_tokens(self._tokens, self.matchable.view(np.uint8)))
         h.update(lengths[ids].astype("<i8").tobytes())
         h.update(np.array(self._end_ids, dtype="<i8").tobytes())
         return h.hexdigest()
@@ -166,28 +150,21 @@ class Vocabulary:
     @cached_property
     def buffer(self) -> npt.NDArray[np.uint8]:
         """All token bytes concatenated (use with :attr:`offsets`; read-only)."""
-        core = _native()
-        if core is not None:  # one pass in C++, which gives the offsets too
-            packed: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]
-            packed = core.pack_tokens(self._tokens)
-            buf, offsets = packed
-            buf.flags.writeable = False
-            self.__dict__.setdefault("offsets", offsets)
-            return buf
-        return np.frombuffer(b"".join(self._tokens), dtype=np.uint8)
+        # one pass in the core, which gives the offsets too (trierouter.testing.kernels.
+        # pack_tokens: the numpy reference)
+        packed: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]
+        packed = native_core().pack_tokens(self._tokens)
+        buf, offsets = packed
+        buf.flags.writeable = False
+        self.__dict__.setdefault("offsets", offsets)
+        return buf
 
     @cached_property
     def offsets(self) -> npt.NDArray[np.int64]:
         """``offsets[i]:offsets[i+1]`` slices token ``i`` out of :attr:`buffer`."""
-        if _native() is not None:
-            _ = self.buffer  # sets the offsets
-            got: npt.NDArray[np.int64] | None = self.__dict__.get("offsets")
-            if got is not None:
-                return got
-        lengths = np.fromiter(map(len, self._tokens), dtype=np.int64, count=len(self))
-        out = np.zeros(len(self) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=out[1:])
-        return out
+        _ = self.buffer  # sets the offsets
+        got: npt.NDArray[np.int64] = self.__dict__["offsets"]
+        return got
 
     @cached_property
     def matchable(self) -> npt.NDArray[np.bool_]:

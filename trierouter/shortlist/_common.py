@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import IndexMismatchError
-from trierouter.registry.core import default_core
+from trierouter.registry.core import native_core
 
 __all__ = [
     "THREADS_LOCK",
@@ -19,7 +19,6 @@ __all__ = [
     "Retriever",
     "ValueOwners",
     "best_per_owner",
-    "native_kernels",
     "top_positive",
     "values_hash",
 ]
@@ -33,30 +32,13 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 
-def native_kernels() -> Any | None:
-    """The compiled core when the backend is ``native`` (the default; it refuses with
-    :class:`~trierouter.errors.CoreBuildError` when the extension is missing or stale), None
-    under ``TRIEROUTER_BACKEND=numpy``, which selects the numpy reference of each kernel."""
-    return default_core()
-
-
 def top_positive(scores: F64, k: int) -> I64:
     """Ids of the (up to) ``k`` best positive ``scores``, best by (score, then lower id), in
-    ascending id order: a deterministic top-k (``argpartition`` breaks ties arbitrarily)."""
-    core = native_kernels()
-    if core is not None:
-        out: I64 = core.top_positive(np.ascontiguousarray(scores, np.float64), k)
-        return out
-    hit = np.flatnonzero(scores > 0)
-    if len(hit) <= k:
-        return hit
-    if k <= 0:
-        return hit[:0]
-    s = scores[hit]
-    kth = np.partition(s, len(s) - k)[len(s) - k]  # the k-th largest
-    above = hit[s > kth]
-    tied = hit[s == kth][: k - len(above)]
-    return np.sort(np.concatenate([above, tied]))
+    ascending id order: a deterministic top-k (``argpartition`` breaks ties arbitrarily), in
+    the compiled core (:func:`trierouter.testing.kernels.top_positive` is the tests' numpy
+    reference)."""
+    out: I64 = native_core().top_positive(np.ascontiguousarray(scores, np.float64), k)
+    return out
 
 
 class ValueOwners:
@@ -108,10 +90,11 @@ class ValueOwners:
         """Per value id, the best score among its rows (every value has at least one row)."""
         _, _, first, others, owners = self._grouping()
         out = row_scores[: len(self._values)].copy() if first is None else row_scores[first]
-        core = native_kernels() if row_scores.dtype == np.float64 else None
-        if core is not None and len(others):
-            core.scatter_max(out, np.ascontiguousarray(row_scores), others, owners)
-        elif len(others):
+        if not len(others):
+            return out
+        if row_scores.dtype == np.float64:  # the core's kernel takes float64 scores (BM25)
+            native_core().scatter_max(out, np.ascontiguousarray(row_scores), others, owners)
+        else:  # float32 (embedding similarities)
             # only rows that beat their value's first row (few for one query: most score 0)
             # go through the slow unbuffered maximum.at
             cand = row_scores[others]

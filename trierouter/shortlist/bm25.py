@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trierouter.errors import CorruptFileError
+from trierouter.registry.core import native_core
 from trierouter.registry.store import load_arrays, save_arrays
 from trierouter.registry.validate import Checker, meta_float, meta_int
 from trierouter.shortlist._common import (
@@ -20,7 +21,6 @@ from trierouter.shortlist._common import (
     as_texts,
     best_per_owner,
     check_k,
-    native_kernels,
     values_hash,
 )
 
@@ -256,24 +256,18 @@ class BM25Index(ValueOwners):
         for f in self._fields:
             f.finalize(self.k1, self.b)
         words, grams = analyze(query, ngram=self.ngram)
-        core = native_kernels()
-        if core is not None:  # the same products added in the same order, in C++
-            out = np.zeros(self.n_rows, np.float64)
-            fields = [(self._fields[0], words, 1.0)]
-            if self.ngram and weight:
-                fields.append((self._fields[1], grams, weight))
-            for field, feats, wt in fields:
-                terms, counts = field.term_counts(feats)
-                if len(terms):
-                    assert field.ptr is not None
-                    coefs = counts * wt
-                    core.bm25_accumulate(field.ptr, field.docs, field.weights, terms, coefs, out)
-            return out
-        d, w = self._fields[0].postings(words, 1.0)
-        if self.ngram and weight:  # both fields in one bincount
-            dg, wg = self._fields[1].postings(grams, weight)
-            d, w = np.concatenate([d, dg]), np.concatenate([w, wg])
-        return np.asarray(np.bincount(d, weights=w, minlength=self.n_rows), np.float64)
+        core = native_core()  # (trierouter.testing.kernels.bm25_scores: the numpy reference)
+        out = np.zeros(self.n_rows, np.float64)
+        fields = [(self._fields[0], words, 1.0)]
+        if self.ngram and weight:
+            fields.append((self._fields[1], grams, weight))
+        for field, feats, wt in fields:
+            terms, counts = field.term_counts(feats)
+            if len(terms):
+                assert field.ptr is not None
+                coefs = counts * wt
+                core.bm25_accumulate(field.ptr, field.docs, field.weights, terms, coefs, out)
+        return out
 
     def value_scores(self, query: str, *, ngram_weight: float | None = None) -> F64:
         """BM25 score of every value for ``query`` (its best row), indexed by value id."""

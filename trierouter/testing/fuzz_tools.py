@@ -5,12 +5,14 @@ lengths, enums of awkward strings, nested objects, arrays, unions), a small voca
 punctuation, random pieces, optionally every single byte) and the random choices of a few byte
 walks. :func:`check_tool_case` checks, against oracles that share no code with the compiled core:
 
-- the automaton built with the native backend (compiled wiring, key automata, subset
-  construction, integer ranges, byte classes) is the one built with the numpy / Python
-  reference, up to the order in which the subset construction numbers states (a bijection
-  keeping every edge, acceptance and exit), and both refuse the same schemas alike;
+- the automaton built by the compiled core (wiring, key automata, subset construction, integer
+  ranges, byte classes) is the one built by the Python constructions
+  (:func:`~trierouter.testing.slots_reference.reference_slots`), up to the order in which the
+  subset construction numbers states (a bijection keeping every edge, acceptance and exit),
+  and both refuse the same schemas alike;
 - every state's token mask from the core (``dfa_masks``, shared pieces) equals the numpy
-  reference's and brute force (a token is allowed iff all its bytes have edges); the automaton
+  simulation's (:mod:`~trierouter.testing.masks_reference`) and brute force (a token is
+  allowed iff all its bytes have edges); the automaton
   wired, compressed and masked in one core call (an eager registry's path) has the same table,
   byte classes and masks;
 - every byte walk that ends in an accepting state spells JSON that ``jsonschema`` (with its
@@ -24,24 +26,24 @@ bounded hypothesis test in the suite.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 import numpy as np
 
-from trierouter import settings
-from trierouter.registry.slots import formats, nfa, objects, ranges, regex, schema_fragments
+from trierouter.registry.slots import formats
 from trierouter.registry.slots.dispatch import SlotCompiler
 from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.masks import ToolAutomaton, VocabTables
 from trierouter.registry.slots.slot_records import SchemaRefused
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.bitmask import bitmask_to_ids
+from trierouter.testing.masks_reference import ReferenceMasks, ReferenceTables
+from trierouter.testing.slots_reference import clear_caches, reference_slots
 
 __all__ = ["HEAD", "TAIL", "Pick", "ToolCase", "ToolOutcome", "check_tool_case", "tool_case"]
 
@@ -70,32 +72,20 @@ class ToolOutcome:
     walks_valid: int = 0
 
 
-@contextlib.contextmanager
-def _backend(name: str) -> Iterator[None]:
-    """Every slot-compiler code path on one backend, with its module caches emptied before and
-    after (a cached fragment of the other backend would hide a difference)."""
-    with settings.BACKEND.scoped(name):
-        _clear_caches()
-        try:
-            yield
-        finally:
-            _clear_caches()
-
-
-def _clear_caches() -> None:
-    for mod in (schema_fragments, formats, nfa, objects, ranges, regex):
-        for obj in vars(mod).values():
-            if isinstance(obj, functools._lru_cache_wrapper):
-                obj.cache_clear()
-
-
-def _compile(schema: dict[str, Any], backend: str) -> Fragment | list[str]:
-    """The tool automaton of ``schema`` on ``backend``, or the problems it was refused for."""
-    with _backend(backend):
+def _compile(schema: dict[str, Any], reference: bool) -> Fragment | list[str]:
+    """The tool automaton of ``schema`` (by the core, or by the Python constructions), or the
+    problems it was refused for. Caches are emptied before and after: a fragment cached by one
+    construction would hide a difference from the other."""
+    with reference_slots() if reference else contextlib.nullcontext() as swapped:
+        if swapped is not None and not all(swapped.values()):
+            raise AssertionError(f"a reference construction is not reached: {swapped}")
+        clear_caches()
         try:
             frag, _ = SlotCompiler().tool(schema, TAIL, HEAD)
         except SchemaRefused as exc:
             return sorted(str(p) for p in exc.problems)
+        finally:
+            clear_caches()
     return frag
 
 
@@ -198,28 +188,23 @@ def _walk(auto: ToolAutomaton, dist: np.ndarray[Any, Any], choices: list[int]) -
 
 def check_tool_case(case: ToolCase) -> ToolOutcome:
     """Check one case (see the module docstring); raises AssertionError on a finding."""
-    ref = _compile(case.schema, "numpy")
-    nat = _compile(case.schema, "native")
+    ref = _compile(case.schema, reference=True)
+    nat = _compile(case.schema, reference=False)
     if isinstance(ref, list) or isinstance(nat, list):
         if ref != nat:
             raise AssertionError(f"refusals differ: reference {ref!r}, native {nat!r}")
         return ToolOutcome("refused")
     iso = _isomorphism(ref, nat)
     vocab = _vocabulary(case.tokens)
-    with _backend("native"):
-        native = ToolAutomaton(nat, VocabTables(vocab))
-        # wired, compressed and masked in one core call (an eager registry's path)
-        late = ToolAutomaton(SlotCompiler().tool(case.schema, TAIL, HEAD, defer=True)[0], native.t)
+    native = ToolAutomaton(nat, VocabTables(vocab))
+    # wired, compressed and masked in one core call (an eager registry's path)
+    late = ToolAutomaton(SlotCompiler().tool(case.schema, TAIL, HEAD, defer=True)[0], native.t)
     if late.table.dtype != native.table.dtype or not (
         np.array_equal(late.table, native.table)
         and np.array_equal(late.byte_class, native.byte_class)
     ):
         raise AssertionError("the automaton wired with its masks differs from the one wired first")
-    with _backend("numpy"):
-        tables = VocabTables(vocab)
-        reference = ToolAutomaton(ref, tables)
-    if not native.t.native or reference.t.native:
-        raise AssertionError("the backends were not the ones asked for")
+    reference = ReferenceMasks(ref, ReferenceTables(vocab))
     a = np.zeros(native.t.words, dtype=np.int32)
     b = a.copy()
     n = native.n_states

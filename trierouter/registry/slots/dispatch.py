@@ -36,7 +36,7 @@ from trierouter.registry.slots.formats import (
     format_pattern,
     quoted_pattern_fragment,
 )
-from trierouter.registry.slots.fragment import MAX_COUNTED, Fragment, builder, trie_fragment
+from trierouter.registry.slots.fragment import MAX_COUNTED, Builder, Fragment, trie_fragment
 from trierouter.registry.slots.normalize import Problem, normalize_schema
 from trierouter.registry.slots.objects import key_automaton
 from trierouter.registry.slots.pieces import tag
@@ -146,7 +146,7 @@ class SlotCompiler:
             raise SchemaRefused(problems)
         if self.dry or framed:
             return frag, slots, problems
-        b = builder()
+        b = Builder()
         if head:
             lead = _literal(head)
             b.add(lead)
@@ -398,7 +398,7 @@ class SlotCompiler:
             return _DUMMY, "automaton", f"array of {engine}"
         if hi is not None and int(hi) == 0:  # no item: exactly "[]" ("[" alone was accepted)
             return _literal(b"[]"), "automaton", f"array of {engine}"
-        b = builder()
+        b = Builder()
         opened = b.add(_literal(b"["))
         close = b.add(_accepting())
         if hi is None and lo <= 1:
@@ -472,7 +472,7 @@ class SlotCompiler:
             self._frame = None
         else:
             frame = None
-        b = builder()
+        b = Builder()
         if head:
             lead = _literal(head)
             b.add(lead)

@@ -3,7 +3,7 @@
 An eager registry (``compile_tools(..., eager_automata=True)``) builds thousands of automata in
 turn: Python work per schema (normalization, dispatch, wiring) and then the compiled core's walk
 of each automaton's states over the token trie (``dfa_masks``), which needs no Python and runs
-with the GIL released; given a fragment not wired yet (``NativeBuilder.finish(defer=True)``: a
+with the GIL released; given a fragment not wired yet (``Builder.finish(defer=True)``: a
 tool's whole automaton), the same call first wires it and compresses its bytes to classes (the
 compiling thread's largest calls into the core otherwise). :class:`MaskPipeline` hands the walks
 to one worker thread, in batches

@@ -141,14 +141,12 @@ _CONSTANT = {
 def quoted_pattern_fragment(
     pattern: str,
     *,
-    native: bool | None = None,
     constant: bool = True,
 ) -> Fragment:
     """The quoted full matches of ``pattern`` (one in the supported subset): a fixed format's
     automaton decoded from its constant table (:mod:`.format_tables`, generated from the same
     pattern; ``constant=False``: built from the text), any other pattern's built by
-    :func:`~trierouter.registry.slots.regex.pattern_fragment` (``native``: in one core call,
-    default from the backend)."""
+    :func:`~trierouter.registry.slots.regex.pattern_fragment`."""
     hit = _CONSTANT.get(pattern) if TABLES else None
     if hit is not None and constant:
         edges = np.frombuffer(bytes.fromhex(hit.edges), dtype=np.uint8).reshape(3, -1)
@@ -156,7 +154,7 @@ def quoted_pattern_fragment(
         accept = np.zeros(hit.n, dtype=bool)
         accept[list(hit.accept)] = True
         return Fragment(src, byte, dst, hit.n, accept)
-    frag = pattern_fragment(pattern, native=native)
+    frag = pattern_fragment(pattern)
     if frag is None:
         raise ValueError(f"pattern outside the supported subset: {pattern!r}")
     return frag

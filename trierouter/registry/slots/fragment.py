@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from trierouter.registry import core as _backend
+from trierouter.registry.core import native_core
 
 __all__ = ["NO_EDGE", "Fragment"]
 
@@ -67,7 +67,7 @@ class Fragment:
     """Per state, ``piece << 32 | local state`` when the state is a copy of a registered quoted
     piece's state (:mod:`~trierouter.registry.slots.pieces`), else ``-1``."""
     wire: tuple[Any, ...] | None = None
-    """Not wired yet (``NativeBuilder.finish(defer=True)``): the core's ``dfa_wire`` arguments,
+    """Not wired yet (``Builder.finish(defer=True)``): the core's ``dfa_wire`` arguments,
     and ``src``, ``byte``, ``dst`` empty. A tool's whole automaton in an eager registry, wired
     with its masks on the masks' thread (:class:`~trierouter.registry.slots.masks.ToolAutomaton`
     takes it; nothing else does)."""
@@ -263,104 +263,11 @@ class Builder:
     Edges are only ever added at accepting states and exits (``link``; ``edge`` is only used
     at the accepting state of a literal): a copied fragment's other states keep exactly their
     own edges, which the shared piece masks (:mod:`~trierouter.registry.slots.pieces`) rely
-    on."""
+    on.
 
-    def __init__(self) -> None:
-        self._src: list[I32] = []
-        self._byte: list[I32] = []
-        self._dst: list[I32] = []
-        self._accept: list[npt.NDArray[np.bool_]] = []
-        self._klass: list[npt.NDArray[np.int16]] = []
-        self._origin: list[npt.NDArray[np.int64]] = []
-        self._starts: dict[int, tuple[I32, I32]] = {}
-        self.exits: dict[int, Any] = {}
-        self.n = 0
-
-    def add(self, frag: Fragment, entries: Sequence[int] = ()) -> int:
-        """Copy ``frag`` in; return the offset of its state 0. ``link`` may target its state 0
-        and the states ``entries`` (plus the offset)."""
-        off = self.n
-        self._src.append(frag.edges().src + off)
-        self._byte.append(frag.byte)
-        self._dst.append(frag.dst + off)
-        self._accept.append(frag.accept.copy())
-        self._klass.append(frag.klass)
-        self._origin.append(frag.origin)
-        b, d = frag.start_edges()
-        self._starts[off] = (b, d + off)
-        if len(entries):
-            order = np.argsort(frag.src, kind="stable")
-            at = np.asarray(entries, dtype=np.int32)
-            lo = np.searchsorted(frag.src[order], at)
-            hi = np.searchsorted(frag.src[order], at + 1)
-            for e, a, z in zip(at.tolist(), lo.tolist(), hi.tolist(), strict=True):
-                edges = order[a:z]
-                self._starts[off + e] = (frag.byte[edges], frag.dst[edges] + off)
-        for s, label in frag.exits.items():
-            self.exits[s + off] = label.shifted(off) if isinstance(label, Exit) else label
-        self.n += frag.n
-        return off
-
-    def _flat_accept(self) -> npt.NDArray[np.bool_]:
-        if len(self._accept) > 1:
-            self._accept = [np.concatenate(self._accept)]
-        return self._accept[0]
-
-    def accepting(self, off: int, frag: Fragment) -> list[int]:
-        return [s + off for s in frag.accepting_states()]
-
-    def link(self, states: Iterable[int], target: int) -> None:
-        """From each of ``states`` (accepting, or an exit), continue as from fragment start
-        ``target``: its edges are copied and the state takes its acceptance and exit."""
-        b, d = self._starts[target]
-        accept = self._flat_accept()
-        for s in states:
-            if len(b):
-                self._src.append(np.full(len(b), s, dtype=np.int32))
-                self._byte.append(b)
-                self._dst.append(d)
-            accept[s] = bool(accept[target])
-            self.exits.pop(s, None)
-            if target in self.exits:
-                self.exits[s] = self.exits[target]
-
-    def edge(self, state: int, byte: int, target: int) -> None:
-        self._src.append(np.array([state], dtype=np.int32))
-        self._byte.append(np.array([byte], dtype=np.int32))
-        self._dst.append(np.array([target], dtype=np.int32))
-
-    def finish(self, defer: bool = False) -> Fragment:
-        """The wired fragment; ``ValueError`` if two edges leave a state on the same byte
-        (``defer``: :class:`NativeBuilder` only; this reference wires now)."""
-        src = np.concatenate(self._src) if self._src else np.zeros(0, dtype=np.int32)
-        byte = np.concatenate(self._byte) if self._byte else np.zeros(0, dtype=np.int32)
-        dst = np.concatenate(self._dst) if self._dst else np.zeros(0, dtype=np.int32)
-        key = src.astype(np.int64) * 256 + byte
-        order = np.argsort(key, kind="stable")
-        key, src, byte, dst = key[order], src[order], byte[order], dst[order]
-        same = key[1:] == key[:-1]
-        if same.any():
-            if (dst[1:][same] != dst[:-1][same]).any():
-                i = int(np.flatnonzero(same & (dst[1:] != dst[:-1]))[0])
-                raise ValueError(f"ambiguous continuation on byte {int(byte[i])} at state {src[i]}")
-            keep = np.concatenate([[True], ~same])
-            src, byte, dst = src[keep], byte[keep], dst[keep]
-        return Fragment(
-            src,
-            byte,
-            dst,
-            self.n,
-            self._flat_accept(),
-            np.concatenate(self._klass),
-            dict(self.exits),
-            np.concatenate(self._origin),
-        )
-
-
-class NativeBuilder(Builder):
-    """:class:`Builder` with the same results, the edges wired by the compiled core in one call
-    at :meth:`finish` (``add`` / ``link`` / ``edge`` only record what to copy): the reference
-    builds numpy arrays at every call, which dominated building a registry's automata."""
+    The edges are wired by the compiled core in one call at :meth:`finish` (``add`` / ``link``
+    / ``edge`` only record what to copy; :class:`trierouter.testing.slots_reference.Builder`,
+    which builds numpy arrays at every call, is the reference the tests compare it with)."""
 
     def __init__(self) -> None:
         self._frags: list[Fragment] = []
@@ -371,10 +278,12 @@ class NativeBuilder(Builder):
         self._lfrom: list[int] = []  # what each copies: fragment << 32 | its state there
         self._extra: list[int] = []  # flat (src, byte, dst)
         self._acc: dict[int, bool] = {}  # acceptance set by link
-        self.exits = {}
+        self.exits: dict[int, Any] = {}
         self.n = 0
 
     def add(self, frag: Fragment, entries: Sequence[int] = ()) -> int:
+        """Copy ``frag`` in; return the offset of its state 0. ``link`` may target its state 0
+        and the states ``entries`` (plus the offset)."""
         off = self.n
         i = len(self._frags)
         self._frags.append(frag.edges())
@@ -394,7 +303,12 @@ class NativeBuilder(Builder):
         i, local = self._where[state]
         return bool(self._frags[i].accept[local])
 
+    def accepting(self, off: int, frag: Fragment) -> list[int]:
+        return [s + off for s in frag.accepting_states()]
+
     def link(self, states: Iterable[int], target: int) -> None:
+        """From each of ``states`` (accepting, or an exit), continue as from fragment start
+        ``target``: its edges are copied and the state takes its acceptance and exit."""
         i, local = self._where[target]
         states = list(states)
         self._lstate += states
@@ -438,7 +352,7 @@ class NativeBuilder(Builder):
         if defer:
             src = byte = dst = np.zeros(0, dtype=np.int32)
         else:
-            src, byte, dst = _backend.native_core().dfa_wire(*wire)
+            src, byte, dst = native_core().dfa_wire(*wire)
         accept = np.concatenate([f.accept for f in frags])
         if self._acc:
             accept[np.fromiter(self._acc, np.int64, len(self._acc))] = np.fromiter(
@@ -455,11 +369,6 @@ class NativeBuilder(Builder):
             np.concatenate([f.origin for f in frags]),
             wire if defer else None,
         )
-
-
-def builder() -> Builder:
-    """A :class:`NativeBuilder` with the native backend, else the numpy :class:`Builder`."""
-    return NativeBuilder() if _backend.default_core() is not None else Builder()
 
 
 # -- per-vocabulary tables -------------------------------------------------------------------

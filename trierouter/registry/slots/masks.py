@@ -2,20 +2,17 @@
 
 The allowed tokens at a state are the tokens whose bytes all stay inside the automaton from
 there, so a token may cross from a value into the text after it (``"},`` ...) exactly as an FSM
-over the whole string allows. They are computed on first visit and kept:
+over the whole string allows. Inside a free JSON string (14 interior classes: plain, after
+``\\``, inside ``\\uXXXX``, inside a multi-byte UTF-8 character) the tokens that stay inside the
+string depend on the class only: one shared packed row per class and vocabulary, and only the
+~1% of tokens that contain a ``"`` are walked from the state itself.
 
-- inside a free JSON string (14 interior classes: plain, after ``\\``, inside ``\\uXXXX``, inside a
-  multi-byte UTF-8 character) the tokens that stay inside the string depend on the class only;
-  they are one shared packed row per class and vocabulary, and only the ~1% of tokens that
-  contain a ``"`` are simulated against the state's own continuation;
-- elsewhere only the tokens whose first byte has an edge are simulated, all at once with numpy,
-  sorted by length so each byte column touches only the tokens still long enough.
-
-With the native backend (:mod:`trierouter.registry.core`) every state's mask is computed when the
-automaton is built, in two calls into the C++ core: a walk of the token trie in lockstep with the
-automaton for states outside strings (tokens sharing a prefix share its steps), the ``"`` tokens
-against each string state; the per-class string rows and counts come from the core as well,
-once per vocabulary. The masks are kept in one
+Every state's mask is computed when the automaton is built, in calls into the compiled core: a
+walk of the token trie in lockstep with the automaton for states outside strings (tokens sharing
+a prefix share its steps), the ``"`` tokens against each string state; the per-class string rows
+and counts come from the core as well, once per vocabulary
+(:mod:`trierouter.testing.masks_reference` simulates the same masks in numpy, for the tests).
+The masks are kept in one
 :class:`~trierouter.registry.slots.packing.MaskTable` per automaton: the shared rows (a string
 class's, a shared piece's) as base rows, each state's own tokens as a list.
 """
@@ -31,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from trierouter.registry import core as _backend
+from trierouter.registry.core import native_core
 from trierouter.registry.slots import pieces as _pieces
 from trierouter.registry.slots.fragment import (
     _INTERIOR,
@@ -41,7 +38,7 @@ from trierouter.registry.slots.fragment import (
     Fragment,
     string_class,
 )
-from trierouter.registry.slots.packing import MaskTable, compress, pack_ids, set_bits
+from trierouter.registry.slots.packing import MaskTable, compress, pack_ids
 from trierouter.registry.vocabulary import Vocabulary
 
 __all__ = ["ToolAutomaton", "VocabTables", "pack_ids"]
@@ -91,7 +88,6 @@ class VocabTables:
         self._count_order: dict[int, tuple[npt.NDArray[np.int64], I32]] = {}
         self.words = (self.width + 31) // 32
         self.offsets = np.ascontiguousarray(off, dtype=np.int64)
-        self.native = _backend.default_core() is not None
         self._trie: Any = None
         self._quote_trie: Any = None
         self._pieces: OrderedDict[int, MaskTable] = OrderedDict()
@@ -106,12 +102,12 @@ class VocabTables:
         if self._quote_trie is None:
             has = np.zeros(len(self.lengths), dtype=np.uint8)
             has[self.quote_ids] = 1
-            self._quote_trie = _backend.native_core().TokenTrie(self.vocab.tokens, has)
+            self._quote_trie = native_core().TokenTrie(self.vocab.tokens, has)
         return self._quote_trie
 
     @property
     def trie(self) -> Any:
-        """The native backend's token trie of this vocabulary (shared with its TokenIndex)."""
+        """The core's token trie of this vocabulary (shared with its TokenIndex)."""
         if self._trie is None:
             from trierouter.registry.index import TokenIndex
 
@@ -125,56 +121,14 @@ class VocabTables:
             t = cls._cache.get(key)
             if t is None:
                 t = cls._cache[key] = VocabTables(vocab)
-                if t.native:  # eager: the per-class string rows and counts, in C++
-                    t.string_rows()
-                    t._string_counts()
-                    _ = t.quote_trie
+                t.string_rows()  # eager: the per-class string rows and counts, in C++
+                t._string_counts()
+                _ = t.quote_trie
                 while len(cls._cache) > cls.cache_size:
                     cls._cache.popitem(last=False)
             else:
                 cls._cache.move_to_end(key)
             return t
-
-    def candidates(self, row: I32, byte_class: I32 | None = None) -> I32:
-        """Tokens whose first byte has an edge in ``row`` (longest first within each byte)."""
-        if byte_class is not None:
-            row = row[byte_class]
-        bytes_ = np.flatnonzero(row >= 0)
-        if len(bytes_) == 0:
-            return np.zeros(0, dtype=np.int32)
-        if len(bytes_) == 1:
-            b = int(bytes_[0])
-            return self._by_first[self._first_start[b] : self._first_start[b + 1]]
-        parts = [self._by_first[self._first_start[b] : self._first_start[b + 1]] for b in bytes_]
-        cand = np.concatenate(parts)
-        return cand[np.argsort(-self.lengths[cand], kind="stable")]
-
-    def simulate(self, table: I32, state: int, cand: I32, byte_class: I32 | None = None) -> I32:
-        """The tokens of ``cand`` (sorted longest first) that stay alive from ``state``; with
-        ``byte_class``, ``table`` is indexed by the class of each byte."""
-        if len(cand) == 0:
-            return cand
-        st = np.full(len(cand), state, dtype=np.int32)
-        lens = self.lengths[cand]
-        pos = self.start[cand]
-        j = 0
-        n_active = len(cand)
-        while True:
-            # tokens are sorted longest first: the first n_active are long enough for byte j
-            while n_active and lens[n_active - 1] <= j:
-                n_active -= 1
-            if not n_active:
-                break
-            sub = st[:n_active]
-            live = np.flatnonzero(sub >= 0)
-            if len(live) == 0:
-                break
-            b = self.buffer[pos[live] + j]
-            if byte_class is not None:
-                b = byte_class[b]
-            sub[live] = table[sub[live], b]
-            j += 1
-        return np.sort(cand[st >= 0])
 
     def finals(self, table: I32, state: int, ids: I32, byte_class: I32) -> I32:
         """The state after each token of ``ids`` from ``state`` (``-1``: refused), all tokens
@@ -194,34 +148,15 @@ class VocabTables:
     def _string_counts(self) -> tuple[npt.NDArray[np.int16], npt.NDArray[np.bool_]]:
         """Per class: characters each token completes while staying inside a string (``-1``
         if it does not stay inside), and whether it ends inside a character."""
-        if self._counts is None and self.native:
+        if self._counts is None:
             ids = self.all_ids
-            fin, n = _backend.native_core().walk_counts(
+            fin, n = native_core().walk_counts(
                 _INTERIOR, np.arange(N_STRING_CLASSES), S_PLAIN, ids, self.buffer, self.offsets
             )
             fin = fin.reshape(N_STRING_CLASSES, len(ids))
             n = n.reshape(N_STRING_CLASSES, len(ids))
             ok = fin >= 0
             self._counts = (np.where(ok, n, np.int16(-1)).astype(np.int16), ok & (fin != S_PLAIN))
-        if self._counts is None:
-            ids = self.all_ids
-            counts = np.full((N_STRING_CLASSES, len(ids)), -1, dtype=np.int16)
-            mid = np.zeros((N_STRING_CLASSES, len(ids)), dtype=bool)
-            lens = self.lengths[ids]
-            pos = self.start[ids]
-            for k in range(N_STRING_CLASSES):
-                st = np.full(len(ids), k, dtype=np.int32)
-                n = np.zeros(len(ids), dtype=np.int16)
-                for j in range(int(lens.max()) if len(lens) else 0):
-                    live = np.flatnonzero((lens > j) & (st >= 0))
-                    if len(live) == 0:
-                        break
-                    st[live] = _INTERIOR[st[live], self.buffer[pos[live] + j]]
-                    n[live] += st[live] == S_PLAIN
-                ok = st >= 0
-                counts[k, ok] = n[ok]
-                mid[k] = ok & (st != S_PLAIN)
-            self._counts = (counts, mid)
         return self._counts
 
     def counted_row(self, k: int, left: int) -> npt.NDArray[np.int32]:
@@ -266,15 +201,11 @@ class VocabTables:
         if self._string_rows is None:
             rows = np.zeros((N_STRING_CLASSES, self.words), dtype=np.int32)
             inner = _INTERIOR  # ``"`` from PLAIN has no edge here: closing is not staying inside
-            if self.native:
-                ptr, ids = _backend.native_core().dfa_masks(
-                    inner, np.arange(256, dtype=np.int32), np.arange(N_STRING_CLASSES), self.trie
-                )
-                for k in range(N_STRING_CLASSES):
-                    rows[k] = pack_ids(ids[ptr[k] : ptr[k + 1]], self.width)
-            else:
-                for k in range(N_STRING_CLASSES):
-                    rows[k] = pack_ids(self.simulate(inner, k, self.all_ids), self.width)
+            ptr, ids = native_core().dfa_masks(
+                inner, np.arange(256, dtype=np.int32), np.arange(N_STRING_CLASSES), self.trie
+            )
+            for k in range(N_STRING_CLASSES):
+                rows[k] = pack_ids(ids[ptr[k] : ptr[k + 1]], self.width)
             self._string_rows = rows
         return self._string_rows
 
@@ -283,7 +214,7 @@ _BIG = 2048
 
 
 class ToolAutomaton:
-    """One compiled byte automaton (a tool's arguments, or one slot) with lazy token masks.
+    """One compiled byte automaton (a tool's arguments, or one slot) and its token masks.
 
     ``fill(state, row)`` writes the packed mask; ``advance(state, token)`` the next state
     (``-1`` when refused). Accepting states are where the automaton may end (the caller decides
@@ -294,21 +225,20 @@ class ToolAutomaton:
         # compress the byte alphabet: bytes with the same edges everywhere share one class (a
         # fragment not wired yet: wired and compressed by the masks' core call, kept by _finish)
         self._wire, self._n = frag.wire, frag.n
-        if frag.wire is None or not tables.native:
-            self.table, self.byte_class = compress(frag, native=tables.native, narrow=True)
+        if frag.wire is None:
+            self.table, self.byte_class = compress(frag, narrow=True)
         self.accept = frag.accept
         self.klass = frag.klass
         self.origin = frag.origin
         self.exits = frag.exits
         self.t = tables
-        self._masks: dict[int, tuple[int, I32 | None, npt.NDArray[np.int32] | None]] = {}
         self.mask_table: MaskTable | None = None
-        """Native, every state's mask at once (None until built); the numpy backend fills
-        ``_masks`` per state on first visit instead."""
+        """Every state's mask (None until built: ``masks=False`` leaves it to the caller's
+        :meth:`masks_call`)."""
         self._toward: dict[int, I32] = {}  # toward_end's rows, and the distances they use
         self._dist: npt.NDArray[np.int32] | None = None
         self._lock = threading.Lock()
-        if tables.native and masks:  # (masks=False: the caller runs masks_call)
+        if masks:  # (masks=False: the caller runs masks_call)
             self.materialize()  # eager: every state's mask in two calls into the core
 
     @property
@@ -336,40 +266,6 @@ class ToolAutomaton:
             if state < 0:
                 return -1
         return state
-
-    def _mask(self, state: int) -> tuple[int, I32 | None, npt.NDArray[np.int32] | None]:
-        m = self._masks.get(state)
-        if m is not None:
-            return m
-        t = self.t
-        k = int(self.klass[state])
-        tab, bc = self.table, self.byte_class
-        if k >= 0:
-            ids = t.simulate(tab, state, t.quote_ids, bc)
-        else:
-            ids = t.simulate(tab, state, t.candidates(tab[state], bc), bc)
-        return self._store(state, k, ids)
-
-    def _store(
-        self, state: int, k: int, ids: I32
-    ) -> tuple[int, I32 | None, npt.NDArray[np.int32] | None]:
-        t = self.t
-        packed = None
-        m: tuple[int, I32 | None, npt.NDArray[np.int32] | None]
-        if len(ids) > _BIG:
-            packed = pack_ids(ids, t.width)
-            if k >= 0:
-                packed |= self._base_row(k)
-            m = (-1, None, packed)
-        else:
-            m = (k, ids, None)
-        with self._lock:
-            self._masks[state] = m
-        return m
-
-    def _base_row(self, k: int) -> npt.NDArray[np.int32]:
-        u, left = string_class(k)
-        return self.t.string_rows()[u] if left < 0 else self.t.counted_row(u, left)
 
     def _distances(self) -> npt.NDArray[np.int32]:
         """Bytes from each state to the nearest accepting or exit state (reverse BFS)."""
@@ -422,37 +318,24 @@ class ToolAutomaton:
 
     @property
     def ready(self) -> int:
-        """States whose mask is built (all non-exit states once materialized)."""
-        if self.mask_table is not None:
-            return self.n_states - len(self.exits)
-        return len(self._masks)
+        """States whose mask is built (all non-exit states once materialized, else none)."""
+        return 0 if self.mask_table is None else self.n_states - len(self.exits)
 
     def fill(self, state: int, row: npt.NDArray[np.int32]) -> None:
-        """Overwrite ``row`` (one packed row) with the tokens allowed at ``state``."""
-        if self.mask_table is not None and 0 <= state < self.n_states:
+        """Overwrite ``row`` (one packed row) with the tokens allowed at ``state`` (none
+        outside ``0 .. n_states - 1``)."""
+        if self.mask_table is None:
+            self.materialize()
+        assert self.mask_table is not None
+        if 0 <= state < self.n_states:
             self.mask_table.fill(state, row)
-            return
-        k, ids, packed = self._mask(state)
-        if packed is not None:
-            row[:] = packed
-            return
-        if k >= 0:
-            row[:] = self._base_row(k)
         else:
             row[:] = 0
-        assert ids is not None
-        set_bits(row, ids)
 
     def materialize(self) -> None:
-        """Compute every state's mask now (instead of on first visit); the native backend does
-        this when the automaton is built."""
-        if not self.t.native:
-            for s in range(self.n_states):
-                if s not in self.exits and s not in self._masks:
-                    self._mask(s)
-            return
+        """Compute every state's mask now (the constructor does, unless ``masks=False``)."""
         if (call := self.masks_call()) is not None:
-            call[1](_backend.native_core().dfa_masks(*call[0]))
+            call[1](native_core().dfa_masks(*call[0]))
 
     def masks_call(self) -> tuple[tuple[Any, ...], Callable[[Any], None]] | None:
         """The native masks of every state: the ``dfa_masks`` arguments and what keeps its

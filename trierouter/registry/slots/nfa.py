@@ -9,10 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-from trierouter.registry import core as _backend
-from trierouter.registry.slots.fragment import NO_EDGE, Fragment
+from trierouter.registry.core import native_core
+from trierouter.registry.slots.fragment import Fragment
 
 __all__ = [
     "MAX_NFA_STATES",
@@ -127,63 +126,21 @@ class _Nfa:
             self.eps[cur].append(end)
         return end
 
-    def closure(self, states: Iterable[int]) -> frozenset[int]:
-        seen = set(states)
-        todo = list(seen)
-        while todo:
-            s = todo.pop()
-            for t in self.eps[s]:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return frozenset(seen)
-
 
 class TooManyStates(ValueError):
     """The determinized automaton, or the NFA it is built from, would have more states than
     allowed."""
 
 
-def nfa_fragment(
-    node: _Node, native: bool | None = None, max_states: int | None = None
-) -> Fragment:
-    """Determinize ``node`` into a :class:`Fragment` (states numbered in discovery order), in
-    the compiled core with the native backend (``native``: default from the backend).
-    ``max_states``: raise :class:`TooManyStates` past that many states (a subset construction
-    can grow exponentially: ``(a|b)*a(a|b){19}`` has 2**20)."""
+def nfa_fragment(node: _Node, max_states: int | None = None) -> Fragment:
+    """Determinize ``node`` into a :class:`Fragment` in the compiled core (its subset
+    construction; :func:`trierouter.testing.slots_reference.subset_fragment` is the Python
+    one the tests compare it with). ``max_states``: raise :class:`TooManyStates` past that many
+    states (a subset construction can grow exponentially: ``(a|b)*a(a|b){19}`` has 2**20)."""
     nfa = _Nfa()
     start = nfa.state()
     final = nfa.build(node, start)
-    if native is None:
-        native = _backend.default_core() is not None
-    if native:
-        return _native_subsets(nfa, start, final, max_states)
-    first = nfa.closure([start])
-    ids = {first: 0}
-    order = [first]
-    rows: list[npt.NDArray[np.int32]] = []
-    i = 0
-    while i < len(order):
-        cur = order[i]
-        i += 1
-        targets: dict[int, set[int]] = {}
-        for s in cur:
-            for chars, t in nfa.edges[s]:
-                for c in chars:
-                    targets.setdefault(c, set()).add(t)
-        row = np.full(256, NO_EDGE, dtype=np.int32)
-        for c, ts in targets.items():
-            key = nfa.closure(ts)
-            if key not in ids:
-                ids[key] = len(order)
-                order.append(key)
-            row[c] = ids[key]
-        rows.append(row)
-        if max_states is not None and len(order) > max_states:
-            raise TooManyStates(f"the automaton has more than {max_states} states")
-    table = np.stack(rows)
-    accept = np.array([final in s for s in order], dtype=bool)
-    return Fragment.dense(table, accept)
+    return _native_subsets(nfa, start, final, max_states)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,7 +161,7 @@ def _native_subsets(nfa: _Nfa, start: int, final: int, max_states: int | None) -
     bits = np.frombuffer(b"".join(map(_packed, sets)), dtype=np.uint8).reshape(len(sets), 32)
     xs = [v for v, ts in enumerate(nfa.eps) for _ in ts]
     xd = [t for ts in nfa.eps for t in ts]
-    out = _backend.native_core().nfa_determinize(
+    out = native_core().nfa_determinize(
         len(nfa.edges),
         np.asarray(src, dtype=np.int32),
         np.asarray(dst, dtype=np.int32),

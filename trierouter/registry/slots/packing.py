@@ -1,6 +1,6 @@
 """Packed token rows and byte classes for the tool automata: XGrammar-layout bit rows from id
 lists, :class:`MaskTable` (every state's token mask: a shared packed row OR'd with a sparse list),
-and an automaton's byte alphabet compressed to classes (numpy, or the compiled core)."""
+and an automaton's byte alphabet compressed to classes (by the compiled core)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from trierouter.registry import core as _backend
-from trierouter.registry.slots.fragment import I32, NO_EDGE, Fragment
+from trierouter.registry.core import native_core
+from trierouter.registry.slots.fragment import I32, Fragment
 
 __all__ = ["MaskTable", "compress", "pack_ids", "pack_rows", "popcount", "set_bits"]
 
@@ -117,38 +117,21 @@ def popcount(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
     return np.asarray(out, dtype=np.int64)
 
 
-_MIX = np.random.default_rng(0x5EED).integers(1, 2**62, size=1 << 16, dtype=np.int64) | 1
-
-
 def compress(
-    frag: Fragment, native: bool = False, narrow: bool = False
+    frag: Fragment, narrow: bool = False
 ) -> tuple[npt.NDArray[np.signedinteger[Any]], I32]:
     """``frag``'s dense table over byte classes (bytes with the same edges everywhere share a
-    column) and the class of each byte (``native``: computed by the compiled core; ``narrow``:
-    the table in the narrowest type its states fit, :func:`narrow_table`)."""
+    column) and the class of each byte, computed by the compiled core
+    (:func:`trierouter.testing.slots_reference.compress` is the numpy reference); ``narrow``:
+    the table in the narrowest type its states fit, :func:`narrow_table`."""
     frag = frag.edges()
-    if native:
-        table, byte_class = _backend.native_core().dfa_compress(
-            np.ascontiguousarray(frag.src, dtype=np.int32),
-            np.ascontiguousarray(frag.byte, dtype=np.int32),
-            np.ascontiguousarray(frag.dst, dtype=np.int32),
-            frag.n,
-        )
-        return (narrow_table(table) if narrow else table), byte_class
-    n = frag.n
-    dense = np.full((256, n), NO_EDGE, dtype=np.int64)  # one row per byte
-    dense[frag.byte, frag.src] = frag.dst
-    if n <= len(_MIX):  # group bytes by a hash of their column, then check the grouping
-        h = (dense + 1) @ _MIX[:n]
-        _, first, byte_class = np.unique(h, return_index=True, return_inverse=True)
-        exact = np.array_equal(dense, dense[first][byte_class.ravel()])
-    else:
-        exact = False
-    if not exact:  # a hash collision (never seen) or a huge automaton: compare columns
-        cols = np.ascontiguousarray(dense).view(np.dtype((np.void, 8 * n))).ravel()
-        _, first, byte_class = np.unique(cols, return_index=True, return_inverse=True)
-    table = np.ascontiguousarray(dense[first].T, dtype=np.int32)
-    return (narrow_table(table) if narrow else table), byte_class.astype(np.int32).ravel()
+    table, byte_class = native_core().dfa_compress(
+        np.ascontiguousarray(frag.src, dtype=np.int32),
+        np.ascontiguousarray(frag.byte, dtype=np.int32),
+        np.ascontiguousarray(frag.dst, dtype=np.int32),
+        frag.n,
+    )
+    return (narrow_table(table) if narrow else table), byte_class
 
 
 def narrow_table(table: npt.NDArray[np.int32]) -> npt.NDArray[np.signedinteger[Any]]:

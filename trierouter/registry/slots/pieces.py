@@ -125,7 +125,7 @@ def rows(tables: Any, pid: int) -> MaskTable:
             tables._pieces.move_to_end(pid)
             return hit
     frag = piece(pid)
-    table, bc = compress(frag, native=True)
+    table, bc = compress(frag)
     states = np.flatnonzero(~frag.accept).astype(np.int64)
     core = _backend.native_core()
     ptr, ids = core.dfa_masks(table, bc, states, tables.trie)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from trierouter.registry import core as _backend
+from trierouter.registry.core import native_core
 from trierouter.registry.slots.fragment import Fragment
 from trierouter.registry.slots.nfa import (
     MAX_NFA_STATES,
@@ -220,23 +220,20 @@ def pattern_node(pattern: str) -> _Node | None:
         return None
 
 
-def pattern_fragment(
-    pattern: str, *, max_states: int | None = None, native: bool | None = None
-) -> Fragment | None:
+def pattern_fragment(pattern: str, *, max_states: int | None = None) -> Fragment | None:
     """The quoted full matches of ``pattern``: the automaton of ``"``, a full match, ``"``
     (states numbered in discovery order), or None outside the supported subset. Raises
     :class:`~trierouter.registry.slots.nfa.TooManyStates` past ``max_states`` states, or
     past :data:`~trierouter.registry.slots.nfa.MAX_NFA_STATES` in its NFA.
 
-    With the native backend (``native``: default from the backend) an ASCII pattern is parsed,
-    built and determinized in one core call (``regex_dfa``), which mirrors :func:`pattern_node`
-    and :func:`~trierouter.registry.slots.nfa.nfa_fragment` step for step: the same automaton,
-    state for state (a test and the tool fuzzer compare them). Other text takes that reference
-    path (a non-ASCII character is in the subset only inside a negated class)."""
-    if native is None:
-        native = _backend.default_core() is not None
-    if native and pattern.isascii():
-        core = _backend.native_core()
+    An ASCII pattern is parsed, built and determinized in one core call (``regex_dfa``),
+    which mirrors :func:`pattern_node` and the Python subset construction
+    (:func:`trierouter.testing.slots_reference.pattern_fragment`) step for step: the same
+    automaton, state for state (a test and the tool fuzzer compare them). Other text is parsed
+    here and determinized by :func:`~trierouter.registry.slots.nfa.nfa_fragment` (a non-ASCII
+    character is in the subset only inside a negated class)."""
+    if pattern.isascii():
+        core = native_core()
         out = core.regex_dfa(
             pattern.encode(), True, max_states or 0, MAX_NFA_STATES, MAX_GROUP_DEPTH
         )
@@ -251,4 +248,4 @@ def pattern_fragment(
     node = pattern_node(pattern)
     if node is None:
         return None
-    return nfa_fragment(seq(lit('"'), node, lit('"')), native, max_states)
+    return nfa_fragment(seq(lit('"'), node, lit('"')), max_states)

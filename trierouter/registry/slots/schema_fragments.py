@@ -24,7 +24,7 @@ from trierouter.registry.slots.formats import (
     pattern_lengths,
     quoted_pattern_fragment,
 )
-from trierouter.registry.slots.fragment import Fragment, builder, exit_fragment, string_fragment
+from trierouter.registry.slots.fragment import Builder, Fragment, exit_fragment, string_fragment
 from trierouter.registry.slots.nfa import TooManyStates, lit, nfa_fragment
 from trierouter.registry.slots.normalize import Problem, regex_problem
 from trierouter.registry.slots.regex import pattern_fragment, pattern_node
@@ -213,7 +213,7 @@ def _accepting() -> Fragment:
 
 def _union(frags: list[Fragment]) -> Fragment | None:
     """One fragment accepting any of ``frags`` if their first bytes are disjoint, else None."""
-    b = builder()
+    b = Builder()
     start = b.add(Fragment.empty([False]))
     seen: set[int] = set()
     for f in frags:
