@@ -154,7 +154,10 @@ def test_arguments_bind_as_the_signature_says(sets: tuple[ChoiceSet, ChoiceSet])
         (lambda: core.fill(0, bm, 0, 1), r"fill\(\) takes at most 3 arguments \(4 given\)"),
         (lambda: core.fill(0, bm, idx=0), r"fill\(\) got an unexpected keyword argument 'idx'"),
         (lambda: core.fill(0, bm, state=0), r"fill\(\) got multiple values for argument 'state'"),
-        (lambda: C.Core.advance(object(), 0, 0), r"advance.* 'Core' objects"),
+        (
+            lambda: C.Core.advance(object(), 0, 0),
+            r"'advance' for '(trierouter.registry._core.)?Core' objects",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(TypeError, match=message):
