@@ -6,8 +6,8 @@ package of [build-system] requires) is compiled into a static library of its own
 Python >= 3.12 the extension targets the stable ABI (Py_LIMITED_API 3.12, an ``abi3`` module and
 wheel: one build for every later CPython), as nanobind's linked mode supports it from 3.12.
 
-Release flags by default (-O3). ``TRIEROUTER_DEBUG_BUILD=1`` builds with AddressSanitizer and
-UndefinedBehaviorSanitizer for the fuzzers (load it with ``LD_PRELOAD="$(gcc
+Release flags by default (-O3, no debug info). ``TRIEROUTER_DEBUG_BUILD=1`` builds with
+AddressSanitizer and UndefinedBehaviorSanitizer for the fuzzers (load it with ``LD_PRELOAD="$(gcc
 -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"``; see fuzz/fuzz_compile.py).
 """
 
@@ -37,8 +37,8 @@ debug = os.environ.get("TRIEROUTER_DEBUG_BUILD", "") not in ("", "0")
 if debug:
     flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
     link = ["-fsanitize=address,undefined", "-pthread"]
-else:
-    flags = ["-O3", "-DNDEBUG"]
+else:  # no debug info: it was 93% of the extension (11.6 MB of the abi3 .so; 0.8 MB without)
+    flags = ["-O3", "-DNDEBUG", "-g0"]
     link = ["-pthread"]
 
 # nanobind's runtime; NB_COMPACT_ASSERTIONS in release builds only (debug keeps the messages)

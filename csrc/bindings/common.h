@@ -178,6 +178,18 @@ struct Sat64 {
     int64_t v = 0;
     operator int64_t() const { return v; }
 };
+// ``o`` (an int, or an object with __index__) as int64, saturating; false (no error left) if
+// it is not an int.
+inline bool read_saturating(PyObject* o, int64_t* v) noexcept {
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+    }
+    *v = overflow ? (overflow > 0 ? INT64_MAX : INT64_MIN) : x;
+    return true;
+}
 struct Truthy {
     bool v = false;
     operator bool() const { return v; }
@@ -205,14 +217,7 @@ template <>
 struct type_caster<trierouter::Sat64> {
     NB_TYPE_CASTER(trierouter::Sat64, const_name("int"))
     bool from_python(handle src, uint32_t, cleanup_list*) noexcept {
-        int overflow = 0;
-        const long long v = PyLong_AsLongLongAndOverflow(src.ptr(), &overflow);
-        if (v == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return false;
-        }
-        value.v = overflow ? (overflow > 0 ? INT64_MAX : INT64_MIN) : v;
-        return true;
+        return trierouter::read_saturating(src.ptr(), &value.v);
     }
     static handle from_cpp(trierouter::Sat64 v, rv_policy, cleanup_list*) noexcept {
         return PyLong_FromLongLong(v.v);

@@ -2,6 +2,7 @@
 // and history; native steps when given a Core, else it calls the Python ``advance`` it was given
 // (the numpy reference path).
 #include "bindings/core_object.h"
+#include "bindings/fast_method.h"
 
 namespace trierouter {
 
@@ -50,7 +51,7 @@ struct MatcherObj {
         state = nxt;
     }
 
-    bool accept_token(Sat64 token) {
+    bool accept_token(int64_t token) {
         const int64_t nxt = next(state, token);
         if (nxt == dead_state) return false;
         push(nxt);
@@ -70,8 +71,7 @@ struct MatcherObj {
         return true;
     }
 
-    void rollback(Sat64 num_tokens) {
-        const int64_t k = num_tokens;
+    void rollback(int64_t k) {
         if (k < 0 || k > static_cast<int64_t>(history.size()))
             throw nb::value_error(("num_tokens=" + std::to_string(k) + ": can roll back 0.." +
                                    std::to_string(history.size()) + " tokens")
@@ -95,25 +95,32 @@ struct MatcherObj {
     }
 };
 
+// The MatcherBase of ``self`` (the method descriptor checked its type); TypeError if its
+// __init__ was not run (a subclass that does not call it).
+MatcherObj& matcher_of(nb::handle self) {
+    if (!nb::inst_ready(self))
+        throw nb::type_error("MatcherBase.__init__ was not called (a subclass must call super().__init__())");
+    return *nb::inst_ptr<MatcherObj>(self);
+}
+
+bool py_accept_token(nb::handle self, IntArg token) { return matcher_of(self).accept_token(token); }
+void py_rollback(nb::handle self, IntArg num_tokens) { matcher_of(self).rollback(num_tokens); }
+void py_reset(nb::handle self) { matcher_of(self).reset(); }
+bool py_is_terminated(nb::handle self) {
+    const MatcherObj& s = matcher_of(self);
+    return s.state == s.end_state;
+}
+nb::object py_allowed_token_ids(nb::handle self) { return matcher_of(self).allowed_token_ids(); }
+
 }  // namespace
 
 void bind_matcher(nb::module_& m) {
-    nb::class_<MatcherObj>(m, "MatcherBase", "Per-request state and history over a set (native or Python steps).")
-        .def(nb::init<>())
+    auto cls = nb::class_<MatcherObj>(m, "MatcherBase", "Per-request state and history over a set (native or Python steps).");
+    cls.def(nb::init<>())
         .def("_init_core", &MatcherObj::init_core, "core"_a.none(), "advance"_a.none(), "mask"_a.none(), "root"_a,
              "end"_a, "dead"_a, "max_rollback"_a)
-        .def("accept_token", &MatcherObj::accept_token, "token_id"_a,
-             "Advance by one token; False (state unchanged) if the token is not allowed, or the matcher is already "
-             "terminated.")
         .def("accept_tokens", &MatcherObj::accept_tokens, "token_ids"_a,
              "Accept all of token_ids, or none: False (state unchanged) if one is refused.")
-        .def("rollback", &MatcherObj::rollback, "num_tokens"_a, "Undo the last num_tokens accepted tokens.")
-        .def("reset", &MatcherObj::reset, "Back to the root, history cleared.")
-        .def(
-            "is_terminated", [](const MatcherObj& s) { return s.state == s.end_state; },
-            "An end id has been accepted.")
-        .def("allowed_token_ids", &MatcherObj::allowed_token_ids,
-             "Sorted ids allowed next (end ids included where a value is complete).")
         .def_prop_rw(
             "state", [](const MatcherObj& s) { return s.state; }, [](MatcherObj& s, Sat64 v) { s.state = v; },
             "The current state (a node id of the set).")
@@ -123,6 +130,15 @@ void bind_matcher(nb::module_& m) {
         .def_prop_ro(
             "_ended_at", [](const MatcherObj& s) { return s.ended_at; },
             "The state an end id was accepted at (-1: none).");
+    // per step: CPython method descriptors (fast_method.h)
+    fast_method<&py_accept_token>(cls, "accept_token", {{"token_id"}},
+                                  "Advance by one token; False (state unchanged) if the token is not allowed, or the "
+                                  "matcher is already terminated.");
+    fast_method<&py_rollback>(cls, "rollback", {{"num_tokens"}}, "Undo the last num_tokens accepted tokens.");
+    fast_method<&py_reset>(cls, "reset", {}, "Back to the root, history cleared.");
+    fast_method<&py_is_terminated>(cls, "is_terminated", {}, "An end id has been accepted.");
+    fast_method<&py_allowed_token_ids>(cls, "allowed_token_ids", {},
+                                       "Sorted ids allowed next (end ids included where a value is complete).");
 }
 
 }  // namespace trierouter

@@ -12,7 +12,8 @@
 //      reference builds, bit for bit.
 // Steps (steps.h; Core and MatcherBase here) read those arrays through nb::ndarray views (numpy
 // or DLPack), so a memory-mapped file serves as well as a freshly compiled set. Nothing is built
-// lazily.
+// lazily. The per-step methods are CPython method descriptors (fast_method.h), the rest nanobind
+// functions.
 //
 // The algorithms (csrc/*.h, support/, shortlist/) take spans and structs and know nothing of
 // Python; csrc/bindings/ alone converts arguments, releases the GIL and makes numpy arrays.

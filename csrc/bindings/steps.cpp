@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "bindings/core_object.h"
+#include "bindings/fast_method.h"
 
 namespace trierouter {
 
@@ -147,7 +148,11 @@ void core_init(nb::handle self, In1<int32_t> row_ptr, nb::handle tokens, In1<uin
     c.ready = true;
 }
 
-bool core_is_terminal(nb::handle self, Sat64 state) {
+int64_t py_advance(nb::handle self, IntArg state, IntArg token) { return core_advance(&core_of(self).s, state, token); }
+
+nb::object py_mask(nb::handle self, IntArg state) { return make_mask(core_of(self), state); }
+
+bool py_is_terminal(nb::handle self, IntArg state) {
     const CoreObj& c = core_of(self);
     const int64_t s = state;
     if (s == c.s.end_state) return true;
@@ -162,19 +167,19 @@ bool core_is_terminal(nb::handle self, Sat64 state) {
 struct Rows {
     char* base = nullptr;
     int64_t rows = 0, words = 0, row_stride = 0;  // row_stride in bytes
-    Rows(const Writable& a, int64_t itemsize, const char* what) {
-        const size_t nd = a.ndim();
-        if (static_cast<int64_t>(a.itemsize()) != itemsize || (nd != 1 && nd != 2))
+    template <bool Optional>
+    Rows(const WritableArg<Optional>& a, int64_t itemsize, const char* what) {
+        const size_t nd = a.ndim;
+        if (static_cast<int64_t>(a.itemsize) != itemsize || (nd != 1 && nd != 2))
             throw nb::type_error((std::string(what) + ": expected a 1-D or 2-D array of " + std::to_string(itemsize) +
                                   "-byte items")
                                      .c_str());
-        const int64_t inner = a.stride(nd - 1);
-        if (inner != 1 && a.shape(nd - 1) > 1)
+        if (a.stride[nd - 1] != itemsize && a.shape[nd - 1] > 1)
             throw nb::value_error((std::string(what) + ": rows must be contiguous").c_str());
-        base = static_cast<char*>(a.data());
-        rows = nd == 2 ? static_cast<int64_t>(a.shape(0)) : 1;
-        words = static_cast<int64_t>(a.shape(nd - 1));
-        row_stride = nd == 2 ? a.stride(0) * itemsize : 0;
+        base = a.base;
+        rows = nd == 2 ? a.shape[0] : 1;
+        words = a.shape[nd - 1];
+        row_stride = nd == 2 ? a.stride[0] : 0;
     }
     int32_t* row32(int64_t r) const { return reinterpret_cast<int32_t*>(base + r * row_stride); }
 };
@@ -187,7 +192,7 @@ void check_words(const Serving& s, const Rows& m) {
 }
 
 // fill(state, bitmask, index=0)
-void core_fill(nb::handle self, Sat64 state, const Writable& bitmask, Sat64 index) {
+void py_fill(nb::handle self, IntArg state, const WritableArg<>& bitmask, IntArg index) {
     const CoreObj& c = core_of(self);
     const Rows m(bitmask, 4, "bitmask");
     check_words(c.s, m);
@@ -203,32 +208,30 @@ void core_fill(nb::handle self, Sat64 state, const Writable& bitmask, Sat64 inde
 // advance_batch(states, tokens, out=None) -> None, or a new array without ``out``; all int64
 // 1-D of one length (out may be states). Rows of a batch sit anywhere in the set's arrays: each
 // step's loads are issued ahead (prefetch) so that the cache misses of different rows overlap.
-nb::object core_advance_batch(nb::handle self, const In1<int64_t>& states, const In1<int64_t>& tokens,
-                              nb::handle out) {
+nb::object py_advance_batch(nb::handle self, const Array1<int64_t>& states, const Array1<int64_t>& tokens,
+                            const Array1<int64_t, kOptional | kWritable>& out) {
     const CoreObj& c = core_of(self);
-    const size_t n = states.shape(0);
-    if (tokens.shape(0) != n) throw nb::value_error("states and tokens differ in length");
-    if (out.is_none()) {  // the public API's common case in one call
+    const size_t n = states.size();
+    if (tokens.size() != n) throw nb::value_error("states and tokens differ in length");
+    if (!out.given()) {  // the public API's common case in one call
         int64_t* o;
         nb::object made = new_array<int64_t>({n}, &o);
         advance_batch(&c.s, states.data(), tokens.data(), static_cast<int64_t>(n), o);
         return made;
     }
-    Writable1<int64_t> o;
-    if (!nb::try_cast(out, o, false)) throw nb::type_error("out: expected a contiguous 1-D int64 array");
-    if (o.shape(0) != n) throw nb::value_error("states, tokens and out differ in length");
-    advance_batch(&c.s, states.data(), tokens.data(), static_cast<int64_t>(n), o.data());
+    if (out.size() != n) throw nb::value_error("states, tokens and out differ in length");
+    advance_batch(&c.s, states.data(), tokens.data(), static_cast<int64_t>(n), out.data());
     return nb::none();
 }
 
 // The target rows of a batch: rows[i] (or i when rows is None), negative from the end when
 // ``negative``; IndexError naming the first out of range. A copy: the caller's array could
 // change once the GIL is released.
-std::vector<int64_t> target_rows(const In1<int64_t>& states, const In1<int64_t>& rows, int64_t n_rows, bool negative,
-                                 const char* what) {
-    const size_t n = states.shape(0);
-    const bool has_rows = rows.is_valid();
-    if (has_rows && rows.shape(0) != n) throw nb::value_error("states and rows differ in length");
+std::vector<int64_t> target_rows(const Array1<int64_t>& states, const Array1<int64_t, kOptional>& rows, int64_t n_rows,
+                                 bool negative, const char* what) {
+    const size_t n = states.size();
+    const bool has_rows = rows.given();
+    if (has_rows && rows.size() != n) throw nb::value_error("states and rows differ in length");
     std::vector<int64_t> target(n);
     for (size_t i = 0; i < n; ++i) {
         const int64_t given = has_rows ? rows.data()[i] : static_cast<int64_t>(i);
@@ -243,14 +246,15 @@ std::vector<int64_t> target_rows(const In1<int64_t>& states, const In1<int64_t>&
 }
 
 // fill_batch(states, bitmask, rows_or_None)
-void core_fill_batch(nb::handle self, const In1<int64_t>& states, const Writable& bitmask, const In1<int64_t>& rows) {
+void py_fill_batch(nb::handle self, const Array1<int64_t>& states, const WritableArg<>& bitmask,
+                   const Array1<int64_t, kOptional>& rows) {
     const CoreObj& c = core_of(self);
     const Rows m(bitmask, 4, "bitmask");
     check_words(c.s, m);
     // states need no copy: each is checked where it is read
     const std::vector<int64_t> target = target_rows(states, rows, m.rows, true, "bitmask ");
     nb::gil_scoped_release nogil;
-    fill_rows(&c.s, c.cx != nullptr, states.data(), target.data(), static_cast<int64_t>(states.shape(0)), m.base,
+    fill_rows(&c.s, c.cx != nullptr, states.data(), target.data(), static_cast<int64_t>(states.size()), m.base,
               m.row_stride, m.words);
 }
 
@@ -261,13 +265,13 @@ void check_itemsize(int64_t itemsize) {
 // apply_sparse(states, logits, rows_or_None, neg_inf_bits, itemsize)
 // Row rows[i] of logits keeps the values of the tokens allowed at states[i]; every other entry
 // becomes -inf (given as the bit pattern of the logits' dtype). Touches each row once.
-void core_apply_sparse(nb::handle self, const In1<int64_t>& states, const Writable& logits, const In1<int64_t>& rows,
-                       int64_t bits, int64_t itemsize) {
+void py_apply_sparse(nb::handle self, const Array1<int64_t>& states, const WritableArg<>& logits,
+                     const Array1<int64_t, kOptional>& rows, IntArg bits, IntArg itemsize) {
     const CoreObj& c = core_of(self);
     check_itemsize(itemsize);
     const Rows m(logits, itemsize, "logits");
     const std::vector<int64_t> target = target_rows(states, rows, m.rows, false, "logits ");
-    const int64_t V = m.words, n = static_cast<int64_t>(states.shape(0));
+    const int64_t V = m.words, n = static_cast<int64_t>(states.size());
     const int64_t* st = states.data();
     std::vector<uint32_t> keep4;
     std::vector<uint16_t> keep2;
@@ -288,13 +292,13 @@ void core_apply_sparse(nb::handle self, const In1<int64_t>& states, const Writab
 // Only the tokens allowed at states[i] in row rows[i] of dst are written: copied from the same
 // row of src, or set to -inf when src is None (undoing an earlier copy). Nothing else is touched:
 // a dst kept at -inf serves as masked logits at the cost of the allowed tokens alone.
-void core_copy_sparse(nb::handle self, const In1<int64_t>& states, const Writable& src, const Writable& dst,
-                      const In1<int64_t>& rows, int64_t bits, int64_t itemsize) {
+void py_copy_sparse(nb::handle self, const Array1<int64_t>& states, const WritableArg<true>& src,
+                    const WritableArg<>& dst, const Array1<int64_t, kOptional>& rows, IntArg bits, IntArg itemsize) {
     const CoreObj& c = core_of(self);
     check_itemsize(itemsize);
     const Rows m(dst, itemsize, "dst");
     const std::vector<int64_t> target = target_rows(states, rows, m.rows, false, "dst ");
-    const bool has_src = src.is_valid();
+    const bool has_src = src.given();
     const char* src_base = nullptr;
     int64_t src_stride = 0;
     if (has_src) {
@@ -303,7 +307,7 @@ void core_copy_sparse(nb::handle self, const In1<int64_t>& states, const Writabl
         src_base = from.base;
         src_stride = from.row_stride;
     }
-    const int64_t V = m.words, n = static_cast<int64_t>(states.shape(0));
+    const int64_t V = m.words, n = static_cast<int64_t>(states.size());
     const int64_t* st = states.data();
     std::vector<int32_t> scratch;
     nb::gil_scoped_release nogil;
@@ -342,34 +346,30 @@ nb::object make_mask(const CoreObj& c, int64_t s) {
 }
 
 void bind_steps(nb::module_& m) {
-    nb::class_<CoreObj>(m, "Core", "Steps over a ChoiceSet's arrays.")
-        .def("__init__", &core_init, "row_ptr"_a.noconvert(), "tokens"_a, "children"_a.noconvert(),
-             "far_pos"_a.noconvert(), "far_child"_a.noconvert(), "ends"_a.noconvert(), "width"_a,
-             "compact"_a = nb::none())
-        .def(
-            "advance",
-            [](nb::handle self, Sat64 state, Sat64 token) { return core_advance(&core_of(self).s, state, token); },
-            "state"_a, "token"_a, "advance(state, token) -> next state (DEAD if refused)")
-        .def(
-            "mask", [](nb::handle self, Sat64 state) { return make_mask(core_of(self), state); }, "state"_a,
-            "mask(state) -> allowed ids (read-only int32 view)")
-        .def("is_terminal", &core_is_terminal, "state"_a, "is_terminal(state)")
-        .def("fill", &core_fill, "state"_a, "bitmask"_a.noconvert(), "index"_a = Sat64{},
-             "fill(state, bitmask, index=0)")
-        .def("advance_batch", &core_advance_batch, "states"_a.noconvert(), "tokens"_a.noconvert(),
-             "out"_a = nb::none(), "advance_batch(states, tokens, out=None)")
-        .def("fill_batch", &core_fill_batch, "states"_a.noconvert(), "bitmask"_a.noconvert(),
-             "rows"_a.noconvert().none(), "fill_batch(states, bitmask, rows)")
-        .def("apply_sparse", &core_apply_sparse, "states"_a.noconvert(), "logits"_a.noconvert(),
-             "rows"_a.noconvert().none(), "neg_inf_bits"_a, "itemsize"_a,
-             "apply_sparse(states, logits, rows, neg_inf_bits, itemsize)")
-        .def("copy_sparse", &core_copy_sparse, "states"_a.noconvert(), "src"_a.noconvert().none(),
-             "dst"_a.noconvert(), "rows"_a.noconvert().none(), "neg_inf_bits"_a, "itemsize"_a,
-             "copy_sparse(states, src, dst, rows, neg_inf_bits, itemsize)")
-        .def_prop_ro(
-            "END", [](nb::handle self) { return core_of(self).s.end_state; }, "end state")
-        .def_prop_ro(
-            "DEAD", [](nb::handle self) { return core_of(self).s.dead_state; }, "dead state");
+    auto cls = nb::class_<CoreObj>(m, "Core", "Steps over a ChoiceSet's arrays.")
+                   .def("__init__", &core_init, "row_ptr"_a.noconvert(), "tokens"_a, "children"_a.noconvert(),
+                        "far_pos"_a.noconvert(), "far_child"_a.noconvert(), "ends"_a.noconvert(), "width"_a,
+                        "compact"_a = nb::none())
+                   .def_prop_ro(
+                       "END", [](nb::handle self) { return core_of(self).s.end_state; }, "end state")
+                   .def_prop_ro(
+                       "DEAD", [](nb::handle self) { return core_of(self).s.dead_state; }, "dead state");
+    // per step or batch: CPython method descriptors (fast_method.h)
+    fast_method<&py_advance>(cls, "advance", {{"state"}, {"token"}}, "The next state (DEAD if refused).");
+    fast_method<&py_mask>(cls, "mask", {{"state"}}, "The allowed ids (a read-only int32 view).");
+    fast_method<&py_is_terminal>(cls, "is_terminal", {{"state"}}, "Whether a value ends at state.");
+    fast_method<&py_fill>(cls, "fill", {{"state"}, {"bitmask"}, {"index", nb::int_(0)}},
+                          "Write the bitmask of state into row index.");
+    fast_method<&py_advance_batch>(cls, "advance_batch", {{"states"}, {"tokens"}, {"out", nb::none()}},
+                                   "The next states: into out, or a new array without it.");
+    fast_method<&py_fill_batch>(cls, "fill_batch", {{"states"}, {"bitmask"}, {"rows"}},
+                                "Write the bitmask of states[i] into row rows[i] (row i when rows is None).");
+    fast_method<&py_apply_sparse>(cls, "apply_sparse",
+                                  {{"states"}, {"logits"}, {"rows"}, {"neg_inf_bits"}, {"itemsize"}},
+                                  "Set every logit a state refuses to -inf.");
+    fast_method<&py_copy_sparse>(cls, "copy_sparse",
+                                 {{"states"}, {"src"}, {"dst"}, {"rows"}, {"neg_inf_bits"}, {"itemsize"}},
+                                 "Copy the allowed logits from src to dst (-inf them when src is None).");
 }
 
 }  // namespace trierouter
