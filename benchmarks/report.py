@@ -790,6 +790,11 @@ RERUN = [
     ("livemcpbench_search.json", "python benchmarks/livemcpbench_search.py", "seconds"),
     ("tool_search.json", "python benchmarks/tool_search.py", "2 min (embeddings cached)"),
     (
+        "tool_rerank.json",
+        "python benchmarks/tool_rerank.py",
+        "about 35 min, 0.5B model on CPU (its phases: docstring)",
+    ),
+    (
         "route_at_scale.json",
         "python benchmarks/route_at_scale.py --n 10",
         "see `wall_s` in its JSON",
