@@ -61,6 +61,10 @@ POOLS = (10_000, 100_000)
 K = 32
 DEV_N = 200
 SEED = 0
+TEST_ORDER = (
+    "test questions shuffled with random.Random('tool_rerank:test:0'); scored in chunks of that "
+    "order (--start/--stop), so the chunks done are a seeded random sample of the test split"
+)
 VARIANTS = ("none", "names")
 ARMS = ("search", "model", "combined")
 
@@ -99,7 +103,11 @@ def plan() -> dict[str, Any]:
             "pool": POOLS[0],
             "ids": [dev[i]["id"] for i in pick],
         },
-        "test": {"categories": list(TEST), "n": "all with a ground truth"},
+        "test": {
+            "categories": list(TEST),
+            "n": "all with a ground truth",
+            "order": TEST_ORDER,
+        },
         "variants": {
             "none": "instruction + conversation, no names in the prompt",
             "names": "instruction listing the k candidates' names (sorted) + conversation",
@@ -118,6 +126,13 @@ def plan() -> dict[str, Any]:
         ),
         "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+def test_order(qs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The test questions in the plan's fixed order (:data:`TEST_ORDER`)."""
+    out = list(qs)
+    random.Random(f"tool_rerank:test:{SEED}").shuffle(out)
+    return out
 
 
 def load() -> dict[str, Any]:
@@ -247,7 +262,7 @@ def run_test(start: int, stop: int) -> None:
     result = load()
     variant, w = choose(result)
     result["chosen"] = {"variant": variant, "w": w, "on": "dev sample (plan.dev)"}
-    qs = questions(TEST)[start:stop]
+    qs = test_order(questions(TEST))[start:stop]
     record = arm_run({"phase": "test", "variant": variant, "w": w, "k": K, "range": [start, stop]})
     bench = Bench(POOLS)
     rrs = {s: bench.reranker(variant, s) for s in POOLS}
