@@ -102,6 +102,12 @@ def plan() -> dict[str, Any]:
             "of": len(dev),
             "pool": POOLS[0],
             "ids": [dev[i]["id"] for i in pick],
+            "order": (
+                "the sample in random.Random('tool_rerank:dev-order:0') order; 'none' scores "
+                f"all {DEV_N}, 'names' the first {COMMON}; the variants are compared at their "
+                f"best w on those common {COMMON} (top-1, then MRR, then 'none'); w of the "
+                "chosen variant is calibrated on all it scored"
+            ),
         },
         "test": {
             "categories": list(TEST),
@@ -194,51 +200,90 @@ def rates(rows: list[list[Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_dev(variant: str) -> None:
+PARTS = ROOT / "build" / "tool_rerank"
+"""Per-question dev rows as they are scored (ignored folder): a phase stopped by its time limit
+resumes where it stopped."""
+COMMON = 100
+"""The variants are compared on the first ``COMMON`` questions of the dev order (both scored)."""
+
+
+def dev_order(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's dev sample in a seeded order (any prefix is a seeded random sample)."""
+    want = set(p["dev"]["ids"])
+    qs = [q for q in questions(DEV) if q["id"] in want]
+    random.Random(f"tool_rerank:dev-order:{SEED}").shuffle(qs)
+    return qs
+
+
+def run_dev(variant: str, limit: int) -> None:
     from trierouter.classify_combine import calibrate
 
     result = load()
     if "plan" not in result:
         raise SystemExit("no plan: run --phase plan first (and commit it)")
     p = result["plan"]
-    record = arm_run({"phase": "dev", "variant": variant, "k": K, "pool": p["dev"]["pool"]})
-    bench = Bench((p["dev"]["pool"],))
-    want = set(p["dev"]["ids"])
-    qs = [q for q in questions(DEV) if q["id"] in want]
-    rr = bench.reranker(variant, p["dev"]["pool"])
-    rows, ms, nodes, toks = [], [], [], []
-    cal = []
-    for i, q in enumerate(qs):
-        r = rr.rank(q["messages"])
-        by_search = [t.name for t in sorted(r.tools, key=lambda t: t.search_rank)]
-        cal.append(
-            {
-                "candidates": by_search,
-                "model": {t.name: t.logprob for t in r.tools},
-                "gold": q["gold"],
-            }
-        )
-        model = [t.name for t in sorted(r.tools, key=lambda t: (-t.logprob, t.search_rank))]
-        rows.append([q["id"], gold_rank(by_search, q["gold"]), gold_rank(model, q["gold"])])
-        ms.append(r.model_ms)
-        nodes.append(r.tree_nodes)
-        toks.append(r.prompt_tokens)
-        if i % 25 == 0:
-            print(f"dev {variant} {i}/{len(qs)} {r.model_ms:.0f} ms", flush=True)
+    threads = int(os.environ.get("TOOL_RERANK_THREADS", "2"))
+    settings = {"phase": "dev", "variant": variant, "k": K, "pool": p["dev"]["pool"]}
+    record = arm_run(settings | {"limit": limit, "threads": threads})
+    qs = dev_order(p)[:limit]
+    PARTS.mkdir(parents=True, exist_ok=True)
+    part = PARTS / f"dev_{variant}.jsonl"
+    done = {}
+    if part.is_file():
+        done = {r["id"]: r for r in map(json.loads, part.read_text().splitlines())}
+    todo = [q for q in qs if q["id"] not in done]
+    if todo:
+        bench = Bench((p["dev"]["pool"],))
+        rr = bench.reranker(variant, p["dev"]["pool"])
+        with part.open("a") as f:
+            for i, q in enumerate(todo):
+                r = rr.rank(q["messages"])
+                row = {
+                    "id": q["id"],
+                    "candidates": [t.name for t in sorted(r.tools, key=lambda t: t.search_rank)],
+                    "model": {t.name: t.logprob for t in r.tools},
+                    "gold": q["gold"],
+                    "ms": r.model_ms,
+                    "nodes": r.tree_nodes,
+                    "toks": r.prompt_tokens,
+                }
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                done[q["id"]] = row
+                if i % 25 == 0:
+                    print(f"dev {variant} {len(done)}/{len(qs)} {r.model_ms:.0f} ms", flush=True)
+    cal = [done[q["id"]] for q in qs]
     w, table = calibrate(cal)
+    _, common = calibrate(cal[:COMMON])
+
+    def top1(order: str) -> float:
+        hits = 0
+        for r in cal:
+            if order == "search":
+                ranked = r["candidates"]
+            else:
+                ranked = sorted(r["candidates"], key=lambda n: -r["model"][n])
+            hits += bool(ranked) and ranked[0] in r["gold"]
+        return round(hits / len(cal), 4)
+
     result = load()
     result.setdefault("dev", {})[variant] = {
         "n": len(qs),
         "w": w,
         "by_weight_top1_mrr": table,
-        "search_top1": round(sum(r[1] == 0 for r in rows) / len(rows), 4),
-        "model_top1": round(sum(r[2] == 0 for r in rows) / len(rows), 4),
-        "gold_in_candidates": round(sum(r[1] >= 0 for r in rows) / len(rows), 4),
-        "forward_ms_median": round(statistics.median(ms), 1),
-        "tree_nodes_median": statistics.median(nodes),
-        "prompt_tokens_median": statistics.median(toks),
+        f"first_{COMMON}_by_weight_top1_mrr": common,
+        "search_top1": top1("search"),
+        "model_top1": top1("model"),
+        "gold_in_candidates": round(
+            sum(bool(set(r["candidates"]) & set(r["gold"])) for r in cal) / len(cal), 4
+        ),
+        "forward_ms_median": round(statistics.median(r["ms"] for r in cal), 1),
+        "tree_nodes_median": statistics.median(r["nodes"] for r in cal),
+        "prompt_tokens_median": statistics.median(r["toks"] for r in cal),
     }
-    result.setdefault("runs", {})[f"dev_{variant}"] = finish_run(record)
+    result.setdefault("runs", {})[f"dev_{variant}"] = finish_run(record) | {
+        "note": f"rows resumed from {part.relative_to(ROOT)} where an earlier part was stopped"
+    }
     save(result)
     print("dev", variant, json.dumps(result["dev"][variant]), flush=True)
 
@@ -248,8 +293,9 @@ def choose(result: dict[str, Any]) -> tuple[str, float]:
     if set(dev) != set(VARIANTS):
         raise SystemExit(f"dev phase incomplete ({sorted(dev)}): run --phase dev for each variant")
 
-    def key(v: str) -> tuple[float, float, bool]:
-        top1, mrr = dev[v]["by_weight_top1_mrr"][str(dev[v]["w"])]
+    def key(v: str) -> tuple[float, float, bool]:  # each at its best w on the common prefix
+        table = dev[v][f"first_{COMMON}_by_weight_top1_mrr"]
+        top1, mrr = max(table.values())
         return (top1, mrr, v == "none")
 
     variant = max(VARIANTS, key=key)
@@ -368,6 +414,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--phase", default="all", choices=("all", "plan", "dev", "test", "summary"))
     ap.add_argument("--variant", choices=VARIANTS, help="dev: one prompt variant (default both)")
+    ap.add_argument("--limit", type=int, default=DEV_N, help="dev: the first N of the dev order")
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--stop", type=int, default=600)
     args = ap.parse_args()
@@ -378,7 +425,7 @@ def main() -> None:
         save({"benchmark": "tool_rerank", "plan": plan()})
     if args.phase in ("all", "dev"):
         for v in [args.variant] if args.variant else VARIANTS:
-            run_dev(v)
+            run_dev(v, args.limit if args.variant else DEV_N if v == "none" else COMMON)
     if args.phase in ("all", "test"):
         run_test(args.start, args.stop)
     if args.phase in ("all", "summary"):
