@@ -20,7 +20,8 @@ calibrated on dev). Right-tool@1 and recall@5 of each arm's ranking.
 
 Rule (fixed in the JSON's ``plan`` before any outcome was seen): ``w`` and the prompt
 (``none``: no names in the prompt; ``names``: the candidates' names, sorted, listed in the
-instruction) are chosen on a seeded sample of the DEV split (BFCL live_simple + live_multiple,
+instruction; ``descriptions``: each with the first sentence of its description, at most 80
+characters) are chosen on a seeded sample of the DEV split (BFCL live_simple + live_multiple,
 user-contributed; 10,000 tools) by ``classify_combine.calibrate`` (top-1, then MRR, then the
 smaller weight); the dev questions stand in for a registry owner's own example queries. Then
 the TEST split (simple_python + multiple, 600) is scored once at 10,000 and 100,000 tools.
@@ -65,7 +66,9 @@ TEST_ORDER = (
     "test questions shuffled with random.Random('tool_rerank:test:0'); scored in chunks of that "
     "order (--start/--stop), so the chunks done are a seeded random sample of the test split"
 )
-VARIANTS = ("none", "names")
+VARIANTS = ("none", "names", "descriptions")
+DEV_LIMITS = {"none": 200, "names": 100, "descriptions": 50}
+"""Dev questions scored per variant (the first of the dev order; time on this CPU)."""
 ARMS = ("search", "model", "combined")
 
 
@@ -103,10 +106,10 @@ def plan() -> dict[str, Any]:
             "pool": POOLS[0],
             "ids": [dev[i]["id"] for i in pick],
             "order": (
-                "the sample in random.Random('tool_rerank:dev-order:0') order; 'none' scores "
-                f"all {DEV_N}, 'names' the first {COMMON}; the variants are compared at their "
-                f"best w on those common {COMMON} (top-1, then MRR, then 'none'); w of the "
-                "chosen variant is calibrated on all it scored"
+                "the sample in random.Random('tool_rerank:dev-order:0') order; each variant "
+                f"scores the first {DEV_LIMITS} of it; the variants are compared at their best "
+                "w on the questions all scored (top-1, then MRR, then the cheaper prompt); w of "
+                "the chosen variant is calibrated on all it scored"
             ),
         },
         "test": {
@@ -117,6 +120,8 @@ def plan() -> dict[str, Any]:
         "variants": {
             "none": "instruction + conversation, no names in the prompt",
             "names": "instruction listing the k candidates' names (sorted) + conversation",
+            "descriptions": "instruction listing the k candidates' names, each with one_line "
+            "of its description (<= 80 characters), sorted + conversation",
         },
         "arms": {
             "search": "the search's first (BM25 tool_text rank 1)",
@@ -167,6 +172,9 @@ class Bench:
         pool = pools([max(sizes)], own)[: max(sizes)]
         _, tt = texts_of(pool)
         names = [t["function"]["name"] for t in pool]
+        self.descriptions = {
+            t["function"]["name"]: t["function"].get("description") or "" for t in pool
+        }
         self.index = {}
         for size in sizes:
             self.index[size] = ToolIndex(BM25Index.build(names[:size], tt[:size]))
@@ -179,7 +187,12 @@ class Bench:
         from trierouter.router.tool_rerank import ToolReranker
 
         return ToolReranker(
-            self.model, self.tok, index=self.index[size], k=K, list_names=variant == "names"
+            self.model,
+            self.tok,
+            index=self.index[size],
+            k=K,
+            listing=variant,
+            descriptions=self.descriptions,
         )
 
 
@@ -203,8 +216,6 @@ def rates(rows: list[list[Any]]) -> dict[str, dict[str, float]]:
 PARTS = ROOT / "build" / "tool_rerank"
 """Per-question dev rows as they are scored (ignored folder): a phase stopped by its time limit
 resumes where it stopped."""
-COMMON = 100
-"""The variants are compared on the first ``COMMON`` questions of the dev order (both scored)."""
 
 
 def dev_order(p: dict[str, Any]) -> list[dict[str, Any]]:
@@ -254,7 +265,7 @@ def run_dev(variant: str, limit: int) -> None:
                     print(f"dev {variant} {len(done)}/{len(qs)} {r.model_ms:.0f} ms", flush=True)
     cal = [done[q["id"]] for q in qs]
     w, table = calibrate(cal)
-    _, common = calibrate(cal[:COMMON])
+    prefixes = {n: calibrate(cal[:n])[1] for n in sorted(set(DEV_LIMITS.values())) if n <= len(cal)}
 
     def top1(order: str) -> float:
         hits = 0
@@ -271,7 +282,7 @@ def run_dev(variant: str, limit: int) -> None:
         "n": len(qs),
         "w": w,
         "by_weight_top1_mrr": table,
-        f"first_{COMMON}_by_weight_top1_mrr": common,
+        "first_n_by_weight_top1_mrr": {str(n): t for n, t in prefixes.items()},
         "search_top1": top1("search"),
         "model_top1": top1("model"),
         "gold_in_candidates": round(
@@ -293,10 +304,12 @@ def choose(result: dict[str, Any]) -> tuple[str, float]:
     if set(dev) != set(VARIANTS):
         raise SystemExit(f"dev phase incomplete ({sorted(dev)}): run --phase dev for each variant")
 
-    def key(v: str) -> tuple[float, float, bool]:  # each at its best w on the common prefix
-        table = dev[v][f"first_{COMMON}_by_weight_top1_mrr"]
+    common = str(min(dev[v]["n"] for v in VARIANTS))
+
+    def key(v: str) -> tuple[float, float, int]:  # each at its best w on the common prefix
+        table = dev[v]["first_n_by_weight_top1_mrr"][common]
         top1, mrr = max(table.values())
-        return (top1, mrr, v == "none")
+        return (top1, mrr, -VARIANTS.index(v))  # a tie: the cheaper prompt
 
     variant = max(VARIANTS, key=key)
     return variant, float(dev[variant]["w"])
@@ -425,7 +438,7 @@ def main() -> None:
         save({"benchmark": "tool_rerank", "plan": plan()})
     if args.phase in ("all", "dev"):
         for v in [args.variant] if args.variant else VARIANTS:
-            run_dev(v, args.limit if args.variant else DEV_N if v == "none" else COMMON)
+            run_dev(v, args.limit if args.variant else DEV_LIMITS[v])
     if args.phase in ("all", "test"):
         run_test(args.start, args.stop)
     if args.phase in ("all", "summary"):

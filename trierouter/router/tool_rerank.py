@@ -52,6 +52,7 @@ __all__ = [
     "ToolReranker",
     "as_messages",
     "name_scores",
+    "one_line",
     "rank_by",
     "tool_prompt",
 ]
@@ -64,6 +65,18 @@ DEFAULT_INSTRUCTION = (
 ``benchmarks/tool_rerank.py``)."""
 
 ScoreKind = Literal["canonical"]
+Listing = Literal["none", "names", "descriptions"]
+ONE_LINE_CHARS = 80
+"""The most characters of a candidate's description shown by ``listing="descriptions"``."""
+
+
+def one_line(text: str, limit: int = ONE_LINE_CHARS) -> str:
+    """``text``'s first sentence, whitespace collapsed, cut at a word within ``limit``."""
+    flat = " ".join(text.split())
+    head = flat.split(". ", 1)[0]
+    if len(head) <= limit:
+        return head
+    return head[:limit].rsplit(" ", 1)[0] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,19 +150,23 @@ def tool_prompt(
     conversation: str | Sequence[Mapping[str, Any]],
     *,
     instruction: str = DEFAULT_INSTRUCTION,
-    listed: Sequence[str] | None = None,
+    listed: Sequence[str] | Mapping[str, str] | None = None,
 ) -> list[int]:
     """The prompt's token ids: the tokenizer's chat template over the ``instruction`` (a system
     message, before the conversation's own system text), the whole conversation, and the
     assistant's turn opened, where the model writes the tool's name. ``listed``: names to show
-    in the instruction (``None``: none shown)."""
+    in the instruction, a mapping with a one-line description each (``None``: none shown)."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             "the tokenizer has no chat_template: set tokenizer.chat_template (the served "
             "model's) so the prompt is the one the model was trained on"
         )
     system = instruction
-    if listed:
+    if isinstance(listed, Mapping):
+        system += "\nTools:" + "".join(
+            f"\n- {n}: {d}" if d else f"\n- {n}" for n, d in listed.items()
+        )
+    elif listed:
         system += "\nTools: " + ", ".join(listed)
     messages = as_messages(conversation)
     if messages[0]["role"] == "system":
@@ -227,8 +244,9 @@ class ToolReranker:
     anything with ``search(query, k) -> [(name, score)]``); optional when candidates are
     passed to :meth:`rank`. ``k``: candidates per conversation. ``combine``: the weight ``w``
     or a :class:`~trierouter.classify_combine.Combine` (``0``: the model alone, until
-    :meth:`calibrate`). ``list_names``: also show the candidates' names (sorted, not in the
-    search's order) in the instruction.
+    :meth:`calibrate`). ``listing``: what the instruction shows of the candidates (sorted by
+    name, not in the search's order): ``"none"``, their ``"names"``, or ``"descriptions"``
+    (name and :func:`one_line` of ``descriptions[name]``; longer prompt, slower call).
     """
 
     def __init__(
@@ -240,7 +258,8 @@ class ToolReranker:
         k: int = 32,
         combine: float | Combine = 0.0,
         instruction: str = DEFAULT_INSTRUCTION,
-        list_names: bool = False,
+        listing: Listing = "none",
+        descriptions: Mapping[str, str] | None = None,
     ) -> None:
         if k < 1:
             raise ValueError(f"k={k}: expected >= 1 candidates")
@@ -252,9 +271,22 @@ class ToolReranker:
         self.k = k
         self.combine = combine if isinstance(combine, Combine) else Combine(float(combine))
         self.instruction = instruction
-        self.list_names = list_names
+        if listing not in ("none", "names", "descriptions"):
+            raise ValueError(f"listing={listing!r}: expected 'none', 'names' or 'descriptions'")
+        if listing == "descriptions" and descriptions is None:
+            raise ValueError("listing='descriptions' needs descriptions={name: text}")
+        self.listing: Listing = listing
+        self.descriptions = descriptions or {}
         vocabulary = Vocabulary.from_tokenizer(tokenizer, width=model_width(model))
         self.token_index = TokenIndex.get(vocabulary)
+
+    def listed(self, names: Sequence[str]) -> list[str] | dict[str, str] | None:
+        """What the prompt shows of ``names`` (see ``listing``)."""
+        if self.listing == "names":
+            return sorted(names)
+        if self.listing == "descriptions":
+            return {n: one_line(self.descriptions.get(n, "")) for n in sorted(names)}
+        return None
 
     def search(self, conversation: str | Sequence[Mapping[str, Any]]) -> tuple[str, Any]:
         """The search's query for ``conversation`` (its last user and tool turns, newest
@@ -292,7 +324,7 @@ class ToolReranker:
             self.tokenizer,
             conversation,
             instruction=self.instruction,
-            listed=sorted(names) if self.list_names else None,
+            listed=self.listed(names),
         )
         [scores], nodes, respelled = name_scores(
             self.model, self.tokenizer, self.token_index, context, [names]
