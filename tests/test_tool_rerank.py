@@ -125,10 +125,10 @@ def test_rank_is_the_combined_formula_over_the_searchs_candidates(
                 assert t.search_score == dict(cands)[t.name]
                 assert abs(t.logprob - want[t.name][0]) < 1e-5
                 assert abs(t.combined - combined[t.name]) < 1e-5
-    # w = 16 on 10 candidates: the search's order; w = 0: the model's (they differ here)
+    # a huge w: the search's order; w = 0: the model's (they differ here)
     cands = [(n, float(len(TOOLS) - i)) for i, n in enumerate(TOOLS)]
     conv = CONVERSATIONS[0]
-    by_search = ToolReranker(model, tok, combine=16.0).rank(conv, candidates=cands)
+    by_search = ToolReranker(model, tok, combine=1e6).rank(conv, candidates=cands)
     assert [t.search_rank for t in by_search.tools] == list(range(len(TOOLS)))
     by_model = ToolReranker(model, tok).rank(conv, candidates=cands)
     lps = [t.logprob for t in by_model.tools]
@@ -150,19 +150,22 @@ def test_calibrate_picks_the_weight_a_plain_loop_picks(chat: tuple[Any, Any]) ->
     rr = ToolReranker(model, tok, index=search, k=5)
     got = rr.calibrate(examples)
     assert rr.combine is got and got.calibrated_on == tuple(t for t, _ in examples)
+    oracle = []
+    for text, gold in examples:
+        _, cands = rr.search(text)
+        names = [n for n, _ in cands]
+        oracle.append((names, oracle_canonical(model, tok, tool_prompt(tok, text), names), gold))
     table = {}
     for w in WEIGHTS:
         acc = mrr = 0.0
-        for text, gold in examples:
-            _, cands = rr.search(text)
-            names = [n for n, _ in cands]
-            want = oracle_canonical(model, tok, tool_prompt(tok, text), names)
+        for names, want, gold in oracle:
             score = {n: want[n][0] - w * math.log1p(i) for i, n in enumerate(names)}
             order = sorted(names, key=lambda n: (-score[n], names.index(n)))
             acc += order[0] == gold
             mrr += next((1 / (i + 1) for i, n in enumerate(order) if n == gold), 0.0)
         table[w] = (acc / len(examples), mrr / len(examples))
     best = max(WEIGHTS, key=lambda w: (round(table[w][0], 4), round(table[w][1], 4), -w))
+    assert len(set(table.values())) > 1  # the weights rank differently: the choice matters
     assert got.weight == best
     assert all(abs(got.by_weight[str(w)][0] - table[w][0]) < 1e-4 for w in WEIGHTS)
 
