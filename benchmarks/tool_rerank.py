@@ -3,7 +3,8 @@
     python benchmarks/tool_rerank.py                  # plan, dev (both prompts), test, summary
     python benchmarks/tool_rerank.py --phase plan     # the fixed plan only (no outcomes)
     python benchmarks/tool_rerank.py --phase dev --variant none     # each phase < 15 min here
-    python benchmarks/tool_rerank.py --phase test --start 0 --stop 300
+    python benchmarks/tool_rerank.py --phase test    # resumes; stops whole after
+                                                     # $TOOL_RERANK_BUDGET_S (720) seconds
 
 The search is the server's default (``ToolIndex``: BM25 over ``tool_text``) over the pools of
 ``benchmarks/tool_search.py`` (same rule, same order: every BFCL v4 function plus
@@ -329,7 +330,13 @@ def run_test(start: int, stop: int) -> None:
     cost: dict[str, list[float]] = {"forward_ms": [], "prompt_tokens": [], "union_nodes": []}
     for s in POOLS:
         cost[f"search_ms_{s}"], cost[f"tree_nodes_{s}"] = [], []
+    t_start = time.monotonic()
+    budget = float(os.environ.get("TOOL_RERANK_BUDGET_S", "720"))
+    done = 0
     for i, q in enumerate(qs):
+        if time.monotonic() - t_start > budget:  # stop whole: the next run starts here
+            break
+        done += 1
         found = {}
         for s in POOLS:
             t0 = time.perf_counter()
@@ -373,7 +380,7 @@ def run_test(start: int, stop: int) -> None:
             print(f"test {start + i} {cost['forward_ms'][-1]:.0f} ms", flush=True)
     result = load()
     result["chosen"] = {"variant": variant, "w": w, "on": "dev sample (plan.dev)"}
-    chunk = f"{start}-{stop}"
+    chunk = f"{start}-{start + done}"
     result.setdefault("test_rows", {})[chunk] = rows
     rounded = {k: [round(x, 2) for x in v] for k, v in cost.items()}
     result.setdefault("test_cost", {})[chunk] = rounded
@@ -391,6 +398,16 @@ def _tree_of(rr: Any, names: list[str]) -> Any:
     cs = compile_choices(names, rr.token_index)
     paths, _ = canonical_paths(cs, _encoder(rr.tokenizer), rr.token_index.vocabulary)
     return path_tree(cs, paths)
+
+
+def next_start(result: dict[str, Any]) -> int:
+    """Where the next test run starts: after the contiguous chunks done from 0."""
+    ranges = sorted(tuple(map(int, c.split("-"))) for c in result.get("test_rows", {}))
+    at = 0
+    for a, b in ranges:
+        if a == at:
+            at = b
+    return at
 
 
 def summary() -> None:
@@ -428,7 +445,7 @@ def main() -> None:
     ap.add_argument("--phase", default="all", choices=("all", "plan", "dev", "test", "summary"))
     ap.add_argument("--variant", choices=VARIANTS, help="dev: one prompt variant (default both)")
     ap.add_argument("--limit", type=int, default=DEV_N, help="dev: the first N of the dev order")
-    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--start", type=int, default=None, help="test: default after what is done")
     ap.add_argument("--stop", type=int, default=600)
     args = ap.parse_args()
     if args.phase in ("all", "plan"):
@@ -440,7 +457,9 @@ def main() -> None:
         for v in [args.variant] if args.variant else VARIANTS:
             run_dev(v, args.limit if args.variant else DEV_LIMITS[v])
     if args.phase in ("all", "test"):
-        run_test(args.start, args.stop)
+        start = next_start(load()) if args.start is None else args.start
+        if start < args.stop:
+            run_test(start, args.stop)
     if args.phase in ("all", "summary"):
         summary()
 
