@@ -61,8 +61,8 @@ DEFAULT_INSTRUCTION = (
     "You choose the one tool (function) to call for the user's request. "
     "Answer with the tool's exact name only."
 )
-"""The system instruction of :func:`tool_prompt` (chosen on BFCL's dev split, see
-``benchmarks/tool_rerank.py``)."""
+"""The system instruction of :func:`tool_prompt` (fixed, not tuned; what the prompt lists of
+the candidates is compared on BFCL's dev split in ``benchmarks/tool_rerank.py``)."""
 
 ScoreKind = Literal["canonical"]
 Listing = Literal["none", "names", "descriptions"]
