@@ -795,6 +795,11 @@ RERUN = [
         "about 12 min per section (its JSON's runs)",
     ),
     (
+        "tool_rerank.json",
+        "python benchmarks/tool_rerank.py",
+        "about 35 min, 0.5B model on CPU (its phases: docstring)",
+    ),
+    (
         "route_at_scale.json",
         "python benchmarks/route_at_scale.py --n 10",
         "see `wall_s` in its JSON",

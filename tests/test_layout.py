@@ -441,7 +441,8 @@ ok = layout == "compact" or mode == "numpy" or backend_count == 3 or backend == 
 
 CORE_CALLS = ("core", "kernels")
 """How the name of a function that returns the compiled core (or, once, ``None`` for the numpy
-backend) ends: ``default_core``, ``native_core``, ``native_kernels``; or it is ``_native``."""
+backend) ends, as a word: ``default_core``, ``native_core``, ``native_kernels``; or it is
+``_native`` (``self._score(...)`` ends in the letters, not the word)."""
 
 
 def _core_call(node: ast.expr) -> bool:
@@ -450,7 +451,12 @@ def _core_call(node: ast.expr) -> bool:
         return False
     f = node.func
     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
-    return name.lower().endswith(CORE_CALLS) or name in ("native", "_native")
+    low = name.lower()
+    return (
+        low in CORE_CALLS
+        or low.endswith(tuple("_" + c for c in CORE_CALLS))
+        or name in ("native", "_native")
+    )
 
 
 def _tests_native(node: ast.expr) -> bool:
@@ -513,7 +519,7 @@ def test_no_core_or_python_branch_in_library_modules() -> None:
 def test_the_core_branch_check_finds_each_form() -> None:
     """The check above is not vacuous: each form the slot automata, the vocabulary and the
     shortlist kernels used is found; a cache tested for ``None`` and a core used without a test
-    are not."""
+    are not, nor a name that ends in the letters ``core`` only (``self._score``)."""
     source = """
 self.native = _backend.default_core() is not None
 if tables.native and masks: ...
@@ -529,6 +535,8 @@ if self._trie is None: ...
 out = native_core().top_positive(scores, k)
 cached = self._cache.get(key)
 if cached is None: ...
+model = self._score(prompt, query, labels)
+if model is None: ...
 """
     found = core_branches(source)
     found.sort(key=lambda f: int(f.split()[1].rstrip(":")))

@@ -38,6 +38,7 @@ __all__ = [
     "TEMPLATE_MARKERS",
     "CallFormat",
     "call_format",
+    "has_chat_template",
     "model_call_format",
 ]
 
@@ -238,16 +239,25 @@ TEMPLATE_MARKERS: tuple[tuple[str, str], ...] = (
 that names its native call syntax, in the order they are looked for."""
 
 
+def _templates(tokenizer: Any) -> list[str]:
+    """A tokenizer's chat template texts (a string, or a dict of named templates)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        return [t for t in template.values() if isinstance(t, str)]
+    return [template] if isinstance(template, str) else []
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether a tokenizer carries a chat template (what ``apply_chat_template`` renders)."""
+    return any(t.strip() for t in _templates(tokenizer))
+
+
 def model_call_format(tokenizer: Any) -> str | None:
     """The native call syntax of a model, told by its tokenizer: the first of
     :data:`TEMPLATE_MARKERS` found in its chat template (a string, or a dict of named templates),
     else among its vocabulary's tokens; ``None`` when neither names one. The one place a model's
     call format is detected (the vLLM tool parser and the LangChain adapter both ask here)."""
-    template = getattr(tokenizer, "chat_template", None)
-    texts = [template] if isinstance(template, str) else []
-    if isinstance(template, dict):
-        texts = [t for t in template.values() if isinstance(t, str)]
-    for text in texts:
+    for text in _templates(tokenizer):
         for marker, fmt in TEMPLATE_MARKERS:
             if marker in text:
                 return fmt
