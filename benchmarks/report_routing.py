@@ -232,9 +232,70 @@ def grouped_routing(load: Load) -> list[str]:
     ]
 
 
+RERANK_ARMS = {
+    "search": "the search's first (BM25 over tool_text: today's default)",
+    "model": "the model's name scores alone (w = 0)",
+    "combined": "model + search rank (w calibrated on dev)",
+}
+
+
+def tool_rerank(load: Load) -> list[str]:
+    """Exact name scores of the search's candidates, alone and combined with its rank."""
+    d = load("tool_rerank.json")
+    if d is None or "dev" not in d:
+        return []
+    plan = d["plan"]
+    out = [
+        "| split | prompt | n | tools (K) | search first | model alone | combined (w) "
+        "| forward ms (median) | prompt tokens |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for variant, r in d["dev"].items():
+        top1 = r["by_weight_top1_mrr"]
+        out.append(
+            f"| dev | {variant} | {r['n']} | {plan['dev']['pool']:,} | {r['search_top1']:.3f} | "
+            f"{r['model_top1']:.3f} | {top1[str(r['w'])][0]:.3f} ({r['w']:g}) | "
+            f"{r['forward_ms_median']:.0f} | {r['prompt_tokens_median']:.0f} |"
+        )
+    chosen = d.get("chosen", {})
+    cost = d.get("cost", {})
+    for size, t in d.get("test", {}).items():
+        out.append(
+            f"| test | {chosen.get('variant', '?')} | {t['n']} | {int(size):,} | "
+            f"{t['search']['right_tool_at_1']:.3f} | {t['model']['right_tool_at_1']:.3f} | "
+            f"{t['combined']['right_tool_at_1']:.3f} ({chosen.get('w', 0):g}) | "
+            f"{cost.get('forward_ms', {}).get('median', 0):.0f} | "
+            f"{cost.get('prompt_tokens', {}).get('median', 0):.0f} |"
+        )
+    runs = "; ".join(
+        f"{name}: {r.get('commit', '?')}{'+dirty' if r.get('dirty') else ''}"
+        for name, r in sorted(d.get("runs", {}).items())
+    )
+    test_n = {t["n"] for t in d.get("test", {}).values()}
+    return [
+        *out,
+        "",
+        f"`benchmarks/tool_rerank.py` → `benchmarks/results/tool_rerank.json` (runs {runs}). "
+        f"{plan['model']} on this CPU, {plan['k']} candidates from the search, each name "
+        "scored on its canonical path constrained to the candidates, one forward call per "
+        f"prompt. Dev: {plan['dev']['n']} seeded BFCL live_simple + live_multiple questions "
+        "(each prompt scored the first n of one seeded order); the prompt and w were chosen "
+        f"there by the plan's rule ({plan['rule']}). Test: "
+        + (
+            f"the first {min(test_n)} of the 600 simple_python + multiple questions in a "
+            "seeded order (a random sample), scored once with that choice. "
+            if test_n
+            else "not scored yet. "
+        )
+        + "Values: right tool @1 (the first of the ranking is a gold tool). "
+        + str(cost.get("note", "")),
+    ]
+
+
 BLOCKS: dict[str, Callable[[Load], list[str]]] = {
     "routing-headline": routing_headline,
     "route-at-scale": route_at_scale,
     "tool-search": tool_search,
     "grouped-routing": grouped_routing,
+    "tool-rerank": tool_rerank,
 }

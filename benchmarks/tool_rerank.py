@@ -431,10 +431,17 @@ def summary() -> None:
         for k, v in cost.items()
         if v
     } | {
-        "note": "search_ms_K: ToolIndex.search of k candidates at K tools; forward_ms: the "
-        "prompt, the candidates' set compiled and ONE forward call scoring both pools' "
-        "candidates (union tree: union_nodes; tree_nodes_K: a pool's own tree), CPU, "
-        f"{os.environ.get('TOOL_RERANK_THREADS', '2')} threads, a shared 2-core machine"
+        "note": "search_ms_K: ToolIndex.search of k candidates at K tools; forward_ms: per "
+        "question, the prompt, the candidates' set compiled and "
+        + (
+            "ONE forward call scoring both pools' candidates (union tree: union_nodes; "
+            "tree_nodes_K: a pool's own tree)"
+            if result.get("chosen", {}).get("variant") == "none"
+            else "one forward call per pool (its prompt lists that pool's candidates; "
+            "tree_nodes_K: a pool's tree)"
+        )
+        + f", CPU, {os.environ.get('TOOL_RERANK_THREADS', '2')} threads, a shared 2-core "
+        "machine"
     }
     save(result)
     print(json.dumps({"test": result["test"], "chosen": result.get("chosen")}, indent=1))
