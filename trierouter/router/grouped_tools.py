@@ -26,7 +26,6 @@ are counted apart from the search's.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trierouter.classify_combine import combined_score
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import compile_choices
 from trierouter.router.label_scorer import TransformersScorer
@@ -210,7 +210,7 @@ class GroupedRouter:
         if model is None:
             return Candidate(name, search, None)
         m = model[name]
-        return Candidate(name, search, m, m - self.combine * math.log1p(rank))
+        return Candidate(name, search, m, combined_score(m, rank, self.combine))
 
     def _tool_line(self, name: str) -> str:
         desc = " ".join(self.descriptions.get(name, "").split())
