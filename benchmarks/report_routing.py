@@ -31,6 +31,14 @@ def _run_note(d: dict[str, Any]) -> str:
     return f"commit {d.get('commit', '?')}, {d.get('date', '?')[:10]}, {where}"
 
 
+def _run_cells(runs: dict[str, Any]) -> str:
+    """Each run of a result file: its name, commit (``+dirty`` where the tree was) and date."""
+    return "; ".join(
+        f"{name}: {r.get('commit', '?')}{'+dirty' if r.get('dirty') else ''} ({r.get('date', '?')})"
+        for name, r in sorted(runs.items())
+    )
+
+
 def tool_search(load: Load) -> list[str]:
     """Recall@k of each search over the same pools, per question set."""
     d = load("tool_search.json")
@@ -206,11 +214,7 @@ def grouped_routing(load: Load) -> list[str]:
             f"| {_grouped_arm(arm)} | {r['right@1']:.3f} | {r['r@5']:.3f} | {r['r@16']:.3f} | "
             f"{grp} | {r['search_ms']:.1f} | {ms:.0f} | {calls:.2f} |"
         )
-    runs = sec.get("runs", {})
-    cells = "; ".join(
-        f"{p}: {r.get('commit', '?')}{'+dirty' if r.get('dirty') else ''} ({r.get('date', '?')})"
-        for p, r in sorted(runs.items())
-    )
+    cells = _run_cells(sec.get("runs", {}))
     n = min(r.get("n", 0) for r in summ.values())
     g = plan["grouping"]
     choice = d.get("dev_choice", {})
@@ -267,10 +271,7 @@ def tool_rerank(load: Load) -> list[str]:
             f"{cost.get('forward_ms', {}).get('median', 0):.0f} | "
             f"{cost.get('prompt_tokens', {}).get('median', 0):.0f} |"
         )
-    runs = "; ".join(
-        f"{name}: {r.get('commit', '?')}{'+dirty' if r.get('dirty') else ''}"
-        for name, r in sorted(d.get("runs", {}).items())
-    )
+    runs = _run_cells(d.get("runs", {}))
     test_n = {t["n"] for t in d.get("test", {}).values()}
     return [
         *out,
