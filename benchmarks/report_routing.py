@@ -251,7 +251,7 @@ def tool_rerank(load: Load) -> list[str]:
     plan = d["plan"]
     out = [
         "| split | prompt | n | tools (K) | search first | model alone | combined (w) "
-        "| forward ms (median) | prompt tokens |",
+        "| forward ms per question, median (test: both pools' calls) | prompt tokens per call |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variant, r in d["dev"].items():
