@@ -1,6 +1,6 @@
 """The right tool out of 10,000 and 100,000, through a live ``trierouter serve``.
 
-    python benchmarks/route_at_scale.py --n 60        # 60 simple_python + 60 multiple
+    python benchmarks/route_at_scale.py --n 50 --arms own,r10k,r100k --mcp --stop-after-min 75
 
 Model: Qwen2.5-Coder-0.5B-Instruct (``trierouter.models``, float32 in vLLM on the CPU),
 ``--max-model-len 8192``, the server's default settings otherwise, temperature 0, the
@@ -14,7 +14,19 @@ outcome is seen (``bfcl_offline.sample``). Registries (named, ``$TRIEROUTER_TOOL
   10,000 / 100,000 tools: the server's tool search (default: BM25 over tool_text, k = 16,
   fitted to the context) chooses what the prompt shows;
 - ``r10k_name_desc`` / ``r100k_name_desc``: the same with the search before this round (BM25
-  over name and description: ``trierouter_search_text="name_description"``).
+  over name and description: ``trierouter_search_text="name_description"``);
+- ``mcp`` (``--mcp``): the second, held-out source, LiveMCPBench (``trierouter.data.livemcpbench``):
+  each of its 94 user-written tasks, no tools sent, the registry of its 526 real MCP tools named;
+  right tool = the first call names one of the task's gold tools (the tasks are multi-step: the
+  first call is what this single request can show). Never used to tune anything.
+
+Order and cut, fixed before any outcome: the BFCL questions and the MCP tasks are each shuffled
+with the seed and alternated, one BFCL question (all its arms) then one task, and sent in that
+order. ``--stop-after-min`` stops sending new requests after that many minutes of the timed
+phase (in-flight ones finish): a question is scored only when every arm of it was answered, so
+a cut keeps a seeded-random prefix of each set and says how many of the planned were scored.
+Every answer is appended to ``.cache/route_at_scale/answers.jsonl`` as it comes (progress, and
+nothing lost to a crash); the summary is written at the end.
 
 Per arm: BFCL's official ``ast_checker`` accuracy (from the pinned wheel) on the returned
 ``tool_calls``; right-tool rate (the called names are the gold names); ``right_tool_or_twin``
@@ -35,11 +47,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,20 +81,64 @@ POOL_RULE = (
 )
 
 
-def registries(own: list[dict[str, Any]]) -> tuple[Path, dict[str, dict[str, Any]]]:
+def registries(
+    own: list[dict[str, Any]], mcp_tools: list[dict[str, Any]]
+) -> tuple[Path, dict[str, dict[str, Any]]]:
     """The registry files and ``$TRIEROUTER_TOOLS`` config (cached), and every pooled tool by
-    name (full schemas: what a called tool is validated against)."""
+    name (full schemas: what a called tool is validated against); ``mcp`` is LiveMCPBench's
+    526 tools when given."""
     pool = pools([max(SIZES.values())], own)[: max(SIZES.values())]
     full = [t.full() if hasattr(t, "full") else t for t in pool]
     CACHE.mkdir(parents=True, exist_ok=True)
     config = {}
-    for name, size in SIZES.items():
+    files = {name: full[:size] for name, size in SIZES.items()}
+    if mcp_tools:
+        files["mcp"] = mcp_tools
+    for name, tools in files.items():
         path = CACHE / f"{name}.json"
-        path.write_text(json.dumps(full[:size]))
+        path.write_text(json.dumps(tools))
         config[name] = path.name
     cfg = CACHE / "tools.json"
     cfg.write_text(json.dumps(config))
-    return cfg, {t["function"]["name"]: t for t in full}
+    return cfg, {t["function"]["name"]: t for t in [*full, *mcp_tools]}
+
+
+@dataclass(frozen=True)
+class McpEntry:
+    """A LiveMCPBench task as one request: its text as the only user message."""
+
+    id: str
+    messages: list[dict[str, str]]
+    gold: frozenset[str]
+
+
+def mcp_entries() -> tuple[list[McpEntry], list[dict[str, Any]]]:
+    from trierouter.data.livemcpbench import load_livemcpbench
+
+    bench = load_livemcpbench()
+    tasks = [
+        McpEntry(t.id, [{"role": "user", "content": t.query}], frozenset(t.gold))
+        for t in bench.tasks
+    ]
+    return tasks, bench.tools
+
+
+def job_order(
+    entries: list[Any], tasks: list[McpEntry], arms: list[str], seed: int
+) -> list[tuple[Any, str]]:
+    """Every (question, arm) in the order they are sent, fixed by the seed alone: BFCL questions
+    and MCP tasks each shuffled, then alternated; a question's arms sent together."""
+    rng = random.Random(f"{seed}:order")
+    qs, ts = list(entries), list(tasks)
+    rng.shuffle(qs)
+    rng.shuffle(ts)
+    jobs: list[tuple[Any, str]] = []
+    for i in range(max(len(qs), len(ts))):
+        if i < len(qs):
+            jobs += [(qs[i], arm) for arm in arms]
+        if i < len(ts):
+            jobs.append((ts[i], "mcp"))
+    return jobs
 
 
 def ask(client: Any, entry: Any, arm: str, max_tokens: int) -> dict[str, Any]:
@@ -136,14 +194,8 @@ def summarize(
     agg: dict[str, Any] = {"n": len(entries), "correct": 0, "right_tool": 0, "called": 0,
                            "right_tool_or_twin": 0, "valid": 0, "errors": 0,
                            "refused_context": 0}  # fmt: skip
-    hits = {1: 0, 5: 0, 16: 0, "prompt": 0}
-    routed = 0
-    secs, search_ms, prompt_tokens = [], [], []
     for e, a in zip(entries, answers, strict=True):
-        secs.append(a["s"])
         if "error" in a:
-            agg["errors"] += 1
-            agg["refused_context"] += "context length" in a["error"]
             continue
         calls = a["calls"]
         gold = gold_names(e)
@@ -154,6 +206,43 @@ def summarize(
             agg["right_tool"] += {c["name"] for c in calls} == gold
             agg["right_tool_or_twin"] += called_up_to_twins(calls, gold)
         agg["correct"] += judge_row(judge, e, calls, tools_of(e), text_allowed=True)["correct"]
+    return routing_counts(agg, [gold_names(e) for e in entries], answers)
+
+
+def summarize_mcp(
+    tasks: list[McpEntry], answers: list[dict[str, Any]], by_name: dict[str, Any]
+) -> dict[str, Any]:
+    """LiveMCPBench: right tool = the first call names a gold tool of the task; ``any_gold``:
+    some call does; schema-valid as for BFCL. No argument checker exists for these tasks."""
+    agg: dict[str, Any] = {"n": len(tasks), "right_tool": 0, "any_gold": 0, "called": 0,
+                           "valid": 0, "errors": 0, "refused_context": 0}  # fmt: skip
+    for t, a in zip(tasks, answers, strict=True):
+        calls = a.get("calls")
+        if "error" in a or not calls:
+            continue
+        agg["called"] += 1
+        agg["valid"] += schema_valid(
+            calls, [by_name[c["name"]] for c in calls if c["name"] in by_name]
+        )
+        agg["right_tool"] += calls[0]["name"] in t.gold
+        agg["any_gold"] += any(c["name"] in t.gold for c in calls)
+    return routing_counts(agg, [set(t.gold) for t in tasks], answers)
+
+
+def routing_counts(
+    agg: dict[str, Any], golds: list[set[str]], answers: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Add to ``agg`` what every arm shares: errors, search recall@1/5/16 and the gold tool in
+    the prompt (from ``trierouter_routing``), seconds per request, search ms, prompt tokens."""
+    hits = {1: 0, 5: 0, 16: 0, "prompt": 0}
+    routed = 0
+    secs, search_ms, prompt_tokens = [], [], []
+    for gold, a in zip(golds, answers, strict=True):
+        secs.append(a["s"])
+        if "error" in a:
+            agg["errors"] += 1
+            agg["refused_context"] += "context length" in a["error"]
+            continue
         if a.get("prompt_tokens"):
             prompt_tokens.append(a["prompt_tokens"])
         routing = a.get("routing")
@@ -176,12 +265,25 @@ def summarize(
     return agg
 
 
+def gold_has_twin(entries: list[Any], arm: str, pool: list[str]) -> int:
+    """Questions whose gold tool has a twin (same :func:`twin_key`, another name) among the
+    arm's tools: the registry's first K names, or the question's own tools."""
+    from trierouter.shortlist.tool_text import twin_key
+
+    size = SIZES.get(arm.removesuffix("_name_desc"))
+    count = 0
+    for e in entries:
+        gold = gold_names(e)
+        names = pool[:size] if size else [t["function"]["name"] for t in tools_of(e)]
+        keys = {twin_key(g) for g in gold}
+        count += any(twin_key(n) in keys and n not in gold for n in names)
+    return count
+
+
 def twin_counts(out: Path) -> None:
     """Add ``right_tool_or_twin`` and ``gold_has_twin`` to every arm of ``out`` from its
     committed answers (``_texts.json``) and the registries' names, without asking again; the
     recount is recorded in ``rescored``."""
-    from trierouter.shortlist.tool_text import twin_key
-
     result = json.loads(out.read_text())
     texts = json.loads(out.with_name(out.stem + "_texts.json").read_text())
     entries = [
@@ -190,17 +292,15 @@ def twin_counts(out: Path) -> None:
     own = [t for e in entries for t in tools_of(e)]
     pool = [t["function"]["name"] for t in pools([max(SIZES.values())], own)]
     for arm, agg in result["arms"].items():
-        size = SIZES.get(arm.removesuffix("_name_desc"))
-        right = has_twin = 0
-        for e in entries:
-            gold = gold_names(e)
-            names = pool[:size] if size else [t["function"]["name"] for t in tools_of(e)]
-            keys = {twin_key(g) for g in gold}
-            has_twin += any(twin_key(n) in keys and n not in gold for n in names)
-            a = texts[f"{e.id}:{arm}"]
-            calls = a.get("calls") or []
-            right += called_up_to_twins(calls, gold)
-        agg["right_tool_or_twin"], agg["gold_has_twin"] = right, has_twin
+        if arm == "mcp":
+            continue
+        scored = [e for e in entries if f"{e.id}:{arm}" in texts]
+        right = 0
+        for e in scored:
+            calls = texts[f"{e.id}:{arm}"].get("calls") or []
+            right += called_up_to_twins(calls, gold_names(e))
+        agg["right_tool_or_twin"] = right
+        agg["gold_has_twin"] = gold_has_twin(scored, arm, pool)
     result["rescored"] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "what": "right_tool_or_twin and gold_has_twin added from the committed answers and the "
@@ -217,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--mcp", action="store_true", help="add the LiveMCPBench arm")
+    p.add_argument(
+        "--stop-after-min", type=float, default=0.0,
+        help="stop sending new requests after this many minutes of the timed phase (0: never)",
+    )  # fmt: skip
     p.add_argument(
         "--twins", action="store_true",
         help="only add the twin counts to --out from its committed answers",
@@ -236,13 +341,18 @@ def main(argv: list[str] | None = None) -> int:
     model = Path(load_model(MODEL))
     judge = load_judge()
     entries = [e for c in CATEGORIES for e in sample(c, args.n, args.seed)]
+    tasks, mcp_tools = mcp_entries() if args.mcp else ([], [])
     own = [t for e in entries for t in tools_of(e)]
     t0 = time.perf_counter()
-    cfg, by_name = registries(own)
+    cfg, by_name = registries(own, mcp_tools)
+    pool_names = [t["function"]["name"] for t in pools([max(SIZES.values())], own)]
     print(f"registries written in {time.perf_counter() - t0:.0f} s", flush=True)
 
-    run = arm_run({"n_per_category": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
-                   "concurrency": args.concurrency, "server_args": SERVER_ARGS})  # fmt: skip
+    settings = {"n_per_category": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
+                "concurrency": args.concurrency, "server_args": SERVER_ARGS,
+                "stop_after_min": args.stop_after_min}  # fmt: skip
+    run = arm_run(settings)
+    all_arms = arms + (["mcp"] if tasks else [])
     result: dict[str, Any] = {
         "benchmark": "route_at_scale",
         "commit": run["commit"] + ("+dirty" if run["dirty"] else ""),
@@ -255,34 +365,72 @@ def main(argv: list[str] | None = None) -> int:
         "n_per_category": args.n, "seed": args.seed, "max_tokens": args.max_tokens,
         "concurrency": args.concurrency, "temperature": 0.0, "server_args": SERVER_ARGS,
         "client": "openai " + openai.__version__, "tool_choice": "not sent (auto)",
+        "order": "BFCL questions and MCP tasks each shuffled with the seed, then alternated; "
+        "a question's arms sent together; --stop-after-min stops sending, a question is scored "
+        "only when every arm of it was answered",
+        "stop_after_min": args.stop_after_min,
         "machine": {"cpus": os.cpu_count(), "load_average_1min_start": os.getloadavg()[0]},
         "arms": {},
-        "runs": {arm: run for arm in arms},  # one run: every arm interleaved by question
+        "runs": {arm: run for arm in all_arms},  # one run: every arm interleaved by question
     }  # fmt: skip
+    if tasks:
+        result["mcp"] = {"source": "LiveMCPBench, pinned wheel (trierouter.data.livemcpbench)",
+                         "registry": f"its {len(mcp_tools)} tools, named <server>.<tool>",
+                         "held_out": "never used to tune or calibrate anything"}  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="route-at-scale-"))
     env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2",
            "TRIEROUTER_TOOLS": str(cfg), "VLLM_CPU_KVCACHE_SPACE": "2"}  # fmt: skip
-    texts: dict[str, Any] = {}
+    jobs = job_order(entries, tasks, arms, args.seed)
+    log = CACHE / "answers.jsonl"
+    log.write_text("")
+    done: list[int] = []
     t0 = time.perf_counter()
     with serve(model, log=tmp / "server.log", env=env, args=SERVER_ARGS, timeout=1800) as url:
         result["server_start_s"] = round(time.perf_counter() - t0, 1)
         print(f"server up in {result['server_start_s']} s", flush=True)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=1800)
-        for arm in arms:  # one untimed request per arm: the search indexes are built
-            ask(client, entries[0], arm, 8)
-        jobs = [(e, arm) for e in entries for arm in arms]  # interleaved by question
+        for arm in all_arms:  # one untimed request per arm: the search indexes are built
+            ask(client, tasks[0] if arm == "mcp" else entries[0], arm, 8)
         t1 = time.perf_counter()
+        stop_at = t1 + 60 * args.stop_after_min if args.stop_after_min else float("inf")
+
+        def one(job: tuple[Any, str]) -> dict[str, Any] | None:
+            if time.perf_counter() > stop_at:
+                return None
+            a = ask(client, job[0], job[1], args.max_tokens)
+            with log.open("a") as f:
+                f.write(json.dumps({"id": f"{job[0].id}:{job[1]}", **a}) + "\n")
+            done.append(1)
+            if len(done) % 10 == 0:
+                print(f"{len(done)}/{len(jobs)} answered, {time.perf_counter() - t1:.0f} s",
+                      flush=True)  # fmt: skip
+            return a
+
         with ThreadPoolExecutor(args.concurrency) as ex:
-            answers = list(ex.map(lambda j: ask(client, j[0], j[1], args.max_tokens), jobs))
+            answers = list(ex.map(one, jobs))
         result["wall_s"] = round(time.perf_counter() - t1, 1)
     result["machine"]["load_average_1min_end"] = os.getloadavg()[0]
     finish_run(run)
+    texts: dict[str, Any] = {}
     for (e, arm), a in zip(jobs, answers, strict=True):
-        texts[f"{e.id}:{arm}"] = a
+        if a is not None:
+            texts[f"{e.id}:{arm}"] = a
+    scored = [e for e in entries if all(f"{e.id}:{arm}" in texts for arm in arms)]
+    scored_tasks = [t for t in tasks if f"{t.id}:mcp" in texts]
+    result["scored"] = {"bfcl_questions": len(scored), "bfcl_planned": len(entries),
+                        "by_category": {c: sum(e.category == c for e in scored)
+                                        for c in CATEGORIES},
+                        "mcp_tasks": len(scored_tasks), "mcp_planned": len(tasks),
+                        "requests_sent": len(texts), "requests_planned": len(jobs)}  # fmt: skip
     for arm in arms:
-        got = [texts[f"{e.id}:{arm}"] for e in entries]
-        result["arms"][arm] = summarize(entries, got, judge, by_name)
+        got = [texts[f"{e.id}:{arm}"] for e in scored]
+        result["arms"][arm] = summarize(scored, got, judge, by_name)
+        result["arms"][arm]["gold_has_twin"] = gold_has_twin(scored, arm, pool_names)
         print(arm, json.dumps(result["arms"][arm]), flush=True)
+    if tasks:
+        got = [texts[f"{t.id}:mcp"] for t in scored_tasks]
+        result["arms"]["mcp"] = summarize_mcp(scored_tasks, got, by_name)
+        print("mcp", json.dumps(result["arms"]["mcp"]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     texts_out = args.out.with_name(args.out.stem + "_texts.json")
