@@ -27,8 +27,8 @@ user-contributed; 10,000 tools) by ``classify_combine.calibrate`` (top-1, then M
 smaller weight); the dev questions stand in for a registry owner's own example queries. Then
 the TEST split (simple_python + multiple, 600) is scored once at 10,000 and 100,000 tools.
 With the ``none`` prompt the two pools' candidate sets of a question share one forward call
-(:func:`~trierouter.router.tool_rerank.name_scores`: the union tree, each set renormalised
-over its own names: the same scores as a call of its own).
+(``TransformersScorer.score_sets``: the union tree, each set renormalised over its own names:
+the same scores as a call of its own).
 
 Cost: search milliseconds per question (k candidates, per pool), the forward call's
 milliseconds (counted apart; the prompt, the compile of the candidates' set and the call), the
@@ -317,7 +317,7 @@ def choose(result: dict[str, Any]) -> tuple[str, float]:
 
 
 def run_test(start: int, stop: int) -> None:
-    from trierouter.router.tool_rerank import name_scores, rank_by, tool_prompt
+    from trierouter.router.tool_rerank import rank_by, tool_prompt
 
     result = load()
     variant, w = choose(result)
@@ -346,12 +346,8 @@ def run_test(start: int, stop: int) -> None:
         t0 = time.perf_counter()
         if variant == "none":  # both pools' candidates after one prompt: one forward call
             ctx = tool_prompt(bench.tok, q["messages"])
-            sets, nodes, _ = name_scores(
-                bench.model,
-                bench.tok,
-                rrs[POOLS[0]].token_index,
-                ctx,
-                [[n for n, _ in found[s]] for s in POOLS],
+            sets, nodes, _ = rrs[POOLS[0]].scorer.score_sets(
+                ctx, [[n for n, _ in found[s]] for s in POOLS], rrs[POOLS[0]].token_index
             )
             scored = dict(zip(POOLS, sets, strict=True))
             cost["prompt_tokens"].append(len(ctx))

@@ -27,7 +27,6 @@ from trierouter.router.grouped_tools import (
     GROUP_PROMPT,
     TOOL_PROMPT,
     GroupedRouter,
-    chat_prompt,
 )
 from trierouter.router.label_scorer import TransformersScorer
 from trierouter.shortlist.bm25 import BM25Index
@@ -161,17 +160,25 @@ def _oracle_route(
     ranked = ranked[:keep_groups]
     labels = [g.groups[gi].label for gi, _ in ranked]
     system = GROUP_PROMPT.format(listing="\n".join(f"- {lb}" for lb in labels))
-    ctx = tok(chat_prompt(tok, system, query))["input_ids"]
+    ctx = _chat_ids(tok, system, query)
     gs = {v: lp for v, (lp, _) in oracle_canonical(model, tok, ctx, labels).items()}
     pick = max(range(len(labels)), key=lambda j: (gs[labels[j]] - combine * math.log1p(j), -j))
     gi = ranked[pick][0]
     members = [(float(scores[i]), i) for i, n in enumerate(g.names) if g.group_of(n) == gi]
     top = [g.names[i] for _, i in sorted(members, key=lambda x: (-x[0], x[1]))[:keep_tools]]
     system = TOOL_PROMPT.format(listing="\n".join(f"- {n}" for n in top))
-    ctx = tok(chat_prompt(tok, system, query))["input_ids"]
+    ctx = _chat_ids(tok, system, query)
     ts = {v: lp for v, (lp, _) in oracle_canonical(model, tok, ctx, top).items()}
     tool = max(range(len(top)), key=lambda j: (ts[top[j]] - combine * math.log1p(j), -j))
     return labels[pick], top[tool], gs, ts
+
+
+def _chat_ids(tok: Any, system: str, query: str) -> list[int]:
+    """The oracle's prompt, written out here: the chat template over the system message and
+    the query, the assistant's turn opened."""
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": query}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return [int(t) for t in tok(text)["input_ids"]]
 
 
 @pytest.mark.parametrize("combine", [0.0, 2.0])

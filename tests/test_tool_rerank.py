@@ -23,7 +23,8 @@ from tests.test_path_scores import oracle_canonical
 from trierouter.classify_combine import WEIGHTS
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.tool_rerank import ToolReranker, name_scores, one_line, tool_prompt
+from trierouter.router.label_scorer import TransformersScorer
+from trierouter.router.tool_rerank import ToolReranker, one_line, tool_prompt
 from trierouter.router.transformers import model_width
 from trierouter.shortlist.tool_text import ToolIndex
 
@@ -80,11 +81,14 @@ def test_one_call_scores_equal_a_forward_call_per_candidate(
     chat: tuple[Any, Any], index: TokenIndex
 ) -> None:
     model, tok = chat
+    scorer = TransformersScorer((model, tok))
     small = ["get_user_info", "get_user", "gcd", "math.gcd", "uber.ride"]
     big = list(TOOLS)
     for conv in CONVERSATIONS:
         ctx = tool_prompt(tok, conv)
-        (s_small, s_big), nodes, respelled = name_scores(model, tok, index, ctx, [small, big])
+        calls = scorer.calls
+        (s_small, s_big), nodes, respelled = scorer.score_sets(ctx, [small, big], index)
+        assert scorer.calls == calls + 1  # both sets in one forward call
         assert respelled == [] and nodes > len(big)
         for names, got in ((small, s_small), (big, s_big)):
             want = oracle_canonical(model, tok, ctx, names)
@@ -97,7 +101,7 @@ def test_one_call_scores_equal_a_forward_call_per_candidate(
         off = [n for n in small if abs(s_big[n][0] - s_small[n][0]) > 1e-3]
         assert off, "scores over another set's names should differ"
         # one set alone in its own call: the same scores
-        [alone], _, _ = name_scores(model, tok, index, ctx, [small])
+        [alone], _, _ = scorer.score_sets(ctx, [small], index)
         assert all(abs(alone[n][0] - s_small[n][0]) < 1e-5 for n in small)
 
 

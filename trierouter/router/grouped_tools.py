@@ -37,7 +37,7 @@ import numpy.typing as npt
 from trierouter.classify_combine import combined_score
 from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import compile_choices
-from trierouter.router.label_scorer import TransformersScorer
+from trierouter.router.label_scorer import TransformersScorer, chat_context
 from trierouter.shortlist.tool_groups import ToolGroups
 from trierouter.shortlist.tool_text import ToolIndex
 
@@ -230,7 +230,7 @@ class GroupedRouter:
         if self._token_index is None:
             self._token_index = TokenIndex.get(scorer.vocabulary)
         cs = compile_choices(values, self._token_index)
-        context = scorer.encode(chat_prompt(scorer.tokenizer, system, query))
+        context = chat_context(scorer.tokenizer, query, system)
         paths, _ = canonical_paths_of(scorer, cs)
         before = scorer.calls
         scored, _, _ = scorer.score_canonical(context, cs, paths, len(values), self.tree_limit)
@@ -244,14 +244,6 @@ def canonical_paths_of(scorer: TransformersScorer, cs: Any) -> tuple[dict[str, A
     got = scorer.canonical(cs, fit=False, limit=0)
     assert got is not None  # fit=False always returns the paths
     return got
-
-
-def chat_prompt(tokenizer: Any, system: str, query: str) -> str:
-    """The model's own chat template: ``system``, then ``query`` as the user's message, then
-    the assistant's turn opened."""
-    msgs = [{"role": "system", "content": system}, {"role": "user", "content": query}]
-    text: str = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    return text
 
 
 def _key(c: Candidate, j: int) -> tuple[float, int]:

@@ -12,6 +12,10 @@ renormalised over the tokens the set allows, summed along a token path):
   the set's token tree (:mod:`trierouter.router.tree_scores`);
 * :meth:`~TransformersScorer.score_canonical`: each value's canonical path (its tokenization)
   in one forward call per tree of ``limit`` nodes (:mod:`trierouter.router.path_scores`);
+* :meth:`~TransformersScorer.score_sets`: several sets' values on their canonical paths after
+  one context, in ONE forward call (the union of their paths as one tree);
+* :func:`chat_context`: the prompt every router scores after (the model's chat template over a
+  system message and the conversation, the assistant's turn opened);
 * :meth:`~TransformersScorer.think` and :meth:`~TransformersScorer.generate_lines`: greedy free
   text (think-then-answer, unconstrained answers) through
   :func:`trierouter.router.transformers.generate` and ``model.generate``.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +34,53 @@ from typing import Any
 import numpy as np
 
 from trierouter.errors import missing
+from trierouter.registry.call_formats import has_chat_template
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.trie import ChoiceSet
+from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.registry.vocabulary import Vocabulary
 from trierouter.router.path_scores import canonical_paths, path_scores, path_tree, path_trees
 from trierouter.router.tree_scores import TokenTree, greedy_label, tree_logits, tree_scores
 
-__all__ = ["LabelScore", "TransformersScorer"]
+__all__ = ["LabelScore", "PathScores", "TransformersScorer", "as_messages", "chat_context"]
+
+PathScores = dict[str, tuple[float, tuple[int, ...]]]
+"""``{value: (constrained log-probability, its canonical path closed)}``."""
+
+
+def as_messages(conversation: str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A conversation as chat messages: a string is one user message."""
+    if isinstance(conversation, str):
+        return [{"role": "user", "content": conversation}]
+    out = [dict(m) for m in conversation]
+    if not out or any("role" not in m for m in out):
+        raise ValueError("conversation: expected a string or a non-empty list of {'role', ...}")
+    return out
+
+
+def chat_context(
+    tokenizer: Any, conversation: str | Sequence[Mapping[str, Any]], system: str
+) -> list[int]:
+    """The prompt's token ids: the tokenizer's chat template over ``system`` (a system message,
+    before the conversation's own system text), the whole conversation, and the assistant's
+    turn opened, where the model writes the value scored."""
+    if not has_chat_template(tokenizer):
+        raise ValueError(
+            "the tokenizer has no chat_template: set tokenizer.chat_template (the served "
+            "model's) so the prompt is the one the model was trained on"
+        )
+    messages = as_messages(conversation)
+    if messages[0]["role"] == "system":
+        own = messages.pop(0).get("content")
+        if isinstance(own, str) and own.strip():
+            system += "\n\n" + own
+    ids = tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}, *messages],
+        add_generation_prompt=True,
+        tokenize=True,
+    )
+    if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +190,40 @@ class TransformersScorer:
             greedy = greedy or greedy_label(tree, logits)
         ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top_n]
         return [LabelScore(v, lp, path) for v, (lp, path) in ranked], greedy, nodes
+
+    def score_sets(
+        self, context: list[int], name_sets: Sequence[Sequence[str]], index: TokenIndex
+    ) -> tuple[list[PathScores], int, list[str]]:
+        """Each set's values scored on their canonical paths after ``context``, renormalised
+        over that set's own values, every set in ONE forward call: the union of their paths as
+        one tree (tree attention makes a node's logits depend on its own path only, so each
+        set's scores are those of its own call).
+
+        Returns per set ``{value: (log-probability, closed path)}``, the nodes of the tree
+        computed, and the values respelled by longest match."""
+        sets = [list(dict.fromkeys(s)) for s in name_sets]
+        union = list(dict.fromkeys(n for s in sets for n in s))
+        if not union:
+            return [{} for _ in sets], 0, []
+        cs_all = compile_choices(union, index)
+        paths, respelled = canonical_paths(cs_all, self.encode_batch, index.vocabulary)
+        tree = path_tree(cs_all, paths)
+        self.calls += 1
+        logits = tree_logits(self.model, context, tree)
+        node: dict[tuple[int, ...], int] = {(): 0}
+        for i in range(1, len(tree)):
+            node[(*_path_of(tree, tree.parent[i]), tree.tokens[i])] = i
+        out: list[PathScores] = []
+        for names in sets:
+            if not names:
+                out.append({})
+                continue
+            cs = cs_all if len(names) == len(union) else compile_choices(names, index)
+            own = {n: paths[n] for n in names}
+            sub = path_tree(cs, own)
+            rows = [node[_path_of(sub, i)] for i in range(len(sub))]
+            out.append(path_scores(sub, own, logits[rows]))
+        return out, len(tree), respelled
 
     def think(
         self,
@@ -363,3 +442,11 @@ class TransformersScorer:
                 answer = self.tokenizer.decode(new, skip_special_tokens=True)
                 out.append(answer.strip().split("\n")[0].strip())
         return out
+
+
+def _path_of(tree: TokenTree, i: int) -> tuple[int, ...]:
+    path: list[int] = []
+    while i > 0:
+        path.append(tree.tokens[i])
+        i = tree.parent[i]
+    return tuple(reversed(path))

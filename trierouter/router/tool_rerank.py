@@ -20,9 +20,10 @@ path is the best one). It is combined with the search rank as the classifier com
 model alone, a large ``w`` the search's order. :meth:`ToolReranker.calibrate` chooses ``w`` on
 the registry owner's own example queries.
 
-:func:`name_scores` scores several candidate sets after one prompt in one forward call (the
-union of their paths as one tree; tree attention makes a node's logits depend on its own path
-only, so each set's scores are those of its own call, renormalised over its own names).
+The scoring engine is the classifier's and the grouped router's:
+:class:`~trierouter.router.label_scorer.TransformersScorer` (``reranker.scorer``), whose
+:meth:`~trierouter.router.label_scorer.TransformersScorer.score_sets` also scores several
+candidate sets after one prompt in one forward call.
 """
 
 from __future__ import annotations
@@ -39,12 +40,8 @@ from trierouter.classify_combine import (
     combined_ranking,
     combined_score,
 )
-from trierouter.registry.call_formats import has_chat_template
 from trierouter.registry.index import TokenIndex
-from trierouter.registry.trie import compile_choices
-from trierouter.registry.vocabulary import Vocabulary
-from trierouter.router.path_scores import canonical_paths, path_scores, path_tree
-from trierouter.router.tree_scores import TokenTree, tree_logits
+from trierouter.router.label_scorer import TransformersScorer, as_messages, chat_context
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
@@ -52,7 +49,6 @@ __all__ = [
     "ToolRanking",
     "ToolReranker",
     "as_messages",
-    "name_scores",
     "one_line",
     "rank_by",
     "tool_prompt",
@@ -136,16 +132,6 @@ class ToolRanking:
         return [t.name for t in self.tools]
 
 
-def as_messages(conversation: str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A conversation as chat messages: a string is one user message."""
-    if isinstance(conversation, str):
-        return [{"role": "user", "content": conversation}]
-    out = [dict(m) for m in conversation]
-    if not out or any("role" not in m for m in out):
-        raise ValueError("conversation: expected a string or a non-empty list of {'role', ...}")
-    return out
-
-
 def tool_prompt(
     tokenizer: Any,
     conversation: str | Sequence[Mapping[str, Any]],
@@ -153,15 +139,10 @@ def tool_prompt(
     instruction: str = DEFAULT_INSTRUCTION,
     listed: Sequence[str] | Mapping[str, str] | None = None,
 ) -> list[int]:
-    """The prompt's token ids: the tokenizer's chat template over the ``instruction`` (a system
-    message, before the conversation's own system text), the whole conversation, and the
+    """The prompt's token ids (:func:`~trierouter.router.label_scorer.chat_context`): the chat
+    template over the ``instruction`` as the system message, the whole conversation, and the
     assistant's turn opened, where the model writes the tool's name. ``listed``: names to show
     in the instruction, a mapping with a one-line description each (``None``: none shown)."""
-    if not has_chat_template(tokenizer):
-        raise ValueError(
-            "the tokenizer has no chat_template: set tokenizer.chat_template (the served "
-            "model's) so the prompt is the one the model was trained on"
-        )
     system = instruction
     if isinstance(listed, Mapping):
         system += "\nTools:" + "".join(
@@ -169,71 +150,7 @@ def tool_prompt(
         )
     elif listed:
         system += "\nTools: " + ", ".join(listed)
-    messages = as_messages(conversation)
-    if messages[0]["role"] == "system":
-        own = messages.pop(0).get("content")
-        if isinstance(own, str) and own.strip():
-            system += "\n\n" + own
-    ids = tokenizer.apply_chat_template(
-        [{"role": "system", "content": system}, *messages],
-        add_generation_prompt=True,
-        tokenize=True,
-    )
-    if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding
-        ids = ids["input_ids"]
-    return [int(t) for t in ids]
-
-
-def _encoder(tokenizer: Any) -> Any:
-    def encode(texts: list[str]) -> list[list[int]]:
-        return [list(map(int, r)) for r in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-    return encode
-
-
-def name_scores(
-    model: Any,
-    tokenizer: Any,
-    index: TokenIndex,
-    context: list[int],
-    name_sets: Sequence[Sequence[str]],
-) -> tuple[list[dict[str, tuple[float, tuple[int, ...]]]], int, list[str]]:
-    """Each set's names scored on their canonical paths after ``context``, renormalised over
-    that set's own names, all sets in ONE forward call.
-
-    Returns per set ``{name: (constrained log-probability, closed path)}``, the nodes of the
-    tree computed, and the names respelled by longest match."""
-    sets = [list(dict.fromkeys(s)) for s in name_sets]
-    union = list(dict.fromkeys(n for s in sets for n in s))
-    if not union:
-        return [{} for _ in sets], 0, []
-    encode = _encoder(tokenizer)
-    cs_all = compile_choices(union, index)
-    paths, respelled = canonical_paths(cs_all, encode, index.vocabulary)
-    tree = path_tree(cs_all, paths)
-    logits = tree_logits(model, context, tree)
-    node: dict[tuple[int, ...], int] = {(): 0}
-    for i in range(1, len(tree)):
-        node[(*_path_of(tree, tree.parent[i]), tree.tokens[i])] = i
-    out: list[dict[str, tuple[float, tuple[int, ...]]]] = []
-    for names in sets:
-        if not names:
-            out.append({})
-            continue
-        cs = cs_all if len(names) == len(union) else compile_choices(names, index)
-        own = {n: paths[n] for n in names}
-        sub = path_tree(cs, own)
-        rows = [node[_path_of(sub, i)] for i in range(len(sub))]
-        out.append(path_scores(sub, own, logits[rows]))
-    return out, len(tree), respelled
-
-
-def _path_of(tree: TokenTree, i: int) -> tuple[int, ...]:
-    path: list[int] = []
-    while i > 0:
-        path.append(tree.tokens[i])
-        i = tree.parent[i]
-    return tuple(reversed(path))
+    return chat_context(tokenizer, conversation, system)
 
 
 class ToolReranker:
@@ -264,10 +181,9 @@ class ToolReranker:
     ) -> None:
         if k < 1:
             raise ValueError(f"k={k}: expected >= 1 candidates")
-        from trierouter.router.transformers import model_width
-
         self.model = model
         self.tokenizer = tokenizer
+        self.scorer = TransformersScorer((model, tokenizer))
         self.index = index
         self.k = k
         self.combine = combine if isinstance(combine, Combine) else Combine(float(combine))
@@ -278,8 +194,7 @@ class ToolReranker:
             raise ValueError("listing='descriptions' needs descriptions={name: text}")
         self.listing: Listing = listing
         self.descriptions = descriptions or {}
-        vocabulary = Vocabulary.from_tokenizer(tokenizer, width=model_width(model))
-        self.token_index = TokenIndex.get(vocabulary)
+        self.token_index = TokenIndex.get(self.scorer.vocabulary)
 
     def listed(self, names: Sequence[str]) -> list[str] | dict[str, str] | None:
         """What the prompt shows of ``names`` (see ``listing``)."""
@@ -327,9 +242,7 @@ class ToolReranker:
             instruction=self.instruction,
             listed=self.listed(names),
         )
-        [scores], nodes, respelled = name_scores(
-            self.model, self.tokenizer, self.token_index, context, [names]
-        )
+        [scores], nodes, respelled = self.scorer.score_sets(context, [names], self.token_index)
         ranking = rank_by(cands, scores, self.combine.weight)
         return ToolRanking(
             ranking,
