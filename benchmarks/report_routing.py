@@ -90,6 +90,10 @@ ARM_NAMES = {
 }
 
 
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
 def route_at_scale(load: Load) -> list[str]:
     """Accuracy through the live server as the registry grows: every arm of one run."""
     d = load("route_at_scale.json")
@@ -101,23 +105,47 @@ def route_at_scale(load: Load) -> list[str]:
         "| other errors | s / request (median) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for arm, a in d["arms"].items():
+    bfcl = {arm: a for arm, a in d["arms"].items() if arm != "mcp"}
+    for arm, a in bfcl.items():
         rec = a.get("recall_at", {})
-        called = a["called"]
-
-        def pct(x: float | None) -> str:
-            return "—" if x is None else f"{x:.2f}"
-
         out.append(
             f"| {ARM_NAMES.get(arm, arm)} | {a['n']} | {a['correct']} ({a['correct'] / a['n']:.0%})"
             f" | {a['right_tool']} | {a.get('right_tool_or_twin', '—')} | "
-            f"{a.get('gold_has_twin', '—')} | {a['valid']} of {called} | {pct(rec.get('5'))} | "
-            f"{pct(rec.get('16'))} | {pct(a.get('gold_in_prompt'))} | {a['refused_context']} | "
-            f"{a['errors'] - a['refused_context']} | {a['s_per_request_median']:.1f} |"
+            f"{a.get('gold_has_twin', '—')} | {a['valid']} of {a['called']} | "
+            f"{_pct(rec.get('5'))} | {_pct(rec.get('16'))} | {_pct(a.get('gold_in_prompt'))} | "
+            f"{a['refused_context']} | {a['errors'] - a['refused_context']} | "
+            f"{a['s_per_request_median']:.1f} |"
         )
+    mcp = d["arms"].get("mcp")
+    if mcp is not None:
+        rec = mcp.get("recall_at", {})
+        out += [
+            "",
+            "| arm (no tools sent, the registry named) | n | first call a gold "
+            "tool | some call a gold tool | schema-valid calls | R@5 | R@16 | gold tool in the "
+            "prompt | refused (context) | other errors | s / request (median) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| held out: LiveMCPBench, {d.get('mcp', {}).get('registry', 'its tools')} | "
+            f"{mcp['n']} | "
+            f"{mcp['right_tool']} ({mcp['right_tool'] / mcp['n']:.0%}) | {mcp['any_gold']} | "
+            f"{mcp['valid']} of {mcp['called']} | {_pct(rec.get('5'))} | {_pct(rec.get('16'))} | "
+            f"{_pct(mcp.get('gold_in_prompt'))} | {mcp['refused_context']} | "
+            f"{mcp['errors'] - mcp['refused_context']} | {mcp['s_per_request_median']:.1f} |",
+        ]
     labels = {arm: ARM_NAMES.get(arm, arm) for arm in d["arms"]}
+    if mcp is not None:
+        labels["mcp"] = "held out: LiveMCPBench"
     check_table("route_at_scale.json", out, labels, d.get("runs", {}))
     m = d["machine"]
+    sc = d.get("scored")
+    cut = (
+        f"; stopped sending after {d['stop_after_min']:g} min as planned, so the questions scored "
+        f"are the first {sc['bfcl_questions']} of {sc['bfcl_planned']} BFCL questions "
+        f"({', '.join(f'{v} {k}' for k, v in sc['by_category'].items())}) and "
+        f"{sc['mcp_tasks']} of {sc['mcp_planned']} LiveMCPBench tasks in the seeded order"
+        if sc and d.get("stop_after_min")
+        else ""
+    )
     return [
         *out,
         "",
@@ -126,12 +154,13 @@ def route_at_scale(load: Load) -> list[str]:
         f"{m.get('cpus')} cores, load {m.get('load_average_1min_start', 0):.1f} at the start); "
         f"{d['model']}, `trierouter serve` with {' '.join(d['server_args'])}, temperature 0, "
         f"`tool_choice` not sent, {d['concurrency']} requests in flight, {d['n_per_category']} "
-        f"questions of each of {', '.join(d['categories'])} (seed {d['seed']}). "
+        f"questions of each of {', '.join(d['categories'])} planned (seed {d['seed']}){cut}. "
         f"Pool: {d['pool_rule']}. Right tool: the called names are the gold names; its twin: a "
         "tool with the same last name segment up to case and punctuation (`math.gcd`, "
         "`number_theory.gcd`, `gcd`), which the question alone cannot tell apart (a secondary "
-        "count, recounted from the committed answers; BFCL's checker stays the judge); gold has "
-        "a twin: among the arm's tools. R@k and gold in the prompt: from each answer's "
+        "count; BFCL's checker stays the judge); gold has a twin: among the arm's tools. "
+        "LiveMCPBench tasks are multi-step: the first call is what one request shows; no "
+        "argument checker exists for them. R@k and gold in the prompt: from each answer's "
         "`trierouter_routing` field.",
     ]
 

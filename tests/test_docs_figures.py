@@ -668,6 +668,26 @@ def test_the_routing_table_refuses_arms_of_two_runs() -> None:
         blocks.BLOCKS["route-at-scale"](lambda name: two)
 
 
+def test_the_routing_table_shows_the_held_out_arm_and_the_cut() -> None:
+    """A run with the LiveMCPBench arm and a planned time cut: the held-out row shows its own
+    counts, and the note says how many of the planned questions were scored."""
+    blocks = _blocks()
+    d = _route_fixture({"own": A, "r100k": A, "mcp": A})
+    d["arms"]["mcp"] = {"n": 4, "right_tool": 3, "any_gold": 4, "called": 4, "valid": 4,
+                        "errors": 0, "refused_context": 0, "s_per_request_median": 2.0,
+                        "recall_at": {"5": 0.75, "16": 1.0}, "gold_in_prompt": 1.0}  # fmt: skip
+    d["mcp"] = {"registry": "its 526 tools"}
+    d["stop_after_min"] = 85
+    d["scored"] = {"bfcl_questions": 2, "bfcl_planned": 5, "by_category": {"simple_python": 2},
+                   "mcp_tasks": 4, "mcp_planned": 9}  # fmt: skip
+    text = "\n".join(blocks.BLOCKS["route-at-scale"](lambda name: d))
+    assert "| held out: LiveMCPBench, its 526 tools | 4 | 3 (75%) | 4 | 4 of 4 | 0.75 |" in text
+    assert "the first 2 of 5 BFCL questions (2 simple_python) and 4 of 9 LiveMCPBench" in text
+    del d["arms"]["mcp"]  # a run without the arm has no held-out row
+    d["runs"].pop("mcp")
+    assert "LiveMCPBench, its" not in "\n".join(blocks.BLOCKS["route-at-scale"](lambda n: d))
+
+
 def test_the_serving_headline_reads_the_throughput_summary() -> None:
     """README's serving line against the fixture's own summary (shares and the factor over
     vLLM's structured outputs), and refused when the arms come from two runs."""
