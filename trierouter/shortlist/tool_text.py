@@ -11,7 +11,7 @@ huge API schema does not drown its own name; :func:`name_words` splits an identi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,14 +118,24 @@ class ToolIndex:
         tools: Iterable[Any],
         *,
         document: Callable[[str, str, Mapping[str, Any] | None], str] | None = None,
+        expansions: Mapping[str, Sequence[str]] | None = None,
     ) -> ToolIndex:
         """Index ``tools``, each under ``document(name, description, parameters)`` (default:
-        :func:`tool_text`)."""
+        :func:`tool_text`). ``expansions``: requests written for each tool by name
+        (:class:`~trierouter.shortlist.expansion.QuestionWriter`), indexed after its text
+        (:func:`~trierouter.shortlist.expansion.expanded_text`; a tool without any: its text)."""
         from trierouter.shortlist.bm25 import BM25Index
 
-        doc = tool_text if document is None else document
         fields = [_fields(t) for t in tools]
-        texts = [doc(n, d, p) for n, d, p in fields]
+        if expansions is not None:
+            if document is not None:
+                raise ValueError("pass document= or expansions=, not both")
+            from trierouter.shortlist.expansion import expanded_text
+
+            texts = [expanded_text(n, d, p, expansions.get(n, ())) for n, d, p in fields]
+        else:
+            doc = tool_text if document is None else document
+            texts = [doc(n, d, p) for n, d, p in fields]
         index = BM25Index.build([n for n, _, _ in fields], texts)
         index.search("warm up", 1)  # the first search finalizes the weights
         return cls(index)
