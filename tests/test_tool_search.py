@@ -245,6 +245,59 @@ def test_the_search_text_is_chosen_per_request(
         read_body(json.dumps(body).encode(), "hermes")
 
 
+def test_a_registry_with_written_requests_is_searched_through_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry configured with its requests file: the search indexes them beside each
+    tool's text (a tool found through its requests' words alone), the routing record says so;
+    the engine reads the same entry's tools; a requests file naming a tool the registry lacks
+    and an entry of another form are refused, naming the problem."""
+    pytest.importorskip("vllm")
+    from trierouter.router.vllm.named import load_tool_registries
+    from trierouter.router.vllm.server import read_body
+
+    reg = [
+        _tool(
+            "stock_price.get", "Latest price of a ticker symbol.", {"ticker": {"type": "string"}}
+        ),
+        _tool("trends.get_weread_rank", "Get the WeRead book ranking.", {}),
+        *(_tool(f"misc_{i}", f"Something else {i}.", {}) for i in range(20)),
+    ]
+    (tmp_path / "tools.json").write_text(json.dumps(reg))
+    written = {"stock_price.get": ["How much is Apple trading at?"]}
+    (tmp_path / "req.json").write_text(json.dumps(written))
+    for name, entry in (
+        ("plain", "tools.json"),
+        ("api", {"tools": "tools.json", "requests": "req.json"}),
+    ):
+        cfg = tmp_path / f"{name}.cfg.json"
+        cfg.write_text(json.dumps({name: entry}))
+    messages = [{"role": "user", "content": "how much is apple trading at right now"}]
+    first = {}
+    for name in ("plain", "api"):
+        monkeypatch.setenv("TRIEROUTER_TOOLS", str(tmp_path / f"{name}.cfg.json"))
+        body = {"model": "m", "messages": messages,
+                "vllm_xargs": {"trierouter_tools": name, "trierouter_tool_search": 3}}  # fmt: skip
+        _, _, routing = read_body(json.dumps(body).encode(), "hermes")
+        assert routing is not None
+        first[name] = (routing["search"], routing["candidates"][0]["name"])
+    assert first["api"] == ("bm25:tool_text+requests", "stock_price.get")
+    assert first["plain"][0] == "bm25:tool_text" and first["plain"][1] != "stock_price.get"
+    tools = load_tool_registries(str(tmp_path / "api.cfg.json"))["api"]
+    assert [t["function"]["name"] for t in tools] == [t["function"]["name"] for t in reg]
+    (tmp_path / "req.json").write_text(json.dumps({"stock_price.get:9f1c": ["x"]}))
+    cfg = tmp_path / "bad.cfg.json"
+    cfg.write_text(json.dumps({"bad": {"tools": "tools.json", "requests": "req.json"}}))
+    monkeypatch.setenv("TRIEROUTER_TOOLS", str(cfg))
+    from trierouter.router.vllm.checks import registry_specs
+
+    with pytest.raises(ValueError, match=r"does not hold \('stock_price.get:9f1c'\)"):
+        registry_specs("bad")
+    cfg.write_text(json.dumps({"bad": {"tools": "tools.json", "request": "req.json"}}))
+    with pytest.raises(ValueError, match=r"expected \{'tools'"):
+        load_tool_registries(str(cfg))
+
+
 def test_tool_index_reads_every_tool_form_alike() -> None:
     from trierouter import ToolRegistry
     from trierouter.shortlist import BM25Index, ToolIndex

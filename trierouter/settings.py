@@ -225,7 +225,9 @@ TOOLS: Setting[str] = Setting(
     "a JSON file",
     "",
     "Named tool registries: a JSON file ``{NAME: tools file or [tools]}``, or one tools file "
-    "whose stem is the name.",
+    "whose stem is the name. An entry ``{\"tools\": ..., \"requests\": FILE}`` adds the "
+    "requests written per tool (``{tool name: [request, ...]}``), which the tool search "
+    "indexes beside each tool's text.",
     _text,
     default_doc="none (inline tools only)",
     section="server",

@@ -29,7 +29,11 @@ from trierouter.registry.slots.normalize import Problem
 from trierouter.registry.slots.slot_records import analyses_kept
 from trierouter.registry.tool_registry import ToolRegistry
 from trierouter.router.vllm.args import ARG_TOOLS
-from trierouter.router.vllm.named import list_tool_registries, load_tool_registries
+from trierouter.router.vllm.named import (
+    list_tool_registries,
+    load_registry_requests,
+    load_tool_registries,
+)
 
 __all__ = [
     "BUILTIN_CHOICES",
@@ -279,11 +283,24 @@ class RegistrySpecs:
     """A named registry as the API server holds it: the tools the engine compiles (read as the
     compiler reads them, so both processes agree on the names), by name."""
 
-    def __init__(self, name: str, tools: list[Any]) -> None:
+    def __init__(
+        self, name: str, tools: list[Any], requests: dict[str, list[str]] | None = None
+    ) -> None:
+        """``requests``: requests written per tool name, indexed by the tool search beside
+        each tool's text (a name the registry lacks is refused, naming it)."""
         self.name = name
         self.specs = check_tools(tools, slots=False)  # the engine runs the slot analysis
         self.by_name = {s.name: s for s in self.specs}
         self.names = frozenset(self.by_name)
+        if requests is not None:
+            unknown = sorted(set(requests) - self.names)
+            if unknown:
+                raise ValueError(
+                    f"registry {name!r}: its requests file names {len(unknown)} tools it does "
+                    f"not hold ({', '.join(repr(u) for u in unknown[:5])}): keys must be the "
+                    "tools' names, as QuestionWriter.write returns them"
+                )
+        self.requests = requests
 
     def __len__(self) -> int:
         return len(self.names)
@@ -315,7 +332,7 @@ def registry_specs(name: str) -> RegistrySpecs:
         return hit
     if name not in list_tool_registries():  # the names are not listed to the caller
         raise ValueError(f"tool registry {name!r:.80} is not configured on this server")
-    specs = RegistrySpecs(name, load_tool_registries(cfg)[name])
+    specs = RegistrySpecs(name, load_tool_registries(cfg)[name], load_registry_requests(cfg, name))
     with _lock:
         _registries[key] = specs
     return specs

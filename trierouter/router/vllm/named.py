@@ -15,7 +15,7 @@ from trierouter.registry.index import TokenIndex
 from trierouter.registry.trie import ChoiceSet, compile_choices
 from trierouter.router.vllm.args import _SET_SUFFIXES, ENV_SETS, ENV_TOOLS, logger
 
-__all__ = ["list_named_sets", "load_named_sets", "step_work"]
+__all__ = ["list_named_sets", "load_named_sets", "load_registry_requests", "step_work"]
 
 
 def _load_tools_file(path: Path) -> list[Any]:
@@ -39,14 +39,51 @@ def load_tool_registries(config: str) -> dict[str, list[Any]]:
         raise ValueError(f"${ENV_TOOLS}={config}: expected {{name: file or tools}} or a tools list")
     out: dict[str, list[Any]] = {}
     for name, item in doc.items():
+        if isinstance(item, dict):  # {"tools": path or [tools], "requests": path}
+            extra = set(item) - {"tools", "requests"}
+            if "tools" not in item or extra:
+                raise ValueError(
+                    f"${ENV_TOOLS}: registry {name!r}: expected {{'tools': path or [tools], "
+                    f"'requests': path}} (got keys {sorted(item)})"
+                )
+            item = item["tools"]
         if isinstance(item, str):
-            f = Path(item).expanduser()
-            out[name] = _load_tools_file(f if f.is_absolute() else path.parent / f)
+            out[name] = _load_tools_file(_relative(item, path))
         elif isinstance(item, list):
             out[name] = item
         else:
             raise ValueError(f"${ENV_TOOLS}: registry {name!r} must be a path or a list of tools")
     return out
+
+
+def _relative(item: str, config: Path) -> Path:
+    f = Path(item).expanduser()
+    return f if f.is_absolute() else config.parent / f
+
+
+def load_registry_requests(config: str, name: str) -> dict[str, list[str]] | None:
+    """The requests written for registry ``name``'s tools (``{tool name: [request, ...]}``,
+    :class:`~trierouter.shortlist.expansion.QuestionWriter`), when ``$TRIEROUTER_TOOLS`` gives
+    its entry as ``{"tools": ..., "requests": "requests.json"}``; ``None`` otherwise. The file
+    holds that mapping, or ``{"requests": mapping, ...}``."""
+    path = Path(config).expanduser()
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    item = doc.get(name) if isinstance(doc, dict) and "tools" not in doc else None
+    if not isinstance(item, dict) or "requests" not in item:
+        return None
+    where = item["requests"]
+    if not isinstance(where, str):
+        raise ValueError(f"${ENV_TOOLS}: registry {name!r}: 'requests' must be a file path")
+    f = _relative(where, path)
+    got = json.loads(f.read_text(encoding="utf-8"))
+    if isinstance(got, dict) and isinstance(got.get("requests"), dict):
+        got = got["requests"]
+    if not isinstance(got, dict) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(q, str) for q in v)
+        for k, v in got.items()
+    ):
+        raise ValueError(f"{f}: expected {{tool name: [request, ...]}}")
+    return {k: list(v) for k, v in got.items()}
 
 
 _registry_names: dict[tuple[str, int, int], frozenset[str]] = {}

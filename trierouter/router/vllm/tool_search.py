@@ -114,8 +114,8 @@ class ToolSearch:
 
         t0 = time.perf_counter()
         tools = self.specs.specs
-        if text == "tool_text":
-            index = ToolIndex.build(tools)
+        if text == "tool_text":  # with the requests written per tool when configured
+            index = ToolIndex.build(tools, expansions=self.specs.requests)
         else:  # names and descriptions only: the search before parameters were indexed
             index = ToolIndex.build(tools, document=lambda name, desc, _: f"{name} {desc}")
         index.twins("")  # the registry's twin groups, built with its index
@@ -341,6 +341,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
     query = conversation_query(body.get("messages"))
     t0 = time.perf_counter()
     index = search.ready(text)  # the first requests after start wait for it (reported apart)
+    expanded = text == "tool_text" and bool(specs.requests)
     t1 = time.perf_counter()
     found: list[tuple[str, float]] = index.search(query, k)
     search_ms = (time.perf_counter() - t1) * 1000
@@ -377,7 +378,7 @@ def expand_registry(body: dict[str, Any], ctx: PromptContext | None = None) -> d
     body["vllm_xargs"] = xargs
     return {
         "registry": name,
-        "search": f"bm25:{text}",
+        "search": f"bm25:{text}" + ("+requests" if expanded else ""),
         "query": query[:500],
         "k": k,
         "search_ms": round(search_ms, 3),
