@@ -112,3 +112,34 @@ def test_a_tokenizer_without_chat_template_is_refused(tiny: tuple[Any, Any]) -> 
     bare.chat_template = None
     with pytest.raises(ValueError, match="chat_template"):
         QuestionWriter((model, bare))
+
+
+def test_the_command_writes_a_requests_file_the_server_reads(
+    tiny: tuple[Any, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trierouter write-requests``: a requests file keyed by the registry's tool names, read
+    back from its cache on a second run; a model folder without a chat template is one line
+    naming the fix (exit 2)."""
+    from trierouter.cli import main
+
+    model, tok = tiny
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tok.chat_template = None  # the shared tokenizer, as built: no template
+    tok.save_pretrained(folder)
+    reg = tmp_path / "tools.json"
+    reg.write_text(json.dumps([{"type": "function", "function": t} for t in TOOLS]))
+    out = tmp_path / "requests.json"
+    argv = ["write-requests", "--registry", str(reg), "--model", str(folder), "-o", str(out),
+            "--n", "2"]  # fmt: skip
+    assert main(argv) == 2
+    assert "chat_template" in capsys.readouterr().err
+    tok.chat_template = CHATML
+    tok.save_pretrained(folder)
+    assert main(argv) == 0
+    got = json.loads(out.read_text())
+    assert sorted(got) == sorted(t["name"] for t in TOOLS)
+    assert all(isinstance(v, list) and len(v) <= 2 for v in got.values())
+    assert "3 written now" in capsys.readouterr().err
+    assert main(argv) == 0 and json.loads(out.read_text()) == got
+    assert "0 written now" in capsys.readouterr().err

@@ -3,6 +3,7 @@
     trierouter compile values.txt --tokenizer qwen2 -o labels.trt   # .txt / .json / .jsonl
     trierouter inspect labels.trt --tokenizer qwen2 --prefix S72
     trierouter route "what's the weather in Oslo" --registry tools.json [--model DIR]
+    trierouter write-requests --registry tools.json --model DIR -o requests.json
     trierouter classify --labels labels.jsonl [--model DIR] < texts.txt
     trierouter eval --data data.jsonl --labels labels.jsonl [--model DIR] [--engine vllm]
     trierouter bench [--quick]
@@ -26,7 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from trierouter.cli.common import CliError, Command
-from trierouter.cli.models import _classify, _classify_args, _eval, _eval_args, _route, _route_args
+from trierouter.cli.models import (
+    _classify,
+    _classify_args,
+    _eval,
+    _eval_args,
+    _requests,
+    _requests_args,
+    _route,
+    _route_args,
+)
 from trierouter.cli.sets import (
     _bench,
     _bench_args,
@@ -74,6 +84,12 @@ COMMANDS: list[Command] = [
         "classify", "classify texts (stdin, one a line) into labels", _classify_args, _classify
     ),
     Command("route", "turn a request into a valid tool call of a registry", _route_args, _route),
+    Command(
+        "write-requests",
+        "have the served model write a few requests per tool, for the tool search",
+        _requests_args,
+        _requests,
+    ),
     Command(
         "eval", "validity and accuracy of three decodings on a labelled set", _eval_args, _eval
     ),

@@ -185,6 +185,51 @@ def _route(args: argparse.Namespace) -> int:
     return 0
 
 
+def _requests_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--registry",
+        type=Path,
+        required=True,
+        help="tools: a JSON list of OpenAI / Anthropic / MCP tools, or a saved ToolRegistry",
+    )
+    p.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="the served model's local folder (its chat template prompts it)",
+    )
+    p.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        required=True,
+        help='the requests file, {tool name: [request, ...]}: name it as "requests" beside '
+        '"tools" in $TRIEROUTER_TOOLS (OUT.cache keeps what was written, to resume)',
+    )
+    p.add_argument("--n", type=int, default=3, help="requests per tool")
+    p.add_argument("--batch-size", type=int, default=8, help="tools per generate call")
+
+
+def _requests(args: argparse.Namespace) -> int:
+    from trierouter.shortlist.expansion import QuestionWriter
+
+    registry = _load_registry(args.registry)
+    if not (args.model / "config.json").is_file():
+        raise CliError(f"--model {args.model}: not a local model folder (no config.json)")
+    if args.n < 1 or args.batch_size < 1:
+        raise CliError("--n and --batch-size: give at least 1")
+    writer = QuestionWriter(args.model, n=args.n, batch_size=args.batch_size)
+    cache = args.out.with_name(args.out.name + ".cache")
+    got = writer.write(list(registry), cache=cache)
+    args.out.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(
+        f"requests for {len(got):,} tools -> {args.out} ({writer.generated:,} written now, "
+        f"the rest read from {cache})",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _looks_icd(v: str) -> bool:
     return len(v) >= 3 and v[0].isalpha() and v[1:3].isdigit()
 
