@@ -13,7 +13,8 @@ beside the tool's text (doc2query). Nothing is learned from the questions a sear
 
 The requests are cached in one JSON file per registry, each under a key of the tool's text, the
 model and the prompt: a tool whose text changes is written again, the others are read back.
-Writing is slow on a CPU (about a second per tool for a 0.5B model): progress goes to stderr.
+Writing is generation, slow on a CPU (a 0.5B model: about 13 s per tool on one core, batches of
+8, 80 new tokens): progress goes to stderr, and an interrupted run resumes from the cache.
 """
 
 from __future__ import annotations
