@@ -206,6 +206,18 @@ def test_two_steps_equal_a_brute_force_argmax_of_per_candidate_forward_calls(
         for c in route.tools:
             assert c.model is not None and abs(c.model - ts[c.name]) < 1e-5
         assert route.ranking[0] == tool and route.tool in g.groups[g.group_of(tool)].members
+        # explain(): each step's candidates in the search's order, the oracle's scores, the
+        # chosen one marked
+        text = route.explain().splitlines()
+        assert text[0] == f"group: {group} of {len(gs)} candidates"
+        rows = [ln for ln in text if ln[:2] in ("* ", "  ")]
+        assert [ln[2:].split("  ")[0] for ln in rows] == [
+            c.name for c in [*route.groups, *route.tools]
+        ]
+        assert [ln[0] for ln in rows].count("*") == 2
+        assert f"* {tool}  search " in route.explain()
+        for ln, c in zip(rows, route.groups, strict=False):
+            assert abs(float(ln.split("model ")[1].split()[0]) - gs[c.name]) < 1e-3
 
 
 def test_negative_control_scores_of_another_query_do_not_pass(

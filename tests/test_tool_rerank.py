@@ -129,6 +129,12 @@ def test_rank_is_the_combined_formula_over_the_searchs_candidates(
                 assert t.search_score == dict(cands)[t.name]
                 assert abs(t.logprob - want[t.name][0]) < 1e-5
                 assert abs(t.combined - combined[t.name]) < 1e-5
+            # explain(): one line per candidate in the ranking's order, its own numbers
+            lines = r.explain().splitlines()
+            assert lines[1].startswith(f"* {order[0]}  search #{names.index(order[0]) + 1}")
+            for line, n in zip(lines[1:], order, strict=True):
+                assert f" {n}  search #{names.index(n) + 1} " in line
+                assert abs(float(line.split("logprob ")[1].split()[0]) - want[n][0]) < 1e-3
     # a huge w: the search's order; w = 0: the model's (they differ here)
     cands = [(n, float(len(TOOLS) - i)) for i, n in enumerate(TOOLS)]
     conv = CONVERSATIONS[0]

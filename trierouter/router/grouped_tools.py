@@ -101,6 +101,24 @@ class GroupedRoute:
     model_ms: float = 0.0
     """Time in the model's forward calls and their scoring."""
 
+    def explain(self) -> str:
+        """Why this group and tool, as text: each step's candidates in the search's order,
+        with the search score, the model's score and the combined one (``*``: chosen)."""
+        lines = []
+        for step, cands, chosen in (
+            ("group", self.groups, self.group),
+            ("tool", self.tools, self.tool),
+        ):
+            lines.append(f"{step}: {chosen} of {len(cands)} candidates")
+            for c in cands:
+                model = "—" if c.model is None else f"{c.model:.3f}"
+                comb = "—" if c.combined is None else f"{c.combined:.3f}"
+                mark = "*" if c.name == chosen else " "
+                lines.append(
+                    f"{mark} {c.name}  search {c.search:g}  model {model}  combined {comb}"
+                )
+        return "\n".join(lines)
+
 
 @dataclass(frozen=True)
 class GroupChoice:

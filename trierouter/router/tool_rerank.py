@@ -131,6 +131,21 @@ class ToolRanking:
         """The candidates' names, best first."""
         return [t.name for t in self.tools]
 
+    def explain(self) -> str:
+        """Why the tool was chosen, as text: one line per candidate, best first, with its
+        search rank and score, the model's log-probability and the combined score."""
+        head = (
+            f"{len(self.tools)} candidates for {self.query[:80]!r}, "
+            f"combined = logprob - {self.weight:g} * log(1 + search rank), "
+            f"{self.score_kind} scores"
+        )
+        rows = [
+            f"{'*' if i == 0 else ' '} {t.name}  search #{t.search_rank + 1} ({t.search_score:g})"
+            f"  logprob {t.logprob:.3f}  combined {t.combined:.3f}"
+            for i, t in enumerate(self.tools)
+        ]
+        return "\n".join([head, *rows])
+
 
 def tool_prompt(
     tokenizer: Any,
