@@ -194,8 +194,13 @@ def routing_headline(load: Load) -> list[str]:
         parts = [
             f"{ARM_NAMES.get(a, a)} {v['correct']}/{v['n']}"
             for a, v in arms.items()
-            if not a.endswith("_name_desc")
+            if not a.endswith("_name_desc") and a != "mcp"
         ]
+        if "mcp" in arms:
+            v = arms["mcp"]
+            parts.append(
+                f"held-out LiveMCPBench tasks, a gold tool called first {v['right_tool']}/{v['n']}"
+            )
         lines.append(
             "Through `trierouter serve` with the real Qwen2.5-Coder-0.5B (BFCL's checker, "
             f"`tool_choice` not sent, one run): {'; '.join(parts)} "

@@ -683,6 +683,16 @@ def test_the_routing_table_shows_the_held_out_arm_and_the_cut() -> None:
     text = "\n".join(blocks.BLOCKS["route-at-scale"](lambda name: d))
     assert "| held out: LiveMCPBench, its 526 tools | 4 | 3 (75%) | 4 | 4 of 4 | 0.75 |" in text
     assert "the first 2 of 5 BFCL questions (2 simple_python) and 4 of 9 LiveMCPBench" in text
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report_routing
+    finally:
+        sys.path.remove(str(BENCH))
+    search = json.loads((RESULTS / "tool_search.json").read_text())
+    files = {"route_at_scale.json": d, "tool_search.json": search}
+    headline = "\n".join(report_routing.routing_headline(files.get))
+    assert "registry of 100,000, default search 1/2" in headline
+    assert "held-out LiveMCPBench tasks, a gold tool called first 3/4" in headline
     del d["arms"]["mcp"]  # a run without the arm has no held-out row
     d["runs"].pop("mcp")
     assert "LiveMCPBench, its" not in "\n".join(blocks.BLOCKS["route-at-scale"](lambda n: d))
