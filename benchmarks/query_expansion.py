@@ -11,8 +11,8 @@ The plan (:data:`PLAN`) was written before any outcome was seen. Two pools of re
   and 94 user-written tasks; never used to choose or tune anything.
 
 For every tool of both pools Qwen2.5-Coder-0.5B-Instruct (the served model) writes 3 short
-requests it answers (:class:`~trierouter.shortlist.expansion.QuestionWriter`: greedy, its chat
-template, :data:`~trierouter.shortlist.expansion.PROMPT`), from the tool's text alone; cached
+requests it answers (:class:`~trierouter.router.tool_requests.QuestionWriter`: greedy, its chat
+template, :data:`~trierouter.router.tool_requests.PROMPT`), from the tool's text alone; cached
 in ``.cache/query_expansion/`` (ignored). Arms, each a search over the same pool:
 
 - ``bm25_tool_text``: the server's default (BM25 over ``tool_text``);
@@ -56,7 +56,7 @@ PLAN = {
     "held_out": "LiveMCPBench (pinned wheel): its 526 tools, its 94 tasks; scored once, after "
     "the choice, never used to choose",
     "writer": f"{MODEL}, greedy, n={WRITER['n']} requests per tool, "
-    f"max_new_tokens={WRITER['max_new_tokens']}, trierouter.shortlist.expansion.PROMPT",
+    f"max_new_tokens={WRITER['max_new_tokens']}, trierouter.router.tool_requests.PROMPT",
     "rule": "the arm with the best dev recall@5 (ties: recall@1, then the cheaper arm in "
     f"{list(ARMS)} order) is chosen if it beats {DEFAULT} on dev recall@5 by at least 0.02; "
     f"otherwise {DEFAULT} stays",
@@ -93,7 +93,7 @@ def writer() -> Any:
     import torch
 
     from trierouter.models import load_model
-    from trierouter.shortlist.expansion import QuestionWriter
+    from trierouter.router.tool_requests import QuestionWriter
 
     torch.set_num_threads(int(os.environ.get("QUERY_EXPANSION_THREADS", "2")))
     return QuestionWriter(load_model(MODEL), **WRITER)
@@ -120,10 +120,9 @@ def score(
     arms: list[str],
 ) -> dict[str, Any]:  # fmt: skip
     from trierouter.shortlist import Shortlist
-    from trierouter.shortlist.expansion import expanded_text
-    from trierouter.shortlist.tool_text import ToolIndex, _fields
+    from trierouter.shortlist.tool_text import ToolIndex, expanded_text, tool_fields
 
-    fields = [_fields(t) for t in tools]
+    fields = [tool_fields(t) for t in tools]
     names = [n for n, _, _ in fields]
     out: dict[str, Any] = {"recall": {}, "ms_per_query": {}, "with_requests": 0}
     out["with_requests"] = sum(bool(requests.get(n)) for n in names)
@@ -167,7 +166,7 @@ def main() -> int:
         finish_run(run)
         (CACHE / "write_cost.json").write_text(json.dumps({"run": run, **cost}, indent=1))
         return 0
-    from trierouter.shortlist.expansion import PROMPT
+    from trierouter.router.tool_requests import PROMPT
 
     w = writer()
     requests = {}

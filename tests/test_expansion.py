@@ -18,8 +18,8 @@ transformers = pytest.importorskip("transformers")
 
 from tests.test_classify import _one_thread, tiny
 from tests.test_tool_rerank import CHATML
-from trierouter.shortlist.expansion import QuestionWriter, expanded_text, parse_requests
-from trierouter.shortlist.tool_text import ToolIndex, tool_text
+from trierouter.router.tool_requests import QuestionWriter, parse_requests
+from trierouter.shortlist.tool_text import ToolIndex, expanded_text, tool_text
 
 __all__ = ["_one_thread", "tiny"]
 

@@ -225,7 +225,7 @@ TOOLS: Setting[str] = Setting(
     "a JSON file",
     "",
     "Named tool registries: a JSON file ``{NAME: tools file or [tools]}``, or one tools file "
-    "whose stem is the name. An entry ``{\"tools\": ..., \"requests\": FILE}`` adds the "
+    'whose stem is the name. An entry ``{"tools": ..., "requests": FILE}`` adds the '
     "requests written per tool (``{tool name: [request, ...]}``), which the tool search "
     "indexes beside each tool's text.",
     _text,

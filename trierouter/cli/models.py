@@ -211,7 +211,7 @@ def _requests_args(p: argparse.ArgumentParser) -> None:
 
 
 def _requests(args: argparse.Namespace) -> int:
-    from trierouter.shortlist.expansion import QuestionWriter
+    from trierouter.router.tool_requests import QuestionWriter
 
     registry = _load_registry(args.registry)
     if not (args.model / "config.json").is_file():

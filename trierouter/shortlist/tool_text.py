@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["TOOL_TEXT_MAX_CHARS", "ToolIndex", "name_words", "tool_text", "twin_key"]
+__all__ = [
+    "TOOL_TEXT_MAX_CHARS",
+    "ToolIndex",
+    "expanded_text",
+    "name_words",
+    "tool_fields",
+    "tool_text",
+    "twin_key",
+]
 
 TOOL_TEXT_MAX_CHARS = 1_500
 """Default bound on :func:`tool_text` (characters): name and description first, then the
@@ -79,7 +87,22 @@ def tool_text(
     return text
 
 
-def _fields(tool: Any) -> tuple[str, str, Mapping[str, Any] | None]:
+def expanded_text(
+    name: str,
+    description: str | None,
+    parameters: Mapping[str, Any] | None,
+    requests: Sequence[str],
+) -> str:
+    """What the search indexes for a tool with requests written for it
+    (:class:`~trierouter.router.tool_requests.QuestionWriter`): its :func:`tool_text`, then
+    the requests."""
+    text = tool_text(name, description, parameters)
+    return f"{text}. Requests: {' '.join(requests)}" if requests else text
+
+
+def tool_fields(tool: Any) -> tuple[str, str, Mapping[str, Any] | None]:
+    """A tool's name, description and parameters, from a registry's tool or an OpenAI /
+    Anthropic / MCP / BFCL dict (read as the registry reads it)."""
     if isinstance(tool, Mapping):  # OpenAI, Anthropic, MCP, BFCL: read as the registry reads it
         from trierouter.registry.forms import from_dict
 
@@ -122,16 +145,14 @@ class ToolIndex:
     ) -> ToolIndex:
         """Index ``tools``, each under ``document(name, description, parameters)`` (default:
         :func:`tool_text`). ``expansions``: requests written for each tool by name
-        (:class:`~trierouter.shortlist.expansion.QuestionWriter`), indexed after its text
-        (:func:`~trierouter.shortlist.expansion.expanded_text`; a tool without any: its text)."""
+        (:class:`~trierouter.router.tool_requests.QuestionWriter`), indexed after its text
+        (:func:`expanded_text`; a tool without any: its text)."""
         from trierouter.shortlist.bm25 import BM25Index
 
-        fields = [_fields(t) for t in tools]
+        fields = [tool_fields(t) for t in tools]
         if expansions is not None:
             if document is not None:
                 raise ValueError("pass document= or expansions=, not both")
-            from trierouter.shortlist.expansion import expanded_text
-
             texts = [expanded_text(n, d, p, expansions.get(n, ())) for n, d, p in fields]
         else:
             doc = tool_text if document is None else document

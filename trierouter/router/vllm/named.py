@@ -63,7 +63,7 @@ def _relative(item: str, config: Path) -> Path:
 
 def load_registry_requests(config: str, name: str) -> dict[str, list[str]] | None:
     """The requests written for registry ``name``'s tools (``{tool name: [request, ...]}``,
-    :class:`~trierouter.shortlist.expansion.QuestionWriter`), when ``$TRIEROUTER_TOOLS`` gives
+    :class:`~trierouter.router.tool_requests.QuestionWriter`), when ``$TRIEROUTER_TOOLS`` gives
     its entry as ``{"tools": ..., "requests": "requests.json"}``; ``None`` otherwise. The file
     holds that mapping, or ``{"requests": mapping, ...}``."""
     path = Path(config).expanduser()

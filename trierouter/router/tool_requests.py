@@ -4,6 +4,9 @@
     questions = writer.write(tools, cache="registry.questions.json")   # {name: [request, ...]}
     index = ToolIndex.build(tools, expansions=questions)    # BM25 over tool_text + requests
 
+(The model decodes here, in the router package; :mod:`trierouter.shortlist` only indexes the
+text: :func:`~trierouter.shortlist.tool_text.expanded_text`.)
+
 A tool is described by its author (``get_weread_rank``: "Get the WeRead book ranking"); it is
 asked for by its users ("what are people reading on WeChat this week?"). A search over the
 author's words misses a request in the users' words. Offline, once per registry, the model
@@ -25,13 +28,13 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trierouter.shortlist.tool_text import tool_text
+from trierouter.shortlist.tool_text import tool_fields, tool_text
 
-__all__ = ["PROMPT", "QuestionWriter", "expanded_text", "parse_requests"]
+__all__ = ["PROMPT", "QuestionWriter", "parse_requests"]
 
 PROMPT = (
     "Here is a software tool.\n\n{tool}\n\n"
@@ -59,18 +62,6 @@ def parse_requests(text: str, n: int) -> list[str]:
         if len(out) == n:
             break
     return out
-
-
-def expanded_text(
-    name: str,
-    description: str | None,
-    parameters: Mapping[str, Any] | None,
-    requests: Sequence[str],
-) -> str:
-    """What the search indexes for a tool with its written ``requests``: its
-    :func:`tool_text`, then the requests."""
-    text = tool_text(name, description, parameters)
-    return f"{text}. Requests: {' '.join(requests)}" if requests else text
 
 
 class QuestionWriter:
@@ -141,9 +132,7 @@ class QuestionWriter:
         Anthropic / MCP dicts), read from ``cache`` where written before, the rest written
         by the model now (the cache rewritten after each batch, so an interruption loses at
         most one batch)."""
-        from trierouter.shortlist.tool_text import _fields
-
-        fields = [_fields(t) for t in tools]
+        fields = [tool_fields(t) for t in tools]
         path = Path(cache) if cache is not None else None
         stored: dict[str, list[str]] = {}
         if path is not None and path.is_file():
