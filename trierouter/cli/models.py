@@ -76,14 +76,18 @@ def _classifier(args: argparse.Namespace, labels_read: Any = None) -> Any:
     )
 
 
-def _route_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("request", help="the user's request, in words")
+def _add_registry(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--registry",
         type=Path,
         required=True,
         help="tools: a JSON list of OpenAI / Anthropic / MCP tools, or a saved ToolRegistry",
     )
+
+
+def _route_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("request", help="the user's request, in words")
+    _add_registry(p)
     p.add_argument(
         "--model",
         type=Path,
@@ -186,12 +190,7 @@ def _route(args: argparse.Namespace) -> int:
 
 
 def _requests_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--registry",
-        type=Path,
-        required=True,
-        help="tools: a JSON list of OpenAI / Anthropic / MCP tools, or a saved ToolRegistry",
-    )
+    _add_registry(p)
     p.add_argument(
         "--model",
         type=Path,
