@@ -146,12 +146,26 @@ def route_at_scale(load: Load) -> list[str]:
         if sc and d.get("stop_after_min")
         else ""
     )
+    load = (
+        f", load {m['load_average_1min_start']:.1f} at the start"
+        if "load_average_1min_start" in m
+        else ""
+    )
+    if d.get("stopped"):
+        cut = (
+            f"; {d['stopped']}: the questions scored are the first {sc['bfcl_questions']} of "
+            f"{sc['bfcl_planned']} BFCL questions "
+            f"({', '.join(f'{v} {k}' for k, v in sc['by_category'].items())}) and "
+            f"{sc['mcp_tasks']} of {sc['mcp_planned']} LiveMCPBench tasks in the seeded order, "
+            f"each with every arm answered ({sc['requests_lost_to_a_dead_server']} requests "
+            f"in flight lost), scored from the run's answers at {d['summarized']['commit']}"
+        )
     return [
         *out,
         "",
         f"`benchmarks/route_at_scale.py` → `benchmarks/results/route_at_scale.json`: every arm in "
         f"one run, interleaved by question (commit {d['commit']}, {d['date'][:10]}, "
-        f"{m.get('cpus')} cores, load {m.get('load_average_1min_start', 0):.1f} at the start); "
+        f"{m.get('cpus')} cores{load}); "
         f"{d['model']}, `trierouter serve` with {' '.join(d['server_args'])}, temperature 0, "
         f"`tool_choice` not sent, {d['concurrency']} requests in flight, {d['n_per_category']} "
         f"questions of each of {', '.join(d['categories'])} planned (seed {d['seed']}){cut}. "

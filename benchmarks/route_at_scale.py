@@ -159,6 +159,8 @@ def ask(client: Any, entry: Any, arm: str, max_tokens: int) -> dict[str, Any]:
         )
     except openai.APIStatusError as exc:
         return {"error": f"{exc.status_code}: {str(exc)[:400]}", "s": time.perf_counter() - t0}
+    except openai.APIConnectionError as exc:  # the server is gone: a crash, not an answer
+        return {"error": f"connection: {str(exc)[:200]}", "s": time.perf_counter() - t0}
     msg = r.choices[0].message
     calls = []
     for tc in msg.tool_calls or []:
@@ -175,6 +177,17 @@ def ask(client: Any, entry: Any, arm: str, max_tokens: int) -> dict[str, Any]:
         "routing": (r.model_extra or {}).get("trierouter_routing"),
         "prompt_tokens": r.usage.prompt_tokens if r.usage else None,
     }
+
+
+CRASHED = ("EngineCore encountered an issue", "connection: ")
+"""Errors of a server that died (vLLM's engine, or the HTTP server gone): the request was not
+answered, so its question is not scored (like one the time cut never sent)."""
+
+
+def answered(texts: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """``texts`` without the requests a dead server could not answer, and how many those were."""
+    kept = {k: a for k, a in texts.items() if not any(c in a.get("error", "") for c in CRASHED)}
+    return kept, len(texts) - len(kept)
 
 
 def gold_names(entry: Any) -> set[str]:
@@ -322,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
         "--stop-after-min", type=float, default=0.0,
         help="stop sending new requests after this many minutes of the timed phase (0: never)",
     )  # fmt: skip
+    p.add_argument("--from-answers", type=Path, default=None,
+                   help="no server: score a run's answers.jsonl (a run whose server died), "
+                   "with the same --n/--seed/--arms/--mcp")  # fmt: skip
+    p.add_argument("--answered-at", default="unknown", help="with --from-answers: its commit")
+    p.add_argument("--answered-on", default="unknown", help="with --from-answers: its date")
+    p.add_argument("--stopped", default="", help="with --from-answers: how the run ended")
     p.add_argument(
         "--twins", action="store_true",
         help="only add the twin counts to --out from its committed answers",
@@ -377,6 +396,21 @@ def main(argv: list[str] | None = None) -> int:
         result["mcp"] = {"source": "LiveMCPBench, pinned wheel (trierouter.data.livemcpbench)",
                          "registry": f"its {len(mcp_tools)} tools, named <server>.<tool>",
                          "held_out": "never used to tune or calibrate anything"}  # fmt: skip
+    if args.from_answers is not None:  # a run whose server died: score what it answered
+        rows = [json.loads(x) for x in args.from_answers.read_text().splitlines() if x.strip()]
+        texts = {r.pop("id"): r for r in rows}
+        asked = {"commit": args.answered_at, "dirty": False, "date": args.answered_on,
+                 "cpus": os.cpu_count(), "settings": settings,
+                 "recovered": f"from {args.from_answers.name}; load not recorded"}  # fmt: skip
+        result.update(commit=args.answered_at, date=args.answered_on,
+                      machine={"cpus": os.cpu_count()},
+                      runs={arm: asked for arm in all_arms},
+                      stopped=args.stopped,
+                      summarized={"from": args.from_answers.name, "commit": run["commit"],
+                                  "date": run["date"]})  # fmt: skip
+        jobs = job_order(entries, tasks, arms, args.seed)
+        return write_summary(args, result, entries, tasks, arms, texts, judge, by_name,
+                             pool_names, len(jobs))  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="route-at-scale-"))
     env = {"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "OMP_NUM_THREADS": "2",
            "TRIEROUTER_TOOLS": str(cfg), "VLLM_CPU_KVCACHE_SPACE": "2"}  # fmt: skip
@@ -415,13 +449,26 @@ def main(argv: list[str] | None = None) -> int:
     for (e, arm), a in zip(jobs, answers, strict=True):
         if a is not None:
             texts[f"{e.id}:{arm}"] = a
+    return write_summary(args, result, entries, tasks, arms, texts, judge, by_name, pool_names,
+                         len(jobs))  # fmt: skip
+
+
+def write_summary(
+    args: Any, result: dict[str, Any], entries: list[Any], tasks: list[McpEntry],
+    arms: list[str], texts: dict[str, Any], judge: Any, by_name: dict[str, Any],
+    pool_names: list[str], planned: int,
+) -> int:  # fmt: skip
+    """Score the answered questions (every arm answered; none a dead server's) into
+    ``args.out`` and the answers into its ``_texts.json``."""
+    texts, crashed = answered(texts)
     scored = [e for e in entries if all(f"{e.id}:{arm}" in texts for arm in arms)]
     scored_tasks = [t for t in tasks if f"{t.id}:mcp" in texts]
     result["scored"] = {"bfcl_questions": len(scored), "bfcl_planned": len(entries),
                         "by_category": {c: sum(e.category == c for e in scored)
                                         for c in CATEGORIES},
                         "mcp_tasks": len(scored_tasks), "mcp_planned": len(tasks),
-                        "requests_sent": len(texts), "requests_planned": len(jobs)}  # fmt: skip
+                        "requests_answered": len(texts), "requests_planned": planned,
+                        "requests_lost_to_a_dead_server": crashed}  # fmt: skip
     for arm in arms:
         got = [texts[f"{e.id}:{arm}"] for e in scored]
         result["arms"][arm] = summarize(scored, got, judge, by_name)
