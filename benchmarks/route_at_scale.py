@@ -202,8 +202,11 @@ def called_up_to_twins(calls: list[dict[str, Any]], gold: set[str]) -> bool:
 
 
 def summarize(
-    entries: list[Any], answers: list[dict[str, Any]], judge: Any, by_name: dict[str, Any]
-) -> dict[str, Any]:
+    entries: list[Any], answers: list[dict[str, Any]], judge: Any, by_name: dict[str, Any],
+    *, own: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """One BFCL arm's counts; a call is validated against the schema the request sent: the
+    question's own tool (``own``), else the registry's tool of that name (``by_name``)."""
     agg: dict[str, Any] = {"n": len(entries), "correct": 0, "right_tool": 0, "called": 0,
                            "right_tool_or_twin": 0, "valid": 0, "errors": 0,
                            "refused_context": 0}  # fmt: skip
@@ -214,7 +217,8 @@ def summarize(
         gold = gold_names(e)
         if calls:
             agg["called"] += 1
-            tools = [by_name[c["name"]] for c in calls if c["name"] in by_name]
+            sent = {t["function"]["name"]: t for t in tools_of(e)} if own else by_name
+            tools = [sent[c["name"]] for c in calls if c["name"] in sent]
             agg["valid"] += schema_valid(calls, tools)
             agg["right_tool"] += {c["name"] for c in calls} == gold
             agg["right_tool_or_twin"] += called_up_to_twins(calls, gold)
@@ -471,7 +475,7 @@ def write_summary(
                         "requests_lost_to_a_dead_server": crashed}  # fmt: skip
     for arm in arms:
         got = [texts[f"{e.id}:{arm}"] for e in scored]
-        result["arms"][arm] = summarize(scored, got, judge, by_name)
+        result["arms"][arm] = summarize(scored, got, judge, by_name, own=arm == "own")
         result["arms"][arm]["gold_has_twin"] = gold_has_twin(scored, arm, pool_names)
         print(arm, json.dumps(result["arms"][arm]), flush=True)
     if tasks:
