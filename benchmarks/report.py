@@ -801,8 +801,8 @@ RERUN = [
     ),
     (
         "route_at_scale.json",
-        "python benchmarks/route_at_scale.py --n 10",
-        "see `wall_s` in its JSON",
+        "python benchmarks/route_at_scale.py --n 50 --arms own,r100k --mcp --stop-after-min 85",
+        "85 min planned, 0.5B model in vLLM on CPU (a dead server: `--from-answers`, docstring)",
     ),
     ("classify.json", "python benchmarks/classify.py", "see `wall_seconds` in its JSON"),
     ("classify_speed.json", "python benchmarks/classify_speed.py", "about 3 min, shared host"),

@@ -26,7 +26,11 @@ order. ``--stop-after-min`` stops sending new requests after that many minutes o
 phase (in-flight ones finish): a question is scored only when every arm of it was answered, so
 a cut keeps a seeded-random prefix of each set and says how many of the planned were scored.
 Every answer is appended to ``.cache/route_at_scale/answers.jsonl`` as it comes (progress, and
-nothing lost to a crash); the summary is written at the end.
+nothing lost to a crash); the summary is written at the end. A request a dead server could not
+answer (vLLM's engine dead, the connection gone) is not an answer: its question goes unscored,
+like one the cut never sent. A run whose server died is scored from its answers, without a
+server: ``--from-answers .cache/route_at_scale/answers.jsonl --answered-at COMMIT
+--answered-on DATE --stopped "how it ended"`` with the run's own ``--n``, ``--arms`` and ``--mcp``.
 
 Per arm: BFCL's official ``ast_checker`` accuracy (from the pinned wheel) on the returned
 ``tool_calls``; right-tool rate (the called names are the gold names); ``right_tool_or_twin``
