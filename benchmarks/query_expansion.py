@@ -124,8 +124,8 @@ def score(
 
     fields = [tool_fields(t) for t in tools]
     names = [n for n, _, _ in fields]
-    out: dict[str, Any] = {"recall": {}, "ms_per_query": {}, "with_requests": 0}
-    out["with_requests"] = sum(bool(requests.get(n)) for n in names)
+    out: dict[str, Any] = {"recall": {}, "ms_per_query": {},
+                           "with_requests": sum(bool(requests.get(n)) for n in names)}  # fmt: skip
     for arm in arms:
         if arm == "bm25_tool_text":
             index: Any = ToolIndex.build(tools)

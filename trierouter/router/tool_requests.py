@@ -110,14 +110,11 @@ class QuestionWriter:
         )
         return text
 
-    def key(self, name: str, description: str, parameters: Mapping[str, Any] | None) -> str:
-        """The cache key of a tool: its prompt (text, ``n``, :data:`PROMPT`) and the model."""
+    def key(self, name: str, prompt: str) -> str:
+        """The cache key of a tool: its name, its :meth:`prompt` (text, ``n``, :data:`PROMPT`)
+        and the model."""
         h = hashlib.sha256()
-        for part in (
-            self.model_id,
-            str(self.max_new_tokens),
-            self.prompt(name, description, parameters),
-        ):
+        for part in (self.model_id, str(self.max_new_tokens), prompt):
             h.update(part.encode("utf-8") + b"\0")
         return f"{name}:{h.hexdigest()[:20]}"
 
@@ -137,12 +134,13 @@ class QuestionWriter:
         stored: dict[str, list[str]] = {}
         if path is not None and path.is_file():
             stored = json.loads(path.read_text(encoding="utf-8")).get("requests", {})
-        keys = [self.key(n, d, p) for n, d, p in fields]
+        prompts = [self.prompt(n, d, p) for n, d, p in fields]
+        keys = [self.key(f[0], q) for f, q in zip(fields, prompts, strict=True)]
         todo = [i for i, k in enumerate(keys) if k not in stored]
         t0 = time.perf_counter()
         for start in range(0, len(todo), self.batch_size):
             batch = todo[start : start + self.batch_size]
-            texts = self._generate([self.prompt(*fields[i]) for i in batch])
+            texts = self._generate([prompts[i] for i in batch])
             for i, text in zip(batch, texts, strict=True):
                 stored[keys[i]] = parse_requests(text, self.n)
             self.generated += len(batch)
